@@ -1,0 +1,70 @@
+"""Parametrizes specs over implementations by capability.
+
+A spec module declares `pytestmark = pytest.mark.needs(CAPABILITY)` (or marks one test); every
+test that takes the `impl` fixture then runs once per version that declares that capability. The
+version name is the test id and a marker (`pytest -k v08`, `pytest -m v08_paged_gqa_py`); the
+capability is a marker too (`pytest -m kv_cache`). `--impl-root DIR` runs the same specs against
+another tree of versions, such as a learner's.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+if not torch.cuda.is_available():
+    # Triton's interpreter must be chosen before any @triton.jit runs (i.e. before collection).
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
+import implementations  # noqa: E402
+from spec.support import hypothesis_profiles  # noqa: E402,F401  (registers the profiles)
+from torchlet.contract import ALL_CAPABILITIES  # noqa: E402
+
+
+def pytest_addoption(parser):
+    parser.addoption("--impl-root", default=None,
+                     help="run the specs against this tree of versions instead of implementations/")
+
+
+def impl_root(config) -> Path:
+    root = config.getoption("--impl-root")
+    return Path(root).resolve() if root else implementations.REFERENCE_ROOT
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "needs(capability): run over versions that declare it")
+    config.addinivalue_line("markers", "gpu: needs CUDA; skipped on a CPU-only machine")
+    config.addinivalue_line("markers", "real_model: runs the SmolLM2-135M model")
+    for cap in ALL_CAPABILITIES:
+        config.addinivalue_line("markers", f"{cap}: specs of the {cap} capability")
+    for name in implementations.version_names(impl_root(config)):
+        config.addinivalue_line("markers", f"{name}: specs run against {name}")
+
+
+def pytest_generate_tests(metafunc):
+    if "impl" not in metafunc.fixturenames:
+        return
+    marker = metafunc.definition.get_closest_marker("needs")
+    if marker is None:
+        raise pytest.UsageError(f"{metafunc.definition.nodeid} takes `impl` but has no needs() mark")
+    capability = marker.args[0]
+    versions = [v for v in implementations.discover(impl_root(metafunc.config))
+                if capability in v.capabilities]
+    params = [pytest.param(v, id=v.name, marks=[getattr(pytest.mark, v.name),
+                                                 getattr(pytest.mark, capability)])
+              for v in versions]
+    if not params:
+        params = [pytest.param(None, id="no-version",
+                               marks=pytest.mark.skip(reason=f"no version declares {capability}"))]
+    metafunc.parametrize("impl", params, scope="module")
+
+
+def pytest_collection_modifyitems(config, items):
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA GPU; this machine has none")
+    for item in items:
+        if item.get_closest_marker("gpu"):
+            item.add_marker(skip)

@@ -1,0 +1,81 @@
+"""Reference versions of the Torchlet runtime, one package per version.
+
+`discover(root)` finds version packages (`vNN_name` or `vNN_M_name`) under a tree, this one by
+default or a learner's, and reads what each declares: CAPABILITIES, build, layers.
+"""
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import re
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+
+from torchlet.contract import UnknownVersionError
+
+VERSION_DIR = re.compile(r"^v(\d\d)(?:_(\d))?_[a-z0-9_]+$")
+REFERENCE_ROOT = Path(__file__).resolve().parent
+
+
+@dataclass(frozen=True)
+class Version:
+    name: str
+    package: ModuleType
+
+    @property
+    def capabilities(self) -> tuple[str, ...]:
+        return tuple(self.package.CAPABILITIES)
+
+    @property
+    def uses_triton(self) -> bool:
+        return any(c.startswith("triton") for c in self.capabilities)
+
+    def build(self, checkpoint, **options):
+        return self.package.build(checkpoint, **options)
+
+    @property
+    def layers(self):
+        return self.package.layers
+
+
+def version_names(root: Path = REFERENCE_ROOT) -> list[str]:
+    """Version directories under root, in version order (v00, v01_0, v01_1, v02, ...)."""
+    names = [p.name for p in Path(root).iterdir()
+             if p.is_dir() and VERSION_DIR.match(p.name) and (p / "__init__.py").exists()]
+    return sorted(names, key=lambda n: tuple(int(g or 0) for g in VERSION_DIR.match(n).groups()))
+
+
+def _package_name(root: Path) -> str:
+    """The import name of a tree: `implementations` for ours, a private alias for any other, so
+    that versions inside it import each other with relative imports."""
+    root = Path(root).resolve()
+    if root == REFERENCE_ROOT:
+        return "implementations"
+    alias = "torchlet_tree_" + re.sub(r"\W", "_", str(root)).strip("_")
+    if alias not in sys.modules:
+        spec = importlib.util.spec_from_file_location(
+            alias, root / "__init__.py", submodule_search_locations=[str(root)])
+        if spec is None or not (root / "__init__.py").exists():
+            raise UnknownVersionError(f"{root} is not a tree of versions (no __init__.py)")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[alias] = module
+        spec.loader.exec_module(module)
+    return alias
+
+
+def load(name: str, root: Path = REFERENCE_ROOT) -> Version:
+    names = version_names(root)
+    if name not in names:
+        matches = [n for n in names if n.split("_")[0] == name or n.startswith(name + "_")]
+        if len(matches) != 1:
+            raise UnknownVersionError(
+                f"unknown version {name!r}; known versions: {', '.join(names)}")
+        name = matches[0]
+    package = importlib.import_module(f"{_package_name(root)}.{name}")
+    return Version(name, package)
+
+
+def discover(root: Path = REFERENCE_ROOT) -> list[Version]:
+    return [load(n, root) for n in version_names(root)]

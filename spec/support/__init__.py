@@ -1,0 +1,1 @@
+"""Shared machinery of the specs: the oracle, prompts, meters, strategies, snapshot naming."""

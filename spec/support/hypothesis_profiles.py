@@ -1,0 +1,31 @@
+"""Hypothesis settings, registered once. CI sets CI=true and gets `ci`; `HYPOTHESIS_PROFILE=stress`
+runs far more examples. Tests never hard-code settings: cheap properties (allocators, kernels on
+tiny shapes) use the active profile; properties that run a model take `engine_settings()`.
+"""
+from __future__ import annotations
+
+import os
+
+from hypothesis import HealthCheck, settings
+
+_ci = settings.get_profile("ci")  # Hypothesis' own: derandomized, no deadline, no database
+settings.register_profile("dev", max_examples=100, deadline=None)
+settings.register_profile("ci", _ci, max_examples=200)
+settings.register_profile("stress", max_examples=5000, deadline=None,
+                          suppress_health_check=[HealthCheck.too_slow])
+
+# Properties that run a model: each example costs milliseconds to seconds.
+settings.register_profile("dev-engine", max_examples=12, deadline=None,
+                          suppress_health_check=[HealthCheck.too_slow])
+settings.register_profile("ci-engine", _ci, max_examples=12,
+                          suppress_health_check=[HealthCheck.too_slow])
+settings.register_profile("stress-engine", max_examples=300, deadline=None,
+                          suppress_health_check=[HealthCheck.too_slow])
+
+PROFILE = os.environ.get("HYPOTHESIS_PROFILE") or ("ci" if os.environ.get("CI") else "dev")
+settings.load_profile(PROFILE)
+
+
+def engine_settings() -> settings:
+    """The active profile's settings for properties that run a model."""
+    return settings.get_profile(f"{PROFILE}-engine")

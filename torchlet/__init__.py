@@ -1,0 +1,1 @@
+"""Torchlet harness: checkpoints, CLI, benchmarks. Implementations import only `torchlet.contract`."""

@@ -1,0 +1,128 @@
+"""Checkpoints in, `Checkpoint` out: Hugging Face directories (Qwen2/Llama) and the default
+SmolLM2 model shipped as GGUF. Formats stop here; engines see only plain tensors."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+
+from torchlet.contract import Checkpoint, CheckpointError, ModelConfig
+
+FAMILIES = {"Qwen2ForCausalLM": "qwen2", "LlamaForCausalLM": "llama"}
+
+
+def config_from_hf(cfg: dict) -> ModelConfig:
+    """ModelConfig from a Hugging Face config.json dict of the Qwen2 or Llama family."""
+    arch = (cfg.get("architectures") or [""])[0]
+    family = FAMILIES.get(arch) or {"qwen2": "qwen2", "llama": "llama"}.get(cfg.get("model_type"))
+    if family is None:
+        raise CheckpointError(
+            f"unsupported model family {arch or cfg.get('model_type')!r}: expected one of "
+            f"{sorted(FAMILIES)}")
+    try:
+        heads = cfg["num_attention_heads"]
+        eos = cfg.get("eos_token_id")
+        return ModelConfig(
+            vocab_size=cfg["vocab_size"],
+            hidden_size=cfg["hidden_size"],
+            intermediate_size=cfg["intermediate_size"],
+            num_layers=cfg["num_hidden_layers"],
+            num_heads=heads,
+            num_kv_heads=cfg.get("num_key_value_heads") or heads,
+            head_dim=cfg.get("head_dim") or cfg["hidden_size"] // heads,
+            max_position=cfg.get("max_position_embeddings", 2048),
+            rope_theta=float(cfg.get("rope_theta")
+                             or (cfg.get("rope_parameters") or {}).get("rope_theta", 10000.0)),
+            rms_eps=float(cfg.get("rms_norm_eps", 1e-6)),
+            qkv_bias=family == "qwen2" or bool(cfg.get("attention_bias", False)),
+            tie_embeddings=bool(cfg.get("tie_word_embeddings", False)),
+            family=family,
+            eos_token_ids=tuple(eos if isinstance(eos, list) else [] if eos is None else [eos]),
+        )
+    except KeyError as e:
+        raise CheckpointError(f"config.json lacks the field {e.args[0]!r}") from None
+
+
+def hf_config_dict(config: ModelConfig) -> dict:
+    """The config.json that describes `config` to Hugging Face."""
+    arch = {v: k for k, v in FAMILIES.items()}[config.family]
+    d = {
+        "architectures": [arch], "model_type": config.family,
+        "vocab_size": config.vocab_size, "hidden_size": config.hidden_size,
+        "intermediate_size": config.intermediate_size, "num_hidden_layers": config.num_layers,
+        "num_attention_heads": config.num_heads, "num_key_value_heads": config.num_kv_heads,
+        "head_dim": config.head_dim, "max_position_embeddings": config.max_position,
+        "rope_theta": config.rope_theta, "rms_norm_eps": config.rms_eps,
+        "tie_word_embeddings": config.tie_embeddings, "hidden_act": "silu",
+        "torch_dtype": "float32",
+    }
+    if config.eos_token_ids:
+        d["eos_token_id"] = list(config.eos_token_ids)
+    if config.family == "llama":
+        d.update(attention_bias=config.qkv_bias, mlp_bias=False)
+    return d
+
+
+def load_hf_dir(path: str | Path) -> Checkpoint:
+    """Read config.json and every *.safetensors file of a local Hugging Face checkpoint."""
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
+
+    path = Path(path)
+    if not path.is_dir():
+        raise CheckpointError(f"checkpoint directory {path} does not exist")
+    config_file = path / "config.json"
+    if not config_file.exists():
+        raise CheckpointError(f"{path} has no config.json: not a Hugging Face checkpoint")
+    try:
+        config = config_from_hf(json.loads(config_file.read_text()))
+    except json.JSONDecodeError as e:
+        raise CheckpointError(f"{config_file} is not valid JSON: {e}") from None
+    files = sorted(path.glob("*.safetensors"))
+    if not files:
+        raise CheckpointError(f"{path} has no *.safetensors weights")
+    tensors: dict[str, torch.Tensor] = {}
+    for f in files:
+        try:
+            tensors.update(load_file(str(f)))
+        except (SafetensorError, OSError, ValueError) as e:
+            raise CheckpointError(f"{f} is corrupt or unreadable: {e}") from None
+    check_tensors(config, tensors, str(path))
+    return Checkpoint(config, tensors)
+
+
+def expected_shapes(config: ModelConfig) -> dict[str, tuple[int, ...]]:
+    c, d = config, config.head_dim
+    shapes = {"model.embed_tokens.weight": (c.vocab_size, c.hidden_size),
+              "model.norm.weight": (c.hidden_size,)}
+    if not c.tie_embeddings:
+        shapes["lm_head.weight"] = (c.vocab_size, c.hidden_size)
+    for i in range(c.num_layers):
+        p = f"model.layers.{i}."
+        shapes.update({
+            p + "input_layernorm.weight": (c.hidden_size,),
+            p + "post_attention_layernorm.weight": (c.hidden_size,),
+            p + "self_attn.q_proj.weight": (c.num_heads * d, c.hidden_size),
+            p + "self_attn.k_proj.weight": (c.num_kv_heads * d, c.hidden_size),
+            p + "self_attn.v_proj.weight": (c.num_kv_heads * d, c.hidden_size),
+            p + "self_attn.o_proj.weight": (c.hidden_size, c.num_heads * d),
+            p + "mlp.gate_proj.weight": (c.intermediate_size, c.hidden_size),
+            p + "mlp.up_proj.weight": (c.intermediate_size, c.hidden_size),
+            p + "mlp.down_proj.weight": (c.hidden_size, c.intermediate_size),
+        })
+        if c.qkv_bias:
+            shapes.update({p + "self_attn.q_proj.bias": (c.num_heads * d,),
+                           p + "self_attn.k_proj.bias": (c.num_kv_heads * d,),
+                           p + "self_attn.v_proj.bias": (c.num_kv_heads * d,)})
+    return shapes
+
+
+def check_tensors(config: ModelConfig, tensors: dict, where: str) -> None:
+    """Every tensor the config implies is there with its shape."""
+    for name, shape in expected_shapes(config).items():
+        if name not in tensors:
+            raise CheckpointError(f"{where}: missing tensor {name}")
+        if tuple(tensors[name].shape) != shape:
+            raise CheckpointError(
+                f"{where}: tensor {name} has shape {tuple(tensors[name].shape)}, expected {shape}")
