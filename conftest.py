@@ -18,6 +18,9 @@ if not torch.cuda.is_available():
     # Triton's interpreter must be chosen before any @triton.jit runs (i.e. before collection).
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    torch.set_num_threads(1)  # one thread per worker: the workers already fill the cores
+
 import implementations  # noqa: E402
 from spec.support import hypothesis_profiles  # noqa: E402,F401  (registers the profiles)
 from torchlet.contract import ALL_CAPABILITIES  # noqa: E402

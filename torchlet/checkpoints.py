@@ -20,6 +20,7 @@ def config_from_hf(cfg: dict) -> ModelConfig:
         raise CheckpointError(
             f"unsupported model family {arch or cfg.get('model_type')!r}: expected one of "
             f"{sorted(FAMILIES)}")
+    check_supported(cfg)
     try:
         heads = cfg["num_attention_heads"]
         eos = cfg.get("eos_token_id")
@@ -42,6 +43,22 @@ def config_from_hf(cfg: dict) -> ModelConfig:
         )
     except KeyError as e:
         raise CheckpointError(f"config.json lacks the field {e.args[0]!r}") from None
+
+
+def check_supported(cfg: dict) -> None:
+    """Refuse the variants of the families that our decoder does not implement: silently
+    ignoring them would give wrong tokens, not an error."""
+    rope = cfg.get("rope_scaling") or cfg.get("rope_parameters") or {}
+    rope_type = rope.get("rope_type") or rope.get("type") or "default"
+    if rope_type != "default":
+        raise CheckpointError(f"unsupported RoPE scaling {rope_type!r}: only plain RoPE is implemented")
+    if cfg.get("use_sliding_window"):
+        raise CheckpointError("unsupported sliding-window attention (use_sliding_window is true)")
+    if cfg.get("mlp_bias"):
+        raise CheckpointError("unsupported MLP biases (mlp_bias is true)")
+    act = cfg.get("hidden_act", "silu")
+    if act != "silu":
+        raise CheckpointError(f"unsupported activation {act!r}: only SwiGLU with silu is implemented")
 
 
 def hf_config_dict(config: ModelConfig) -> dict:
@@ -76,9 +93,12 @@ def load_hf_dir(path: str | Path) -> Checkpoint:
     if not config_file.exists():
         raise CheckpointError(f"{path} has no config.json: not a Hugging Face checkpoint")
     try:
-        config = config_from_hf(json.loads(config_file.read_text()))
-    except json.JSONDecodeError as e:
+        cfg = json.loads(config_file.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise CheckpointError(f"{config_file} is not valid JSON: {e}") from None
+    if not isinstance(cfg, dict):
+        raise CheckpointError(f"{config_file} is not a JSON object")
+    config = config_from_hf(cfg)
     files = sorted(path.glob("*.safetensors"))
     if not files:
         raise CheckpointError(f"{path} has no *.safetensors weights")

@@ -200,3 +200,121 @@ def cast_tensors(tensors: Mapping[str, torch.Tensor], device: Any, dtype: torch.
 
 def flatten(prompts: Iterable[Sequence[int]]) -> list[int]:
     return [t for p in prompts for t in p]
+
+
+# Protocols of the capabilities after `generate`, each listing only the methods it adds.
+
+@runtime_checkable
+class RaggedEngine(Engine, Protocol):
+    """Capability `ragged_batch` (v01_0). A ragged batch is the requests' tokens end to end in one
+    buffer, described by `req_indptr`: int32 prefix sums of the lengths, length B + 1, starting at
+    0 (FlashInfer's `qo_indptr`); request i owns rows req_indptr[i]:req_indptr[i + 1]. The
+    `layers` module adds `req_indptr(lengths) -> Tensor` and takes an optional trailing
+    `req_indptr` in `attention` and `decoder_layer`."""
+
+    def forward_ragged(self, token_ids: list[int], req_indptr: torch.Tensor) -> torch.Tensor:
+        """Float logits [len(token_ids), vocab] of every row; positions restart at 0 in each
+        request. Raises RequestError for a req_indptr that does not describe the batch."""
+        ...
+
+
+class SplitGQALayers(Layers, Protocol):
+    """Capability `split_gqa` (v01_1): attention's phases, in the order `attention` runs them
+    (apply_rope is the Layers one). Shapes: T rows, H query heads, KV heads, G = H // KV."""
+
+    def project_qkv(self, x: torch.Tensor, w: Mapping[str, torch.Tensor]
+                    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """q [T, H*D], k and v [T, KV*D]."""
+        ...
+
+    def split_heads(self, t: torch.Tensor, num_heads: int) -> torch.Tensor:
+        """[T, heads*D] -> [T, heads, D]."""
+        ...
+
+    def group_queries(self, q: torch.Tensor, num_kv_heads: int) -> torch.Tensor:
+        """[T, H, D] -> [T, KV, G, D]: query head h = kv * G + g reads KV head kv."""
+        ...
+
+    def attend_per_request(self, qg: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                           req_indptr: torch.Tensor) -> torch.Tensor:
+        """Causal attention of each request over its own rows: -> [T, KV, G, D]."""
+        ...
+
+    def output_projection(self, out: torch.Tensor, w: Mapping[str, torch.Tensor]) -> torch.Tensor:
+        """[T, KV, G, D] -> merge heads -> o_proj -> [T, hidden]."""
+        ...
+
+
+@runtime_checkable
+class CacheEngine(RaggedEngine, Protocol):
+    """Capability `kv_cache` (v02): prefill and decode driven directly, by caller-chosen request
+    ids (hashable). Don't reuse an id still cached, nor mix these ids with a StepEngine's own."""
+
+    def prefill(self, request_ids: list, prompts: list[list[int]]) -> torch.Tensor:
+        """One pass over whole prompts; fills each request's cache. Float logits [B, vocab] of
+        each prompt's last token."""
+        ...
+
+    def decode(self, request_ids: list, sequences: list[list[int]]) -> torch.Tensor:
+        """One pass feeding each request only the last token of its sequence (the request's whole
+        token list so far), at position len - 1, over what it has cached; appends that token's
+        K/V. Float logits [B, vocab]. RequestError unless exactly len - 1 tokens are cached."""
+        ...
+
+    def cached_kv(self, request_id) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """A copy of the request's cache: per layer (k, v), each [tokens, KV, D], k after RoPE."""
+        ...
+
+    def num_cached_tokens(self, request_id) -> int:
+        """Tokens the request holds in the cache; 0 once released or never prefilled."""
+        ...
+
+    def release(self, request_id) -> None:
+        """Free the request's cache."""
+        ...
+
+
+@runtime_checkable
+class StepEngine(CacheEngine, Protocol):
+    """Capability `request_states` (v03): the step-wise API. A request moves WAITING -> RUNNING ->
+    FINISHED (or WAITING -> FINISHED when aborted, or when its first token already ends it); a
+    finished request's output never changes. generate and stream drive these same methods."""
+
+    def add_request(self, prompt: list[int], params: GenerationParams) -> int:
+        """Queue a request (WAITING); check_request's errors are raised here. Returns its id."""
+        ...
+
+    def step(self) -> list[RequestOutput]:
+        """Run one forward pass for what the scheduler picks; return a copy of the output of
+        every request it touched (admitted, given a token, or finished)."""
+        ...
+
+    def output(self, request_id: int) -> RequestOutput:
+        """A copy of the request's output now."""
+        ...
+
+    def abort(self, request_id: int) -> None:
+        """Finish a waiting or running request (reason ABORTED) and free what it held; no effect
+        on a finished one. RequestError for an unknown id."""
+        ...
+
+    def has_unfinished(self) -> bool: ...
+
+    def total_cached_tokens(self) -> int:
+        """Tokens held in the cache by all requests together."""
+        ...
+
+    def last_step_stats(self) -> Any:
+        """What the latest step ran (None before the first): fields step (1, 2, ...),
+        prefill_ids, decode_ids, waiting_ids (FCFS order, after admission), finished_ids,
+        num_prefill_tokens, num_decode_tokens, num_tokens, num_running."""
+        ...
+
+
+@runtime_checkable
+class BatchingEngine(StepEngine, Protocol):
+    """Capability `continuous_batching` (v04): build(ckpt, max_running=..., max_step_tokens=...).
+    Waiting requests join the running batch at any step when capacity allows; finished requests
+    leave at the step they finish. It adds no method: last_step_stats() must then respect
+    num_running <= max_running and num_tokens <= max_step_tokens at every step, and add_request
+    refuses a prompt longer than max_step_tokens."""

@@ -1,0 +1,20 @@
+"""v01_1_split_gqa: v01_0's behaviour, with attention split into six named phases and query heads
+grouped by the KV head they read instead of copying K/V per query head."""
+import torch
+
+from torchlet.contract import SPLIT_GQA
+
+from ..v01_0_ragged_batch import CAPABILITIES as PREVIOUS
+from ..v01_0_ragged_batch.engine import RaggedEngine
+from . import model as layers
+
+CAPABILITIES = PREVIOUS + (SPLIT_GQA,)
+
+
+def build(checkpoint, *, device="cpu", dtype=torch.float32, **options):
+    if options:
+        raise TypeError(f"v01_1 takes no options, got {sorted(options)}")
+    return RaggedEngine(checkpoint, device, dtype, model=layers)
+
+
+__all__ = ["CAPABILITIES", "build", "layers"]

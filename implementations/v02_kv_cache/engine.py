@@ -1,0 +1,89 @@
+"""Greedy generation with a K/V cache: one prefill pass over all prompts, then one decode pass
+per new token that feeds each unfinished request only its newest token."""
+from __future__ import annotations
+
+import itertools
+from typing import Hashable, Iterator
+
+import torch
+
+from torchlet.contract import Checkpoint, GenerationParams, check_request
+
+from .runner import ModelRunner
+
+
+class CacheEngine:
+    def __init__(self, checkpoint: Checkpoint, device="cpu", dtype=torch.float32):
+        self.config = checkpoint.config
+        self.runner = ModelRunner(checkpoint, device, dtype)
+        self._calls = itertools.count()  # generate's own cache keys, apart from callers' ids
+
+    # The kv_cache capability: the runner's prefill/decode, for callers that drive it directly.
+    def prefill(self, request_ids: list[Hashable], prompts: list[list[int]]) -> torch.Tensor:
+        for p in prompts:
+            check_request(p, GenerationParams(max_new_tokens=1), self.config)
+        return self.runner.prefill(request_ids, prompts)
+
+    def decode(self, request_ids: list[Hashable], sequences: list[list[int]]) -> torch.Tensor:
+        return self.runner.decode(request_ids, sequences)
+
+    def cached_kv(self, request_id: Hashable) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        return self.runner.cached_kv(request_id)
+
+    def num_cached_tokens(self, request_id: Hashable) -> int:
+        return self.runner.cache.num_tokens(request_id)
+
+    def release(self, request_id: Hashable) -> None:
+        self.runner.cache.free(request_id)
+
+    def forward_ragged(self, token_ids: list[int], req_indptr: torch.Tensor) -> torch.Tensor:
+        return self.runner.forward_ragged(token_ids, req_indptr)
+
+    def logits(self, token_ids: list[int]) -> torch.Tensor:
+        check_request(token_ids, GenerationParams(max_new_tokens=1), self.config)
+        return self.runner.forward_ragged(token_ids, self.runner.model.req_indptr([len(token_ids)]))
+
+    def generate(self, prompts: list[list[int]], params: GenerationParams) -> list[list[int]]:
+        for prompt in prompts:
+            check_request(prompt, params, self.config)
+        outputs = [[] for _ in prompts]
+        for step in self._steps(prompts, params):
+            for i, token in step.items():
+                outputs[i].append(token)
+        return outputs
+
+    def stream(self, prompt: list[int], params: GenerationParams) -> Iterator[int]:
+        check_request(prompt, params, self.config)
+        for step in self._steps([prompt], params):
+            yield step[0]
+
+    def _steps(self, prompts: list[list[int]], params: GenerationParams):
+        """Yield {request index: new token} once per pass: the prefill, then each decode."""
+        call = next(self._calls)
+        keys = [("generate", call, i) for i in range(len(prompts))]
+        sequences = [list(p) for p in prompts]
+        live = list(range(len(prompts)))
+        try:
+            logits = self.runner.prefill(keys, sequences)
+            while live:
+                tokens = logits.argmax(-1).tolist()
+                for i, token in zip(live, tokens):
+                    sequences[i].append(token)
+                yield dict(zip(live, tokens))
+                done = [i for i in live if len(sequences[i]) - len(prompts[i]) >= params.max_new_tokens
+                        or params.stops_at(sequences[i][-1])]
+                for i in done:
+                    self.runner.cache.free(keys[i])
+                live = [i for i in live if i not in done]
+                if live:
+                    logits = self.runner.decode([keys[i] for i in live],
+                                                [sequences[i] for i in live])
+        finally:  # a stream dropped half way must not keep its cache
+            for key in keys:
+                self.runner.cache.free(key)
+
+
+def build(checkpoint: Checkpoint, *, device="cpu", dtype=torch.float32, **options):
+    if options:
+        raise TypeError(f"v02 takes no options, got {sorted(options)}")
+    return CacheEngine(checkpoint, device, dtype)

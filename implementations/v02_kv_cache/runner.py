@@ -1,0 +1,59 @@
+"""The model runner: owns the weights and the K/V cache, turns (request, new tokens) pairs into
+logits. It knows nothing of requests' lifecycles; whoever drives it says which request gets which
+tokens."""
+from __future__ import annotations
+
+from types import ModuleType
+from typing import Hashable, Sequence
+
+import torch
+
+from torchlet.contract import Checkpoint, RequestError, flatten
+
+from . import model as cached_model
+from .cache import KVCache
+
+
+class ModelRunner:
+    def __init__(self, checkpoint: Checkpoint, device="cpu", dtype=torch.float32,
+                 model: ModuleType = cached_model):
+        self.config = checkpoint.config
+        self.device = torch.device(device)
+        self.model = model
+        self.weights = model.Weights.from_checkpoint(checkpoint, self.device, dtype)
+        self.cache = KVCache(self.config, self.device, dtype)
+
+    @torch.inference_mode()
+    def extend(self, request_ids: Sequence[Hashable], chunks: Sequence[Sequence[int]]):
+        """One forward pass: each request's chunk of new tokens follows what it has cached.
+        Returns the float logits [B, vocab] of each request's last new token."""
+        indptr = self.model.req_indptr([len(c) for c in chunks], device=self.device)
+        ids = torch.tensor(flatten(chunks), dtype=torch.long, device=self.device)
+        kv = [self.cache.layers_of(r) for r in request_ids]
+        hidden = self.model.forward_cached(self.weights, ids, indptr, kv)
+        return self.model.lm_head(self.weights, hidden[self.model.last_rows(indptr)]).float()
+
+    def prefill(self, request_ids: Sequence[Hashable], prompts: Sequence[Sequence[int]]):
+        taken = [r for r in request_ids if r in self.cache]
+        if taken or len(set(request_ids)) != len(request_ids):
+            raise RequestError(f"prefill needs distinct requests without a cache: {taken}")
+        for r in request_ids:
+            self.cache.allocate(r)
+        return self.extend(request_ids, prompts)
+
+    def decode(self, request_ids: Sequence[Hashable], sequences: Sequence[Sequence[int]]):
+        for r, seq in zip(request_ids, sequences, strict=True):
+            if self.cache.num_tokens(r) != len(seq) - 1:
+                raise RequestError(
+                    f"request {r!r} has {self.cache.num_tokens(r)} cached tokens; decode needs "
+                    f"all but the last of its {len(seq)} tokens cached")
+        return self.extend(request_ids, [[seq[-1]] for seq in sequences])
+
+    @torch.inference_mode()
+    def forward_ragged(self, token_ids: list[int], req_indptr: torch.Tensor) -> torch.Tensor:
+        ids = torch.tensor(list(token_ids), dtype=torch.long, device=self.device)
+        hidden = self.model.forward_ragged(self.weights, ids, req_indptr.to(self.device))
+        return self.model.lm_head(self.weights, hidden).float()
+
+    def cached_kv(self, request_id: Hashable) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        return [(kv.k.clone(), kv.v.clone()) for kv in self.cache.layers_of(request_id)]

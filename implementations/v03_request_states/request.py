@@ -1,0 +1,43 @@
+"""A request and its lifecycle. State lives on the request, so the scheduler reads like prose."""
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+
+from torchlet.contract import FinishReason, GenerationParams, RequestOutput, RequestState
+
+
+@dataclass
+class Request:
+    id: int
+    prompt: list[int]
+    params: GenerationParams
+    tokens: list[int] = field(default_factory=list)
+    state: RequestState = RequestState.WAITING
+    finish_reason: FinishReason | None = None
+
+    @property
+    def sequence(self) -> list[int]:
+        return self.prompt + self.tokens
+
+    @property
+    def finished(self) -> bool:
+        return self.state is RequestState.FINISHED
+
+    def append(self, token: int) -> None:
+        """Take a new token; finish if it is a stop or eos id, or the last one allowed."""
+        assert self.state is RequestState.RUNNING, f"request {self.id} is {self.state.value}"
+        self.tokens.append(token)
+        reason = self.params.stops_at(token)
+        if reason is None and len(self.tokens) >= self.params.max_new_tokens:
+            reason = FinishReason.LENGTH
+        if reason is not None:
+            self.finish(reason)
+
+    def finish(self, reason: FinishReason) -> None:
+        self.state, self.finish_reason = RequestState.FINISHED, reason
+
+    def output(self) -> RequestOutput:
+        """A copy: what callers hold never changes under them."""
+        return RequestOutput(self.id, list(self.prompt), list(self.tokens), self.state,
+                             self.finish_reason)

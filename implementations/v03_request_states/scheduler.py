@@ -1,0 +1,116 @@
+"""The scheduler owns the lifecycle: it decides who runs each step and what rows each request
+brings (a whole prompt to prefill, or its last token to decode), then takes the chosen tokens
+back. Who may join the running batch is the admission policy's one question; this version's
+answer is static batching."""
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+
+from torchlet.contract import FinishReason, RequestState
+
+from .request import Request
+
+
+@dataclass(frozen=True)
+class StepStats:
+    """What one step ran. Ids in row order; waiting_ids in admission order."""
+
+    step: int
+    prefill_ids: tuple[int, ...]
+    decode_ids: tuple[int, ...]
+    waiting_ids: tuple[int, ...]
+    num_prefill_tokens: int
+    finished_ids: tuple[int, ...] = ()
+
+    @property
+    def num_decode_tokens(self) -> int:
+        return len(self.decode_ids)
+
+    @property
+    def num_tokens(self) -> int:
+        return self.num_prefill_tokens + self.num_decode_tokens
+
+    @property
+    def num_running(self) -> int:
+        return len(self.prefill_ids) + len(self.decode_ids)
+
+
+@dataclass
+class Batch:
+    """One step's work: running requests decode one token, newly admitted ones prefill."""
+
+    decode: list[Request] = field(default_factory=list)
+    prefill: list[Request] = field(default_factory=list)
+
+    @property
+    def requests(self) -> list[Request]:
+        return self.decode + self.prefill
+
+    @property
+    def chunks(self) -> list[list[int]]:
+        """The new rows of each request, in order: its last token, or its whole prompt."""
+        return [[r.sequence[-1]] for r in self.decode] + [list(r.prompt) for r in self.prefill]
+
+
+class StaticBatching:
+    """Admit every waiting request, but only when the running batch has drained: a request that
+    arrives mid-batch waits for the slowest member of that batch."""
+
+    def check(self, request: Request) -> None:
+        pass  # any request check_request accepts fits
+
+    def admit(self, waiting: deque[Request], running: list[Request]) -> int:
+        """How many waiting requests, from the front, join this step."""
+        return 0 if running else len(waiting)
+
+
+class Scheduler:
+    def __init__(self, policy=None):
+        self.policy = policy or StaticBatching()
+        self.waiting: deque[Request] = deque()
+        self.running: list[Request] = []
+        self.steps = 0
+        self.last_stats: StepStats | None = None
+
+    def add(self, request: Request) -> None:
+        self.policy.check(request)
+        self.waiting.append(request)
+
+    def schedule(self) -> Batch | None:
+        """This step's batch: every running request decodes, then the admitted ones prefill."""
+        batch = Batch(decode=list(self.running))
+        for _ in range(self.policy.admit(self.waiting, self.running)):
+            request = self.waiting.popleft()
+            request.state = RequestState.RUNNING
+            batch.prefill.append(request)
+        self.running.extend(batch.prefill)
+        return batch if batch.requests else None
+
+    def postprocess(self, batch: Batch, tokens: list[int]) -> list[Request]:
+        """Give each request its token; finished ones leave the running batch now. Returns them."""
+        for request, token in zip(batch.requests, tokens, strict=True):
+            request.append(token)
+        finished = [r for r in batch.requests if r.finished]
+        self.running = [r for r in self.running if not r.finished]
+        self.steps += 1
+        self.last_stats = StepStats(
+            step=self.steps, prefill_ids=tuple(r.id for r in batch.prefill),
+            decode_ids=tuple(r.id for r in batch.decode),
+            waiting_ids=tuple(r.id for r in self.waiting),
+            num_prefill_tokens=sum(len(r.prompt) for r in batch.prefill),
+            finished_ids=tuple(r.id for r in finished))
+        return finished
+
+    def abort(self, request: Request) -> None:
+        """Finish a waiting or running request; the caller frees its cache."""
+        if request.finished:
+            return
+        if request.state is RequestState.WAITING:
+            self.waiting.remove(request)
+        else:
+            self.running.remove(request)
+        request.finish(FinishReason.ABORTED)
+
+    def has_unfinished(self) -> bool:
+        return bool(self.waiting or self.running)

@@ -1,0 +1,216 @@
+"""Triton kernels for the per-token layers: RMSNorm (alone and fused with the residual add),
+RoPE and SwiGLU. Each public function checks its inputs, then calls a `torch.library.custom_op`
+that launches one kernel, so that a graph recorder sees one op per kernel (PITFALLS.md).
+
+The kernels read and write the model's dtype and compute in float32, with the same rounding
+points as v00's PyTorch functions. On CPU they run under TRITON_INTERPRET=1 (float32 only).
+"""
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+# One program normalizes one row in registers; wider rows would need a loop over chunks.
+MAX_HIDDEN = 65536
+ELEMENTWISE_BLOCK = 1024
+DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+# Op names carry the module's import name so that two trees of versions can live in one process.
+_NS = __name__.replace(".", "_")
+
+
+def check(ok: bool, message: str) -> None:
+    """Refuse bad inputs with a ValueError (an `assert` vanishes under python -O)."""
+    if not ok:
+        raise ValueError(message)
+
+
+def check_tensor(name: str, t: torch.Tensor, like: torch.Tensor | None = None) -> None:
+    check(t.dtype in DTYPES, f"{name} must be float32, float16 or bfloat16, got {t.dtype}")
+    check(t.is_contiguous(), f"{name} must be contiguous (shape {tuple(t.shape)}, "
+                             f"strides {t.stride()}); call .contiguous() first")
+    if like is not None:
+        check(t.dtype == like.dtype, f"{name} is {t.dtype} but the input is {like.dtype}")
+        check(t.device == like.device, f"{name} is on {t.device} but the input is on {like.device}")
+
+
+# --- RMSNorm -------------------------------------------------------------------------------
+
+@triton.jit
+def _rms_norm_kernel(x_ptr, res_ptr, w_ptr, out_ptr, res_out_ptr, n_cols, eps,
+                     HAS_RESIDUAL: tl.constexpr, BLOCK: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64) * n_cols
+    cols = tl.arange(0, BLOCK)
+    mask = cols < n_cols
+    x = tl.load(x_ptr + row + cols, mask=mask, other=0.0)
+    if HAS_RESIDUAL:
+        # Added in float32 and rounded to the model dtype, bit for bit what PyTorch's
+        # `h = x + attention(...)` gives: it is the residual stream the next layer adds to.
+        res = tl.load(res_ptr + row + cols, mask=mask, other=0.0)
+        x = (x.to(tl.float32) + res.to(tl.float32)).to(x.dtype)
+        tl.store(res_out_ptr + row + cols, x, mask=mask)
+    x32 = x.to(tl.float32)
+    mean_sq = tl.sum(x32 * x32, axis=0) / n_cols
+    normed = (x32 * tl.rsqrt(mean_sq + eps)).to(x.dtype)
+    w = tl.load(w_ptr + cols, mask=mask, other=0.0)
+    tl.store(out_ptr + row + cols, w * normed, mask=mask)
+
+
+def _launch_rms_norm(x, residual, weight, eps, out, res_out):
+    n_cols = x.shape[-1]
+    rows = x.numel() // n_cols
+    if rows == 0:
+        return
+    block = triton.next_power_of_2(n_cols)
+    _rms_norm_kernel[(rows,)](x, residual, weight, out, res_out, n_cols, eps,
+                              HAS_RESIDUAL=residual is not x, BLOCK=block,
+                              num_warps=min(max(block // 256, 1), 16))
+
+
+@torch.library.custom_op(f"{_NS}::rms_norm", mutates_args=())
+def _rms_norm_op(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    out = torch.empty_like(x)
+    _launch_rms_norm(x, x, weight, eps, out, out)
+    return out
+
+
+@_rms_norm_op.register_fake
+def _(x, weight, eps):
+    return torch.empty_like(x)
+
+
+@torch.library.custom_op(f"{_NS}::add_rms_norm", mutates_args=())
+def _add_rms_norm_op(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor,
+                     eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+    out, res_out = torch.empty_like(x), torch.empty_like(x)
+    _launch_rms_norm(x, residual, weight, eps, out, res_out)
+    return out, res_out
+
+
+@_add_rms_norm_op.register_fake
+def _(x, residual, weight, eps):
+    return torch.empty_like(x), torch.empty_like(x)
+
+
+def _check_norm(x: torch.Tensor, weight: torch.Tensor) -> None:
+    check_tensor("x", x)
+    check_tensor("weight", weight, like=x)
+    check(x.dim() >= 1 and weight.dim() == 1 and weight.shape[0] == x.shape[-1],
+          f"weight {tuple(weight.shape)} must be [hidden] with hidden = x.shape[-1] "
+          f"(x is {tuple(x.shape)})")
+    check(1 <= x.shape[-1] <= MAX_HIDDEN,
+          f"hidden size {x.shape[-1]} outside [1, {MAX_HIDDEN}]: one program holds one row")
+
+
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """weight * x / sqrt(mean(x^2) + eps) over the last dimension, the mean taken in float32."""
+    _check_norm(x, weight)
+    return _rms_norm_op(x, weight, float(eps))
+
+
+def add_rms_norm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor,
+                 eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """(rms_norm(x + residual), x + residual) in one pass over memory: the pre-norm block adds
+    a sublayer's output to the residual stream and normalizes the sum for the next sublayer."""
+    _check_norm(x, weight)
+    check_tensor("residual", residual, like=x)
+    check(residual.shape == x.shape,
+          f"residual {tuple(residual.shape)} must have the shape of x {tuple(x.shape)}")
+    return _add_rms_norm_op(x, residual, weight, float(eps))
+
+
+# --- RoPE ----------------------------------------------------------------------------------
+
+@triton.jit
+def _rope_kernel(x_ptr, cos_ptr, sin_ptr, out_ptr, n_heads, half,
+                 BLOCK_H: tl.constexpr, BLOCK_HALF: tl.constexpr):
+    token = tl.program_id(0).to(tl.int64)
+    heads = tl.program_id(1) * BLOCK_H + tl.arange(0, BLOCK_H)
+    cols = tl.arange(0, BLOCK_HALF)
+    col_mask = cols < half
+    cos = tl.load(cos_ptr + token * half + cols, mask=col_mask, other=0.0)
+    sin = tl.load(sin_ptr + token * half + cols, mask=col_mask, other=0.0)
+    # rotate_half layout: the first half of a head is the real part, the second the imaginary.
+    first = token * n_heads * 2 * half + heads[:, None] * 2 * half + cols[None, :]
+    mask = (heads[:, None] < n_heads) & col_mask[None, :]
+    x1 = tl.load(x_ptr + first, mask=mask, other=0.0)
+    x2 = tl.load(x_ptr + first + half, mask=mask, other=0.0)
+    a, b = x1.to(tl.float32), x2.to(tl.float32)
+    tl.store(out_ptr + first, (a * cos[None, :] - b * sin[None, :]).to(x1.dtype), mask=mask)
+    tl.store(out_ptr + first + half, (b * cos[None, :] + a * sin[None, :]).to(x1.dtype), mask=mask)
+
+
+@torch.library.custom_op(f"{_NS}::apply_rope", mutates_args=())
+def _rope_op(x: torch.Tensor, positions: torch.Tensor, theta: float) -> torch.Tensor:
+    tokens, heads, head_dim = x.shape
+    out = torch.empty_like(x)
+    if tokens == 0:
+        return out
+    # The angles' cos/sin come from PyTorch, with v00's formula: the GPU's fast sin/cos lose
+    # accuracy at the large angles of late positions, and this keeps parity with v00 exact.
+    inv_freq = 1.0 / theta ** (torch.arange(0, head_dim, 2, device=x.device,
+                                            dtype=torch.float32) / head_dim)
+    angles = positions.float()[:, None] * inv_freq[None, :]
+    cos, sin = angles.cos().contiguous(), angles.sin().contiguous()
+    block_h = min(triton.next_power_of_2(heads), 16)
+    _rope_kernel[(tokens, triton.cdiv(heads, block_h))](
+        x, cos, sin, out, heads, head_dim // 2,
+        BLOCK_H=block_h, BLOCK_HALF=triton.next_power_of_2(head_dim // 2))
+    return out
+
+
+@_rope_op.register_fake
+def _(x, positions, theta):
+    return torch.empty_like(x)
+
+
+def apply_rope(x: torch.Tensor, positions: torch.Tensor, theta: float) -> torch.Tensor:
+    """Rotate each head of x [tokens, heads, head_dim] by position * theta^(-2i/head_dim),
+    in Hugging Face's rotate_half layout (the same results as v00's apply_rope)."""
+    check_tensor("x", x)
+    check(x.dim() == 3, f"x must be [tokens, heads, head_dim], got shape {tuple(x.shape)}")
+    check(x.shape[-1] % 2 == 0 and x.shape[-1] > 0,
+          f"head_dim must be even and positive, got {x.shape[-1]}")
+    check(positions.shape == (x.shape[0],) and not positions.is_floating_point(),
+          f"positions must be integer [tokens={x.shape[0]}], got {positions.dtype} "
+          f"{tuple(positions.shape)}")
+    check(positions.device == x.device, f"positions on {positions.device}, x on {x.device}")
+    return _rope_op(x, positions, float(theta))
+
+
+# --- SwiGLU --------------------------------------------------------------------------------
+
+@triton.jit
+def _swiglu_kernel(gate_ptr, up_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    gate = tl.load(gate_ptr + offs, mask=mask, other=0.0)
+    up = tl.load(up_ptr + offs, mask=mask, other=0.0)
+    g = gate.to(tl.float32)
+    # Rounded to the model dtype before the product, as silu(gate) * up is in PyTorch.
+    silu = (g * tl.sigmoid(g)).to(gate.dtype)
+    tl.store(out_ptr + offs, (silu.to(tl.float32) * up.to(tl.float32)).to(gate.dtype), mask=mask)
+
+
+@torch.library.custom_op(f"{_NS}::swiglu", mutates_args=())
+def _swiglu_op(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
+    out = torch.empty_like(gate)
+    n = gate.numel()
+    if n:
+        _swiglu_kernel[(triton.cdiv(n, ELEMENTWISE_BLOCK),)](gate, up, out, n,
+                                                              BLOCK=ELEMENTWISE_BLOCK)
+    return out
+
+
+@_swiglu_op.register_fake
+def _(gate, up):
+    return torch.empty_like(gate)
+
+
+def swiglu(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
+    """silu(gate) * up, elementwise: the MLP's activation between its up and down projections."""
+    check_tensor("gate", gate)
+    check_tensor("up", up, like=gate)
+    check(gate.shape == up.shape,
+          f"gate {tuple(gate.shape)} and up {tuple(up.shape)} must have the same shape")
+    return _swiglu_op(gate, up)

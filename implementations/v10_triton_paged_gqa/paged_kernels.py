@@ -1,0 +1,198 @@
+"""Triton kernels for the paged KV cache: decode attention that follows the block table with an
+online softmax, and the store that writes new K/V into the slots a step names.
+
+Cache layout (shared with v08's PyTorch version): k_cache, v_cache [num_blocks, block_size,
+num_kv_heads, head_dim]; token p of a request with table T lives in block T[p // block_size] at
+offset p % block_size, i.e. flat slot T[p // block_size] * block_size + p % block_size. Physical
+block 0 is the null block that padding entries of a table point to.
+"""
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+# tl.dot needs every tile dimension to be at least 16 on the GPU; smaller groups, head
+# dims and pages are padded with masked rows rather than refused.
+MIN_DOT = 16
+# Context tokens one loop iteration scores: a tile may span several pages (or part of one).
+BLOCK_N = 64
+DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+_NS = __name__.replace(".", "_")
+
+
+def check(ok: bool, message: str) -> None:
+    if not ok:
+        raise ValueError(message)
+
+
+def _pad(n: int) -> int:
+    return max(MIN_DOT, triton.next_power_of_2(n))
+
+
+# --- decode attention ----------------------------------------------------------------------
+
+@triton.jit
+def _paged_decode_kernel(
+        q_ptr, k_ptr, v_ptr, tables_ptr, lens_ptr, out_ptr, scale,
+        q_sb, q_sh, cache_sblock, cache_stok, cache_shead, tables_sb, out_sb, out_sh,
+        block_size, group, head_dim,
+        BLOCK_G: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr,
+        PRECISION: tl.constexpr):
+    # One program = one request x one KV head, with all `group` query heads that share it: each
+    # K/V tile is read from memory once and used for the whole group.
+    b = tl.program_id(0).to(tl.int64)
+    kv_head = tl.program_id(1)
+    g = tl.arange(0, BLOCK_G)
+    d = tl.arange(0, BLOCK_D)
+    heads = kv_head * group + g
+    q_mask = (g < group)[:, None] & (d < head_dim)[None, :]
+    q = tl.load(q_ptr + b * q_sb + heads[:, None] * q_sh + d[None, :], mask=q_mask, other=0.0)
+
+    context = tl.load(lens_ptr + b)
+    m = tl.full([BLOCK_G], float("-inf"), tl.float32)   # running max of the scores
+    l = tl.zeros([BLOCK_G], tl.float32)                 # running sum of exp(score - m)
+    acc = tl.zeros([BLOCK_G, BLOCK_D], tl.float32)      # running sum of exp(score - m) * v
+    for start in range(0, context, BLOCK_N):
+        t = start + tl.arange(0, BLOCK_N)
+        live = t < context
+        # Follow the table: each token's page is looked up, so pages need not be adjacent.
+        page = tl.load(tables_ptr + b * tables_sb + t // block_size, mask=live, other=0)
+        slot = page.to(tl.int64) * cache_sblock + (t % block_size) * cache_stok + kv_head * cache_shead
+        k_mask = live[None, :] & (d < head_dim)[:, None]
+        # Masked loads read 0 past the context: those slots may hold anything, NaN included.
+        k_t = tl.load(k_ptr + slot[None, :] + d[:, None], mask=k_mask, other=0.0)   # [D, N]
+        scores = tl.dot(q, k_t, input_precision=PRECISION) * scale                    # [G, N]
+        scores = tl.where(live[None, :], scores, float("-inf"))
+        m_new = tl.maximum(m, tl.max(scores, axis=1))
+        p = tl.exp(scores - m_new[:, None])
+        rescale = tl.exp(m - m_new)  # 0 on the first tile, where m is -inf
+        l = l * rescale + tl.sum(p, axis=1)
+        v_mask = live[:, None] & (d < head_dim)[None, :]
+        v = tl.load(v_ptr + slot[:, None] + d[None, :], mask=v_mask, other=0.0)       # [N, D]
+        acc = acc * rescale[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PRECISION)
+        m = m_new
+    # A context of 0 (a padding row of a fixed-size batch) leaves l = 0: write zeros, not NaN.
+    out = acc / tl.where(l > 0, l, 1.0)[:, None]
+    tl.store(out_ptr + b * out_sb + heads[:, None] * out_sh + d[None, :],
+             out.to(out_ptr.dtype.element_ty), mask=q_mask)
+
+
+@torch.library.custom_op(f"{_NS}::paged_decode_attention", mutates_args=())
+def _paged_decode_op(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+                     block_tables: torch.Tensor, context_lens: torch.Tensor,
+                     scale: float) -> torch.Tensor:
+    batch, heads, head_dim = q.shape
+    _, block_size, kv_heads, _ = k_cache.shape
+    out = torch.empty_like(q)
+    if batch == 0:
+        return out
+    group = heads // kv_heads
+    _paged_decode_kernel[(batch, kv_heads)](
+        q, k_cache, v_cache, block_tables, context_lens, out, scale,
+        q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
+        block_tables.stride(0), out.stride(0), out.stride(1),
+        block_size, group, head_dim,
+        BLOCK_G=_pad(group), BLOCK_D=_pad(head_dim), BLOCK_N=BLOCK_N,
+        # float32 tl.dot defaults to TF32 on the GPU (10-bit mantissa); ask for full precision.
+        PRECISION="ieee" if q.dtype == torch.float32 else "tf32")
+    return out
+
+
+@_paged_decode_op.register_fake
+def _(q, k_cache, v_cache, block_tables, context_lens, scale):
+    return torch.empty_like(q)
+
+
+def _check_cache(k_cache: torch.Tensor, v_cache: torch.Tensor, dtype, device) -> None:
+    check(k_cache.dim() == 4 and k_cache.shape == v_cache.shape,
+          f"k_cache {tuple(k_cache.shape)} and v_cache {tuple(v_cache.shape)} must both be "
+          f"[num_blocks, block_size, num_kv_heads, head_dim]")
+    for name, c in (("k_cache", k_cache), ("v_cache", v_cache)):
+        check(c.is_contiguous(), f"{name} must be contiguous")
+        check(c.dtype == dtype, f"{name} is {c.dtype} but the new K/V or q is {dtype}")
+        check(c.device == device, f"{name} is on {c.device}, the inputs on {device}")
+
+
+def paged_decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+                           block_tables: torch.Tensor, context_lens: torch.Tensor,
+                           scale: float) -> torch.Tensor:
+    """One new token per request: q [B, heads, head_dim] attends over the first context_lens[b]
+    tokens that block_tables [B, max_blocks] (int32, padded with the null block 0) names.
+    Query head h reads KV head h // (heads / kv_heads). -> [B, heads, head_dim]; a row with
+    context 0 gives zeros."""
+    check(q.dtype in DTYPES, f"q must be float32, float16 or bfloat16, got {q.dtype}")
+    check(q.dim() == 3 and q.stride(-1) == 1,
+          f"q must be [B, heads, head_dim] with a contiguous last dimension, got shape "
+          f"{tuple(q.shape)} strides {q.stride()}")
+    _check_cache(k_cache, v_cache, q.dtype, q.device)
+    batch, heads, head_dim = q.shape
+    kv_heads = k_cache.shape[2]
+    check(k_cache.shape[3] == head_dim,
+          f"cache head_dim {k_cache.shape[3]} differs from q's {head_dim}")
+    check(heads % kv_heads == 0,
+          f"{heads} query heads cannot share {kv_heads} KV heads evenly (GQA needs a multiple)")
+    for name, t in (("block_tables", block_tables), ("context_lens", context_lens)):
+        check(t.dtype == torch.int32, f"{name} must be int32, got {t.dtype}")
+        check(t.device == q.device, f"{name} is on {t.device}, q on {q.device}")
+    check(block_tables.dim() == 2 and block_tables.shape[0] == batch
+          and block_tables.stride(1) == 1,
+          f"block_tables must be [B={batch}, max_blocks] with contiguous rows, got "
+          f"{tuple(block_tables.shape)}")
+    check(context_lens.shape == (batch,) and context_lens.is_contiguous(),
+          f"context_lens must be a contiguous [B={batch}], got {tuple(context_lens.shape)}")
+    return _paged_decode_op(q, k_cache, v_cache, block_tables, context_lens, float(scale))
+
+
+# --- store ---------------------------------------------------------------------------------
+
+@triton.jit
+def _store_kv_kernel(k_ptr, v_ptr, k_cache_ptr, v_cache_ptr, slots_ptr,
+                     k_sn, k_sh, v_sn, v_sh, block_size, cache_sblock, cache_stok, cache_shead,
+                     kv_heads, head_dim, BLOCK_H: tl.constexpr, BLOCK_D: tl.constexpr):
+    i = tl.program_id(0).to(tl.int64)
+    h = tl.arange(0, BLOCK_H)
+    d = tl.arange(0, BLOCK_D)
+    # The token's slot, read once per head row: a scalar mask does not broadcast in the
+    # interpreter. Slot -1 (a padding token) masks every lane off: nothing is read or written.
+    slot = tl.load(slots_ptr + i + h * 0)[:, None]
+    mask = (slot >= 0) & (h < kv_heads)[:, None] & (d < head_dim)[None, :]
+    dst = (slot // block_size) * cache_sblock + (slot % block_size) * cache_stok \
+        + h[:, None] * cache_shead + d[None, :]
+    k = tl.load(k_ptr + i * k_sn + h[:, None] * k_sh + d[None, :], mask=mask)
+    v = tl.load(v_ptr + i * v_sn + h[:, None] * v_sh + d[None, :], mask=mask)
+    tl.store(k_cache_ptr + dst, k, mask=mask)
+    tl.store(v_cache_ptr + dst, v, mask=mask)
+
+
+@torch.library.custom_op(f"{_NS}::store_kv", mutates_args=("k_cache", "v_cache"))
+def _store_kv_op(k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+                 slot_mapping: torch.Tensor) -> None:
+    tokens, kv_heads, head_dim = k.shape
+    if tokens == 0:
+        return
+    _store_kv_kernel[(tokens,)](
+        k, v, k_cache, v_cache, slot_mapping, k.stride(0), k.stride(1), v.stride(0), v.stride(1),
+        k_cache.shape[1], k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
+        kv_heads, head_dim,
+        BLOCK_H=triton.next_power_of_2(kv_heads), BLOCK_D=triton.next_power_of_2(head_dim))
+
+
+def store_kv(k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+             slot_mapping: torch.Tensor) -> None:
+    """Write k, v [N, kv_heads, head_dim] into the caches: token i goes to flat slot
+    slot_mapping[i] (int64, = block * block_size + offset); -1 writes nothing. Slots must lie
+    inside the cache: the kernel does not check them, so that no host sync breaks a graph."""
+    check(k.dtype in DTYPES, f"k must be float32, float16 or bfloat16, got {k.dtype}")
+    check(k.dim() == 3 and k.shape == v.shape and v.dtype == k.dtype,
+          f"k {tuple(k.shape)} {k.dtype} and v {tuple(v.shape)} {v.dtype} must both be "
+          f"[N, kv_heads, head_dim] of one dtype")
+    check(k.stride(-1) == 1 and v.stride(-1) == 1, "k and v need a contiguous last dimension")
+    _check_cache(k_cache, v_cache, k.dtype, k.device)
+    check(k_cache.shape[2:] == k.shape[1:],
+          f"cache heads x head_dim {tuple(k_cache.shape[2:])} differ from k's {tuple(k.shape[1:])}")
+    check(slot_mapping.dtype == torch.int64 and slot_mapping.shape == (k.shape[0],)
+          and slot_mapping.is_contiguous() and slot_mapping.device == k.device,
+          f"slot_mapping must be a contiguous int64 [N={k.shape[0]}] on {k.device}, got "
+          f"{slot_mapping.dtype} {tuple(slot_mapping.shape)} on {slot_mapping.device}")
+    _store_kv_op(k, v, k_cache, v_cache, slot_mapping)

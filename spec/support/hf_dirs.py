@@ -1,0 +1,72 @@
+"""Tiny checkpoint directories written by Hugging Face's own `save_pretrained`, as a user's
+`--model DIR` would be: config.json, model.safetensors and (optionally) a tokenizer."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+SPECIALS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
+CHAT_TEMPLATE = (
+    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n"
+    "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+VOCAB = len(SPECIALS) + 256  # the byte tokenizer's ids, no more: every id decodes
+SHAPE = dict(vocab_size=VOCAB, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
+             num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+             max_position_embeddings=128, rms_norm_eps=1e-6)
+
+
+def hf_model(family: str, seed: int = 0, **overrides):
+    """A random tiny Qwen2 (qkv bias, tied) or Llama (no bias, untied) CausalLM. Every parameter
+    is redrawn from a seeded generator: HF's init leaves biases at 0 and norms at 1."""
+    import transformers
+
+    torch.manual_seed(seed)
+    if family == "qwen2":
+        config = transformers.Qwen2Config(**{**SHAPE, "rope_theta": 10000.0,
+                                             "tie_word_embeddings": True, **overrides})
+        model = transformers.Qwen2ForCausalLM(config)
+    else:
+        config = transformers.LlamaConfig(**{**SHAPE, "rope_theta": 50000.0,
+                                             "tie_word_embeddings": False, **overrides})
+        model = transformers.LlamaForCausalLM(config)
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith("norm.weight"):
+                p.copy_(1.0 + 0.3 * torch.randn(p.shape, generator=g))
+            elif name.endswith(".bias"):
+                p.copy_(0.5 * torch.randn(p.shape, generator=g))
+            else:
+                p.copy_(torch.randn(p.shape, generator=g) / p.shape[-1] ** 0.5)
+    model.config._attn_implementation = "eager"
+    return model.eval()
+
+
+def byte_tokenizer():
+    """A byte-level tokenizer of 259 ids (256 bytes + 3 specials) with a ChatML template: small
+    enough for a tiny vocabulary, real enough to encode any text."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {s: i for i, s in enumerate(SPECIALS)}
+    for ch in pre_tokenizers.ByteLevel.alphabet():
+        vocab.setdefault(ch, len(vocab))
+    tok = Tokenizer(models.BPE(vocab=vocab, merges=[]))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<|im_start|>",
+                                   eos_token="<|im_end|>", unk_token="<|endoftext|>",
+                                   pad_token="<|endoftext|>")
+    fast.chat_template = CHAT_TEMPLATE
+    return fast
+
+
+def save_tiny(out: Path, family: str, *, tokenizer: bool = False, seed: int = 0, **overrides):
+    """Write a tiny checkpoint with save_pretrained; returns the HF model that wrote it."""
+    eos = {"eos_token_id": SPECIALS.index("<|im_end|>")}
+    model = hf_model(family, seed, **{**eos, **overrides})
+    model.save_pretrained(str(out))
+    if tokenizer:
+        byte_tokenizer().save_pretrained(str(out))
+    return model

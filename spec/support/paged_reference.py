@@ -1,0 +1,42 @@
+"""The yardstick for paged attention: plain causal softmax attention over contiguous K/V in
+float64, and a slot-by-slot writer that lays contiguous K/V into a paged cache
+[num_blocks, block_size, kv_heads, head_dim]. Neither uses the code under test."""
+from __future__ import annotations
+
+import torch
+
+
+def new_cache(num_blocks: int, block_size: int, kv_heads: int, head_dim: int,
+              fill: float = float("nan"), dtype=torch.float64) -> torch.Tensor:
+    """A cache whose every slot holds `fill`: NaN by default, so reading a slot nobody wrote
+    poisons the result."""
+    return torch.full((num_blocks, block_size, kv_heads, head_dim), fill, dtype=dtype)
+
+
+def slot_of(table: list[int], position: int, block_size: int) -> int:
+    return table[position // block_size] * block_size + position % block_size
+
+
+def write_tokens(cache: torch.Tensor, table: list[int], x: torch.Tensor) -> None:
+    """Put token p of x [n, kv_heads, head_dim] at cache[table[p // bs], p % bs], one by one."""
+    block_size = cache.shape[1]
+    for p in range(x.shape[0]):
+        cache[table[p // block_size], p % block_size] = x[p]
+
+
+def causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float
+                     ) -> torch.Tensor:
+    """q [t, H, D] are the last t of the n tokens of k, v [n, KV, D]; query i sees keys up to
+    position n - t + i. Query head h reads KV head h // (H / KV). Float64 [t, H, D]."""
+    t, heads, _ = q.shape
+    n, kv_heads, _ = k.shape
+    group = heads // kv_heads
+    out = torch.empty(q.shape, dtype=torch.float64)
+    for h in range(heads):
+        kh = k[:, h // group].double()
+        vh = v[:, h // group].double()
+        for i in range(t):
+            visible = n - t + i + 1
+            scores = (kh[:visible] @ q[i, h].double()) * scale
+            out[i, h] = torch.softmax(scores, dim=0) @ vh[:visible]
+    return out

@@ -1,0 +1,116 @@
+"""Meta: the specs themselves, checked against empty versions.
+
+What it checks: for every version, an exercise tree whose version functions all raise
+NotImplementedError (`torchlet exercise`) makes every one of that version's own spec modules fail,
+and the stubs keep the reference's signatures.
+Why: a spec that passes on an empty stub checks nothing the learner writes (it tests the harness,
+the oracle or the reference), and a learner who meets one believes a function works that doesn't
+exist. A stub with a different signature would teach the wrong interface.
+Core principle: stubs are generated from the reference source every run, never kept, so this
+page can't drift from the versions; each version's specs run in a child pytest pointed at its
+stub tree with `--impl-root` and `-k <version>`, and any spec that passes there is a defect.
+Files: torchlet/learner.py (the stub generator) against implementations/vNN_*/.
+Tradeoff left visible: one child pytest per version costs an interpreter start and a torch import
+(a few seconds each); pytest-xdist spreads the versions over the workers. A version with no spec
+module yet is skipped, not passed. That the reference passes is the rest of the suite.
+"""
+import ast
+import inspect
+import time
+
+import pytest
+
+import implementations
+from torchlet import learner
+
+VERSIONS = implementations.version_names()
+
+
+@pytest.fixture
+def stub_tree(request, tmp_path):
+    if request.config.getoption("--impl-root"):
+        pytest.skip("meta-specs check the reference suite, not a tree given with --impl-root")
+    return lambda version: learner.make_exercise(version, tmp_path / "tree")
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_every_spec_of_a_version_fails_against_its_pristine_stubs(version, stub_tree,
+                                                                 record_property):
+    specs = learner.spec_modules(version)
+    if not specs:
+        pytest.skip(f"{version} has no spec module (spec/test_{version[:3]}_*.py) yet")
+    tree = stub_tree(version)
+    start = time.perf_counter()
+    outcomes, proc = learner.run_specs(tree.root, version, specs)
+    record_property("child_pytest_seconds", round(time.perf_counter() - start, 1))
+    assert outcomes, f"no spec of {version} ran:\n{proc.stdout[-3000:]}\n{proc.stderr[-2000:]}"
+    passed = [o.test for o in outcomes if o.status == "passed"]
+    assert not passed, (
+        f"{len(passed)} spec(s) of {version} pass against stubs that raise NotImplementedError; "
+        f"each is a defect: it checks nothing the version's code does:\n  " + "\n  ".join(passed))
+    assert any(o.status == "failed" for o in outcomes), f"every spec of {version} was skipped"
+
+
+def _function(module, qualname: str):
+    """The plain function behind a module-level name or a method: unwrapped from staticmethod,
+    classmethod, property, functools.wraps decorators and triton.jit."""
+    obj = module
+    for part in qualname.split("."):
+        obj = inspect.getattr_static(obj, part)
+    if isinstance(obj, (staticmethod, classmethod)):
+        obj = obj.__func__
+    if isinstance(obj, property):
+        obj = obj.fget
+    obj = getattr(obj, "fn", obj)  # a triton JITFunction keeps the Python function here
+    return inspect.unwrap(obj)
+
+
+def _in_tree(name: str, trees: set[str]) -> str:
+    """A module name without its tree's package (`implementations` or a stub tree's alias)."""
+    return name.split(".", 1)[1] if name.split(".")[0] in trees else name
+
+
+def _comparable(value, trees: set[str]):
+    """A default value as compared across trees: modules and functions by their name inside the
+    tree (the stub tree's `model` is not the reference's object, but is the same module)."""
+    if inspect.ismodule(value):
+        return "module " + _in_tree(value.__name__, trees)
+    if inspect.isfunction(value) or inspect.isclass(value):
+        return f"{_in_tree(value.__module__, trees)}.{value.__qualname__}"
+    return value
+
+
+def _shape(signature: inspect.Signature, trees: set[str]):
+    return [(p.name, p.kind, str(p.annotation), _comparable(p.default, trees))
+            for p in signature.parameters.values()], str(signature.return_annotation)
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_stubs_keep_the_reference_signatures_and_stub_every_function(version, stub_tree):
+    tree = stub_tree(version)
+    ref_pkg = implementations.load(version).package
+    stub_pkg = implementations.load(version, tree.root).package
+    trees = {"implementations", stub_pkg.__name__.split(".")[0]}
+    ref_dir, stub_dir = implementations.REFERENCE_ROOT / version, tree.root / version
+    checked = 0
+    for path in sorted(ref_dir.rglob("*.py")):
+        module = learner.module_name(ref_dir, path)
+        names = [q for q, _ in learner.functions(ast.parse(path.read_text()).body)]
+        stub_path = stub_dir / path.relative_to(ref_dir)
+        assert learner.remaining_stubs(stub_path) == names, f"{stub_path}: not every body stubbed"
+        if module == "__init__":
+            ref_mod, stub_mod = ref_pkg, stub_pkg
+        else:
+            ref_mod = __import__(f"{ref_pkg.__name__}.{module}", fromlist=["_"])
+            stub_mod = __import__(f"{stub_pkg.__name__}.{module}", fromlist=["_"])
+        for qualname in names:
+            try:
+                ref = _function(ref_mod, qualname)
+            except AttributeError:  # defined under a condition that didn't hold here
+                continue
+            ours = _function(stub_mod, qualname)
+            assert _shape(inspect.signature(ours), trees) == _shape(inspect.signature(ref), trees), \
+                f"{module}.{qualname}"
+            assert inspect.getdoc(ours) == inspect.getdoc(ref), f"{module}.{qualname}: docstring"
+            checked += 1
+    assert checked, f"{version} has no function to compare"

@@ -1,0 +1,149 @@
+"""v02_kv_cache: prefill once, then feed one token per step.
+
+What it introduces: a per-request K/V cache. Prefill runs the prompts as one ragged batch and
+stores every layer's keys (after RoPE) and values; each decode step feeds each running request
+only its newest token, which attends over the cache and appends its own K/V.
+Why v01 needs it: v01 re-runs every request's whole sequence at every step, so the work to make
+N tokens grows with N squared. The history's keys and values never change, so computing them
+again is pure waste.
+Core principle: decode reads history only from the cache, never from the token ids. Measured:
+every decode pass feeds exactly one row per running request to every layer. Metamorphic: garbage
+in the history ids changes nothing, a cache filled from another history changes the output. And
+the cache holds exactly what Hugging Face computes for the same tokens.
+Files: implementations/v02_kv_cache/{cache.py, model.py, runner.py, engine.py} against
+implementations/v01_1_split_gqa/model.py and implementations/v01_0_ragged_batch/engine.py.
+Tradeoff left visible: memory. The cache holds 2 * layers * kv_heads * head_dim numbers per token
+per request, and grows by concatenation, copying a request's history at every step (v05-v08
+preallocate and page it).
+"""
+import pytest
+import torch
+from hypothesis import given
+
+import implementations
+from spec.support import strategies as sts
+from spec.support.hypothesis_profiles import engine_settings
+from spec.support.meter import TokenMeter
+from spec.support.models import TINY, tiny_checkpoint
+from spec.support.oracle import cached_model
+from torchlet.contract import KV_CACHE, GenerationParams, RequestError
+
+pytestmark = pytest.mark.needs(KV_CACHE)
+
+FIXTURE = "tiny_qwen2"
+CKPT = tiny_checkpoint(FIXTURE)
+VOCAB = CKPT.config.vocab_size
+LAYERS = CKPT.config.num_layers
+PROMPT = [17, 5, 300, 42, 99, 8, 250]
+
+
+@pytest.fixture(scope="module")
+def engine(impl):
+    return impl.build(CKPT, dtype=torch.float64)
+
+
+@given(batch=sts.prompt_batches(VOCAB), params=sts.params(max_new=6, vocab=VOCAB))
+@engine_settings()
+def test_each_decode_pass_feeds_exactly_one_new_token_per_running_request(engine, batch, params):
+    with TokenMeter(CKPT) as meter:
+        outputs = engine.generate(batch, params)
+    passes = meter.passes()
+    assert passes[0] == [sum(map(len, batch))] * LAYERS  # the prefill: the prompts, once
+    # Decode pass k feeds the requests still running after k tokens: one row each, every layer.
+    running = [sum(len(out) > k for out in outputs) for k in range(1, len(passes))]
+    assert passes[1:] == [[n] * LAYERS for n in running]
+    assert len(passes) == max(map(len, outputs))
+
+
+def rows_to_generate(engine, n: int) -> int:
+    with TokenMeter(CKPT) as meter:
+        engine.generate([PROMPT], GenerationParams(max_new_tokens=n))
+    return meter.total(layer=0)
+
+
+def test_work_for_n_tokens_grows_linearly_here_and_quadratically_in_v00(engine):
+    v00 = implementations.load("v00_full_recompute").build(CKPT)
+    p, sizes = len(PROMPT), (4, 8, 16)
+    cached = [rows_to_generate(engine, n) for n in sizes]
+    recomputed = [rows_to_generate(v00, n) for n in sizes]
+    # Here: the prompt once, then one row per new token but the last (it is never fed back).
+    assert cached == [p + n - 1 for n in sizes]
+    # v00: step i re-runs the prompt and the i tokens made so far.
+    assert recomputed == [n * p + n * (n - 1) // 2 for n in sizes]
+    assert recomputed[-1] - recomputed[-2] > 2 * (recomputed[-2] - recomputed[-3])
+
+
+def test_decode_ignores_the_history_token_ids_it_is_given(engine):
+    """Metamorphic: after prefill, garbage in place of the history leaves decode unchanged."""
+    real = PROMPT + [61]
+    garbage = [VOCAB - 1 - t for t in PROMPT] + [61]
+    engine.prefill(["real", "garbage"], [PROMPT, PROMPT])
+    try:
+        logits = engine.decode(["real", "garbage"], [real, garbage])
+        torch.testing.assert_close(logits[1], logits[0])
+        torch.testing.assert_close(logits[0], engine.logits(real)[-1], atol=1e-9, rtol=1e-9)
+    finally:
+        engine.release("real"), engine.release("garbage")
+
+
+def test_decode_reads_the_cache_so_a_cache_from_another_history_changes_the_output(engine):
+    """Metamorphic: fill a request's cache from a different history of the same length, then
+    decode it with the real ids: the output follows the cache, not the ids."""
+    other = [VOCAB - 1 - t for t in PROMPT]
+    real = PROMPT + [61]
+    engine.prefill(["corrupt"], [other])
+    try:
+        logits = engine.decode(["corrupt"], [real])[0]
+        assert not torch.allclose(logits, engine.logits(real)[-1], atol=1e-3)
+        torch.testing.assert_close(logits, engine.logits(other + [61])[-1], atol=1e-9, rtol=1e-9)
+    finally:
+        engine.release("corrupt")
+
+
+@pytest.mark.parametrize("fixture", TINY)
+def test_the_cache_holds_the_keys_and_values_hf_computes_from_scratch(impl, fixture):
+    ckpt = tiny_checkpoint(fixture)
+    engine = impl.build(ckpt, dtype=torch.float64)
+    seq = list(PROMPT)
+    logits = engine.prefill([0], [seq])
+    for _ in range(3):  # three decode steps append three rows
+        seq.append(int(logits[0].argmax()))
+        logits = engine.decode([0], [seq])
+    ours = engine.cached_kv(0)
+    assert engine.num_cached_tokens(0) == len(seq) == len(PROMPT) + 3
+    with torch.inference_mode():
+        out = cached_model(fixture)(torch.tensor([seq]), use_cache=True)
+    hf = getattr(out, "cache", None) or out.past_key_values
+    assert len(ours) == ckpt.config.num_layers
+    for (k, v), layer in zip(ours, hf.layers):
+        torch.testing.assert_close(k, layer.keys[0].transpose(0, 1), atol=1e-9, rtol=1e-7)
+        torch.testing.assert_close(v, layer.values[0].transpose(0, 1), atol=1e-9, rtol=1e-7)
+
+
+def test_release_frees_the_cache_and_decode_refuses_a_request_without_one(engine):
+    engine.prefill([7], [PROMPT])
+    assert engine.num_cached_tokens(7) == len(PROMPT)
+    engine.release(7)
+    assert engine.num_cached_tokens(7) == 0
+    with pytest.raises(RequestError):
+        engine.decode([7], [PROMPT + [1]])
+
+
+def test_decode_refuses_a_sequence_whose_history_is_not_all_cached(engine):
+    engine.prefill([8], [PROMPT])
+    try:
+        with pytest.raises(RequestError):
+            engine.decode([8], [PROMPT + [1, 2]])
+    finally:
+        engine.release(8)
+
+
+@pytest.fixture(scope="module")
+def previous():
+    return implementations.load("v01_1_split_gqa").build(CKPT, dtype=torch.float64)
+
+
+@given(batch=sts.prompt_batches(VOCAB), params=sts.params(vocab=VOCAB))
+@engine_settings()
+def test_generate_gives_the_tokens_of_v01_1(engine, previous, batch, params):
+    assert engine.generate(batch, params) == previous.generate(batch, params)

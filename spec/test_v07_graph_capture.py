@@ -1,0 +1,251 @@
+"""v07_cuda_graph, the graph component: capture a step once, replay it many times.
+
+What it introduces: `graphs.capture(fn, static_inputs, constants=...)`, which runs fn once and
+records it as a graph, and `graph.replay()`, which re-runs that graph over the same tensors; a
+`GraphRunner` that keeps one graph per batch-size bucket (1, 2, 4, 8, ...), pads a batch up to its
+bucket, captures each bucket once and only replays afterwards. On a GPU the graph is a
+torch.cuda.CUDAGraph; on a CPU it is a stand-in that records the aten ops (TorchDispatchMode) and
+replays that tape.
+Why: after v06 the decode step reads fixed buffers at fixed addresses, but it still pays Python and
+kernel-launch overhead for every op at every step. A graph pays it once, at capture.
+Core principle: a graph remembers addresses and Python values, not your intentions. So: update
+inputs in place and replay the captured tensors; declare every outside tensor the step reads;
+Python scalars are frozen at capture; nothing inside the step may ask the host for a value
+(`.item()`, `.tolist()`, `if tensor:`, nonzero, boolean masks). The CPU stand-in enforces the same
+contract as CUDA, with GraphCaptureError, so it can be learned and checked without a GPU.
+Files: implementations/v07_cuda_graph/graphs.py; the step functions here come from the v00 layers
+(implementations/v00_full_recompute/model.py).
+Tradeoff left visible: a batch of 3 runs the bucket-4 graph, so the padding lane is computed and
+thrown away; one graph per bucket costs capture time and (on CUDA) memory, which the buckets share
+through one pool. CPU replay is bit-equal to eager; CUDA replay is held to GPU_TOLERANCE.
+"""
+import random
+
+import pytest
+import torch
+
+from spec.support.models import tiny_checkpoint
+from torchlet.contract import GRAPH_REPLAY, TorchletError, cast_tensors, layer_tensors
+
+pytestmark = pytest.mark.needs(GRAPH_REPLAY)
+
+# cuBLAS may choose another algorithm inside a capture than in eager mode, so CUDA replay is
+# allowed float32 rounding; on CPU the tape runs the very same kernels and must be bit-equal.
+GPU_TOLERANCE = dict(rtol=1e-5, atol=1e-5)
+MAX_BATCH = 8
+TOKENS = 6
+
+
+@pytest.fixture(scope="module")
+def ckpt():
+    return tiny_checkpoint("tiny_qwen2")
+
+
+def layer_step(impl, ckpt, device="cpu"):
+    """One decoder layer over hidden states and positions: (fn, weights)."""
+    w = cast_tensors(layer_tensors(ckpt, 0), device, torch.float32)
+    return (lambda x, positions: impl.layers.decoder_layer(x, positions, w, ckpt.config)), w
+
+
+def token_step(impl, ckpt, device="cpu"):
+    """A decode-like step whose rows are independent: token ids -> embedding -> a residual MLP
+    per layer -> final norm -> logits -> greedy token. Returns (fn, constants)."""
+    c = ckpt.config
+    t = cast_tensors(ckpt.tensors, device, torch.float32)
+    layers = [cast_tensors(layer_tensors(ckpt, i), device, torch.float32)
+              for i in range(c.num_layers)]
+    head = t.get("lm_head.weight", t["model.embed_tokens.weight"])
+
+    def step(token_ids):
+        h = t["model.embed_tokens.weight"][token_ids]
+        for w in layers:
+            h = h + impl.layers.mlp(
+                impl.layers.rms_norm(h, w["post_attention_layernorm.weight"], c.rms_eps), w)
+        logits = impl.layers.rms_norm(h, t["model.norm.weight"], c.rms_eps) @ head.T
+        return logits, logits.argmax(-1)
+
+    return step, (t, layers)
+
+
+def fill_hidden(x, positions, g):
+    x.copy_(torch.randn(x.shape, generator=g))
+    positions.copy_(torch.randint(0, 200, positions.shape, generator=g))
+
+
+# --- CPU: replay equals eager ------------------------------------------------------------------
+
+def test_replay_equals_eager_bit_for_bit_while_inputs_change_in_place(impl, ckpt):
+    graphs = impl.package.graphs
+    fn, w = layer_step(impl, ckpt)
+    g = torch.Generator().manual_seed(0)
+    x = torch.zeros(TOKENS, ckpt.config.hidden_size)
+    positions = torch.zeros(TOKENS, dtype=torch.long)
+    fill_hidden(x, positions, g)
+    graph = graphs.capture(fn, (x, positions), constants=w)
+    first = graph.replay()
+    address = first.data_ptr()
+    for _ in range(20):
+        fill_hidden(x, positions, g)
+        out = graph.replay(x, positions)
+        assert out is first and out.data_ptr() == address  # one output tensor, rewritten in place
+        assert torch.equal(out, fn(x.clone(), positions.clone()))
+
+
+def test_runner_captures_each_bucket_once_and_only_replays_in_steady_state(impl, ckpt):
+    graphs = impl.package.graphs
+    fn, constants = token_step(impl, ckpt)
+    buckets = graphs.default_buckets(MAX_BATCH)
+    assert buckets == (1, 2, 4, 8)
+    token_ids = torch.zeros(MAX_BATCH, dtype=torch.long)
+    on = graphs.GraphRunner(fn, (token_ids,), buckets=buckets, constants=constants)
+    off = graphs.GraphRunner(fn, (token_ids,), buckets=buckets, constants=constants, enabled=False)
+    rng = random.Random(0)
+    warm = [1, 2, 3, 5, 8]                                 # touches every bucket
+    steady = [rng.randint(1, MAX_BATCH) for _ in range(25)]
+    for step, n in enumerate(warm + steady):
+        if step == len(warm):
+            after_warm = on.stats()
+            assert {b: s["captures"] for b, s in after_warm.items()} == {b: 1 for b in buckets}
+        bucket = on.bucket_for(n)
+        token_ids.copy_(torch.randint(0, ckpt.config.vocab_size, (MAX_BATCH,),
+                                      generator=torch.Generator().manual_seed(step)))
+        token_ids[n:] = 0                                  # padding lanes: a harmless token
+        logits, tokens = on.run(n)
+        assert logits.shape[0] == bucket
+        eager_logits, eager_tokens = off.run(n)
+        assert torch.equal(logits, eager_logits)
+        assert tokens[:n].tolist() == eager_tokens[:n].tolist()  # graphs on == graphs off
+    stats = on.stats()
+    assert sum(s["captures"] for s in stats.values()) == len(buckets)  # nothing new in steady state
+    assert stats == {b: {"captures": 1, "replays": after_warm[b]["replays"] +
+                         sum(on.bucket_for(n) == b for n in steady)} for b in buckets}
+
+
+def test_a_batch_is_padded_up_to_the_smallest_bucket_that_holds_it(impl):
+    graphs = impl.package.graphs
+    assert graphs.default_buckets(6) == (1, 2, 4, 6)
+    runner = graphs.GraphRunner(lambda t: t * 2, (torch.zeros(MAX_BATCH),), buckets=(1, 2, 4, 8))
+    assert [runner.bucket_for(n) for n in range(1, 9)] == [1, 2, 4, 4, 8, 8, 8, 8]
+    with pytest.raises(graphs.GraphCaptureError, match="largest bucket"):
+        runner.bucket_for(9)
+
+
+def test_capturing_every_bucket_up_front_leaves_only_replays_for_serving(impl):
+    graphs = impl.package.graphs
+    buffer = torch.arange(MAX_BATCH, dtype=torch.float32)
+    runner = graphs.GraphRunner(lambda t: t * 2, (buffer,), buckets=(1, 2, 4, 8))
+    runner.capture_all()
+    assert runner.stats() == {b: {"captures": 1, "replays": 0} for b in (1, 2, 4, 8)}
+    buffer.add_(1)
+    assert runner.run(3).tolist() == [2.0, 4.0, 6.0, 8.0]  # bucket 4, padding lane included
+    assert runner.stats()[4] == {"captures": 1, "replays": 1}
+
+
+# --- the contract: violations are caught with clear errors --------------------------------------
+
+def test_replay_refuses_a_fresh_tensor_in_place_of_the_captured_input(impl, ckpt):
+    graphs = impl.package.graphs
+    fn, w = layer_step(impl, ckpt)
+    x, positions = torch.randn(TOKENS, ckpt.config.hidden_size), torch.arange(TOKENS)
+    graph = graphs.capture(fn, (x, positions), constants=w)
+    with pytest.raises(graphs.GraphCaptureError, match="different tensor for static input 0"):
+        graph.replay(x.clone(), positions)                 # same values, different memory
+    with pytest.raises(TorchletError, match="in place"):   # GraphCaptureError is a TorchletError
+        graph.replay(x, positions.clone())
+    positions.resize_(TOKENS + 1)                          # the captured tensor itself moved
+    with pytest.raises(graphs.GraphCaptureError, match="static input 1 moved or changed shape"):
+        graph.replay()
+
+
+def test_capture_refuses_a_tensor_that_is_neither_a_static_input_nor_a_constant(impl):
+    graphs = impl.package.graphs
+    x, bias = torch.randn(4, 3), torch.randn(3)
+    with pytest.raises(graphs.GraphCaptureError, match="neither a static input, nor a declared"):
+        graphs.capture(lambda x: x + bias, (x,))
+    # Declared, it is held by address like a weight or a KV cache: in-place updates show up.
+    graph = graphs.capture(lambda x: x + bias, (x,), constants=[bias])
+    bias.add_(1.0)
+    assert torch.equal(graph.replay(), x + bias)
+
+
+HOST_SYNCS = {
+    "item": lambda x: x * x.sum().item(),
+    "tolist": lambda x: x * x[0, 0].tolist(),
+    "python if on a tensor": lambda x: x * 2 if x.sum() > 0 else x,
+    "nonzero": lambda x: x.nonzero().float(),
+    "boolean mask": lambda x: x[x > 0],
+}
+
+
+@pytest.mark.parametrize("name", HOST_SYNCS)
+def test_a_host_sync_inside_capture_is_refused(impl, name):
+    graphs = impl.package.graphs
+    with pytest.raises(graphs.GraphCaptureError, match="host sync inside capture"):
+        graphs.capture(HOST_SYNCS[name], (torch.randn(4, 3),))
+
+
+def test_python_scalars_are_frozen_at_capture(impl):
+    graphs = impl.package.graphs
+    x = torch.randn(4, 3)
+    scale = 2.0
+    graph = graphs.capture(lambda x: x * scale, (x,))
+    scale = 3.0                                            # eager sees it, the graph does not
+    assert torch.equal(graph.replay(), x * 2.0)
+    assert not torch.equal(graph.replay(), x * scale)
+    # What changes per step must be a tensor among the static inputs.
+    s = torch.tensor(2.0)
+    graph = graphs.capture(lambda x, s: x * s, (x, s))
+    s.fill_(3.0)
+    assert torch.equal(graph.replay(), x * 3.0)
+
+
+# --- the same specs on a GPU --------------------------------------------------------------------
+
+@pytest.mark.gpu
+def test_cuda_replay_equals_eager_within_tolerance_while_inputs_change_in_place(impl, ckpt):
+    graphs = impl.package.graphs
+    fn, w = layer_step(impl, ckpt, "cuda")
+    g = torch.Generator().manual_seed(0)
+    cpu_x = torch.zeros(TOKENS, ckpt.config.hidden_size)
+    cpu_pos = torch.zeros(TOKENS, dtype=torch.long)
+    x, positions = cpu_x.cuda(), cpu_pos.cuda()
+    graph = graphs.capture(fn, (x, positions), constants=w)
+    for _ in range(20):
+        fill_hidden(cpu_x, cpu_pos, g)
+        x.copy_(cpu_x)
+        positions.copy_(cpu_pos)
+        out = graph.replay(x, positions)
+        assert out is graph.outputs
+        torch.testing.assert_close(out, fn(x.clone(), positions.clone()), **GPU_TOLERANCE)
+
+
+@pytest.mark.gpu
+def test_cuda_runner_captures_each_bucket_once_into_one_shared_pool(impl, ckpt):
+    graphs = impl.package.graphs
+    fn, constants = token_step(impl, ckpt, "cuda")
+    buckets = graphs.default_buckets(MAX_BATCH)
+    token_ids = torch.zeros(MAX_BATCH, dtype=torch.long, device="cuda")
+    runner = graphs.GraphRunner(fn, (token_ids,), buckets=buckets, constants=constants)
+    rng = random.Random(0)
+    for step, n in enumerate([1, 2, 3, 5, 8] + [rng.randint(1, MAX_BATCH) for _ in range(25)]):
+        token_ids.copy_(torch.randint(0, ckpt.config.vocab_size, (MAX_BATCH,),
+                                      generator=torch.Generator().manual_seed(step)))
+        token_ids[n:] = 0
+        logits, tokens = runner.run(n)
+        bucket = runner.bucket_for(n)
+        eager_logits, _ = fn(token_ids[:bucket].clone())
+        torch.testing.assert_close(logits, eager_logits, **GPU_TOLERANCE)
+    assert {b: s["captures"] for b, s in runner.stats().items()} == {b: 1 for b in buckets}
+    assert sum(s["replays"] for s in runner.stats().values()) == 30
+    assert runner.pool is not None and all(g.pool is runner.pool for g in runner.graphs.values())
+
+
+@pytest.mark.gpu
+def test_cuda_capture_refuses_item_and_replay_refuses_a_fresh_tensor(impl):
+    graphs = impl.package.graphs
+    x = torch.randn(4, 3, device="cuda")
+    with pytest.raises(graphs.GraphCaptureError, match="host sync inside capture"):
+        graphs.capture(HOST_SYNCS["item"], (x,))
+    graph = graphs.capture(lambda x: x * 2, (x,))
+    with pytest.raises(graphs.GraphCaptureError, match="different tensor for static input 0"):
+        graph.replay(x.clone())

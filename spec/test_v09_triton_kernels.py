@@ -1,0 +1,134 @@
+"""v09_triton_basics: RMSNorm, the residual add fused into RMSNorm, RoPE and SwiGLU as Triton
+kernels.
+
+What it introduces: one kernel per per-token layer, each behind a Python wrapper that checks its
+inputs and a `torch.library.custom_op`, so that a graph recorder sees one op per kernel.
+
+Why the previous version needs it: in v08 each of these layers is several PyTorch ops (square,
+mean, rsqrt, multiply, cast...), and each op reads and writes the whole activation. A kernel
+reads its inputs once and writes its output once; the fused add + norm also saves the separate
+pass over the residual stream.
+
+Core principle: a kernel equals a plain PyTorch reference (spec/support/kernel_reference.py, HF's
+maths in float64) over Hypothesis-drawn shapes, sizes that are not powers of two included: a
+block covers the next power of two and masks the tail. On CPU the kernels run in float32 under
+TRITON_INTERPRET=1; on a GPU the same properties run compiled in float32 and bfloat16
+(spec/support/kernel_targets.py), within the per-dtype tolerances of spec/support/tolerances.py.
+
+Files to compare: implementations/v09_triton_basics/kernels.py against
+implementations/v00_full_recompute/model.py (rms_norm, apply_rope, mlp).
+
+Tradeoff left visible: one program holds a whole row in registers (hidden <= 65536), simple but
+bounded; RoPE's cos/sin still come from PyTorch, because the GPU's fast sin/cos lose accuracy at
+the large angles of late positions; the kernels return new tensors rather than writing in place.
+"""
+from __future__ import annotations
+
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+
+from spec.support import kernel_reference as ref
+from spec.support.hypothesis_profiles import engine_settings
+from spec.support.kernel_targets import TARGETS
+from spec.support.tolerances import assert_close
+from torchlet.contract import TRITON_BASICS
+
+pytestmark = pytest.mark.needs(TRITON_BASICS)
+
+# Sizes that are not powers of two are the point: 896 is Qwen2.5-0.5B's hidden size, 576
+# SmolLM2's; 1 and 1025 sit on either side of a block edge.
+hidden_sizes = st.one_of(st.sampled_from([1, 3, 576, 896, 1025, 3584, 8192]), st.integers(1, 1100))
+seeds = st.integers(0, 2**32 - 1)
+# Every example is a kernel launch, and the interpreter runs each program's ops one by one in
+# numpy: these properties take the few-example settings of slow properties.
+
+
+@pytest.fixture(scope="module")
+def kernels(impl):
+    return impl.package.kernels
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@engine_settings()
+@given(rows=st.integers(1, 4), hidden=hidden_sizes, eps=st.sampled_from([1e-6, 1e-5]),
+       seed=seeds)
+def test_rms_norm_equals_the_reference_for_any_hidden_size(kernels, target, rows, hidden, eps,
+                                                            seed):
+    gen = torch.Generator().manual_seed(seed)
+    x = target.randn(gen, rows, hidden, scale=3.0)
+    weight = target.randn(gen, hidden)
+    assert_close(kernels.rms_norm(x, weight, eps), ref.rms_norm(x, weight, eps), "rms_norm")
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@engine_settings()
+@given(rows=st.integers(1, 4), hidden=hidden_sizes, seed=seeds)
+def test_add_rms_norm_returns_the_normalized_sum_and_the_sum(kernels, target, rows, hidden, seed):
+    gen = torch.Generator().manual_seed(seed)
+    x, residual = target.randn(gen, rows, hidden), target.randn(gen, rows, hidden)
+    weight = target.randn(gen, hidden)
+    normed, new_residual = kernels.add_rms_norm(x, residual, weight, 1e-6)
+    total = x + residual  # the residual stream, rounded to the model dtype as PyTorch does
+    assert torch.equal(new_residual, total)
+    assert_close(normed, ref.rms_norm(total, weight, 1e-6), "add_rms_norm")
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@engine_settings()
+@given(tokens=st.integers(1, 5), heads=st.integers(1, 20),
+       half=st.one_of(st.sampled_from([1, 32, 64]), st.integers(1, 80)),
+       theta=st.sampled_from([10000.0, 500000.0, 1000000.0]),
+       max_position=st.sampled_from([1, 4096, 32768]), seed=seeds)
+def test_rope_rotates_each_head_like_the_rotate_half_reference(kernels, target, tokens, heads,
+                                                                half, theta, max_position, seed):
+    gen = torch.Generator().manual_seed(seed)
+    x = target.randn(gen, tokens, heads, 2 * half)
+    positions = torch.randint(0, max_position, (tokens,), generator=gen).to(target.device)
+    assert_close(kernels.apply_rope(x, positions, theta), ref.rope(x, positions, theta), "rope")
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_rope_leaves_position_zero_unchanged(kernels, target):
+    x = target.randn(torch.Generator().manual_seed(0), 3, 5, 24)
+    positions = torch.zeros(3, dtype=torch.int64, device=target.device)
+    assert torch.equal(kernels.apply_rope(x, positions, 10000.0), x)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@engine_settings()
+@given(rows=st.integers(1, 3), width=st.one_of(st.sampled_from([1, 1024, 1025, 4864]),
+                                               st.integers(1, 3000)), seed=seeds)
+def test_swiglu_equals_silu_of_gate_times_up(kernels, target, rows, width, seed):
+    gen = torch.Generator().manual_seed(seed)
+    gate, up = target.randn(gen, rows, width, scale=4.0), target.randn(gen, rows, width)
+    assert_close(kernels.swiglu(gate, up), ref.swiglu(gate, up), "swiglu")
+
+
+def test_kernels_refuse_non_contiguous_input_with_a_message_that_says_so(kernels):
+    x = torch.randn(8, 6).t()
+    with pytest.raises(ValueError, match="contiguous"):
+        kernels.rms_norm(x, torch.ones(8), 1e-6)
+    with pytest.raises(ValueError, match="contiguous"):
+        kernels.swiglu(x, x)
+    with pytest.raises(ValueError, match="contiguous"):
+        kernels.apply_rope(torch.randn(4, 2, 8).transpose(0, 1), torch.arange(2), 10000.0)
+
+
+def test_kernels_refuse_mismatched_shapes_and_dtypes(kernels):
+    x = torch.randn(2, 6)
+    with pytest.raises(ValueError, match="weight"):
+        kernels.rms_norm(x, torch.ones(5), 1e-6)
+    with pytest.raises(ValueError, match="weight"):
+        kernels.rms_norm(x, torch.ones(6, dtype=torch.float64), 1e-6)
+    with pytest.raises(ValueError, match="residual"):
+        kernels.add_rms_norm(x, torch.randn(2, 5), torch.ones(6), 1e-6)
+    with pytest.raises(ValueError, match="same shape"):
+        kernels.swiglu(x, torch.randn(2, 5))
+    with pytest.raises(ValueError, match="int64|float32|dtype"):
+        kernels.swiglu(x.long(), x.long())
+    with pytest.raises(ValueError, match="even"):
+        kernels.apply_rope(torch.randn(2, 1, 7), torch.arange(2), 10000.0)
+    with pytest.raises(ValueError, match="positions"):
+        kernels.apply_rope(torch.randn(2, 1, 8), torch.arange(3), 10000.0)

