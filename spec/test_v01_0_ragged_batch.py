@@ -23,7 +23,7 @@ from spec.support import strategies as sts
 from spec.support.hypothesis_profiles import engine_settings
 from spec.support.meter import TokenMeter
 from spec.support.models import TINY, tiny_checkpoint
-from torchlet.contract import RAGGED_BATCH, GenerationParams, RequestError, flatten
+from torchlet.contract import KV_CACHE, RAGGED_BATCH, GenerationParams, RequestError, flatten
 
 pytestmark = pytest.mark.needs(RAGGED_BATCH)
 
@@ -112,11 +112,13 @@ def test_generate_feeds_all_prompts_in_one_first_pass_without_padding(impl, fixt
     assert len(passes) == 3  # one pass per new token, for the whole batch at once
 
 
-def test_v01_0_still_recomputes_every_unfinished_sequence_at_every_step():
-    """The tradeoff, measured on this version alone: step k feeds each request its prompt plus the
-    k tokens it has made so far."""
+def test_without_a_cache_each_step_recomputes_every_unfinished_sequence(impl):
+    """The tradeoff, measured: step k feeds each request its prompt plus the k tokens it has made
+    so far."""
+    if KV_CACHE in impl.capabilities:
+        pytest.skip("a KV cache removes the recompute: see test_v02_kv_cache.py")
     ckpt = tiny_checkpoint(FIXTURE)
-    engine = implementations.load("v01_0_ragged_batch").build(ckpt)
+    engine = impl.build(ckpt)
     batch = [[5, 6, 7], [9] * 11, [4]]
     with TokenMeter(ckpt) as meter:
         engine.generate(batch, GenerationParams(max_new_tokens=4))

@@ -1,7 +1,7 @@
 """v01_1_split_gqa: attention as named phases, query heads grouped by KV head.
 
 What it introduces: attention split into six public functions of the layers module, run in this
-order: project_qkv, split_heads, apply_rope, group_queries, attend_per_request,
+order: project_qkv, split_heads, rope_qk, group_queries, attend_per_request,
 output_projection. Query heads are viewed as [kv_heads, group] so that each KV head is read once
 by the group of query heads that shares it.
 Why v01_0 needs it: v01_0's attention is one block that copies every KV head `group` times
@@ -70,18 +70,22 @@ def test_split_heads_gives_head_h_the_columns_h_times_head_dim_onward(impl, case
         assert torch.equal(heads[:, h], flat[:, h * d:(h + 1) * d])
 
 
-def test_apply_rope_turns_each_pair_by_position_times_its_frequency(impl, case):
+def test_rope_qk_turns_each_pair_of_q_and_k_by_position_times_its_frequency(impl, case):
     """Reference: pair i of a head is (x[i], x[i + D/2]) read as a complex number, turned by
     position * theta^(-2i/D)."""
-    cfg, q, pos = case["cfg"], case["q"], case["positions"]
+    cfg, pos = case["cfg"], case["positions"]
     half = cfg.head_dim // 2
     freq = cfg.rope_theta ** (-torch.arange(half, dtype=torch.float64) * 2 / cfg.head_dim)
     turn = torch.polar(torch.ones(len(pos), half, dtype=torch.float64), pos[:, None] * freq)
-    z = torch.complex(q[..., :half], q[..., half:]) * turn[:, None, :]
-    want = torch.cat([z.real, z.imag], dim=-1)
-    # The angles are computed in float32, as Hugging Face does, whatever the dtype of x.
-    torch.testing.assert_close(impl.layers.apply_rope(q, pos, cfg.rope_theta), want,
-                               atol=1e-5, rtol=1e-5)
+
+    def reference(x):
+        z = torch.complex(x[..., :half], x[..., half:]) * turn[:, None, :]
+        return torch.cat([z.real, z.imag], dim=-1)
+
+    q, k = impl.layers.rope_qk(case["q"], case["k"], pos, cfg.rope_theta)
+    # The angles are computed in float32, as Hugging Face does, whatever the dtype of q and k.
+    torch.testing.assert_close(q, reference(case["q"]), atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(k, reference(case["k"]), atol=1e-5, rtol=1e-5)
 
 
 def test_group_queries_puts_query_head_h_with_kv_head_h_over_group(impl, case):
@@ -136,7 +140,7 @@ def test_the_six_phases_in_order_equal_the_whole_attention(impl, case):
     q, k, v = L.project_qkv(case["x"], w)
     q, k, v = (L.split_heads(t, n) for t, n in
                ((q, cfg.num_heads), (k, cfg.num_kv_heads), (v, cfg.num_kv_heads)))
-    q, k = (L.apply_rope(t, case["positions"], cfg.rope_theta) for t in (q, k))
+    q, k = L.rope_qk(q, k, case["positions"], cfg.rope_theta)
     out = L.attend_per_request(L.group_queries(q, cfg.num_kv_heads), k, v, case["indptr"])
     whole = L.attention(case["x"], case["positions"], w, cfg, case["indptr"])
     torch.testing.assert_close(L.output_projection(out, w), whole)

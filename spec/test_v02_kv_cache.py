@@ -7,7 +7,10 @@ Why v01 needs it: v01 re-runs every request's whole sequence at every step, so t
 N tokens grows with N squared. The history's keys and values never change, so computing them
 again is pure waste.
 Core principle: decode reads history only from the cache, never from the token ids. Measured:
-every decode pass feeds exactly one row per running request to every layer. Metamorphic: garbage
+every decode pass feeds exactly one row per running request to every layer. (From v05 on, a
+decode pass has fixed lanes, one per decode slot, idle or not: there the rows per pass are the
+same at every layer, at least the running requests and at most the slot count, and still do not
+grow with the history.) Metamorphic: garbage
 in the history ids changes nothing, a cache filled from another history changes the output. And
 the cache holds exactly what Hugging Face computes for the same tokens.
 Files: implementations/v02_kv_cache/{cache.py, model.py, runner.py, engine.py} against
@@ -26,7 +29,7 @@ from spec.support.hypothesis_profiles import engine_settings
 from spec.support.meter import TokenMeter
 from spec.support.models import TINY, tiny_checkpoint
 from spec.support.oracle import cached_model
-from torchlet.contract import KV_CACHE, GenerationParams, RequestError
+from torchlet.contract import DECODE_SLOTS, KV_CACHE, GenerationParams, RequestError
 
 pytestmark = pytest.mark.needs(KV_CACHE)
 
@@ -42,16 +45,33 @@ def engine(impl):
     return impl.build(CKPT, dtype=torch.float64)
 
 
+@pytest.fixture(scope="module")
+def slots(impl, engine):
+    """Lanes a decode pass may carry beyond the running requests: none before v05."""
+    return engine.num_decode_slots if DECODE_SLOTS in impl.capabilities else None
+
+
+def assert_decode_rows(rows: list[int], running: int, slots: int | None) -> None:
+    assert len(set(rows)) == 1, f"layers fed different rows: {rows}"
+    if slots is None:
+        assert rows[0] == running
+    else:
+        assert running <= rows[0] <= slots
+
+
 @given(batch=sts.prompt_batches(VOCAB), params=sts.params(max_new=6, vocab=VOCAB))
 @engine_settings()
-def test_each_decode_pass_feeds_exactly_one_new_token_per_running_request(engine, batch, params):
+def test_each_decode_pass_feeds_exactly_one_new_token_per_running_request(engine, slots, batch,
+                                                                          params):
     with TokenMeter(CKPT) as meter:
         outputs = engine.generate(batch, params)
     passes = meter.passes()
     assert passes[0] == [sum(map(len, batch))] * LAYERS  # the prefill: the prompts, once
     # Decode pass k feeds the requests still running after k tokens: one row each, every layer.
     running = [sum(len(out) > k for out in outputs) for k in range(1, len(passes))]
-    assert passes[1:] == [[n] * LAYERS for n in running]
+    assert len(passes) - 1 == len(running)
+    for rows, n in zip(passes[1:], running):
+        assert_decode_rows(rows, n, slots)
     assert len(passes) == max(map(len, outputs))
 
 
@@ -61,13 +81,16 @@ def rows_to_generate(engine, n: int) -> int:
     return meter.total(layer=0)
 
 
-def test_work_for_n_tokens_grows_linearly_here_and_quadratically_in_v00(engine):
+def test_work_for_n_tokens_grows_linearly_here_and_quadratically_in_v00(engine, slots):
     v00 = implementations.load("v00_full_recompute").build(CKPT)
     p, sizes = len(PROMPT), (4, 8, 16)
     cached = [rows_to_generate(engine, n) for n in sizes]
     recomputed = [rows_to_generate(v00, n) for n in sizes]
-    # Here: the prompt once, then one row per new token but the last (it is never fed back).
-    assert cached == [p + n - 1 for n in sizes]
+    # Here: the prompt once, then one row per new token but the last (it is never fed back);
+    # from v05, one row per decode lane, a fixed number per pass.
+    lanes = 1 if slots is None else (cached[1] - cached[0]) // (sizes[1] - sizes[0])
+    assert 1 <= lanes <= (slots or 1)
+    assert cached == [p + (n - 1) * lanes for n in sizes]
     # v00: step i re-runs the prompt and the i tokens made so far.
     assert recomputed == [n * p + n * (n - 1) // 2 for n in sizes]
     assert recomputed[-1] - recomputed[-2] > 2 * (recomputed[-2] - recomputed[-3])
@@ -81,7 +104,8 @@ def test_decode_ignores_the_history_token_ids_it_is_given(engine):
     try:
         logits = engine.decode(["real", "garbage"], [real, garbage])
         torch.testing.assert_close(logits[1], logits[0])
-        torch.testing.assert_close(logits[0], engine.logits(real)[-1], atol=1e-9, rtol=1e-9)
+        # Softmax runs in float32 (as in Hugging Face), and from v05 over a padded row of keys.
+        torch.testing.assert_close(logits[0], engine.logits(real)[-1], atol=1e-5, rtol=1e-5)
     finally:
         engine.release("real"), engine.release("garbage")
 
@@ -95,7 +119,7 @@ def test_decode_reads_the_cache_so_a_cache_from_another_history_changes_the_outp
     try:
         logits = engine.decode(["corrupt"], [real])[0]
         assert not torch.allclose(logits, engine.logits(real)[-1], atol=1e-3)
-        torch.testing.assert_close(logits, engine.logits(other + [61])[-1], atol=1e-9, rtol=1e-9)
+        torch.testing.assert_close(logits, engine.logits(other + [61])[-1], atol=1e-5, rtol=1e-5)
     finally:
         engine.release("corrupt")
 
@@ -115,9 +139,11 @@ def test_the_cache_holds_the_keys_and_values_hf_computes_from_scratch(impl, fixt
         out = cached_model(fixture)(torch.tensor([seq]), use_cache=True)
     hf = getattr(out, "cache", None) or out.past_key_values
     assert len(ours) == ckpt.config.num_layers
+    # float64 everywhere but the softmax, which both sides run in float32 (as Hugging Face does);
+    # from v05 over a padded row of keys, so decode rows may differ at float32 rounding.
     for (k, v), layer in zip(ours, hf.layers):
-        torch.testing.assert_close(k, layer.keys[0].transpose(0, 1), atol=1e-9, rtol=1e-7)
-        torch.testing.assert_close(v, layer.values[0].transpose(0, 1), atol=1e-9, rtol=1e-7)
+        torch.testing.assert_close(k, layer.keys[0].transpose(0, 1), atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(v, layer.values[0].transpose(0, 1), atol=1e-5, rtol=1e-5)
 
 
 def test_release_frees_the_cache_and_decode_refuses_a_request_without_one(engine):

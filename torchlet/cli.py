@@ -80,7 +80,7 @@ def run_generate(args) -> int:
         sys.stdout.write(decoder.push(token))
         sys.stdout.flush()
     end = time.perf_counter()
-    sys.stdout.write("\n")
+    sys.stdout.write(decoder.flush() + "\n")
     n = len(decoder.ids)
     if n:
         after_first = f", then {(n - 1) / (end - first):.1f} tokens/s" if n > 1 and end > first else ""

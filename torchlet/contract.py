@@ -219,8 +219,8 @@ class RaggedEngine(Engine, Protocol):
 
 
 class SplitGQALayers(Layers, Protocol):
-    """Capability `split_gqa` (v01_1): attention's phases, in the order `attention` runs them
-    (apply_rope is the Layers one). Shapes: T rows, H query heads, KV heads, G = H // KV."""
+    """Capability `split_gqa` (v01_1): attention's phases, in the order `attention` runs them.
+    Shapes: T rows, H query heads, KV heads, G = H // KV."""
 
     def project_qkv(self, x: torch.Tensor, w: Mapping[str, torch.Tensor]
                     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -229,6 +229,11 @@ class SplitGQALayers(Layers, Protocol):
 
     def split_heads(self, t: torch.Tensor, num_heads: int) -> torch.Tensor:
         """[T, heads*D] -> [T, heads, D]."""
+        ...
+
+    def rope_qk(self, q: torch.Tensor, k: torch.Tensor, positions: torch.Tensor, theta: float
+                ) -> tuple[torch.Tensor, torch.Tensor]:
+        """q [T, H, D] and k [T, KV, D], each row rotated at its position (apply_rope)."""
         ...
 
     def group_queries(self, q: torch.Tensor, num_kv_heads: int) -> torch.Tensor:

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from implementations import REFERENCE_ROOT, VERSION_DIR, version_names
-from torchlet.contract import UnknownVersionError
+from torchlet.contract import TorchletError, UnknownVersionError
 
 REPO = Path(__file__).resolve().parents[1]
 SPEC_DIR = REPO / "spec"
@@ -140,18 +140,16 @@ def stub_source(source: str, version: str, module: str, specs: list[Path]) -> st
     def offset(line: int, col: int) -> int:
         return starts[line - 1] + col
 
-    edits = []
-    tree = ast.parse(source)
     def own_line(stmt) -> bool:
         return not data[starts[stmt.lineno - 1]:offset(stmt.lineno, stmt.col_offset)].strip()
 
-    for qualname, node in functions(tree.body):
+    edits = []
+    for qualname, node in functions(ast.parse(source).body):
         doc = _docstring_node(node)
         rest = node.body[1:] if doc else node.body
         anchor = rest[0] if rest else doc
         message = stub_message(version, module, qualname, specs_naming(qualname, specs))
-        raise_stmt = _raise_text(message,
-                                 anchor.col_offset if own_line(anchor) else None)
+        raise_stmt = _raise_text(message, anchor.col_offset if own_line(anchor) else None)
         if rest:
             begin = offset(rest[0].lineno, rest[0].col_offset)
             end = offset(rest[-1].end_lineno, rest[-1].end_col_offset)
@@ -171,8 +169,12 @@ def stub_source(source: str, version: str, module: str, specs: list[Path]) -> st
 
 
 def remaining_stubs(path: Path) -> list[str]:
-    """Qualnames in a module whose body is still one of our stubs."""
-    tree = ast.parse(Path(path).read_text())
+    """Qualnames in a module file whose body is still one of our stubs."""
+    return remaining_stubs_in(Path(path).read_text())
+
+
+def remaining_stubs_in(source: str) -> list[str]:
+    tree = ast.parse(source)
     left = []
     for qualname, node in functions(tree.body):
         body = node.body[1:] if _docstring_node(node) else node.body
@@ -221,13 +223,22 @@ def modules_in_order(version_dir: Path) -> list[Path]:
     return ordered
 
 
+def function_files(version_dir: Path) -> dict[str, Path]:
+    """`module.qualname` of every function of a version, in the order to write them, and the
+    file it is in."""
+    return {f"{module_name(version_dir, p)}.{q}": p for p in modules_in_order(version_dir)
+            for q, _ in functions(ast.parse(p.read_text()).body)}
+
+
 def functions_in_order(version_dir: Path) -> list[str]:
-    """`module.qualname` of every function of a version, in the order to write them."""
-    return [f"{module_name(version_dir, p)}.{q}" for p in modules_in_order(version_dir)
-            for q, _ in functions(ast.parse(p.read_text()).body)]
+    return list(function_files(version_dir))
 
 
 # ---------------------------------------------------------------- exercise trees
+
+class ExerciseError(TorchletError):
+    """An exercise tree that can't be written without losing the learner's work."""
+
 
 @dataclass
 class Exercise:
@@ -261,8 +272,8 @@ def make_exercise(version: str, dest: Path, learner_root: Path | None = None, *,
     target = dest / name
     if target.exists():
         if not force:
-            raise FileExistsError(f"{target} exists; it may hold your work (use --force to "
-                                  f"replace it with fresh stubs)")
+            raise ExerciseError(f"{target} exists; it may hold your work (use --force to "
+                                f"replace it with fresh stubs)")
         shutil.rmtree(target)
     if not (dest / "__init__.py").exists():
         (dest / "__init__.py").write_text(ROOT_INIT)
@@ -276,8 +287,8 @@ def make_exercise(version: str, dest: Path, learner_root: Path | None = None, *,
                 continue
             if not force:
                 left = [q for p in here.rglob("*.py") for q in remaining_stubs(p)]
-                raise RuntimeError(f"{here} still has stubs ({', '.join(left[:4])}...): finish "
-                                   f"it first, or use --force to replace it with the reference")
+                raise ExerciseError(f"{here} still has stubs ({', '.join(left[:4])}...): finish "
+                                    f"it first, or use --force to replace it with the reference")
             shutil.rmtree(here)
         mine = Path(learner_root) / earlier if learner_root else None
         src = mine if mine and mine.is_dir() and is_done(mine) else Path(reference_root) / earlier
@@ -313,23 +324,39 @@ def child_env() -> dict[str, str]:
 
 
 def run_specs(root: Path, version: str, specs: list[Path], extra: list[str] = (),
-              capture: bool = True) -> tuple[list[Outcome], subprocess.CompletedProcess]:
-    """Run spec modules with `--impl-root root -k version` in a child pytest; read its junit."""
+              capture: bool = True, env: dict[str, str] | None = None,
+              ) -> tuple[list[Outcome], subprocess.CompletedProcess]:
+    """Run spec modules with `--impl-root root -k version` in a child pytest; read its junit.
+    `env` adds variables to the child's environment (e.g. HYPOTHESIS_PROFILE)."""
     with tempfile.TemporaryDirectory() as tmp:
         xml = Path(tmp) / "junit.xml"
         cmd = [sys.executable, "-m", "pytest", *map(str, specs), "--impl-root", str(root),
                "-k", version, "-p", "no:randomly", "-q", f"--junitxml={xml}", *extra]
-        proc = subprocess.run(cmd, cwd=REPO, env=child_env(), text=True,
+        proc = subprocess.run(cmd, cwd=REPO, env={**child_env(), **(env or {})}, text=True,
                               capture_output=capture)
         outcomes = read_junit(xml) if xml.exists() else []
     return outcomes, proc
 
 
+def stub_run_env() -> dict[str, str]:
+    """For runs against pristine stubs: the `stubs` Hypothesis profile where the suite registers
+    one. Every example fails at once on a stub, so shrinking and explaining it is wasted time."""
+    import hypothesis
+
+    try:
+        hypothesis.settings.get_profile("stubs")
+    except hypothesis.errors.InvalidArgument:
+        return {}
+    return {"HYPOTHESIS_PROFILE": "stubs"}
+
+
 def read_junit(path: Path) -> list[Outcome]:
     outcomes = {}
     for case in ET.parse(path).getroot().iter("testcase"):
-        module = case.get("classname", "").replace(".", "/")
-        test = f"{module}.py::{case.get('name')}" if module else case.get("name", "?")
+        parts = case.get("classname", "").split(".")
+        cut = max((i for i, p in enumerate(parts) if p.startswith("test")), default=None)
+        test = "::".join(["/".join(parts[:cut + 1]) + ".py", *parts[cut + 1:], case.get("name")]) \
+            if cut is not None else case.get("name", "?")
         status, message, text = "passed", "", ""
         for child in case:
             if child.tag in ("failure", "error"):
@@ -347,7 +374,7 @@ def stub_hits(outcome: Outcome) -> list[str]:
     return [m.group(2) for m in STUB_MESSAGE.finditer(outcome.message + "\n" + outcome.text)]
 
 
-def _reason(outcome: Outcome) -> str:
+def reason(outcome: Outcome) -> str:
     hits = stub_hits(outcome)
     if hits:
         return f"stub {hits[0]} raised NotImplementedError"
@@ -371,16 +398,17 @@ def summarize(version: str, version_dir: Path, outcomes: list[Outcome]) -> str:
     for module, tests in by_module.items():
         lines.append(f"  {module}: {len(tests)} failing")
         for o in tests[:3]:
-            lines.append(f"    {o.test.split('::', 1)[1]}: {_reason(o)}")
+            lines.append(f"    {o.test.split('::', 1)[1]}: {reason(o)}")
         if len(tests) > 3:
             lines.append(f"    ... and {len(tests) - 3} more")
-    order = functions_in_order(version_dir) if version_dir.is_dir() else []
+    files = function_files(version_dir) if version_dir.is_dir() else {}
     hits = {h for o in failed for h in stub_hits(o)}
-    todo = [f for f in order if f in hits] + sorted(hits - set(order))
+    todo = [f for f in files if f in hits] + sorted(hits - set(files))
     if todo:
         nxt = todo[0]
         blocking = [o.test for o in failed if nxt in stub_hits(o)]
-        lines.append(f"next: implement {nxt} in {version_dir / (nxt.split('.')[0] + '.py')}")
+        where = f" in {files[nxt]}" if nxt in files else ""
+        lines.append(f"next: implement {nxt}{where}")
         lines.append(f"      ({len(blocking)} failing spec(s) reach it, e.g. {blocking[0]})")
         if len(todo) > 1:
             lines.append(f"then: {', '.join(todo[1:6])}{' ...' if len(todo) > 6 else ''}")
@@ -453,9 +481,9 @@ def diff(a: str, b: str | None = None, root: Path = REFERENCE_ROOT) -> str:
     owned = [r for r, p in new.items() if p.is_relative_to(base / b)]
     replaced = [f"{r} (replaces {_owner(old[r], root)}/{r})" if r in old else f"{r} (new)"
                 for r in owned]
+    kept = [f"{r} ({_owner(p, root)})" for r, p in sorted(new.items()) if old.get(r) == p]
     head = [f"{a} -> {b}", f"  {b} owns: {', '.join(replaced)}",
-            f"  kept from earlier versions: "
-            f"{', '.join(sorted(r for r in new if old.get(r) == new[r])) or '-'}"]
+            f"  kept from earlier versions: {', '.join(kept) or '-'}"]
     return "\n".join(head) + "\n\n" + "".join(out)
 
 
@@ -483,7 +511,7 @@ def _cmd_diff(args) -> int:
 
 
 def add_commands(subparsers) -> None:
-    """Add `exercise`, `check` and `diff` to the torchlet CLI; each sets `func(args) -> int`."""
+    """Add `exercise`, `check` and `diff` to the torchlet CLI; each sets `run(args) -> int`."""
     p = subparsers.add_parser("exercise", help="write a learner tree with vNN's functions stubbed")
     p.add_argument("version", help="the version to exercise, e.g. v00 or v01_0")
     p.add_argument("dir", help="the learner tree to write (created if missing)")
@@ -491,28 +519,33 @@ def add_commands(subparsers) -> None:
                    help="take earlier versions from this tree where you have finished them")
     p.add_argument("--force", action="store_true",
                    help="replace an existing copy of the version with fresh stubs")
-    p.set_defaults(func=_cmd_exercise)
+    p.set_defaults(run=_cmd_exercise)
 
     p = subparsers.add_parser("check", help="run a version's specs against a learner tree")
     p.add_argument("dir", help="the learner tree")
-    p.add_argument("-k", default=None, help="the version to check (default: the newest in DIR)")
+    p.add_argument("-k", default=None, metavar="VERSION",
+                   help="the version to check (default: the newest in DIR)")
     p.add_argument("--show-output", action="store_true", help="show pytest's own output")
     p.add_argument("pytest_args", nargs=argparse.REMAINDER,
                    help="after --: more pytest arguments, e.g. -- -x")
-    p.set_defaults(func=_cmd_check)
+    p.set_defaults(run=_cmd_check)
 
     p = subparsers.add_parser("diff", help="what changed between two versions' modules")
     p.add_argument("a", help="the older version (or the only one: compare with its predecessor)")
     p.add_argument("b", nargs="?", default=None, help="the newer version")
     p.add_argument("--impl-root", default=None, help="a tree of versions other than the reference")
-    p.set_defaults(func=_cmd_diff)
+    p.set_defaults(run=_cmd_diff)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m torchlet.learner")
-    add_commands(parser.add_subparsers(dest="command", required=True))
+    add_commands(parser.add_subparsers(dest="command", required=True))  # as `torchlet` does
     args = parser.parse_args(argv)
-    return args.func(args)
+    try:
+        return args.run(args)
+    except TorchletError as e:
+        print(f"torchlet: error: {e}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

@@ -58,3 +58,9 @@ class StreamDecoder:
             return ""
         new, self.emitted = text[self.emitted:], len(text)
         return new
+
+    def flush(self) -> str:
+        """What is left at the end, bytes that never became a character included."""
+        text = self.tokenizer.decode(self.ids, skip_special_tokens=True)
+        new, self.emitted = text[self.emitted:], len(text)
+        return new

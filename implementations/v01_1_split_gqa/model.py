@@ -1,6 +1,6 @@
 """Attention as six named phases, each a function a reader (or a kernel) can take alone:
 
-    project_qkv -> split_heads -> apply_rope -> group_queries -> attend_per_request
+    project_qkv -> split_heads -> rope_qk -> group_queries -> attend_per_request
     -> output_projection
 
 Grouped-query attention stops copying K/V: v00 repeated each KV head for every query head that
@@ -22,11 +22,11 @@ from ..v01_0_ragged_batch.ragged import (check_req_indptr, last_rows, req_indptr
 __all__ = ["Weights", "apply_rope", "attention", "attend_per_request", "causal_attention",
            "check_req_indptr", "decoder_layer", "forward_ragged", "group_queries", "last_rows",
            "lm_head", "mlp", "output_projection", "project_qkv", "req_indptr", "rms_norm",
-           "row_positions", "split_heads"]
+           "rope_qk", "row_positions", "split_heads"]
 
 
 def project_qkv(x: torch.Tensor, w: Mapping[str, torch.Tensor]):
-    """Phase 1: q [T, heads*D], k and v [T, kv_heads*D], biases included where the model has them."""
+    """Phase 1: q [T, heads*D], k and v [T, kv_heads*D], with the biases the model has."""
     return (linear(x, w, "self_attn.q_proj"), linear(x, w, "self_attn.k_proj"),
             linear(x, w, "self_attn.v_proj"))
 
@@ -36,7 +36,10 @@ def split_heads(t: torch.Tensor, num_heads: int) -> torch.Tensor:
     return t.view(t.shape[0], num_heads, t.shape[1] // num_heads)
 
 
-# Phase 3 is v00's apply_rope, unchanged: x [T, heads, D] rotated at each row's position.
+def rope_qk(q: torch.Tensor, k: torch.Tensor, positions: torch.Tensor, theta: float):
+    """Phase 3: rotate q [T, H, D] and k [T, KV, D] by each row's position (v00's apply_rope);
+    v is never rotated."""
+    return apply_rope(q, positions, theta), apply_rope(k, positions, theta)
 
 
 def group_queries(q: torch.Tensor, num_kv_heads: int) -> torch.Tensor:
@@ -73,15 +76,15 @@ def output_projection(out: torch.Tensor, w: Mapping[str, torch.Tensor]) -> torch
 
 def attention(x: torch.Tensor, positions: torch.Tensor, w: Mapping[str, torch.Tensor],
               config: ModelConfig, req_indptr: torch.Tensor | None = None) -> torch.Tensor:
-    """The six phases in order, on a ragged batch x [T, hidden]; without req_indptr, one sequence."""
+    """The six phases in order on a ragged batch x [T, hidden]; without req_indptr, one
+    sequence."""
     if req_indptr is None:
         req_indptr = torch.tensor([0, x.shape[0]], dtype=torch.int32)
     q, k, v = project_qkv(x, w)
     q = split_heads(q, config.num_heads)
     k = split_heads(k, config.num_kv_heads)
     v = split_heads(v, config.num_kv_heads)
-    q = apply_rope(q, positions, config.rope_theta)
-    k = apply_rope(k, positions, config.rope_theta)
+    q, k = rope_qk(q, k, positions, config.rope_theta)
     out = attend_per_request(group_queries(q, config.num_kv_heads), k, v, req_indptr)
     return output_projection(out, w)
 

@@ -70,8 +70,8 @@ class CacheEngine:
                 for i, token in zip(live, tokens):
                     sequences[i].append(token)
                 yield dict(zip(live, tokens))
-                done = [i for i in live if len(sequences[i]) - len(prompts[i]) >= params.max_new_tokens
-                        or params.stops_at(sequences[i][-1])]
+                done = [i for i in live if params.stops_at(sequences[i][-1])
+                        or len(sequences[i]) - len(prompts[i]) >= params.max_new_tokens]
                 for i in done:
                     self.runner.cache.free(keys[i])
                 live = [i for i in live if i not in done]

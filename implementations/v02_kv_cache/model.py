@@ -17,7 +17,7 @@ from ..v01_1_split_gqa.model import (Weights, apply_rope, attend_per_request, at
                                      causal_attention, check_req_indptr, decoder_layer,
                                      forward_ragged, group_queries, last_rows, lm_head, mlp,
                                      output_projection, project_qkv, req_indptr, rms_norm,
-                                     row_positions, split_heads)
+                                     rope_qk, row_positions, split_heads)
 from ..v01_0_ragged_batch.ragged import spans
 from .cache import LayerKV
 
@@ -25,7 +25,7 @@ __all__ = ["Weights", "apply_rope", "attend_over_cache", "attend_per_request", "
            "attention_cached", "causal_attention", "check_req_indptr", "decoder_layer",
            "decoder_layer_cached", "forward_cached", "forward_ragged", "group_queries",
            "last_rows", "lm_head", "mlp", "output_projection", "project_qkv", "req_indptr",
-           "rms_norm", "row_positions", "split_heads"]
+           "rms_norm", "rope_qk", "row_positions", "split_heads"]
 
 
 def attend_over_cache(qg: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
@@ -43,9 +43,9 @@ def attention_cached(x: torch.Tensor, positions: torch.Tensor, w: Mapping[str, t
                      config: ModelConfig, req_indptr: torch.Tensor,
                      kv: Sequence[LayerKV]) -> torch.Tensor:
     q, k, v = project_qkv(x, w)
-    q = apply_rope(split_heads(q, config.num_heads), positions, config.rope_theta)
-    k = apply_rope(split_heads(k, config.num_kv_heads), positions, config.rope_theta)
-    v = split_heads(v, config.num_kv_heads)
+    q, k, v = (split_heads(q, config.num_heads), split_heads(k, config.num_kv_heads),
+               split_heads(v, config.num_kv_heads))
+    q, k = rope_qk(q, k, positions, config.rope_theta)
     out = attend_over_cache(group_queries(q, config.num_kv_heads), k, v, req_indptr, kv)
     return output_projection(out, w)
 

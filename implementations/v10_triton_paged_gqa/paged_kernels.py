@@ -58,7 +58,8 @@ def _paged_decode_kernel(
         live = t < context
         # Follow the table: each token's page is looked up, so pages need not be adjacent.
         page = tl.load(tables_ptr + b * tables_sb + t // block_size, mask=live, other=0)
-        slot = page.to(tl.int64) * cache_sblock + (t % block_size) * cache_stok + kv_head * cache_shead
+        slot = (page.to(tl.int64) * cache_sblock + (t % block_size) * cache_stok
+                + kv_head * cache_shead)
         k_mask = live[None, :] & (d < head_dim)[:, None]
         # Masked loads read 0 past the context: those slots may hold anything, NaN included.
         k_t = tl.load(k_ptr + slot[None, :] + d[:, None], mask=k_mask, other=0.0)   # [D, N]

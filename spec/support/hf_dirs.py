@@ -50,7 +50,7 @@ def byte_tokenizer():
     from transformers import PreTrainedTokenizerFast
 
     vocab = {s: i for i, s in enumerate(SPECIALS)}
-    for ch in pre_tokenizers.ByteLevel.alphabet():
+    for ch in sorted(pre_tokenizers.ByteLevel.alphabet()):  # a set: its order varies by run
         vocab.setdefault(ch, len(vocab))
     tok = Tokenizer(models.BPE(vocab=vocab, merges=[]))
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import os
 
-from hypothesis import HealthCheck, settings
+from hypothesis import HealthCheck, Phase, settings
 
 _ci = settings.get_profile("ci")  # Hypothesis' own: derandomized, no deadline, no database
 settings.register_profile("dev", max_examples=100, deadline=None)
@@ -21,6 +21,12 @@ settings.register_profile("ci-engine", _ci, max_examples=12,
                           suppress_health_check=[HealthCheck.too_slow])
 settings.register_profile("stress-engine", max_examples=300, deadline=None,
                           suppress_health_check=[HealthCheck.too_slow])
+
+# Runs against pristine stubs (spec/test_meta_stubs.py): every example fails, so shrinking and
+# explaining failures only costs time.
+for _name in ("stubs", "stubs-engine"):
+    settings.register_profile(_name, _ci, max_examples=5, phases=(Phase.explicit, Phase.generate),
+                              suppress_health_check=list(HealthCheck))
 
 PROFILE = os.environ.get("HYPOTHESIS_PROFILE") or ("ci" if os.environ.get("CI") else "dev")
 settings.load_profile(PROFILE)

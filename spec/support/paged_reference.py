@@ -18,10 +18,10 @@ def slot_of(table: list[int], position: int, block_size: int) -> int:
 
 
 def write_tokens(cache: torch.Tensor, table: list[int], x: torch.Tensor) -> None:
-    """Put token p of x [n, kv_heads, head_dim] at cache[table[p // bs], p % bs], one by one."""
+    """Put token p of x [n, kv_heads, head_dim] at cache[table[p // bs], p % bs]."""
     block_size = cache.shape[1]
-    for p in range(x.shape[0]):
-        cache[table[p // block_size], p % block_size] = x[p]
+    slots = torch.tensor([slot_of(table, p, block_size) for p in range(x.shape[0])])
+    cache.view(-1, *cache.shape[2:])[slots] = x.to(cache.dtype)
 
 
 def causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float
@@ -31,12 +31,10 @@ def causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: f
     t, heads, _ = q.shape
     n, kv_heads, _ = k.shape
     group = heads // kv_heads
+    visible = torch.arange(n)[None, :] <= torch.arange(n - t, n)[:, None]  # [t, n]
     out = torch.empty(q.shape, dtype=torch.float64)
     for h in range(heads):
-        kh = k[:, h // group].double()
-        vh = v[:, h // group].double()
-        for i in range(t):
-            visible = n - t + i + 1
-            scores = (kh[:visible] @ q[i, h].double()) * scale
-            out[i, h] = torch.softmax(scores, dim=0) @ vh[:visible]
+        scores = (q[:, h].double() @ k[:, h // group].double().T) * scale
+        probs = torch.softmax(scores.masked_fill(~visible, float("-inf")), dim=-1)
+        out[:, h] = probs @ v[:, h // group].double()
     return out

@@ -21,6 +21,6 @@ def tolerance(dtype: torch.dtype) -> dict:
 
 def assert_close(actual: torch.Tensor, expected: torch.Tensor, what: str = "output") -> None:
     """actual (from a kernel, in its own dtype) against expected (any float dtype)."""
-    torch.testing.assert_close(actual.double().cpu(), expected.double().cpu(),
-                               **tolerance(actual.dtype),
-                               msg=lambda m: f"{what} ({actual.dtype}) differs from the reference: {m}")
+    torch.testing.assert_close(
+        actual.double().cpu(), expected.double().cpu(), **tolerance(actual.dtype),
+        msg=lambda m: f"{what} ({actual.dtype}) differs from the reference: {m}")

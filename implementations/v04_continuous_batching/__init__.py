@@ -1,0 +1,29 @@
+"""v04_continuous_batching: requests join the running batch at any step when there is room
+(max_running requests, max_step_tokens rows per step) and leave it at the step they finish;
+prefill and decode share one mixed pass. v03's engine, runner and cache, with a new admission
+policy."""
+import torch
+
+from torchlet.contract import CONTINUOUS_BATCHING
+
+from ..v03_request_states import CAPABILITIES as PREVIOUS
+from ..v03_request_states import layers
+from ..v03_request_states.engine import StepEngine
+from .scheduler import ContinuousBatching, Scheduler
+
+CAPABILITIES = PREVIOUS + (CONTINUOUS_BATCHING,)
+
+DEFAULT_MAX_RUNNING = 16
+
+
+def build(checkpoint, *, device="cpu", dtype=torch.float32, max_running: int = DEFAULT_MAX_RUNNING,
+          max_step_tokens: int | None = None, **options):
+    """max_step_tokens defaults to the model's context, so any acceptable prompt can be admitted."""
+    if options:
+        raise TypeError(f"v04 takes max_running and max_step_tokens, got {sorted(options)}")
+    budget = max_step_tokens or max(checkpoint.config.max_position, max_running)
+    policy = ContinuousBatching(max_running, budget)
+    return StepEngine(checkpoint, device, dtype, scheduler=Scheduler(policy))
+
+
+__all__ = ["CAPABILITIES", "build", "layers"]

