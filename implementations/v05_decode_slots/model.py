@@ -55,25 +55,25 @@ def residual_block(x, w, config: ModelConfig, attend) -> torch.Tensor:
     return h + mlp(rms_norm(h, w["post_attention_layernorm.weight"], config.rms_eps), w)
 
 
-def decode_rows(active: torch.Tensor, positions: torch.Tensor, max_len: int) -> torch.Tensor:
+def decode_rows(active: torch.Tensor, positions: torch.Tensor, cache_slots: int,
+                max_len: int) -> torch.Tensor:
     """Cache row of each lane's new K/V: lane s writes slot s, row positions[s]; an inactive lane
     writes into the sink slot (the cache's last), so whatever it carries lands where nobody reads."""
     lanes = torch.arange(active.shape[0], device=active.device)
-    sink = torch.full_like(lanes, -1)  # index -1: the last slot
-    slot = torch.where(active, lanes, sink) % (active.shape[0] + 1)
+    slot = torch.where(active, lanes, cache_slots - 1)
     return slot * max_len + positions % max_len
 
 
 def forward_decode(weights: Weights, token_ids: torch.Tensor, positions: torch.Tensor,
                    active: torch.Tensor, kv: list[tuple[torch.Tensor, torch.Tensor]]) -> torch.Tensor:
-    """One decode step over S lanes, lane s = slot s: token_ids[s] at positions[s]. kv[layer] =
-    (k_cache, v_cache), each [S + 1, L, KV, D], the last slot a sink for inactive lanes. Writes
-    each active lane's K/V to row positions[s] of its slot, then attends over rows
-    0 .. positions[s]. Hidden [S, hidden]; inactive lanes' rows are garbage."""
+    """One decode step over the first `lanes` slots, lane s = slot s: token_ids[s] at
+    positions[s]. kv[layer] = (k_cache, v_cache), each [slots + 1, L, KV, D], the last slot a sink
+    for inactive lanes. Writes each active lane's K/V to row positions[s] of its slot, then
+    attends over rows 0 .. positions[s]. Hidden [lanes, hidden]; inactive lanes' rows are garbage."""
     config = weights.config
     lanes = token_ids.shape[0]
-    assert kv[0][0].shape[0] == lanes + 1, "one lane per slot, plus the sink"
-    rows = decode_rows(active, positions, kv[0][0].shape[1])
+    assert lanes < kv[0][0].shape[0], "at most one lane per slot; the last slot is the sink"
+    rows = decode_rows(active, positions, kv[0][0].shape[0], kv[0][0].shape[1])
     x = weights.embed[token_ids]
     for w, (k_cache, v_cache) in zip(weights.layers, kv):
         def attend(h, w=w, k_cache=k_cache, v_cache=v_cache):
