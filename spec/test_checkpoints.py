@@ -172,6 +172,7 @@ def test_the_conversion_cache_is_keyed_by_the_gguf_files_size_and_mtime(tmp_path
     assert gguf_model.converted_dir(f) != first
 
 
+@pytest.mark.real_model
 def test_a_converted_model_is_loaded_from_the_cache_without_reading_the_gguf(monkeypatch):
     rm.model_dir()  # converts once, if this machine has never done so
 

@@ -109,6 +109,7 @@ def test_without_a_subcommand_the_help_is_shown(capsys):
     assert code == 2 and "generate" in err
 
 
+@pytest.mark.real_model
 def test_the_chat_template_wraps_the_prompt_of_the_default_model():
     text = rm.tokenizer().decode(list(rm.chat_ids("Hi")))
     assert text.endswith("<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n")

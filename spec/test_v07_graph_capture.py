@@ -24,6 +24,7 @@ import random
 import pytest
 import torch
 
+from implementations.v00_full_recompute import model as v00_model
 from spec.support.models import tiny_checkpoint
 from torchlet.contract import GRAPH_REPLAY, TorchletError, cast_tensors, layer_tensors
 
@@ -42,9 +43,10 @@ def ckpt():
 
 
 def layer_step(impl, ckpt, device="cpu"):
-    """One decoder layer over hidden states and positions: (fn, weights)."""
+    """One decoder layer over hidden states and positions: (fn, weights). v00's layer, whose
+    attention has no host reads (later versions split a ragged batch on the host)."""
     w = cast_tensors(layer_tensors(ckpt, 0), device, torch.float32)
-    return (lambda x, positions: impl.layers.decoder_layer(x, positions, w, ckpt.config)), w
+    return (lambda x, positions: v00_model.decoder_layer(x, positions, w, ckpt.config)), w
 
 
 def token_step(impl, ckpt, device="cpu"):

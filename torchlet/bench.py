@@ -93,6 +93,9 @@ def _device_options(p) -> None:
     p.add_argument("--dtype", default="auto", help="auto: bfloat16 on CUDA, float32 on CPU")
     p.add_argument("--model-shape", choices=SHAPES, default=None,
                    help="default: qwen2.5-0.5b on CUDA, the small CPU model on CPU")
+    p.add_argument("--threads", type=int, default=None,
+                   help="torch CPU threads (default: 1 on CPU, where threads spinning against "
+                        "each other on a busy machine cost far more than they give)")
 
 
 def _engine_options(p, max_running, max_step_tokens) -> None:

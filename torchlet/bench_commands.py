@@ -44,6 +44,9 @@ def device_of(args) -> str:
     if not device.startswith("cuda"):
         # must be set before any @triton.jit runs, i.e. before versions are imported
         os.environ.setdefault("TRITON_INTERPRET", "1")
+        torch.set_num_threads(getattr(args, "threads", None) or 1)
+    elif getattr(args, "threads", None):
+        torch.set_num_threads(args.threads)
     return device
 
 
@@ -109,10 +112,7 @@ def run_cpu(args) -> int:
     from .bench_run import Job, ModelSpec, run_jobs
     from .bench_workloads import CPU_MODEL, cpu_workload
 
-    import torch
-
-    device_of(args)  # sets the Triton interpreter before versions load
-    torch.set_num_threads(args.threads)  # here too, so that the recorded environment says so
+    device_of(args)  # sets the Triton interpreter and the threads before versions load
     versions = select_versions(args, "cpu")
     if args.model:
         from torchlet.checkpoints import load_hf_dir

@@ -132,6 +132,9 @@ def main(argv: list[str] | None = None) -> int:
     except TorchletError as e:
         print(f"torchlet: error: {e}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:
+        print(file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

@@ -1,14 +1,13 @@
-"""v07_cuda_graph (TEMPORARY: the graph component alone; the full version, built on v06, replaces
-this file and keeps the `graphs` export).
-
-The decode step is captured once per batch-size bucket and replayed afterwards: CUDA graphs on a
-GPU, a TorchDispatchMode stand-in on CPU that enforces the same contract.
-"""
+"""v07_cuda_graph: the decode step is captured once per bucket of lanes and replayed afterwards:
+CUDA graphs on a GPU, a TorchDispatchMode stand-in (graphs.CpuGraph) on a CPU that enforces the
+same contract."""
 from torchlet.contract import GRAPH_REPLAY
 
-from ..v00_full_recompute import model as layers
+from ..v06_static_buffers import CAPABILITIES as PREVIOUS
+from ..v06_static_buffers import layers
 from . import graphs
+from .engine import build
 
-CAPABILITIES = (GRAPH_REPLAY,)
+CAPABILITIES = PREVIOUS + (GRAPH_REPLAY,)
 
-__all__ = ["CAPABILITIES", "graphs", "layers"]
+__all__ = ["CAPABILITIES", "build", "graphs", "layers"]

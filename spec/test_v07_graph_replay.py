@@ -1,0 +1,111 @@
+"""v07_cuda_graph, the engine: the decode step replayed as a graph.
+
+What it introduces: v06's decode step (embedding, every layer, LM head, over the static decode
+buffers and the slot cache) captured once per bucket of lanes (1, 2, 4, ... up to the slot count)
+and replayed at every later step. Prefill stays eager. graph_stats() reports captures and replays
+per bucket; build(..., use_graphs=False) runs the very same step eagerly.
+Why v06 needs it: v06 made the step's inputs static, but each step still launches every kernel
+from Python; replay launches the whole step at once.
+Core principle: replay is invisible. Logits with graphs on equal logits with graphs off bit for
+bit on CPU (the stand-in replays the same aten ops), and within GPU_TOLERANCE on CUDA; tokens are
+equal; a bucket is captured once, and steady state only replays.
+Files: implementations/v07_cuda_graph/runner.py and engine.py against
+implementations/v06_static_buffers/; the graph machinery is page 1, test_v07_graph_capture.py.
+Tradeoff left visible: a step whose highest busy slot is 5 runs the bucket-8 graph, lanes 6 and 7
+included, and the slot cache is read in full (max_len rows per lane) by every lane.
+"""
+import pytest
+import torch
+from hypothesis import given
+
+from spec.support import strategies as sts
+from spec.support.hypothesis_profiles import engine_settings
+from spec.support.models import tiny_checkpoint
+from torchlet.contract import GRAPH_REPLAY, GenerationParams
+
+pytestmark = pytest.mark.needs(GRAPH_REPLAY)
+
+CKPT = tiny_checkpoint("tiny_qwen2")
+VOCAB = CKPT.config.vocab_size
+GPU_TOLERANCE = dict(rtol=1e-4, atol=1e-4)  # cuBLAS may pick other kernels inside a capture
+
+
+def run_schedule(engine, schedule):
+    ids = []
+    for gap, prompt, params in schedule:
+        for _ in range(gap):
+            engine.step()
+        ids.append(engine.add_request(prompt, params))
+    while engine.has_unfinished():
+        engine.step()
+    return [engine.output(i).tokens for i in ids]
+
+
+def changing_batches(engine, rounds=12):
+    """Decode logits while the batch composition changes: requests join and leave between
+    steps, so the bucket moves up and down. Driven through the kv_cache API by caller ids."""
+    g = torch.Generator().manual_seed(3)
+    live, seqs, out = [], {}, []
+    for step in range(rounds):
+        if step % 3 == 0 and len(live) < 5:  # join
+            rid = f"r{step}"
+            seqs[rid] = torch.randint(3, VOCAB, (int(torch.randint(1, 9, (1,), generator=g)),),
+                                      generator=g).tolist()
+            logits = engine.prefill([rid], [seqs[rid]])
+            seqs[rid].append(int(logits[0].argmax()))
+            live.append(rid)
+        if step % 4 == 3 and len(live) > 1:  # leave
+            engine.release(live.pop(0))
+        logits = engine.decode(live, [seqs[r] for r in live])
+        for r, row in zip(live, logits):
+            seqs[r].append(int(row.argmax()))
+        out.append(logits)
+    return out
+
+
+def test_replay_logits_equal_eager_logits_bit_for_bit_while_the_batch_changes(impl):
+    graphed = changing_batches(impl.build(CKPT))
+    eager = changing_batches(impl.build(CKPT, use_graphs=False))
+    assert len(graphed) == len(eager)
+    for a, b in zip(graphed, eager):
+        assert torch.equal(a, b)
+
+
+@given(schedule=sts.arrival_schedules(VOCAB, max_requests=6))
+@engine_settings()
+def test_tokens_with_graphs_equal_tokens_without(impl, schedule):
+    on = run_schedule(impl.build(CKPT, max_decode_slots=4), schedule)
+    off = run_schedule(impl.build(CKPT, max_decode_slots=4, use_graphs=False), schedule)
+    assert on == off
+
+
+def test_each_bucket_is_captured_once_and_steady_state_only_replays(impl):
+    engine = impl.build(CKPT, max_decode_slots=8)
+    params = GenerationParams(max_new_tokens=6)
+    for n in (1, 2, 3, 5, 8):  # touches buckets 1, 2, 4, 8
+        engine.generate([[7 + i, 9, 11] for i in range(n)], params)
+    first = engine.graph_stats()
+    assert {b: s["captures"] for b, s in first.items()} == {1: 1, 2: 1, 4: 1, 8: 1}
+    for n in (8, 3, 1, 6):  # steady state: the same buckets again
+        engine.generate([[20 + i, 4] for i in range(n)], params)
+    second = engine.graph_stats()
+    assert {b: s["captures"] for b, s in second.items()} == {1: 1, 2: 1, 4: 1, 8: 1}
+    assert sum(s["replays"] for s in second.values()) > sum(s["replays"] for s in first.values())
+
+
+def test_graphs_off_captures_nothing(impl):
+    engine = impl.build(CKPT, use_graphs=False)
+    engine.generate([[5, 6, 7]], GenerationParams(max_new_tokens=4))
+    assert all(s["captures"] == 0 for s in engine.graph_stats().values())
+
+
+@pytest.mark.gpu
+def test_cuda_replay_equals_eager_within_tolerance_and_tokens_match_cpu(impl):
+    graphed = changing_batches(impl.build(CKPT, device="cuda"))
+    eager = changing_batches(impl.build(CKPT, device="cuda", use_graphs=False))
+    for a, b in zip(graphed, eager):
+        torch.testing.assert_close(a.cpu(), b.cpu(), **GPU_TOLERANCE)
+    prompts = [[5, 6, 7], [100, 200], [42]]
+    params = GenerationParams(max_new_tokens=8)
+    assert impl.build(CKPT, device="cuda").generate(prompts, params) == \
+        impl.build(CKPT).generate(prompts, params)
