@@ -49,8 +49,9 @@ class Batch:
 
     @property
     def chunks(self) -> list[list[int]]:
-        """The new rows of each request, in order: its last token, or its whole prompt."""
-        return [[r.sequence[-1]] for r in self.decode] + [list(r.prompt) for r in self.prefill]
+        """The new rows of each request, in order: its last token, or its whole sequence (the
+        prompt; from v08 also the tokens of a preempted request, which are recomputed)."""
+        return [[r.sequence[-1]] for r in self.decode] + [r.sequence for r in self.prefill]
 
 
 class StaticBatching:
@@ -98,7 +99,7 @@ class Scheduler:
             step=self.steps, prefill_ids=tuple(r.id for r in batch.prefill),
             decode_ids=tuple(r.id for r in batch.decode),
             waiting_ids=tuple(r.id for r in self.waiting),
-            num_prefill_tokens=sum(len(r.prompt) for r in batch.prefill),
+            num_prefill_tokens=sum(len(r.sequence) - 1 for r in batch.prefill),  # before its token
             finished_ids=tuple(r.id for r in finished))
         return finished
 

@@ -41,7 +41,7 @@ class ContinuousBatching:
         for request in waiting:
             if len(running) + count == self.max_running:
                 break
-            if tokens + len(request.prompt) > self.max_step_tokens:
+            if tokens + len(request.sequence) > self.max_step_tokens:
                 break
-            count, tokens = count + 1, tokens + len(request.prompt)
+            count, tokens = count + 1, tokens + len(request.sequence)
         return count

@@ -16,12 +16,15 @@ class DecodeBuffers:
                                for name, dtype in self.FIELDS.items()}
         self.host = {name: torch.zeros(num_slots, dtype=dtype, pin_memory=pin)
                      for name, dtype in self.FIELDS.items()}
+        # numpy views of the host tensors: `t[i] = value` on a tensor first makes a 0-dim tensor
+        # of the value (aten.lift_fresh), an allocation per lane per step; numpy writes in place.
+        self.host_np = {name: t.numpy() for name, t in self.host.items()}
         self.same_memory = device.type == "cpu"
 
     def write(self, lanes: dict[int, tuple[int, int]], poison: torch.Generator | None = None,
               vocab: int = 1, max_len: int = 1) -> None:
         """lanes: slot -> (token id, position). Other lanes get zeros, or garbage when poisoned."""
-        h = self.host
+        h, n = self.host, self.host_np
         if poison is None:
             h["token_ids"].zero_()
             h["positions"].zero_()
@@ -30,9 +33,9 @@ class DecodeBuffers:
             h["positions"].random_(0, max_len, generator=poison)
         h["active"].zero_()
         for slot, (token, position) in lanes.items():
-            h["token_ids"][slot] = token
-            h["positions"][slot] = position
-            h["active"][slot] = True
+            n["token_ids"][slot] = token
+            n["positions"][slot] = position
+            n["active"][slot] = True
         for name, t in self.device_tensors.items():
             t.copy_(h[name], non_blocking=True)
 

@@ -1,0 +1,75 @@
+"""Paged K/V memory: a block pool and, per layer, one cache tensor of num_blocks blocks. A request
+holds the blocks its tokens need (ceil(tokens / block_size)), no more; its decode lane (a slot
+as in v05, for the fixed-shape decode step) holds no memory at all."""
+from __future__ import annotations
+
+from typing import Hashable
+
+import torch
+
+from torchlet.contract import ModelConfig, RequestError
+
+from .block_pool import BlockPool, kv_bytes_per_token
+
+
+class PagedCache:
+    def __init__(self, config: ModelConfig, num_lanes: int, num_blocks: int, block_size: int,
+                 device, dtype):
+        self.pool = BlockPool(num_blocks, block_size)
+        shape = (num_blocks, block_size, config.num_kv_heads, config.head_dim)
+        self.kv = [(torch.zeros(shape, device=device, dtype=dtype),
+                    torch.zeros(shape, device=device, dtype=dtype))
+                   for _ in range(config.num_layers)]
+        self.num_lanes, self.block_size = num_lanes, block_size
+        self.max_len = config.max_position
+        self.bytes_per_token = kv_bytes_per_token(config, dtype)
+        self._lane: dict[Hashable, int] = {}
+
+    def assign(self, request_id: Hashable, num_tokens: int) -> int:
+        """A lane and the blocks for num_tokens tokens (PoolExhausted if they are not free)."""
+        if request_id in self._lane:
+            raise RequestError(f"request {request_id!r} already holds lane {self._lane[request_id]}")
+        taken = set(self._lane.values())
+        free = [s for s in range(self.num_lanes) if s not in taken]
+        if not free:
+            raise RequestError(f"all {self.num_lanes} decode lanes are taken")
+        self.pool.allocate(request_id, num_tokens)
+        self._lane[request_id] = free[0]
+        return free[0]
+
+    def slot_of(self, request_id: Hashable) -> int | None:
+        return self._lane.get(request_id)
+
+    def __contains__(self, request_id: Hashable) -> bool:
+        return request_id in self._lane
+
+    def num_free(self) -> int:
+        return self.num_lanes - len(self._lane)
+
+    def num_tokens(self, request_id: Hashable) -> int:
+        return self.pool.num_tokens(request_id) if request_id in self._lane else 0
+
+    def total_tokens(self) -> int:
+        return sum(self.pool.num_tokens(r) for r in self._lane)
+
+    def items(self):
+        """(request id, lane, cached tokens) of every held lane."""
+        return [(r, s, self.pool.num_tokens(r)) for r, s in self._lane.items()]
+
+    def free(self, request_id: Hashable) -> None:
+        if self._lane.pop(request_id, None) is not None:
+            self.pool.free(request_id)
+
+    def slots(self, request_id: Hashable, start: int, count: int) -> list[int]:
+        return [self.pool.slot(request_id, p) for p in range(start, start + count)]
+
+    def held_bytes(self, request_id: Hashable) -> int:
+        """K/V bytes the request's blocks hold: blocks * block_size tokens' worth."""
+        blocks = len(self.pool.table(request_id)) if request_id in self._lane else 0
+        return blocks * self.block_size * self.bytes_per_token
+
+    def kv_of(self, request_id: Hashable) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """A copy of the request's K/V, gathered through its table: per layer (k, v) [tokens, KV, D]."""
+        rows = torch.tensor(self.slots(request_id, 0, self.num_tokens(request_id)),
+                            device=self.kv[0][0].device)
+        return [(k.flatten(0, 1)[rows].clone(), v.flatten(0, 1)[rows].clone()) for k, v in self.kv]

@@ -1,0 +1,196 @@
+"""v07's engine over paged K/V memory. Each step, before decoding, the running requests' next
+tokens take the blocks they need; if the pool cannot hold them, the request admitted last is
+preempted (its blocks freed, its work recomputed later). It adds block_tables(),
+paged_metadata(), pool_stats(), kv_bytes() and num_preemptions to the contract."""
+from __future__ import annotations
+
+import itertools
+from typing import Iterator
+
+import torch
+
+from torchlet.contract import (Checkpoint, GenerationParams, RequestError, RequestOutput,
+                               check_request)
+
+from ..v03_request_states.request import Request
+from ..v03_request_states.scheduler import StepStats
+from ..v05_decode_slots.engine import DEFAULT_SLOTS
+from . import metadata
+from .runner import PagedRunner
+from .scheduler import Batch, ContinuousBatching, PagedAdmission, Scheduler, preempt
+
+
+class PagedEngine:
+    def __init__(self, runner: PagedRunner, scheduler: Scheduler):
+        self.config = runner.config
+        self.runner = runner
+        self.scheduler = scheduler
+        self.num_preemptions = 0
+        self.requests: dict[int, Request] = {}
+        self._ids = itertools.count()
+
+    # -- the step-wise API ---------------------------------------------------------------------
+    def add_request(self, prompt: list[int], params: GenerationParams) -> int:
+        check_request(prompt, params, self.config)
+        request = Request(next(self._ids), list(prompt), params)
+        self.scheduler.add(request)
+        self.requests[request.id] = request
+        return request.id
+
+    def step(self) -> list[RequestOutput]:
+        batch = self.scheduler.schedule()
+        if batch is None:
+            return []
+        decode = list(batch.decode)
+        while decode and self.runner.blocks_for_decode([r.id for r in decode]) > \
+                self.runner.pool.num_free:
+            victim = decode.pop()  # the running request admitted last
+            self.runner.cache.free(victim.id)
+            preempt(self.scheduler, victim)
+            self.num_preemptions += 1
+        batch = Batch(decode=decode, prefill=batch.prefill)
+        logits = []
+        if batch.decode:
+            logits.append(self.runner.decode([r.id for r in batch.decode],
+                                             [r.sequence for r in batch.decode]))
+        if batch.prefill:
+            logits.append(self.runner.prefill([r.id for r in batch.prefill],
+                                              [r.sequence for r in batch.prefill]))
+        logits = torch.cat(logits)  # batch.requests order: decode, then prefill
+        for request in self.scheduler.postprocess(batch, logits.argmax(-1).tolist()):
+            self.runner.cache.free(request.id)
+        return [r.output() for r in batch.requests]
+
+    def output(self, request_id: int) -> RequestOutput:
+        return self._request(request_id).output()
+
+    def abort(self, request_id: int) -> None:
+        self.scheduler.abort(self._request(request_id))
+        self.runner.cache.free(request_id)
+
+    def has_unfinished(self) -> bool:
+        return self.scheduler.has_unfinished()
+
+    def slot_of(self, request_id) -> int | None:
+        """The decode slot the request holds, None while waiting or once finished."""
+        return self.runner.cache.slot_of(request_id)
+
+    @property
+    def num_decode_slots(self) -> int:
+        return self.runner.num_slots
+
+    def decode_buffers(self) -> dict[str, torch.Tensor]:
+        """The tensors every decode step reads its inputs from: the same objects, addresses,
+        shapes and dtypes at every step."""
+        return dict(self.runner.buffers.device_tensors)
+
+    def block_tables(self) -> dict:
+        """request id -> its block table (physical block ids, in logical order), for every
+        request that holds blocks."""
+        return {r: self.runner.pool.table(r) for r, _, _ in self.runner.cache.items()}
+
+    def paged_metadata(self) -> metadata.PagedMetadata:
+        """FlashInfer-style metadata (kv_indptr, kv_indices, kv_last_page_len, padded
+        block_tables, context_lens) of the requests that hold blocks, in block_tables() order."""
+        tables = self.block_tables()
+        counts = [self.runner.pool.num_tokens(r) for r in tables]
+        return metadata.build(list(tables.values()), counts, self.runner.pool.block_size)
+
+    def pool_stats(self) -> dict[str, int]:
+        pool = self.runner.pool
+        return {"block_size": pool.block_size, "num_blocks": pool.num_blocks,
+                "num_usable": pool.num_usable, "num_free": pool.num_free, "num_used": pool.num_used}
+
+    def kv_bytes(self, request_id) -> int:
+        """K/V bytes the request holds now: its blocks, nothing reserved beyond them."""
+        return self.runner.cache.held_bytes(request_id)
+
+    def graph_stats(self) -> dict[int, dict[str, int]]:
+        """Per bucket of decode lanes: how many times it was captured and replayed."""
+        return self.runner.graphs.stats()
+
+    def num_cached_tokens(self, request_id) -> int:
+        return self.runner.cache.num_tokens(request_id)
+
+    def total_cached_tokens(self) -> int:
+        return self.runner.cache.total_tokens()
+
+    def last_step_stats(self) -> StepStats | None:
+        return self.scheduler.last_stats
+
+    def _request(self, request_id: int) -> Request:
+        if request_id not in self.requests:
+            raise RequestError(f"unknown request id {request_id!r}")
+        return self.requests[request_id]
+
+    # -- generate and stream, driven through the steps ------------------------------------------
+    def generate(self, prompts: list[list[int]], params: GenerationParams) -> list[list[int]]:
+        for prompt in prompts:
+            check_request(prompt, params, self.config)
+        ids = [self.add_request(p, params) for p in prompts]
+        while not all(self.requests[i].finished for i in ids):
+            self.step()
+        return [self.requests.pop(i).tokens for i in ids]
+
+    def stream(self, prompt: list[int], params: GenerationParams) -> Iterator[int]:
+        request_id = self.add_request(prompt, params)
+        request, sent = self.requests[request_id], 0
+        try:
+            while True:
+                while sent < len(request.tokens):
+                    sent += 1
+                    yield request.tokens[sent - 1]
+                if request.finished:
+                    return
+                self.step()
+        finally:  # a stream dropped half way stops its request
+            self.abort(request_id)
+            self.requests.pop(request_id, None)
+
+    # -- the kv_cache capability: the runner driven directly, by caller-chosen ids -------------
+    def prefill(self, request_ids: list, prompts: list[list[int]]) -> torch.Tensor:
+        for p in prompts:
+            check_request(p, GenerationParams(max_new_tokens=1), self.config)
+        return self.runner.prefill(request_ids, prompts)
+
+    def decode(self, request_ids: list, sequences: list[list[int]]) -> torch.Tensor:
+        return self.runner.decode(request_ids, sequences)
+
+    def cached_kv(self, request_id) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        return self.runner.cached_kv(request_id)
+
+    def release(self, request_id) -> None:
+        self.runner.cache.free(request_id)
+
+    def forward_ragged(self, token_ids: list[int], req_indptr: torch.Tensor) -> torch.Tensor:
+        return self.runner.forward_ragged(token_ids, req_indptr)
+
+    def logits(self, token_ids: list[int]) -> torch.Tensor:
+        check_request(token_ids, GenerationParams(max_new_tokens=1), self.config)
+        return self.runner.forward_ragged(token_ids, self.runner.model.req_indptr([len(token_ids)]))
+
+
+
+
+def build(checkpoint: Checkpoint, *, device="cpu", dtype=torch.float32,
+          max_decode_slots: int | None = None, max_running: int | None = None,
+          max_step_tokens: int | None = None, poison_inactive_lanes: bool = False,
+          use_graphs: bool = True, num_blocks: int | None = None, block_size: int = 16,
+          **options):
+    """The slots bound the running requests, so max_running (v04's name) is accepted as the slot
+    count; max_step_tokens defaults to the model's context. poison_inactive_lanes fills idle lanes
+    with random ids and positions. use_graphs=False runs the same decode step eagerly.
+    num_blocks (the null block included) defaults to as much K/V memory as v07 reserves."""
+    if options:
+        raise TypeError(f"v08 takes max_decode_slots (or max_running), max_step_tokens, "
+                        f"poison_inactive_lanes, use_graphs, num_blocks and block_size, "
+                        f"got {sorted(options)}")
+    if max_decode_slots and max_running and max_decode_slots != max_running:
+        raise TypeError(f"max_decode_slots={max_decode_slots} and max_running={max_running} "
+                        f"disagree: the slots are the running requests")
+    max_decode_slots = max_decode_slots or max_running or DEFAULT_SLOTS
+    budget = max_step_tokens or max(checkpoint.config.max_position, max_decode_slots)
+    runner = PagedRunner(checkpoint, device, dtype, max_decode_slots, poison_inactive_lanes,
+                         use_graphs, num_blocks, block_size)
+    policy = PagedAdmission(ContinuousBatching(max_decode_slots, budget), runner)
+    return PagedEngine(runner, Scheduler(policy))
