@@ -48,8 +48,8 @@ def test_the_oracle_is_confident_over_enough_tokens_to_compare(prompt):
 
 
 def test_greedy_tokens_match_hugging_face_over_the_confident_horizon(impl, answers):
-    # one test for all prompts: per-prompt items would let pytest interleave versions and build
-    # each engine several times
+    # One test per version, all prompts inside: separate items would let pytest (and xdist's
+    # workers) build the same engine and run the same prompts more than once.
     wrong = []
     for prompt in rm.CHAT_PROMPTS:
         ref, got = rm.reference(prompt), answers[prompt]
@@ -60,7 +60,4 @@ def test_greedy_tokens_match_hugging_face_over_the_confident_horizon(impl, answe
             wrong.append(f"{prompt!r}: {impl.name} said {rm.answer(got[:h])!r}, "
                          f"Hugging Face said {rm.answer(ref.tokens[:h])!r}")
     assert not wrong, "\n".join(wrong)
-
-
-def test_the_answer_to_the_capital_of_france_is_paris(answers):
     assert "Paris" in rm.answer(answers["What is the capital of France?"])

@@ -17,10 +17,18 @@ PLUGINS = ("torchlet.bench", "torchlet.learner")
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 
 
-def default_device() -> str:
+def resolve_device(name: str | None) -> str:
     import torch
 
-    return "cuda" if torch.cuda.is_available() else "cpu"
+    if name is None:
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if name.startswith("cuda") and not torch.cuda.is_available():
+        raise TorchletError(f"--device {name}: this machine has no CUDA GPU (try --device cpu)")
+    try:
+        torch.device(name)
+    except RuntimeError as e:
+        raise TorchletError(f"--device {name}: {e}") from None
+    return name
 
 
 def default_version(versions, device: str):
@@ -56,7 +64,7 @@ def run_generate(args) -> int:
     from torchlet.checkpoints import load_hf_dir
     from torchlet.text import StreamDecoder, load_tokenizer, prompt_ids, stop_ids
 
-    device = args.device or default_device()
+    device = resolve_device(args.device)
     version = pick_version(args.impl, args.impl_root, device)
     if args.model:
         model_dir = Path(args.model)

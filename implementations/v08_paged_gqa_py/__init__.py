@@ -4,6 +4,7 @@ replay; when the pool runs out, the request admitted last is preempted and recom
 from torchlet.contract import PAGED_KV
 
 from ..v07_cuda_graph import CAPABILITIES as PREVIOUS
+from ..v07_cuda_graph import graphs
 from . import metadata, paged_attention
 from . import model as layers
 from .block_pool import BlockPool, PoolExhausted, kv_bytes_per_token
@@ -11,5 +12,5 @@ from .engine import build
 
 CAPABILITIES = PREVIOUS + (PAGED_KV,)
 
-__all__ = ["CAPABILITIES", "BlockPool", "PoolExhausted", "build", "kv_bytes_per_token", "layers",
-           "metadata", "paged_attention"]
+__all__ = ["CAPABILITIES", "BlockPool", "PoolExhausted", "build", "graphs", "kv_bytes_per_token",
+           "layers", "metadata", "paged_attention"]

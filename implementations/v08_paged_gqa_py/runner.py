@@ -47,7 +47,7 @@ class PagedRunner:
 
     @property
     def num_slots(self) -> int:
-        return self.cache.num_slots
+        return self.cache.num_lanes
 
     def can_prefill(self, sequences: Sequence[Sequence[int]]) -> bool:
         """Whether lanes and blocks are free for all of these sequences now."""

@@ -33,6 +33,19 @@ class PagedAdmission:
                 f"prompt ({len(request.prompt)} tokens) + max_new_tokens "
                 f"({request.params.max_new_tokens}) needs {needed} blocks of {pool.block_size} "
                 f"tokens, but the pool has only {pool.num_usable}: it could never finish")
+        # A preempted request comes back as one prefill of all its tokens. If that could
+        # exceed the step budget it would wait at the head of the queue forever, so when the
+        # pool is too small for every lane's longest sequence (preemption can happen) refuse
+        # it now. The default pool never preempts, and then v04's rule alone holds.
+        longest = len(request.prompt) + request.params.max_new_tokens - 1
+        lane_blocks = pool.blocks_needed(self.runner.config.max_position)
+        can_preempt = pool.num_usable < self.runner.cache.num_lanes * lane_blocks
+        if can_preempt and longest > self.inner.max_step_tokens:
+            raise RequestError(
+                f"prompt ({len(request.prompt)} tokens) + max_new_tokens "
+                f"({request.params.max_new_tokens}): if preempted it would be recomputed in one "
+                f"step of up to {longest} tokens, more than max_step_tokens="
+                f"{self.inner.max_step_tokens}, and could never run again")
 
     def admit(self, waiting: deque[Request], running: list[Request]) -> int:
         pool = self.runner.pool

@@ -37,15 +37,23 @@ class Op:
     fresh: tuple[tuple, ...]       # (shape, dtype) of each result with storage of its own
 
 
+@dataclass(frozen=True)
+class Lookup:
+    """One row lookup into the watched table: where its index lives, and the ids it held."""
+    storage: int
+    ids: torch.Tensor
+
+
 class OpLog(TorchDispatchMode):
     """`with OpLog() as log: engine.step()`, then read `log.ops` (in the order they ran) and
-    `log.lookups`: the index values of each row lookup into a table of `table_shape`."""
+    `log.lookups`: each row lookup into a table of `table_shape` (the embedding, [vocab, hidden]),
+    which is where a forward pass takes in its token ids."""
 
     def __init__(self, table_shape: tuple[int, int] | None = None):
         super().__init__()
         self.table_shape = table_shape
         self.ops: list[Op] = []
-        self.lookups: list[torch.Tensor] = []
+        self.lookups: list[Lookup] = []
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
@@ -55,7 +63,8 @@ class OpLog(TorchDispatchMode):
         if func in LOOKUPS and self.table_shape and tuple(args[0].shape) == self.table_shape:
             index = args[2] if func is aten.index_select.default else args[1]
             index = index[0] if isinstance(index, (list, tuple)) else index
-            self.lookups.append(index.detach().clone())  # the mode is off inside dispatch
+            # clone() inside dispatch runs without this mode, so it is not logged
+            self.lookups.append(Lookup(storage(index), index.detach().clone()))
         out = func(*args, **kwargs)
         results = [t for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor)]
         fresh = tuple((tuple(t.shape), t.dtype) for t in results
