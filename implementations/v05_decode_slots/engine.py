@@ -28,6 +28,10 @@ class SlotEngine:
     # -- the step-wise API ---------------------------------------------------------------------
     def add_request(self, prompt: list[int], params: GenerationParams) -> int:
         check_request(prompt, params, self.config)
+        if len(prompt) + params.max_new_tokens > self.runner.cache.max_len:
+            raise RequestError(
+                f"prompt ({len(prompt)} tokens) + max_new_tokens ({params.max_new_tokens}) "
+                f"exceeds max_model_len={self.runner.cache.max_len}, the rows a slot holds")
         request = Request(next(self._ids), list(prompt), params)
         self.scheduler.add(request)
         self.requests[request.id] = request
@@ -133,17 +137,23 @@ DEFAULT_SLOTS = 8
 
 def build(checkpoint: Checkpoint, *, device="cpu", dtype=torch.float32,
           max_decode_slots: int | None = None, max_running: int | None = None,
-          max_step_tokens: int | None = None, poison_inactive_lanes: bool = False, **options):
+          max_step_tokens: int | None = None, max_model_len: int | None = None,
+          poison_inactive_lanes: bool = False, **options):
     """The slots bound the running requests, so max_running (v04's name) is accepted as the slot
     count; max_step_tokens defaults to the model's context. poison_inactive_lanes fills idle lanes
     with random ids and positions."""
     if options:
-        raise TypeError(f"v05 takes max_decode_slots (or max_running), max_step_tokens and "
+        raise TypeError(f"v05 takes max_decode_slots (or max_running), max_step_tokens, "
+                        f"max_model_len and "
                         f"poison_inactive_lanes, got {sorted(options)}")
     if max_decode_slots and max_running and max_decode_slots != max_running:
         raise TypeError(f"max_decode_slots={max_decode_slots} and max_running={max_running} "
                         f"disagree: the slots are the running requests")
     max_decode_slots = max_decode_slots or max_running or DEFAULT_SLOTS
+    if max_model_len is not None and not 1 <= max_model_len <= checkpoint.config.max_position:
+        raise TypeError(f"max_model_len must be in 1..{checkpoint.config.max_position}, "
+                        f"got {max_model_len}")
     budget = max_step_tokens or max(checkpoint.config.max_position, max_decode_slots)
-    runner = SlotRunner(checkpoint, device, dtype, max_decode_slots, poison_inactive_lanes)
+    runner = SlotRunner(checkpoint, device, dtype, max_model_len, max_decode_slots,
+                         poison_inactive_lanes)
     return SlotEngine(runner, Scheduler(ContinuousBatching(max_decode_slots, budget)))

@@ -15,12 +15,14 @@ from .buffers import DecodeBuffers
 
 class StaticRunner:
     def __init__(self, checkpoint: Checkpoint, device="cpu", dtype=torch.float32,
+                 max_len: int | None = None,
                  num_slots: int = 8, poison_inactive_lanes: bool = False):
         self.config = checkpoint.config
         self.device = torch.device(device)
         self.model = slot_model
         self.weights = slot_model.Weights.from_checkpoint(checkpoint, self.device, dtype)
-        self.cache = SlotCache(self.config, num_slots, self.config.max_position, self.device, dtype)
+        max_len = max_len or self.config.max_position
+        self.cache = SlotCache(self.config, num_slots, max_len, self.device, dtype)
         # Garbage for inactive lanes, to show they cannot leak into active ones (spec only).
         self.poison = torch.Generator().manual_seed(0) if poison_inactive_lanes else None
         self.buffers = DecodeBuffers(num_slots, self.device)

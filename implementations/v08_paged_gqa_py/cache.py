@@ -14,14 +14,14 @@ from .block_pool import BlockPool, kv_bytes_per_token
 
 class PagedCache:
     def __init__(self, config: ModelConfig, num_lanes: int, num_blocks: int, block_size: int,
-                 device, dtype):
+                 max_len: int, device, dtype):
         self.pool = BlockPool(num_blocks, block_size)
         shape = (num_blocks, block_size, config.num_kv_heads, config.head_dim)
         self.kv = [(torch.zeros(shape, device=device, dtype=dtype),
                     torch.zeros(shape, device=device, dtype=dtype))
                    for _ in range(config.num_layers)]
         self.num_lanes, self.block_size = num_lanes, block_size
-        self.max_len = config.max_position
+        self.max_len = max_len
         self.bytes_per_token = kv_bytes_per_token(config, dtype)
         self._lane: dict[Hashable, int] = {}
 

@@ -16,6 +16,7 @@ from ..v03_request_states.request import Request
 from ..v03_request_states.scheduler import StepStats
 from ..v05_decode_slots.engine import DEFAULT_SLOTS
 from . import metadata
+from . import model as paged_model
 from .runner import PagedRunner
 from .scheduler import Batch, ContinuousBatching, PagedAdmission, Scheduler, preempt
 
@@ -32,6 +33,10 @@ class PagedEngine:
     # -- the step-wise API ---------------------------------------------------------------------
     def add_request(self, prompt: list[int], params: GenerationParams) -> int:
         check_request(prompt, params, self.config)
+        if len(prompt) + params.max_new_tokens > self.runner.cache.max_len:
+            raise RequestError(
+                f"prompt ({len(prompt)} tokens) + max_new_tokens ({params.max_new_tokens}) "
+                f"exceeds max_model_len={self.runner.cache.max_len}, the rows a slot holds")
         request = Request(next(self._ids), list(prompt), params)
         self.scheduler.add(request)
         self.requests[request.id] = request
@@ -174,23 +179,29 @@ class PagedEngine:
 
 def build(checkpoint: Checkpoint, *, device="cpu", dtype=torch.float32,
           max_decode_slots: int | None = None, max_running: int | None = None,
-          max_step_tokens: int | None = None, poison_inactive_lanes: bool = False,
+          max_step_tokens: int | None = None, max_model_len: int | None = None,
+          poison_inactive_lanes: bool = False,
           use_graphs: bool = True, num_blocks: int | None = None, block_size: int = 16,
-          **options):
+          model=paged_model, **options):
     """The slots bound the running requests, so max_running (v04's name) is accepted as the slot
     count; max_step_tokens defaults to the model's context. poison_inactive_lanes fills idle lanes
     with random ids and positions. use_graphs=False runs the same decode step eagerly.
-    num_blocks (the null block included) defaults to as much K/V memory as v07 reserves."""
+    num_blocks (the null block included) defaults to as much K/V memory as v07 reserves.
+    model is the module of model functions the runner calls; a later version passes its own."""
     if options:
         raise TypeError(f"v08 takes max_decode_slots (or max_running), max_step_tokens, "
+                        f"max_model_len, "
                         f"poison_inactive_lanes, use_graphs, num_blocks and block_size, "
                         f"got {sorted(options)}")
     if max_decode_slots and max_running and max_decode_slots != max_running:
         raise TypeError(f"max_decode_slots={max_decode_slots} and max_running={max_running} "
                         f"disagree: the slots are the running requests")
     max_decode_slots = max_decode_slots or max_running or DEFAULT_SLOTS
+    if max_model_len is not None and not 1 <= max_model_len <= checkpoint.config.max_position:
+        raise TypeError(f"max_model_len must be in 1..{checkpoint.config.max_position}, "
+                        f"got {max_model_len}")
     budget = max_step_tokens or max(checkpoint.config.max_position, max_decode_slots)
-    runner = PagedRunner(checkpoint, device, dtype, max_decode_slots, poison_inactive_lanes,
-                         use_graphs, num_blocks, block_size)
+    runner = PagedRunner(checkpoint, device, dtype, max_model_len, max_decode_slots,
+                         poison_inactive_lanes, use_graphs, num_blocks, block_size, model)
     policy = PagedAdmission(ContinuousBatching(max_decode_slots, budget), runner)
     return PagedEngine(runner, Scheduler(policy))

@@ -18,16 +18,20 @@ from .cache import PagedCache
 
 class PagedRunner:
     def __init__(self, checkpoint: Checkpoint, device="cpu", dtype=torch.float32,
+                 max_len: int | None = None,
                  num_slots: int = 8, poison_inactive_lanes: bool = False, use_graphs: bool = True,
-                 num_blocks: int | None = None, block_size: int = 16):
+                 num_blocks: int | None = None, block_size: int = 16, model=paged_model):
         self.config = checkpoint.config
         self.device = torch.device(device)
-        self.model = paged_model
-        self.weights = paged_model.Weights.from_checkpoint(checkpoint, self.device, dtype)
-        max_blocks = -(-self.config.max_position // block_size)
+        # The module of model functions every pass calls: a later version passes its own.
+        self.model = model
+        self.weights = model.Weights.from_checkpoint(checkpoint, self.device, dtype)
+        max_len = max_len or self.config.max_position
+        max_blocks = -(-max_len // block_size)
         if num_blocks is None:  # by default as much memory as v07's slots reserve, plus the null block
             num_blocks = num_slots * max_blocks + 1
-        self.cache = PagedCache(self.config, num_slots, num_blocks, block_size, self.device, dtype)
+        self.cache = PagedCache(self.config, num_slots, num_blocks, block_size, max_len,
+                                self.device, dtype)
         # Garbage for inactive lanes, to show they cannot leak into active ones (spec only).
         self.poison = torch.Generator().manual_seed(0) if poison_inactive_lanes else None
         self.buffers = PagedDecodeBuffers(num_slots, max_blocks, self.device)

@@ -1,9 +1,16 @@
-"""v09_triton_basics (TEMPORARY package file: the lead replaces it with the full version, keeping
-these exports): Triton kernels for RMSNorm, fused residual-add + RMSNorm, RoPE and SwiGLU."""
+"""v09_triton_basics: v08 with its per-token layers as Triton kernels (kernels.py): RMSNorm, the
+residual add fused into the norm after it, RoPE and SwiGLU, plugged into every pass of the model
+(model.py). Paging, scheduling and graph replay are v08's, unchanged."""
 from torchlet.contract import TRITON_BASICS
 
+from ..v08_paged_gqa_py import CAPABILITIES as PREVIOUS
+from ..v08_paged_gqa_py import (BlockPool, PoolExhausted, graphs, kv_bytes_per_token, metadata,
+                                paged_attention)
 from . import kernels
+from . import model as layers
+from .engine import build
 
-CAPABILITIES = (TRITON_BASICS,)
+CAPABILITIES = PREVIOUS + (TRITON_BASICS,)
 
-__all__ = ["CAPABILITIES", "kernels"]
+__all__ = ["CAPABILITIES", "BlockPool", "PoolExhausted", "build", "graphs", "kernels",
+           "kv_bytes_per_token", "layers", "metadata", "paged_attention"]

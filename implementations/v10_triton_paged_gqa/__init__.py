@@ -1,9 +1,16 @@
-"""v10_triton_paged_gqa (TEMPORARY package file: the lead replaces it with the full version,
-keeping these exports): a Triton paged decode-attention kernel and a Triton KV store kernel."""
+"""v10_triton_paged_gqa: v09 with the paged K/V cache on Triton (paged_kernels.py): the decode
+step stores new K/V with a store kernel and attends with a paged decode-attention kernel that
+follows the block tables with an online softmax; the step is still replayed as a graph."""
 from torchlet.contract import TRITON_PAGED
 
+from ..v09_triton_basics import CAPABILITIES as PREVIOUS
+from ..v09_triton_basics import (BlockPool, PoolExhausted, graphs, kernels, kv_bytes_per_token,
+                                 metadata, paged_attention)
+from . import model as layers
 from . import paged_kernels
+from .engine import build
 
-CAPABILITIES = (TRITON_PAGED,)
+CAPABILITIES = PREVIOUS + (TRITON_PAGED,)
 
-__all__ = ["CAPABILITIES", "paged_kernels"]
+__all__ = ["CAPABILITIES", "BlockPool", "PoolExhausted", "build", "graphs", "kernels",
+           "kv_bytes_per_token", "layers", "metadata", "paged_attention", "paged_kernels"]

@@ -39,9 +39,11 @@ class Op:
 
 @dataclass(frozen=True)
 class Lookup:
-    """One row lookup into the watched table: where its index lives, and the ids it held."""
+    """One row lookup into the watched table: where its index lives, the ids it held, and its
+    place in `OpLog.ops`."""
     storage: int
     ids: torch.Tensor
+    at: int
 
 
 class OpLog(TorchDispatchMode):
@@ -64,7 +66,7 @@ class OpLog(TorchDispatchMode):
             index = args[2] if func is aten.index_select.default else args[1]
             index = index[0] if isinstance(index, (list, tuple)) else index
             # clone() inside dispatch runs without this mode, so it is not logged
-            self.lookups.append(Lookup(storage(index), index.detach().clone()))
+            self.lookups.append(Lookup(storage(index), index.detach().clone(), len(self.ops)))
         out = func(*args, **kwargs)
         results = [t for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor)]
         fresh = tuple((tuple(t.shape), t.dtype) for t in results
