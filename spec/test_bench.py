@@ -165,3 +165,17 @@ def test_decode_microbenchmark_times_only_pure_decode_steps(tmp_path):
 def json_config(path):
     from torchlet.contract import ModelConfig
     return ModelConfig(**json.loads(path.read_text())["model"])
+
+
+def test_kernel_microbenchmark_feeds_paged_attention_and_sdpa_the_same_data(tmp_path):
+    import importlib.util
+    if not any(importlib.util.find_spec(v.package.__name__ + ".paged_kernels")
+               for v in implementations.discover()):
+        pytest.skip("no version has a paged_kernels module yet")
+    assert main(["bench", "kernel", "--device", "cpu", "--batches", "2", "--contexts", "24",
+                 "--block-size", "8", "--iters", "1", "--quiet", "--out", str(tmp_path)]) == 0
+    [row] = json.loads((tmp_path / "kernel.json").read_text())["rows"]
+    assert row["max_abs_diff"] < 1e-4  # float32 on CPU: the two agree, so they read the same K/V
+    # K and V once: batch x context x KV heads x head_dim x 4 bytes each, plus q in and out
+    c = json_config(tmp_path / "kernel.json")
+    assert row["bytes"] == 2 * 4 * 2 * 24 * c.num_kv_heads * c.head_dim + 2 * 4 * 2 * c.num_heads * c.head_dim

@@ -153,7 +153,8 @@ def test_a_directory_without_a_tokenizer_is_named(broken):
 
 def llama_cpp_permute(w: torch.Tensor, heads: int) -> torch.Tensor:
     """What llama.cpp's converter does to q/k rows (convert_hf_to_gguf.py, LlamaModel.permute)."""
-    return w.reshape(heads, 2, w.shape[0] // heads // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
+    half = w.shape[0] // heads // 2
+    return w.reshape(heads, 2, half, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
 
 
 @pytest.mark.parametrize("heads", [9, 3])
@@ -217,8 +218,9 @@ def test_without_the_q_k_unpermutation_the_converted_model_breaks():
     permuted = {}
     for i, layer in enumerate(model.model.layers):
         prefix = f"model.layers.{i}.self_attn."
-        permuted[prefix + "q_proj.weight"] = llama_cpp_permute(layer.self_attn.q_proj.weight, c.num_heads)
-        permuted[prefix + "k_proj.weight"] = llama_cpp_permute(layer.self_attn.k_proj.weight, c.num_kv_heads)
+        q, k = layer.self_attn.q_proj.weight, layer.self_attn.k_proj.weight
+        permuted[prefix + "q_proj.weight"] = llama_cpp_permute(q, c.num_heads)
+        permuted[prefix + "k_proj.weight"] = llama_cpp_permute(k, c.num_kv_heads)
     prompt = torch.tensor([list(rm.chat_ids("What is the capital of France?"))])
     with torch.inference_mode():
         right = model(prompt).logits[0, -1]

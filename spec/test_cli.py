@@ -36,7 +36,8 @@ def run(capsys, *argv):
 
 @pytest.mark.real_model
 def test_generate_answers_the_capital_of_france_with_paris(capsys):
-    code, out, err = run(capsys, "generate", "What is the capital of France?", "--max-new-tokens", "16")
+    code, out, err = run(capsys, "generate", "What is the capital of France?",
+                         "--max-new-tokens", "16")
     assert code == 0, err
     assert "Paris" in out
     assert "tokens/s" in err
@@ -50,7 +51,8 @@ def test_an_unknown_version_is_one_clear_line_and_exit_status_2(capsys):
 
 
 def test_a_missing_model_directory_is_a_clear_error(capsys, tmp_path):
-    code, out, err = run(capsys, "generate", "hi", "--impl", "v00", "--model", str(tmp_path / "nope"))
+    code, out, err = run(capsys, "generate", "hi", "--impl", "v00",
+                         "--model", str(tmp_path / "nope"))
     assert code == 1
     assert "does not exist" in err and "Traceback" not in err
 

@@ -24,6 +24,7 @@ import torch
 
 from spec.support import real_model as rm
 from torchlet.contract import GENERATE, GenerationParams
+from torchlet.engines import build_sized
 
 pytestmark = [pytest.mark.needs(GENERATE), pytest.mark.real_model]
 
@@ -33,7 +34,10 @@ def engine(impl):
     if impl.uses_triton and not torch.cuda.is_available():
         pytest.skip(f"{impl.name} runs Triton kernels; the CPU interpreter is too slow for 135M")
     device = "cuda" if torch.cuda.is_available() else "cpu"
-    return impl.build(rm.checkpoint(), device=device, dtype=torch.float32)
+    longest = max(len(rm.chat_ids(p)) for p in rm.CHAT_PROMPTS) + rm.NEW_TOKENS
+    # sized to the prompts: buffers for the model's whole context (8192) cost minutes on a CPU
+    return build_sized(impl, rm.checkpoint(), device=device, dtype=torch.float32,
+                       max_model_len=longest, max_running=len(rm.CHAT_PROMPTS))
 
 
 @pytest.fixture(scope="module")

@@ -53,7 +53,9 @@ pytestmark = pytest.mark.needs(PAGED_KV)
 CKPT = tiny_checkpoint("tiny_qwen2")
 CONFIG = CKPT.config
 VOCAB = CONFIG.vocab_size
-F64 = torch.float64  # token comparisons in float64: no near-tie can flip a greedy choice
+# Float64: no near-tie can flip a greedy choice, and the Triton versions that inherit this page
+# run their PyTorch path, so it stays about the pages, not the interpreter's speed.
+F64 = torch.float64
 
 # The scripted exhaustion: 5 requests of up to 13 tokens each (4 blocks of 4) on 8 usable blocks.
 SCRIPT_PROMPTS = [[5, 6, 7, 8, 9, 10], [11, 12, 13], [40, 41, 42, 43, 44, 45, 46], [100, 101],
@@ -155,7 +157,7 @@ def tight_runs(draw):
 def test_block_tables_and_metadata_stay_consistent_at_every_step_of_any_arrival_schedule(impl,
                                                                                          run):
     schedule, pool = run
-    engine = impl.build(CKPT, **pool)
+    engine = impl.build(CKPT, dtype=F64, **pool)
     check = lambda ids: assert_pages_consistent(engine, ids, pool["block_size"])  # noqa: E731
     check(drive(engine, schedule, check))
 
@@ -221,8 +223,8 @@ def test_a_request_whose_recompute_could_exceed_the_step_budget_is_refused_when_
 # --- memory accounting ------------------------------------------------------------------------
 
 def test_kv_bytes_are_the_blocks_a_request_holds_and_never_more_than_its_tokens_need(impl):
-    block_size, per_token = 4, bytes_per_token(torch.float32)
-    engine = impl.build(CKPT, dtype=torch.float32, **SCRIPT_POOL)
+    block_size, per_token = 4, bytes_per_token(F64)
+    engine = impl.build(CKPT, dtype=F64, **SCRIPT_POOL)
     ids = [engine.add_request(p, SCRIPT_PARAMS) for p in SCRIPT_PROMPTS]
     seen = 0
     while engine.has_unfinished():
@@ -237,6 +239,11 @@ def test_kv_bytes_are_the_blocks_a_request_holds_and_never_more_than_its_tokens_
             else:  # waiting, preempted or finished: nothing held
                 assert engine.kv_bytes(i) == 0
     assert seen > 0
+    # The item size is the dtype's: float32 holds half of what float64 does.
+    small = impl.build(CKPT, dtype=torch.float32, **SCRIPT_POOL)
+    one = small.add_request(SCRIPT_PROMPTS[0], SCRIPT_PARAMS)
+    small.step()
+    assert small.kv_bytes(one) == 2 * block_size * bytes_per_token(torch.float32)  # 6 tokens
 
 
 def memory_workload():
@@ -253,8 +260,8 @@ def test_on_the_same_workload_v08_holds_a_small_fraction_of_what_per_slot_reserv
     the running requests peaked at five 16-token blocks (80 tokens' worth of 1024), 5/64 (about
     8%) of the reservation, measured when this page was written. The bound asserted is looser
     (a quarter): the point is the order of magnitude, not the exact figure."""
-    slots, per_token = 4, bytes_per_token(torch.float32)
-    engine = impl.build(CKPT, dtype=torch.float32, max_decode_slots=slots)
+    slots, per_token = 4, bytes_per_token(F64)
+    engine = impl.build(CKPT, dtype=F64, max_decode_slots=slots)
     held = []
     drive(engine, memory_workload(), lambda ids: held.append(sum(map(engine.kv_bytes, ids))))
     reserved = slots * CONFIG.max_position * per_token

@@ -12,10 +12,6 @@ Each run prints a table and writes DIR/KIND.json and DIR/KIND.png (default bench
 from __future__ import annotations
 
 import argparse
-import os
-import shlex
-import sys
-
 import importlib
 
 SHAPES = ("qwen2.5-0.5b", "cpu")
@@ -46,7 +42,7 @@ def add_commands(subparsers) -> None:
                    help="the first N requests of the workload (default: all 256)")
     p.add_argument("--hf-baseline", action="store_true", help="also time HF transformers generate")
     p.add_argument("--hf-batch-size", type=int, default=64)
-    _engine_options(p, max_running=256, max_step_tokens=16384)
+    _engine_options(p, max_running=None, max_step_tokens=16384)
     _rates(p)
 
     p = _parser(sub, "decode", _lazy("run_decode"), "one decode step, batch x context")

@@ -45,7 +45,7 @@ NOTES = {
               "time from the torch profiler, the rest of ms/step is the GPU waiting on the host.",
     "kernel": "The same K/V, scattered over randomly ordered blocks for the paged kernel and "
               "contiguous [B, KV heads, context, head_dim] for SDPA (enable_gqa). Bytes = K + V "
-              "once, q in and out once; max |diff| compares the two outputs.",
+              "once, q in and out once; max abs diff compares the two outputs.",
 }
 
 
@@ -73,7 +73,8 @@ def section(kind: str, result: dict | None, assets: str) -> list[str]:
     if result is None:
         return out + [f"Not measured yet. Run `{HOW_TO[kind]}`, then `torchlet bench report`.", ""]
     env = result.get("environment", {})
-    where = env.get("gpu") or f"CPU, {env.get('cpus')} cores, {env.get('torch_threads')} torch threads"
+    where = env.get("gpu") or (f"CPU, {env.get('cpus')} cores, {env.get('torch_threads')} torch "
+                               f"threads, load average {env.get('load_average', '?')} when it ended")
     out += ["```", result["command"], "```", "",
             f"{result.get('created', '?')} on {where}; torch {env.get('torch', '?')}, "
             f"commit {env.get('commit', '?')}."]

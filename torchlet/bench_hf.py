@@ -13,7 +13,7 @@ import torch
 from torchlet.checkpoints import hf_config_dict
 from torchlet.contract import Checkpoint
 
-from .bench_run import progress_bar, sync
+from .bench_drive import progress_bar, sync
 from .bench_workloads import Workload
 
 

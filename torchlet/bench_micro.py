@@ -15,7 +15,8 @@ import torch
 from torchlet.contract import REQUEST_STATES, GenerationParams, TorchletError
 
 from .bench_floor import kv_bytes_per_token, weight_bytes
-from .bench_run import build_options, sync
+from .bench_drive import sync
+from .bench_run import build_engine
 from .bench_workloads import Workload
 
 
@@ -33,8 +34,7 @@ def decode_step_bench(version, checkpoint, batch: int, context: int, *, device: 
     workload = Workload(f"decode-B{batch}-ctx{context}", prompts, (total,) * batch)
     wishes = {**wishes, "max_running": batch, "max_decode_slots": batch,
               "max_step_tokens": max(context, wishes.get("max_step_tokens") or 0)}
-    options = build_options(version.package.build, wishes, workload)
-    engine = version.build(checkpoint, device=device, dtype=dtype, **options)
+    engine, options = build_engine(version, checkpoint, device, dtype, wishes, workload)
     ids = [engine.add_request(list(p), GenerationParams(max_new_tokens=total, ignore_eos=True))
            for p in prompts]
     while min(len(engine.output(i).tokens) for i in ids) < 1:  # prefill, chunked or not

@@ -28,6 +28,7 @@ WORKLOAD_COLUMNS = [
     ("version", lambda r: r["version"]),
     ("mode", lambda r: r.get("mode", "")),
     ("wall s", lambda r: _num(".2f")(r.get("wall_s"))),
+    ("CPU s", lambda r: _num(".2f")(r.get("cpu_s"))),
     ("output tok/s", lambda r: _num(",.1f")(r.get("output_tok_s"))),
     ("total tok/s", lambda r: _num(",.1f")(r.get("total_tok_s"))),
     ("TTFT ms (mean)", lambda r: _num(",.1f")(r.get("ttft_mean_ms"))),
@@ -59,7 +60,7 @@ KERNEL_COLUMNS = [
     ("SDPA GB/s", lambda r: _num(",.1f")(r.get("sdpa_gb_s"))),
     ("paged / SDPA", lambda r: _num(".2f")(r.get("ratio"))),
     ("paged % of bound", lambda r: _num(".1f")(r.get("paged_pct_bound"))),
-    ("max |diff|", lambda r: _num(".1e")(r.get("max_abs_diff"))),
+    ("max abs diff", lambda r: _num(".1e")(r.get("max_abs_diff"))),
 ]
 COLUMNS = {"cpu": WORKLOAD_COLUMNS, "gpu-workload": WORKLOAD_COLUMNS + GPU_EXTRA,
            "decode": DECODE_COLUMNS, "kernel": KERNEL_COLUMNS}
@@ -98,7 +99,9 @@ def environment(device: str) -> dict:
 
     env = {"torch": torch.__version__, "python": platform.python_version(),
            "machine": platform.machine(), "cpus": os.cpu_count(),
-           "torch_threads": torch.get_num_threads()}
+           "torch_threads": torch.get_num_threads(),
+           # other work on the machine inflates CPU timings; the load says how much there was
+           "load_average": round(os.getloadavg()[0], 2)}
     if device.startswith("cuda"):
         env["gpu"] = torch.cuda.get_device_name(torch.device(device))
     try:
@@ -150,7 +153,8 @@ def chart(kind: str, payload: dict, path: Path) -> None:
         fig, ax = plt.subplots(figsize=(9, 4.5))
         labels = [f"B={r['batch']}\nctx={r['context']}" for r in rows]
         x = range(len(rows))
-        ax.bar([i - 0.2 for i in x], [r["paged_gb_s"] for r in rows], 0.4, label="v10 paged")
+        ax.bar([i - 0.2 for i in x], [r["paged_gb_s"] for r in rows], 0.4,
+               label=f"{rows[0]['version'] if rows else ''} paged")
         ax.bar([i + 0.2 for i in x], [r["sdpa_gb_s"] for r in rows], 0.4, label="torch SDPA")
         ax.set_xticks(list(x), labels, fontsize=7)
         ax.set_ylabel("GB/s of K/V read")

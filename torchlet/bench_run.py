@@ -1,25 +1,26 @@
-"""Running a workload through one version, reached only through the engine contract.
+"""One version built and run on a workload, in a process of its own or here.
 
-A version with `request_states` is driven step by step (add_request / step / output), which shows
-when each token appeared and what each step ran. An older version is driven through `stream`, one
-request after another: without the step API a server can't batch requests that ask for different
-lengths (generate() shares one max_new_tokens), so that is how it would serve this workload.
-`--generate-batch` runs them as one generate() call instead, padded to the longest request.
+Build options are discovered from each version's build signature, never assumed: a version gets
+only the options it names (or inherits through **options), and sizes it needs are derived from
+the workload.
 """
 from __future__ import annotations
 
 import gc
 import inspect
 import resource
-import statistics
+import sys
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import torch
 
-from torchlet.contract import REQUEST_STATES, GenerationParams, TorchletError
+from torchlet.contract import REQUEST_STATES
 
+from .bench_drive import (check_counts, run_generate, run_steps, run_stream, sync,  # noqa: F401
+                          warm_up)
 from .bench_workloads import Workload, random_checkpoint
 
 MEMORY_MEASURES = {
@@ -61,7 +62,6 @@ class Job:
 
 def load_version(name: str, root: str | None):
     import implementations
-    from pathlib import Path
     return implementations.load(name, Path(root).resolve() if root else implementations.REFERENCE_ROOT)
 
 
@@ -70,13 +70,32 @@ def load_version(name: str, root: str | None):
 LENGTH_OPTIONS = ("max_len", "max_seq_len", "max_model_len", "max_context", "max_length")
 
 
-def build_options(build, wishes: dict, workload: Workload | None = None) -> dict:
-    """The wished options that `build` names as parameters (never through **options: a version
-    refuses what it doesn't know). Sizes a version needs and wasn't given (num_blocks, the
-    longest sequence) are derived from the workload so that every request fits at once."""
+def named_options(build) -> set[str]:
     params = inspect.signature(build).parameters
-    named = {n for n, p in params.items()
-             if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD)} - {"checkpoint"}
+    return {n for n, p in params.items()
+            if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD)} - {"checkpoint"}
+
+
+def accepted_options(version) -> set[str]:
+    """Options a version's build names; a build that forwards **options to the version it builds
+    on (v09 -> v08) also takes what its predecessors' builds name."""
+    import implementations
+
+    build = version.package.build
+    names = named_options(build)
+    if any(p.kind == p.VAR_KEYWORD for p in inspect.signature(build).parameters.values()):
+        tree = sys.modules[version.package.__name__.rpartition(".")[0]]
+        for other in implementations.discover(Path(tree.__file__).parent):
+            if set(other.capabilities) < set(version.capabilities) and hasattr(other.package, "build"):
+                names |= named_options(other.package.build)
+    return names
+
+
+def build_options(version, wishes: dict, workload: Workload | None = None) -> dict:
+    """The wished options that the version's build takes (a version refuses what it doesn't
+    know). Sizes it needs and wasn't given (num_blocks, the longest sequence) are derived from
+    the workload so that every request fits at once."""
+    named = accepted_options(version)
     options = {k: v for k, v in wishes.items() if k in named and v is not None}
     if workload is None:
         return options
@@ -85,16 +104,31 @@ def build_options(build, wishes: dict, workload: Workload | None = None) -> dict
         if name in named and name not in options:
             options[name] = longest
     if "num_blocks" in named and "num_blocks" not in options:
-        default = params["block_size"].default if "block_size" in params else 16
-        size = options.get("block_size") or (16 if default is inspect.Parameter.empty else default)
+        size = options.get("block_size") or block_size_default(version)
         options["num_blocks"] = 1 + sum(-(-(len(p) + n) // size)
                                         for p, n in zip(workload.prompts, workload.output_lens))
     return options
 
 
-def sync(device: str) -> None:
-    if device.startswith("cuda"):
-        torch.cuda.synchronize()
+def block_size_default(version) -> int:
+    param = inspect.signature(version.package.build).parameters.get("block_size")
+    if param is None or param.default is inspect.Parameter.empty:
+        return 16  # what v08 defaults to; a forwarding build (v09, v10) inherits it
+    return param.default
+
+
+def build_engine(version, checkpoint, device, dtype, wishes: dict, workload: Workload | None):
+    """The engine and the options it was built with. Options inherited through **options are a
+    guess; if the build refuses one, it is built again with only what it names itself."""
+    options = build_options(version, wishes, workload)
+    try:
+        return version.build(checkpoint, device=device, dtype=dtype, **options), options
+    except TypeError:
+        own = named_options(version.package.build)
+        if set(options) <= own:
+            raise
+        options = {k: v for k, v in options.items() if k in own}
+        return version.build(checkpoint, device=device, dtype=dtype, **options), options
 
 
 def run_job(job: Job) -> dict:
@@ -104,19 +138,22 @@ def run_job(job: Job) -> dict:
     version = load_version(job.version, job.root)
     dtype = getattr(torch, job.dtype)
     checkpoint = job.model.checkpoint(job.device, dtype)
-    options = build_options(version.package.build, job.wishes, job.workload)
     cuda = job.device.startswith("cuda")
     gc.collect()
     if cuda:
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats()
     rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    engine = version.build(checkpoint, device=job.device, dtype=dtype, **options)
+    engine, options = build_engine(version, checkpoint, job.device, dtype, job.wishes, job.workload)
     stepwise = REQUEST_STATES in version.capabilities
     mode = "step" if stepwise else ("generate" if job.generate_batch else "stream")
     warm_up(engine, job.workload, stepwise)
     runner = {"step": run_steps, "stream": run_stream, "generate": run_generate}[mode]
+    cpu_start = time.process_time()
     row = runner(engine, job.workload, job.device, job.progress)
+    # Host CPU seconds of the run: on a shared machine, less disturbed by other work than wall
+    # time (with one thread, wall time minus this is mostly time spent waiting for a core).
+    row["cpu_s"] = time.process_time() - cpu_start
     if cuda:
         peak = torch.cuda.max_memory_allocated() / 1e6
     else:  # ru_maxrss is in KiB on Linux
@@ -133,124 +170,6 @@ def run_job(job: Job) -> dict:
             "expected_output_tokens": job.workload.output_tokens,
             "peak_memory_mb": peak, "memory_measure": MEMORY_MEASURES["cuda" if cuda else "cpu"],
             **row}
-
-
-def check_counts(row: dict, workload: Workload) -> None:
-    if row["output_tokens"] != workload.output_tokens:
-        raise TorchletError(f"the engine produced {row['output_tokens']} tokens where the workload "
-                            f"asks for {workload.output_tokens} (eos is ignored)")
-
-
-def warm_up(engine, workload: Workload, stepwise: bool) -> None:
-    """One short request first, so one-time costs (allocator, kernel compilation, graph capture)
-    stay out of the timing, as nano-vllm's bench does."""
-    prompt, params = list(workload.prompts[0][:16]), GenerationParams(max_new_tokens=4,
-                                                                      ignore_eos=True)
-    if stepwise:
-        engine.add_request(prompt, params)
-        while engine.has_unfinished():
-            engine.step()
-    else:
-        list(engine.stream(prompt, params))
-
-
-def progress_bar(total: int, enabled: bool, desc: str):
-    from tqdm import tqdm
-    return tqdm(total=total, unit="tok", desc=desc, disable=None if enabled else True,
-                leave=False, dynamic_ncols=True)
-
-
-def run_steps(engine, workload: Workload, device: str, progress: bool) -> dict:
-    n = workload.num_requests
-    first, last, seen = [0.0] * n, [0.0] * n, [0] * n
-    steps = prefill_steps = prefill_tokens = decode_tokens = 0
-    prefill_time = decode_time = 0.0
-    # A step per token per request, plus one per request for admission, bounds any sane engine.
-    limit = workload.output_tokens + 2 * n + 1000
-    bar = progress_bar(workload.output_tokens, progress, "step API")
-    sync(device)
-    start = time.perf_counter()
-    ids = [engine.add_request(list(p), workload.params(i)) for i, p in enumerate(workload.prompts)]
-    index = {rid: i for i, rid in enumerate(ids)}
-    while engine.has_unfinished():
-        before = time.perf_counter()
-        outputs = engine.step()
-        now = time.perf_counter()  # step() hands back host token ids: the device is done
-        stats = engine.last_step_stats()
-        steps += 1
-        if steps > limit:
-            raise TorchletError(f"{steps} steps and still unfinished: the engine is stuck")
-        if stats is not None:
-            prefill_tokens += stats.num_prefill_tokens
-            decode_tokens += stats.num_decode_tokens
-            if stats.num_prefill_tokens:
-                prefill_steps += 1
-                prefill_time += now - before
-            else:
-                decode_time += now - before
-        for out in outputs:
-            i = index.get(out.request_id)
-            if i is not None and len(out.tokens) > seen[i]:
-                first[i] = first[i] or now
-                last[i] = now
-                bar.update(len(out.tokens) - seen[i])
-                seen[i] = len(out.tokens)
-    sync(device)
-    end = time.perf_counter()
-    bar.close()
-    counts = [len(engine.output(rid).tokens) for rid in ids]
-    return summarize(start, end, first, last, counts, steps=steps, prefill_steps=prefill_steps,
-                     prefill_tokens=prefill_tokens,
-                     decode_tokens=decode_tokens, prefill_step_s=prefill_time,
-                     decode_step_s=decode_time)
-
-
-def run_stream(engine, workload: Workload, device: str, progress: bool) -> dict:
-    n = workload.num_requests
-    first, last, counts = [0.0] * n, [0.0] * n, [0] * n
-    bar = progress_bar(workload.output_tokens, progress, "stream")
-    sync(device)
-    start = time.perf_counter()
-    for i, prompt in enumerate(workload.prompts):
-        for _ in engine.stream(list(prompt), workload.params(i)):
-            now = time.perf_counter()
-            first[i] = first[i] or now
-            last[i] = now
-            counts[i] += 1
-            bar.update(1)
-    sync(device)
-    end = time.perf_counter()
-    bar.close()
-    # One forward pass per streamed token: the first over the prompt, each later one for a token.
-    return summarize(start, end, first, last, counts, steps=sum(counts))
-
-
-def run_generate(engine, workload: Workload, device: str, progress: bool) -> dict:
-    longest = max(workload.output_lens)
-    sync(device)
-    start = time.perf_counter()
-    outputs = engine.generate([list(p) for p in workload.prompts],
-                              GenerationParams(max_new_tokens=longest, ignore_eos=True))
-    sync(device)
-    end = time.perf_counter()
-    # Useful tokens only: what each request asked for, as in the HF baseline.
-    counts = [min(len(o), n) for o, n in zip(outputs, workload.output_lens)]
-    row = summarize(start, end, [end] * len(counts), [end] * len(counts), counts)
-    row["generated_tokens"] = sum(len(o) for o in outputs)
-    return row
-
-
-def summarize(start, end, first, last, counts, **extra) -> dict:
-    wall = end - start
-    ttft = [(f - start) * 1e3 for f in first]
-    tpot = [(lt - f) * 1e3 / (c - 1) for f, lt, c in zip(first, last, counts) if c > 1 and lt > f]
-    out = sum(counts)
-    row = {"wall_s": wall, "output_tokens": out, "output_tok_s": out / wall,
-           "ttft_mean_ms": statistics.fmean(ttft), "ttft_p50_ms": statistics.median(ttft),
-           "ttft_max_ms": max(ttft), "tpot_mean_ms": statistics.fmean(tpot) if tpot else None,
-           "steps": None, "prefill_tokens": None, "decode_tokens": None}
-    row.update(extra)
-    return row
 
 
 def run_jobs(jobs: list[Job], isolate: bool, log=print) -> list[dict]:

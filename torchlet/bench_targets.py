@@ -17,7 +17,8 @@ def _judge(what: str, measured: float, target: float, unit: str, at_most: bool) 
     if ok:
         return f"- {what}: **met**, {measured:.3g}{unit} (target {'≤' if at_most else '≥'} {target:g}{unit})."
     gap = measured - target if at_most else target - measured
-    return (f"- {what}: **missed** by {gap:.3g}{unit}: {measured:.3g}{unit} against "
+    by = f"{gap:.1f} percentage points" if unit == "%" else f"{gap:.3g}{unit}"
+    return (f"- {what}: **missed** by {by}: {measured:.3g}{unit} against "
             f"{'≤' if at_most else '≥'} {target:g}{unit}.")
 
 

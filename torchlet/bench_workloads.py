@@ -19,10 +19,11 @@ QWEN25_05B = ModelConfig(
     num_kv_heads=2, head_dim=64, max_position=32768, rope_theta=1000000.0, rms_eps=1e-6,
     qkv_bias=True, tie_embeddings=True, family="qwen2")
 
-# Big enough on a CPU that recomputation, caching and batching show up in wall time, small
-# enough that the slowest version finishes the CPU workload in well under a minute.
+# Wide enough on a CPU that recomputing a sequence costs visibly more than one new row, with few
+# layers because versions that serve one request at a time pay Python overhead per layer per
+# token. max_position leaves room for a CPU smoke run of the GPU workload's lengths.
 CPU_MODEL = ModelConfig(
-    vocab_size=4096, hidden_size=256, intermediate_size=704, num_layers=4, num_heads=8,
+    vocab_size=4096, hidden_size=256, intermediate_size=704, num_layers=2, num_heads=8,
     num_kv_heads=2, head_dim=32, max_position=2048, rope_theta=10000.0, rms_eps=1e-6,
     qkv_bias=True, tie_embeddings=True, family="qwen2")
 

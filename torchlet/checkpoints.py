@@ -51,14 +51,16 @@ def check_supported(cfg: dict) -> None:
     rope = cfg.get("rope_scaling") or cfg.get("rope_parameters") or {}
     rope_type = rope.get("rope_type") or rope.get("type") or "default"
     if rope_type != "default":
-        raise CheckpointError(f"unsupported RoPE scaling {rope_type!r}: only plain RoPE is implemented")
+        raise CheckpointError(
+            f"unsupported RoPE scaling {rope_type!r}: only plain RoPE is implemented")
     if cfg.get("use_sliding_window"):
         raise CheckpointError("unsupported sliding-window attention (use_sliding_window is true)")
     if cfg.get("mlp_bias"):
         raise CheckpointError("unsupported MLP biases (mlp_bias is true)")
     act = cfg.get("hidden_act", "silu")
     if act != "silu":
-        raise CheckpointError(f"unsupported activation {act!r}: only SwiGLU with silu is implemented")
+        raise CheckpointError(
+            f"unsupported activation {act!r}: only SwiGLU with silu is implemented")
 
 
 def hf_config_dict(config: ModelConfig) -> dict:

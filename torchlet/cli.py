@@ -62,6 +62,7 @@ def resolve_dtype(name: str, device: str):
 
 def run_generate(args) -> int:
     from torchlet.checkpoints import load_hf_dir
+    from torchlet.engines import build_sized
     from torchlet.text import StreamDecoder, load_tokenizer, prompt_ids, stop_ids
 
     device = resolve_device(args.device)
@@ -74,7 +75,10 @@ def run_generate(args) -> int:
     checkpoint = load_hf_dir(model_dir)
     tokenizer = load_tokenizer(model_dir)
     ids = prompt_ids(tokenizer, args.prompt, chat=not args.no_chat)
-    engine = version.build(checkpoint, device=device, dtype=resolve_dtype(args.dtype, device))
+    needed = len(ids) + args.max_new_tokens
+    engine = build_sized(version, checkpoint, device=device, dtype=resolve_dtype(args.dtype, device),
+                         max_model_len=needed if needed <= checkpoint.config.max_position else None,
+                         max_running=1)
     params = GenerationParams(max_new_tokens=args.max_new_tokens,
                               eos_token_ids=stop_ids(tokenizer, checkpoint.config.eos_token_ids))
     print(f"[{version.name} on {device}, {model_dir.name}, prompt {len(ids)} tokens]",
@@ -91,7 +95,8 @@ def run_generate(args) -> int:
     sys.stdout.write(decoder.flush() + "\n")
     n = len(decoder.ids)
     if n:
-        after_first = f", then {(n - 1) / (end - first):.1f} tokens/s" if n > 1 and end > first else ""
+        rest = end - first
+        after_first = f", then {(n - 1) / rest:.1f} tokens/s" if n > 1 and rest > 0 else ""
         print(f"[{n} tokens in {end - start:.2f} s: {n / (end - start):.1f} tokens/s; "
               f"first token after {first - start:.2f} s{after_first}]", file=sys.stderr)
     return 0
@@ -112,12 +117,14 @@ def add_generate(subparsers) -> None:
     p.add_argument("--device", default=None, help="cpu, cuda, cuda:1, ... (default: cuda if any)")
     p.add_argument("--dtype", choices=DTYPES, default="auto",
                    help="auto: float32 on CPU, bfloat16 on CUDA")
-    p.add_argument("--no-chat", action="store_true", help="send the prompt without the chat template")
+    p.add_argument("--no-chat", action="store_true",
+                   help="send the prompt as it is, without the chat template")
     p.set_defaults(run=run_generate)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="torchlet", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="torchlet", description="Torchlet: an LLM inference runtime taught in small versions.")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     add_generate(subparsers)
     for name in PLUGINS:

@@ -176,7 +176,8 @@ def convert(path: Path, out: Path, progress: bool = False) -> Path:
         (tmp / "config.json").write_text(json.dumps(config, indent=2) + "\n")
         if progress:
             print("torchlet: writing weights and tokenizer", file=sys.stderr)
-        save_file(dict(checkpoint.tensors), str(tmp / "model.safetensors"), metadata={"format": "pt"})
+        save_file(dict(checkpoint.tensors), str(tmp / "model.safetensors"),
+                  metadata={"format": "pt"})
         tokenizer = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
         tokenizer.save_pretrained(str(tmp))
         try:

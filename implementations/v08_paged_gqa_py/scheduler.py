@@ -38,7 +38,7 @@ class PagedAdmission:
         # pool is too small for every lane's longest sequence (preemption can happen) refuse
         # it now. The default pool never preempts, and then v04's rule alone holds.
         longest = len(request.prompt) + request.params.max_new_tokens - 1
-        lane_blocks = pool.blocks_needed(self.runner.config.max_position)
+        lane_blocks = pool.blocks_needed(self.runner.cache.max_len)
         can_preempt = pool.num_usable < self.runner.cache.num_lanes * lane_blocks
         if can_preempt and longest > self.inner.max_step_tokens:
             raise RequestError(

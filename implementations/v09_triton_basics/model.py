@@ -8,12 +8,14 @@ sum and the sum): the attention output joins the stream in the post-attention no
 in the next layer's input norm, and the last MLP output in the final norm. forward_layers holds
 that loop once; the ragged, prefill and decode passes differ only in their attention.
 
-The kernels take float32, float16 and bfloat16 on a GPU and float32 on CPU (Triton's interpreter
-has no bf16). Other inputs (float64, the specs' reference dtype; bf16 on CPU) take v00's PyTorch
+The kernels take float32, float16 and bfloat16 on a GPU; on CPU only float32, and only under
+Triton's interpreter (TRITON_INTERPRET=1, set before triton is imported; it has no bf16). Other
+inputs (float64, the specs' reference dtype; CPU without the interpreter) take v00's PyTorch
 functions: same maths, no kernel.
 """
 from __future__ import annotations
 
+import os
 from typing import Callable, Mapping
 
 import torch
@@ -41,10 +43,11 @@ __all__ = ["Weights", "add_rms_norm", "apply_rope", "attend_per_request", "atten
 
 
 def on_triton(t: torch.Tensor) -> bool:
-    """Whether the kernels take t: any of their dtypes on a GPU, float32 on CPU."""
+    """Whether the kernels take t: any of their dtypes on a GPU, float32 on CPU under the
+    interpreter."""
     if t.device.type == "cuda":
         return t.dtype in kernels.DTYPES
-    return t.dtype == torch.float32
+    return t.dtype == torch.float32 and os.environ.get("TRITON_INTERPRET") == "1"
 
 
 # --- the per-token layers ------------------------------------------------------------------
