@@ -198,7 +198,7 @@ def test_on_a_tight_pool_any_arrival_schedule_gets_its_solo_tokens_and_frees_eve
 
 
 def test_a_request_that_could_never_fit_the_pool_is_refused_when_added(impl):
-    engine = impl.build(CKPT, num_blocks=5, block_size=4)  # 4 usable blocks: 16 tokens
+    engine = impl.build(CKPT, dtype=F64, num_blocks=5, block_size=4)  # 4 usable: 16 tokens
     fits = engine.add_request([7] * 10, GenerationParams(max_new_tokens=6))  # 16 tokens
     with pytest.raises(RequestError, match="block"):
         engine.add_request([7] * 10, GenerationParams(max_new_tokens=7))  # 17: never

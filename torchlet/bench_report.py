@@ -139,6 +139,7 @@ def chart(kind: str, payload: dict, path: Path) -> None:
             ax.barh(names, [r.get(key) or 0 for r in rows], color="tab:blue")
             ax.invert_yaxis()
             ax.set_xlabel(label)
+        axes[1].set_xscale("log")  # a one-at-a-time server's queue dwarfs a batched one
         fig.suptitle(f"{payload.get('workload', {}).get('describe', kind)}", fontsize=9)
     elif kind == "decode":
         fig, ax = plt.subplots(figsize=(7, 4.5))

@@ -323,3 +323,62 @@ class BatchingEngine(StepEngine, Protocol):
     leave at the step they finish. It adds no method: last_step_stats() must then respect
     num_running <= max_running and num_tokens <= max_step_tokens at every step, and add_request
     refuses a prompt longer than max_step_tokens."""
+
+
+@runtime_checkable
+class SlotEngine(BatchingEngine, Protocol):
+    """Capability `decode_slots` (v05): build(ckpt, max_decode_slots=N, poison_inactive_lanes=False,
+    max_model_len=None). A request takes the lowest free slot when it is prefilled and keeps it
+    until the step it finishes; every decode pass has one lane per slot in use, idle or not."""
+
+    num_decode_slots: int
+
+    def slot_of(self, request_id) -> int | None:
+        """The request's slot while it runs; None while it waits and once it has finished."""
+        ...
+
+
+@runtime_checkable
+class StaticBufferEngine(SlotEngine, Protocol):
+    """Capability `static_buffers` (v06): the decode step reads inputs allocated once."""
+
+    def decode_buffers(self) -> dict[str, torch.Tensor]:
+        """The decode step's input tensors by name (at least "token_ids" and "positions"): the
+        same objects, addresses, shapes and dtypes at every step."""
+        ...
+
+
+@runtime_checkable
+class GraphEngine(StaticBufferEngine, Protocol):
+    """Capability `graph_replay` (v07): build(..., use_graphs=True). The decode step is captured
+    once per bucket of lanes and replayed; use_graphs=False runs the same step eagerly."""
+
+    def graph_stats(self) -> dict[int, dict[str, int]]:
+        """bucket -> {"captures": n, "replays": n}."""
+        ...
+
+
+@runtime_checkable
+class PagedEngine(GraphEngine, Protocol):
+    """Capability `paged_kv` (v08): build(..., num_blocks=None, block_size=16). K/V lives in a
+    pool of blocks (block 0 is the null block); each request reads it through its block table.
+    When the pool runs out, the request admitted last is preempted and recomputed later."""
+
+    num_preemptions: int
+
+    def block_tables(self) -> dict:
+        """request id -> its table of physical block ids, for every request holding blocks."""
+        ...
+
+    def paged_metadata(self) -> Any:
+        """kv_indptr, kv_indices, kv_last_page_len, block_tables, context_lens of the requests
+        holding blocks, in block_tables() order (FlashInfer's names)."""
+        ...
+
+    def pool_stats(self) -> dict[str, int]:
+        """block_size, num_blocks, num_usable, num_free, num_used."""
+        ...
+
+    def kv_bytes(self, request_id) -> int:
+        """K/V bytes the request holds: its blocks, no more."""
+        ...

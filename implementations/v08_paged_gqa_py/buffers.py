@@ -15,15 +15,18 @@ class PagedDecodeBuffers:
                   "block_tables": ((num_lanes, max_blocks), torch.int32),
                   "context_lens": ((num_lanes,), torch.int32),
                   "slot_mapping": ((num_lanes,), torch.long)}
-        self.device_tensors = {n: torch.zeros(s, dtype=d, device=device) for n, (s, d) in shapes.items()}
+        self.device_tensors = {n: torch.zeros(s, dtype=d, device=device)
+                               for n, (s, d) in shapes.items()}
         self.host = {n: torch.zeros(s, dtype=d, pin_memory=pin) for n, (s, d) in shapes.items()}
+        # numpy views: writing through them allocates nothing (see v06's DecodeBuffers)
+        self.host_np = {name: t.numpy() for name, t in self.host.items()}
 
     def write(self, lanes: dict, poison: torch.Generator | None = None, vocab: int = 1,
               max_len: int = 1) -> None:
         """lanes: lane -> (token id, position, block table, new token's slot). Idle lanes get an
         empty context, the null block and a null-block slot; their ids and positions are zeros,
         or garbage when poisoned."""
-        h = self.host
+        h, n = self.host, self.host_np
         if poison is None:
             h["token_ids"].zero_()
             h["positions"].zero_()
@@ -34,13 +37,11 @@ class PagedDecodeBuffers:
         h["context_lens"].zero_()
         h["slot_mapping"].fill_(NULL_BLOCK)  # slot 0 lies in the null block
         for lane, (token, position, table, slot) in lanes.items():
-            h["token_ids"][lane] = token
-            h["positions"][lane] = position
-            row = h["block_tables"][lane]
-            for j, block in enumerate(table):  # element writes: no new tensor per step
-                row[j] = block
-            h["context_lens"][lane] = position + 1
-            h["slot_mapping"][lane] = slot
+            n["token_ids"][lane] = token
+            n["positions"][lane] = position
+            n["block_tables"][lane, :len(table)] = table
+            n["context_lens"][lane] = position + 1
+            n["slot_mapping"][lane] = slot
         for name, t in self.device_tensors.items():
             t.copy_(h[name], non_blocking=True)
 
