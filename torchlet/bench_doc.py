@@ -73,8 +73,8 @@ def section(kind: str, result: dict | None, assets: str) -> list[str]:
     if result is None:
         return out + [f"Not measured yet. Run `{HOW_TO[kind]}`, then `torchlet bench report`.", ""]
     env = result.get("environment", {})
-    where = env.get("gpu") or (f"CPU, {env.get('cpus')} cores, {env.get('torch_threads')} torch "
-                               f"threads, load average {env.get('load_average', '?')} when it ended")
+    where = env.get("gpu") or (f"CPU, {env.get('cpus')} cores, torch threads {env.get('torch_threads')}, "
+                               f"load average {env.get('load_average', '?')} when it ended")
     out += ["```", result["command"], "```", "",
             f"{result.get('created', '?')} on {where}; torch {env.get('torch', '?')}, "
             f"commit {env.get('commit', '?')}."]
