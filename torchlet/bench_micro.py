@@ -29,7 +29,9 @@ def decode_step_bench(version, checkpoint, batch: int, context: int, *, device: 
         raise TorchletError(f"{version.name} has no step API ({REQUEST_STATES}) to time one step")
     rng = random.Random(batch * 100003 + context)
     vocab = checkpoint.config.vocab_size
-    total = warmup + steps + profile_steps + 2
+    # Prefill may take up to `batch` steps (one prompt a step under a tight token budget), during
+    # which the requests admitted first already decode: none may finish before the timing ends.
+    total = warmup + steps + profile_steps + 2 + batch
     prompts = tuple(tuple(rng.randrange(vocab) for _ in range(context)) for _ in range(batch))
     workload = Workload(f"decode-B{batch}-ctx{context}", prompts, (total,) * batch)
     wishes = {**wishes, "max_running": batch, "max_decode_slots": batch,
