@@ -41,7 +41,9 @@ VOCAB = CKPT.config.vocab_size
 class Lifecycle(RuleBasedStateMachine):
     def __init__(self, impl):
         super().__init__()
-        self.engine = impl.build(CKPT)
+        # float64: the lifecycle is the point here, and Triton versions then take their PyTorch
+        # path instead of the CPU interpreter.
+        self.engine = impl.build(CKPT, dtype=torch.float64)
         self.seen = {}      # request id -> last RequestOutput observed
         self.aborted = set()
 
