@@ -27,6 +27,7 @@ import implementations
 from spec.support import strategies as sts
 from spec.support.hypothesis_profiles import engine_settings
 from spec.support.models import tiny_checkpoint
+from spec.support.scenarios import late_arrival
 from torchlet.contract import (CONTINUOUS_BATCHING, REQUEST_STATES, FinishReason,
                                GenerationParams, RequestError, RequestState)
 
@@ -226,13 +227,5 @@ def test_static_batching_makes_a_late_request_wait_for_the_whole_batch(impl):
     finished, though nothing limits the batch's size."""
     if CONTINUOUS_BATCHING in impl.capabilities:
         pytest.skip("continuous batching admits B at once: see test_v04_continuous_batching.py")
-    engine = impl.build(CKPT)
-    a = engine.add_request(PROMPT, GenerationParams(max_new_tokens=6))
-    engine.step()
-    b = engine.add_request([9, 8, 7], GenerationParams(max_new_tokens=2))
-    ran = []
-    while engine.has_unfinished():
-        engine.step()
-        stats = engine.last_step_stats()
-        ran.append((stats.decode_ids, stats.prefill_ids))
+    a, b, ran = late_arrival(impl.build(CKPT))
     assert ran == [((a,), ())] * 5 + [((), (b,)), ((b,), ())]

@@ -32,6 +32,7 @@ from spec.support import strategies as sts
 from spec.support.hypothesis_profiles import engine_settings
 from spec.support.meter import TokenMeter
 from spec.support.models import tiny_checkpoint
+from spec.support.scenarios import late_arrival
 from torchlet.contract import CONTINUOUS_BATCHING, DECODE_SLOTS, GenerationParams, RequestError
 
 pytestmark = pytest.mark.needs(CONTINUOUS_BATCHING)
@@ -135,15 +136,7 @@ def test_prefill_and_decode_share_one_mixed_pass(impl):
 
 
 def test_a_late_request_joins_at_the_next_step_instead_of_waiting_for_the_batch(impl):
-    engine = impl.build(CKPT)
-    a = engine.add_request(PROMPT, GenerationParams(max_new_tokens=6))
-    engine.step()
-    b = engine.add_request([9, 8, 7], GenerationParams(max_new_tokens=2))
-    ran = []
-    while engine.has_unfinished():
-        engine.step()
-        stats = engine.last_step_stats()
-        ran.append((stats.decode_ids, stats.prefill_ids))
+    a, b, ran = late_arrival(impl.build(CKPT))
     assert ran == [((a,), (b,)), ((a, b), ())] + [((a,), ())] * 3  # compare v03's spec
 
 

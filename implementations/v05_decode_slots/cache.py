@@ -59,11 +59,6 @@ class SlotCache:
         self._slot.pop(request_id, None)
         self._length.pop(request_id, None)
 
-    def reserved_bytes(self) -> int:
-        """K/V bytes set aside for requests (the sink excluded), used or not."""
-        per_slot = sum(k[0].numel() * k.element_size() * 2 for k, _ in self.kv)
-        return per_slot * self.num_slots
-
     def kv_of(self, request_id: Hashable) -> list[tuple[torch.Tensor, torch.Tensor]]:
         """A copy of the request's rows: per layer (k, v), each [tokens, KV, D]."""
         s, n = self._slot[request_id], self._length[request_id]

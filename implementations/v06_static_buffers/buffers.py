@@ -19,7 +19,6 @@ class DecodeBuffers:
         # numpy views of the host tensors: `t[i] = value` on a tensor first makes a 0-dim tensor
         # of the value (aten.lift_fresh), an allocation per lane per step; numpy writes in place.
         self.host_np = {name: t.numpy() for name, t in self.host.items()}
-        self.same_memory = device.type == "cpu"
 
     def write(self, lanes: dict[int, tuple[int, int]], poison: torch.Generator | None = None,
               vocab: int = 1, max_len: int = 1) -> None:

@@ -118,11 +118,11 @@ class PagedRunner:
         return logits[[self.cache.slot_of(r) for r in request_ids]]
 
     def decode_step(self, *buffers) -> torch.Tensor:
-        """Replay the bucket that covers the lanes in use; float logits [bucket, vocab], a copy.
+        """Replay the bucket that covers the lanes in use; float logits [bucket, vocab] in the
+        graph's output tensor, which the next replay overwrites (decode() indexes out a copy).
         The inputs are the static buffers, already written."""
         in_use = [s for _, s, _ in self.cache.items()]
-        logits = self.graphs.run(max(in_use) + 1 if in_use else 1)
-        return logits.clone()
+        return self.graphs.run(max(in_use) + 1 if in_use else 1)
 
     @torch.inference_mode()
     def forward_ragged(self, token_ids: list[int], req_indptr: torch.Tensor) -> torch.Tensor:

@@ -1,0 +1,20 @@
+"""Scripted request schedules that more than one spec module compares across versions."""
+from __future__ import annotations
+
+from torchlet.contract import GenerationParams
+
+PROMPT = [17, 5, 300, 42, 99, 8, 250]
+
+
+def late_arrival(engine):
+    """A (6 new tokens) is added and stepped once; then B (2 new tokens) arrives. Runs to the
+    end and returns (a, b, [(decode_ids, prefill_ids) of every later step])."""
+    a = engine.add_request(PROMPT, GenerationParams(max_new_tokens=6))
+    engine.step()
+    b = engine.add_request([9, 8, 7], GenerationParams(max_new_tokens=2))
+    ran = []
+    while engine.has_unfinished():
+        engine.step()
+        stats = engine.last_step_stats()
+        ran.append((stats.decode_ids, stats.prefill_ids))
+    return a, b, ran
