@@ -24,12 +24,14 @@ torch.set_num_threads(1)
 
 import implementations  # noqa: E402
 from spec.support import hypothesis_profiles  # noqa: E402,F401  (registers the profiles)
+from spec.support import owned_coverage  # noqa: E402
 from torchlet.contract import ALL_CAPABILITIES  # noqa: E402
 
 
 def pytest_addoption(parser):
     parser.addoption("--impl-root", default=None,
                      help="run the specs against this tree of versions instead of implementations/")
+    owned_coverage.addoption(parser)
 
 
 def impl_root(config) -> Path:
@@ -41,6 +43,9 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "needs(capability): run over versions that declare it")
     config.addinivalue_line("markers", "gpu: needs CUDA; skipped on a CPU-only machine")
     config.addinivalue_line("markers", "real_model: runs the SmolLM2-135M model")
+    config.addinivalue_line("markers", "mutants: a breakage of the reference its specs must notice")
+    if owned_coverage.wanted(config):
+        config.pluginmanager.register(owned_coverage.OwnedCoverage(config), "owned-coverage")
     for cap in ALL_CAPABILITIES:
         config.addinivalue_line("markers", f"{cap}: specs of the {cap} capability")
     for name in implementations.version_names(impl_root(config)):

@@ -11,12 +11,22 @@ is the newest that runs natively here: on a CPU, the newest without Triton kerne
 
 Files to compare: torchlet/cli.py and torchlet/text.py.
 
-Tradeoff left visible: the command runs in-process here (`main(argv)`), so the spec pays the
-model load once per worker, not a fresh interpreter per call.
+Every failure a user can cause (a bad argument, a missing directory, a prompt that is not UTF-8,
+Ctrl-C at any moment, start-up included) ends in one line on stderr and a non-zero exit status,
+never a traceback.
+
+Tradeoff left visible: the command mostly runs in-process here (`main(argv)`), so the spec pays
+the model load once per worker, not a fresh interpreter per call. The failure cases run it as a
+subprocess, as a user does, since what they check (the exit status, stderr, Ctrl-C during the
+imports) shows only from outside: about a second each, mostly torch's import.
 """
 from __future__ import annotations
 
 import importlib.metadata
+import signal
+import subprocess
+import sys
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -25,7 +35,12 @@ import torch
 from spec.support import real_model as rm
 from spec.support.hf_dirs import byte_tokenizer, save_tiny
 from torchlet import cli
+from torchlet.learner import child_env
 from torchlet.text import StreamDecoder, load_tokenizer, prompt_ids
+
+REPO = Path(__file__).resolve().parents[1]
+TINY = REPO / "fixtures" / "tiny_qwen2"  # weights, no tokenizer: a run that gets far fails late
+ENTRY = "import sys; from torchlet.cli import main; sys.exit(main())"  # the console script's code
 
 
 def run(capsys, *argv):
@@ -115,3 +130,93 @@ def test_without_a_subcommand_the_help_is_shown(capsys):
 def test_the_chat_template_wraps_the_prompt_of_the_default_model():
     text = rm.tokenizer().decode(list(rm.chat_ids("Hi")))
     assert text.endswith("<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n")
+
+
+def command(*argv, prelude: str = "", **popen) -> subprocess.Popen:
+    """`torchlet ARGV...` in a fresh interpreter, as the console script runs it."""
+    return subprocess.Popen([sys.executable, "-c", prelude + ENTRY, *argv], cwd=REPO,
+                            env=child_env(), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, **popen)
+
+
+def assert_one_line(code: int, err: bytes, start: str) -> str:
+    text = err.decode("utf-8", "replace")
+    assert code != 0, text
+    assert "Traceback" not in text, text
+    lines = text.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(start), text
+    return lines[0]
+
+
+MISTAKES = {
+    "a prompt that is not UTF-8": (("generate", b"caf\xe9", "--impl", "v00", "--model", TINY),
+                                   "not valid UTF-8"),
+    "a missing --impl-root": (("generate", "hi", "--impl-root", "{missing}", "--model", TINY),
+                              "--impl-root {missing}: does not exist"),
+    "check of a missing tree": (("check", "{missing}"), "learner tree {missing}: does not exist"),
+    "diff in a missing --impl-root": (("diff", "v01_0", "--impl-root", "{missing}"),
+                                      "--impl-root {missing}: does not exist"),
+    "a negative --max-new-tokens": (("generate", "hi", "--impl", "v00", "--model", TINY,
+                                     "--max-new-tokens", "-30"), "at least 1, got -30"),
+    "--model naming a file": (("generate", "hi", "--impl", "v00", "--model", TINY / "config.json"),
+                              "a file, not a directory"),
+}
+
+
+@pytest.mark.parametrize("mistake", MISTAKES, ids=list(MISTAKES))
+def test_each_user_mistake_is_one_clear_line_and_a_failing_exit_status(tmp_path, mistake):
+    argv, message = MISTAKES[mistake]
+    missing = str(tmp_path / "nope")
+    argv = [a.format(missing=missing) if isinstance(a, str) else a for a in argv]
+    proc = command(*argv)
+    _, err = proc.communicate(timeout=120)
+    line = assert_one_line(proc.returncode, err, "torchlet: error")
+    assert message.format(missing=missing) in line
+
+
+# Pauses the child at the first import of MODULE (inside start-up) and tells the parent so on
+# stdout; the parent's SIGINT then lands there, at a known point, with no timing involved.
+PAUSE = """import os, sys
+class PauseAt:
+    def find_spec(self, name, path=None, target=None):
+        if name == {module!r}:
+            sys.meta_path.remove(self)
+            os.write(1, b"paused\\n")
+            os.read(0, 1)
+sys.meta_path.insert(0, PauseAt())
+"""
+
+
+@pytest.mark.parametrize("module", ["torch", "torchlet.checkpoints"])
+def test_ctrl_c_during_start_up_is_one_line_and_exit_status_130(module):
+    proc = command("generate", "hi", "--impl", "v00", "--model", TINY,
+                   prelude=PAUSE.format(module=module))
+    try:
+        assert proc.stdout.readline() == b"paused\n", proc.communicate(timeout=60)[1]
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 130
+    assert assert_one_line(proc.returncode, err, "torchlet: interrupted")
+
+
+@pytest.fixture(scope="module")
+def chat_model(tmp_path_factory):
+    path = tmp_path_factory.mktemp("chat_model")
+    save_tiny(path, "qwen2", tokenizer=True, seed=3)
+    return path
+
+
+def test_ctrl_c_during_the_answer_is_one_line_and_exit_status_130(capsys, monkeypatch,
+                                                                   chat_model):
+    def interrupted(self, token):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(StreamDecoder, "push", interrupted)
+    code, out, err = run(capsys, "generate", "Hello", "--impl", "v00", "--model",
+                         str(chat_model), "--max-new-tokens", "8")
+    assert code == 130
+    assert err.strip().splitlines()[-1] == "torchlet: interrupted" and "Traceback" not in err

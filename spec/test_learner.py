@@ -55,7 +55,7 @@ def test_an_exercise_fails_naming_what_to_write_and_passes_once_filled_with_the_
     for path in reference.rglob("*.py"):
         shutil.copy(path, root / version / path.relative_to(reference))
     assert learner.main(["check", str(root), "-k", version]) == 0, capsys.readouterr().out
-    assert "every spec of this version passes" in capsys.readouterr().out
+    assert "every spec of this version passes, and no stub is left" in capsys.readouterr().out
 
 
 def test_a_stub_keeps_signature_and_docstring_and_raises_naming_version_function_and_spec():
@@ -119,3 +119,26 @@ def test_a_spec_module_belongs_to_the_version_its_name_gives():
         major = version.split("_")[0]
         for path in learner.spec_modules(version):
             assert path.name.startswith(f"test_{major}_")
+
+
+def test_check_never_calls_a_version_done_while_a_stub_is_left_even_one_no_spec_reaches(
+        tmp_path, capsys, monkeypatch, not_a_learner_run):
+    version = implementations.version_names()[0]
+    root = tmp_path / "mine"
+    learner.make_exercise(version, root)
+    reference = implementations.REFERENCE_ROOT / version
+    for path in reference.rglob("*.py"):
+        shutil.copy(path, root / version / path.relative_to(reference))
+    model = root / version / "model.py"
+    stub = learner.stub_source("def unreached(x):\n    return x\n", version, "model", [])
+    model.write_text(model.read_text() + "\n\n" + stub)
+    passing = [learner.Outcome("spec/test_x.py::test_y", "passed")]
+
+    class Proc:
+        returncode, stdout, stderr = 0, "", ""
+
+    monkeypatch.setattr(learner, "run_specs", lambda *a, **k: (passing, Proc()))
+    assert learner.main(["check", str(root), "-k", version]) != 0
+    report = capsys.readouterr().out
+    assert "model.unreached" in report and "not done" in report, report
+    assert "no stub is left" not in report

@@ -38,6 +38,7 @@ import implementations
 from spec.support import strategies as sts
 from spec.support.allocations import OpLog
 from spec.support.hypothesis_profiles import engine_settings
+from spec.support.lanes import LaneTracker
 from spec.support.meter import TokenMeter
 from spec.support.models import tiny_checkpoint
 from torchlet.contract import (DECODE_SLOTS, GRAPH_REPLAY, PAGED_KV, GenerationParams,
@@ -59,12 +60,21 @@ def solo():
     return lambda prompt, params: v03.generate([prompt], params)[0]
 
 
-class SlotWatch:
-    """Drives an arrival schedule and checks the slots through the public API after every step;
-    with a token meter, also the rows of every pass."""
+def lane_tracker(engine, impl) -> LaneTracker:
+    """Watches what each step's passes feed and store (spec/support/lanes.py). Paged versions
+    keep a request's K/V in blocks, so its rows run on only within a block."""
+    block = engine.pool_stats()["block_size"] if PAGED_KV in impl.capabilities else None
+    return LaneTracker(engine, CFG, block)
 
-    def __init__(self, engine, impl):
+
+class SlotWatch:
+    """Drives an arrival schedule and checks the slots after every step: through the public API,
+    and against what the decode pass really fed and stored (LaneTracker); with a token meter,
+    also the rows of every pass."""
+
+    def __init__(self, engine, impl, observe: bool = True):
         self.engine, self.impl = engine, impl
+        self.lanes = lane_tracker(engine, impl) if observe else None
         self.ids: list[int] = []
         self.held: dict[int, int] = {}   # running request -> slot, as of the last step
 
@@ -83,7 +93,7 @@ class SlotWatch:
 
     def step(self, meter, prompt_of):
         passes_before = len(meter.passes()) if meter else 0
-        if not self.engine.step():
+        if not (self.lanes.step(self.ids) if self.lanes else self.engine.step()):
             return
         stats = self.engine.last_step_stats()
         n = self.engine.num_decode_slots
@@ -154,7 +164,8 @@ def test_garbage_in_the_idle_lanes_changes_no_requests_tokens(impl, schedule, sl
     for poison in (False, True):
         engine = impl.build(CKPT, dtype=torch.float64, max_decode_slots=slots,
                             poison_inactive_lanes=poison)
-        ids = SlotWatch(engine, impl).run(schedule)
+        # the unpoisoned run is observed by the property above
+        ids = SlotWatch(engine, impl, observe=poison).run(schedule)
         outputs.append([engine.output(i) for i in ids])
     assert outputs[0] == outputs[1]
 
@@ -198,6 +209,31 @@ def test_a_freed_slot_goes_to_the_next_request_lowest_slot_first(impl):
     assert engine.slot_of(other) is None and engine.slot_of(long) is None
     engine.step()
     assert [engine.slot_of(i) for i in (late2, late1)] == [0, 1]  # the lowest, not the first freed
+
+
+def test_the_lane_slot_of_names_feeds_its_requests_token_and_its_kv_rows_stay_put(impl):
+    """slot_of() checked against the passes themselves, while requests leave from below others
+    (a finish, then an abort) and newcomers fill the freed slots. In float32, so v09 and v10 run
+    their Triton kernels (v10's store is seen as its custom op); v07 on replays the decode pass
+    from its graph, whose recorded ops still dispatch."""
+    engine = impl.build(CKPT, max_decode_slots=4)
+    lanes = lane_tracker(engine, impl)
+    ids = [engine.add_request(p, GenerationParams(max_new_tokens=n))
+           for p, n in ((PROMPT, 2), ([9, 8, 7], 6), ([4, 4, 4, 4], 6))]
+    a, b, c = ids
+    lanes.step(ids)
+    lanes.step(ids)  # a finishes below b and c: they must stay in lanes 1 and 2
+    ids.append(d := engine.add_request([11, 12], GenerationParams(max_new_tokens=4)))
+    lanes.step(ids)
+    assert [engine.slot_of(i) for i in (a, b, c, d)] == [None, 1, 2, 0]
+    lanes.step(ids)
+    engine.abort(b)
+    ids.append(e := engine.add_request([13, 14, 15], GenerationParams(max_new_tokens=3)))
+    lanes.step(ids)
+    assert [engine.slot_of(i) for i in (c, d, e)] == [2, 0, 1]
+    while engine.has_unfinished():
+        lanes.step(ids)
+    assert [len(engine.output(i).tokens) for i in ids] == [2, 4, 6, 4, 3]
 
 
 def test_a_decode_pass_feeds_every_slot_however_few_requests_run(impl):

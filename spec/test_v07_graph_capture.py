@@ -8,8 +8,9 @@ torch.cuda.CUDAGraph; on a CPU it is a stand-in that records the aten ops (Torch
 replays that tape.
 Why: after v06 the decode step reads fixed buffers at fixed addresses, but it still pays Python and
 kernel-launch overhead for every op at every step. A graph pays it once, at capture.
-Core principle: a graph remembers addresses and Python values, not your intentions. So: update
-inputs in place and replay the captured tensors; declare every outside tensor the step reads;
+Core principle: a graph remembers addresses and Python values, not your intentions. A replay
+runs none of fn's Python: fn is called at capture only (counted from outside, by wrapping it),
+and with graphs off at every run. So: update inputs in place and replay the captured tensors; declare every outside tensor the step reads;
 Python scalars are frozen at capture; nothing inside the step may ask the host for a value
 (`.item()`, `.tolist()`, `if tensor:`, nonzero, boolean masks). The CPU stand-in enforces the same
 contract as CUDA, with GraphCaptureError, so it can be learned and checked without a GPU.
@@ -123,6 +124,41 @@ def test_runner_captures_each_bucket_once_and_only_replays_in_steady_state(impl,
                          sum(on.bucket_for(n) == b for n in steady)} for b in buckets}
 
 
+def counted(fn):
+    """fn, and a list that grows by one at each call: Python that runs shows up here."""
+    calls = []
+
+    def wrapper(*args):
+        calls.append(1)
+        return fn(*args)
+
+    return wrapper, calls
+
+
+def test_a_replay_never_calls_the_captured_function_and_graphs_off_call_it_every_run(impl, ckpt):
+    graphs = impl.package.graphs
+    fn, constants = token_step(impl, ckpt)
+    step, calls = counted(fn)
+    token_ids = torch.zeros(MAX_BATCH, dtype=torch.long)
+    graph = graphs.capture(step, (token_ids,), constants=constants)
+    captured = len(calls)                                  # capture runs fn to record it
+    runner = graphs.GraphRunner(step, (token_ids,), buckets=(1, 2, 4, 8), constants=constants)
+    runner.capture_all()
+    warm = len(calls)
+    g = torch.Generator().manual_seed(1)
+    for n in (8, 3, 1):
+        token_ids.copy_(torch.randint(0, ckpt.config.vocab_size, (MAX_BATCH,), generator=g))
+        bucket = runner.bucket_for(n)                      # fn itself, uncounted, eagerly:
+        assert torch.equal(graph.replay()[0], fn(token_ids.clone())[0])
+        assert torch.equal(runner.run(n)[0], fn(token_ids[:bucket].clone())[0])
+    assert captured >= 1 and len(calls) == warm            # three steps, not one call of fn
+    off = graphs.GraphRunner(step, (token_ids,), buckets=(1, 2, 4, 8), constants=constants,
+                             enabled=False)
+    for n in (8, 1):
+        off.run(n)
+    assert len(calls) == warm + 2
+
+
 def test_a_batch_is_padded_up_to_the_smallest_bucket_that_holds_it(impl):
     graphs = impl.package.graphs
     assert graphs.default_buckets(6) == (1, 2, 4, 6)
@@ -227,7 +263,10 @@ def test_cuda_runner_captures_each_bucket_once_into_one_shared_pool(impl, ckpt):
     fn, constants = token_step(impl, ckpt, "cuda")
     buckets = graphs.default_buckets(MAX_BATCH)
     token_ids = torch.zeros(MAX_BATCH, dtype=torch.long, device="cuda")
-    runner = graphs.GraphRunner(fn, (token_ids,), buckets=buckets, constants=constants)
+    counted_fn, calls = counted(fn)
+    runner = graphs.GraphRunner(counted_fn, (token_ids,), buckets=buckets, constants=constants)
+    runner.capture_all()
+    captured = len(calls)                                  # warm-up and capture run fn's Python
     rng = random.Random(0)
     for step, n in enumerate([1, 2, 3, 5, 8] + [rng.randint(1, MAX_BATCH) for _ in range(25)]):
         token_ids.copy_(torch.randint(0, ckpt.config.vocab_size, (MAX_BATCH,),
@@ -239,6 +278,7 @@ def test_cuda_runner_captures_each_bucket_once_into_one_shared_pool(impl, ckpt):
         torch.testing.assert_close(logits, eager_logits, **GPU_TOLERANCE)
     assert {b: s["captures"] for b, s in runner.stats().items()} == {b: 1 for b in buckets}
     assert sum(s["replays"] for s in runner.stats().values()) == 30
+    assert len(calls) == captured                          # 30 replays, no call of fn
     assert runner.pool is not None and all(g.pool is runner.pool for g in runner.graphs.values())
 
 

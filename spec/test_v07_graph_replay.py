@@ -6,9 +6,13 @@ and replayed at every later step. Prefill stays eager. graph_stats() reports cap
 per bucket; build(..., use_graphs=False) runs the very same step eagerly.
 Why v06 needs it: v06 made the step's inputs static, but each step still launches every kernel
 from Python; replay launches the whole step at once.
-Core principle: replay is invisible. Logits with graphs on equal logits with graphs off bit for
-bit on CPU (the stand-in replays the same aten ops), and within GPU_TOLERANCE on CUDA; tokens are
-equal; a bucket is captured once, and steady state only replays.
+Core principle: replay is invisible, and it is observed, not reported. Logits with graphs on equal
+logits with graphs off bit for bit on CPU (the stand-in replays the same aten ops), and within
+GPU_TOLERANCE on CUDA; tokens are equal; a bucket is captured once, and steady state only replays:
+watched from outside (spec/support/replay_watch.py), a steady-state decode step runs none of the
+model's Python code and dispatches none of its ops, while the same step with graphs off runs them
+at every step; on CUDA it is one cudaGraphLaunch and no kernel of the model launched eagerly.
+graph_stats() is the engine's own report: read, never the only evidence.
 Files: implementations/v07_cuda_graph/runner.py and engine.py against
 implementations/v06_static_buffers/; the graph machinery is page 1, test_v07_graph_capture.py.
 Tradeoff left visible: a step whose highest busy slot is 5 runs the bucket-8 graph, lanes 6 and 7
@@ -21,6 +25,7 @@ from hypothesis import given
 from spec.support import strategies as sts
 from spec.support.hypothesis_profiles import engine_settings
 from spec.support.models import tiny_checkpoint
+from spec.support.replay_watch import CudaStepWatch, ModelWatch
 from torchlet.contract import GRAPH_REPLAY, GenerationParams
 
 pytestmark = pytest.mark.needs(GRAPH_REPLAY)
@@ -103,6 +108,74 @@ def test_graphs_off_captures_nothing(impl):
     assert all(s["captures"] == 0 for s in engine.graph_stats().values())
 
 
+# --- replay, observed from outside the engine -----------------------------------------------
+
+STEADY = dict(max_decode_slots=8, dtype=torch.float64)  # float64: see above
+
+
+def warm_every_bucket(engine):
+    """One decode step at each bucket (1, 2, 4, 8), so that every later step can replay."""
+    for n in (1, 2, 4, 8):
+        engine.generate([[7 + i, 9, 11] for i in range(n)],
+                        GenerationParams(max_new_tokens=2, ignore_eos=True))
+
+
+def steady_state(engine, watch):
+    """Eight requests, prefilled together, that leave highest slot first: the decode steps walk
+    down the buckets 8, 4, 2, 1 with nobody arriving, so no step needs a prefill or a new graph.
+    Each decode step runs under a fresh watch(); returns the tokens and the watches."""
+    ids = [engine.add_request([20 + i, 4, 9], GenerationParams(max_new_tokens=9 - i,
+                                                               ignore_eos=True))
+           for i in range(8)]
+    engine.step()  # the prefill of all eight
+    watches = []
+    while engine.has_unfinished():
+        with watch() as seen:
+            engine.step()
+        watches.append(seen)
+    return [engine.output(i).tokens for i in ids], watches
+
+
+@pytest.fixture(scope="module")
+def steady(impl):
+    graphed = impl.build(CKPT, **STEADY)
+    warm_every_bucket(graphed)
+    eager = impl.build(CKPT, use_graphs=False, **STEADY)
+    warm_every_bucket(eager)
+    return (steady_state(graphed, lambda: ModelWatch(impl)),
+            steady_state(eager, lambda: ModelWatch(impl)))
+
+
+def test_a_replayed_decode_step_runs_none_of_the_models_python_code(steady):
+    (_, replayed), _ = steady
+    for step, watch in enumerate(replayed):
+        assert watch.model_calls == [], \
+            f"decode step {step} ran model code: {sorted(set(watch.model_calls))}"
+
+
+def test_a_replayed_decode_step_dispatches_no_op_from_the_model_yet_does_the_steps_work(steady):
+    (_, replayed), (_, eager) = steady
+    for step, (watch, eager_watch) in enumerate(zip(replayed, eager)):
+        assert watch.model_ops == [], f"decode step {step}"
+        # Silence alone would also fit a step that computed nothing: the replay itself must
+        # dispatch at least the ops that the model's code dispatches in the eager step.
+        assert len(watch.ops) >= len(eager_watch.model_ops) > 0, f"decode step {step}"
+
+
+def test_with_graphs_off_every_decode_step_runs_the_models_python_code(steady):
+    # The other side of the two specs above: the watch sees the model when it runs.
+    _, (_, eager) = steady
+    assert len(eager) == 8
+    for step, watch in enumerate(eager):
+        assert watch.model_calls and watch.model_ops, f"decode step {step}"
+
+
+def test_replayed_steady_state_tokens_equal_eager_tokens(steady):
+    (graphed_tokens, _), (eager_tokens, _) = steady
+    assert graphed_tokens == eager_tokens
+    assert [len(t) for t in graphed_tokens] == [9 - i for i in range(8)]
+
+
 @pytest.mark.gpu
 def test_cuda_replay_equals_eager_within_tolerance_and_tokens_match_cpu(impl):
     graphed = changing_batches(impl.build(CKPT, device="cuda"))
@@ -113,3 +186,28 @@ def test_cuda_replay_equals_eager_within_tolerance_and_tokens_match_cpu(impl):
     params = GenerationParams(max_new_tokens=8)
     assert impl.build(CKPT, device="cuda").generate(prompts, params) == \
         impl.build(CKPT).generate(prompts, params)
+
+
+# What a replayed step may ask of the GPU besides its one cudaGraphLaunch: memcpy and memset calls
+# of any number (the inputs copied into the static buffers, host to device; the requests' logit
+# rows; the tokens read back, device to host), and the kernels that the engine's host code launches
+# around the graph: the gather of the live lanes' logits and the argmax. No kernel of the model:
+# with graphs off, the tiny 2-layer model launches more than 70 kernels a step.
+HOST_KERNELS = 2
+
+
+@pytest.mark.gpu
+def test_cuda_steady_state_step_is_one_graph_launch_and_no_eager_model_kernel(impl):
+    # float32, the default: v09 and v10 run their Triton kernels, inside the graph.
+    graphed = impl.build(CKPT, device="cuda", max_decode_slots=8)
+    warm_every_bucket(graphed)
+    _, replayed = steady_state(graphed, lambda: CudaStepWatch(impl))
+    for step, watch in enumerate(replayed):
+        assert watch.launches.graphs == 1, f"decode step {step}: {watch.launches.calls}"
+        assert watch.launches.kernels <= HOST_KERNELS, f"decode step {step}: {watch.launches.calls}"
+        assert watch.model.model_calls == [] and watch.model.model_ops == [], f"decode step {step}"
+    eager = impl.build(CKPT, device="cuda", max_decode_slots=8, use_graphs=False)
+    _, off = steady_state(eager, lambda: CudaStepWatch(impl))
+    for step, watch in enumerate(off):  # the profiler sees eager kernels when there are some
+        assert watch.launches.graphs == 0 and watch.launches.kernels > 10 * HOST_KERNELS
+        assert watch.model.model_calls

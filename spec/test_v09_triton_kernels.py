@@ -31,7 +31,7 @@ from hypothesis import strategies as st
 
 from spec.support import kernel_reference as ref
 from spec.support.hypothesis_profiles import engine_settings
-from spec.support.kernel_targets import TARGETS
+from spec.support.kernel_targets import TARGETS, Target
 from spec.support.tolerances import assert_close
 from torchlet.contract import TRITON_BASICS
 
@@ -132,3 +132,27 @@ def test_kernels_refuse_mismatched_shapes_and_dtypes(kernels):
         kernels.apply_rope(torch.randn(2, 1, 7), torch.arange(2), 10000.0)
     with pytest.raises(ValueError, match="positions"):
         kernels.apply_rope(torch.randn(2, 1, 8), torch.arange(3), 10000.0)
+
+
+def test_under_fake_tensors_each_kernel_op_promises_the_shapes_and_dtypes_it_returns(kernels):
+    """A graph recorder or torch.compile plans memory from an op's fake implementation, without
+    launching it: what the fake promises must be what the kernel returns."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    here = Target("cuda" if torch.cuda.is_available() else "cpu", torch.float32)
+    gen = torch.Generator().manual_seed(0)
+    x, res, w, q = (here.randn(gen, *shape) for shape in ((3, 40), (3, 40), (40,), (3, 2, 8)))
+    pos = torch.arange(3, device=here.device)
+    calls = {"rms_norm": lambda k, t: k.rms_norm(t["x"], t["w"], 1e-6),
+             "add_rms_norm": lambda k, t: k.add_rms_norm(t["x"], t["res"], t["w"], 1e-6),
+             "apply_rope": lambda k, t: k.apply_rope(t["q"], t["pos"], 10000.0),
+             "swiglu": lambda k, t: k.swiglu(t["x"], t["res"])}
+    real = dict(x=x, res=res, w=w, q=q, pos=pos)
+    with FakeTensorMode(allow_non_fake_inputs=False) as mode:
+        fake = {n: mode.from_tensor(t) for n, t in real.items()}
+        promised = {name: call(kernels, fake) for name, call in calls.items()}
+    for name, call in calls.items():
+        got = call(kernels, real)
+        got, want = (got if isinstance(got, tuple) else (got,),
+                     promised[name] if isinstance(promised[name], tuple) else (promised[name],))
+        assert [(tuple(t.shape), t.dtype) for t in want] == [(tuple(t.shape), t.dtype) for t in got], name

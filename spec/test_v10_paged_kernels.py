@@ -33,7 +33,7 @@ from hypothesis import strategies as st
 
 from spec.support import kernel_reference as ref
 from spec.support.hypothesis_profiles import engine_settings
-from spec.support.kernel_targets import GPU_TARGETS, TARGETS
+from spec.support.kernel_targets import GPU_TARGETS, TARGETS, Target
 from spec.support.tolerances import assert_close
 from torchlet.contract import TRITON_PAGED
 
@@ -216,3 +216,18 @@ def test_store_and_attention_replay_in_a_cuda_graph_with_new_inputs(paged, targe
         graph.replay()
         torch.cuda.synchronize()
         assert_close(out, expected(batch), "replayed attention")
+
+
+def test_under_fake_tensors_the_decode_op_promises_the_shape_and_dtype_it_returns(paged):
+    """What graph recorders and torch.compile plan from, without launching the kernel."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    target = Target("cuda" if torch.cuda.is_available() else "cpu", torch.float32)
+    batch = ref.paged_batch(target, torch.Generator().manual_seed(4), [6, 20], block_size=8,
+                            kv_heads=2, group=2, head_dim=16)
+    real = attend(paged, batch)
+    with FakeTensorMode() as mode:
+        fake = ref.PagedBatch(**{f: mode.from_tensor(v) if isinstance(v, torch.Tensor) else v
+                                 for f, v in vars(batch).items()})
+        promised = attend(paged, fake)
+    assert (tuple(promised.shape), promised.dtype) == (tuple(real.shape), real.dtype)

@@ -1,6 +1,11 @@
 """The `torchlet` command. `torchlet generate "PROMPT"` answers one chat message with a version
 of the runtime, streaming tokens as they come; other subcommands (benchmarks, the learner's
-workflow) register themselves through `add_commands(subparsers)` in their own modules."""
+workflow) register themselves through `add_commands(subparsers)` in their own modules.
+
+Every failure the user can cause (a bad argument, a missing directory, Ctrl-C at any moment) ends
+in one line on stderr and a non-zero exit, never a traceback. That is why this module imports
+only the standard library at its top: torch and the harness are imported inside main(), where a
+Ctrl-C during those slow imports is caught like any other."""
 from __future__ import annotations
 
 import argparse
@@ -11,14 +16,14 @@ import sys
 import time
 from pathlib import Path
 
-from torchlet.contract import GenerationParams, TorchletError, UnknownVersionError
-
 PLUGINS = ("torchlet.bench", "torchlet.learner")
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 
 
 def resolve_device(name: str | None) -> str:
     import torch
+
+    from torchlet.contract import TorchletError
 
     if name is None:
         return "cuda" if torch.cuda.is_available() else "cpu"
@@ -34,6 +39,8 @@ def resolve_device(name: str | None) -> str:
 def default_version(versions, device: str):
     """The newest version that runs natively on `device`: on a CPU, Triton kernels would run in
     the interpreter, which is for specs, not for serving."""
+    from torchlet.contract import UnknownVersionError
+
     native = [v for v in versions if device.startswith("cuda") or not v.uses_triton]
     if not native:
         raise UnknownVersionError(f"no version runs natively on {device}")
@@ -46,10 +53,38 @@ def pick_version(name: str | None, root: str | None, device: str):
         os.environ.setdefault("TRITON_INTERPRET", "1")
     import implementations
 
-    root = Path(root).resolve() if root else implementations.REFERENCE_ROOT
+    root = existing_dir(root, "--impl-root") if root else implementations.REFERENCE_ROOT
     if name:
         return implementations.load(name, root)
     return default_version(implementations.discover(root), device)
+
+
+def existing_dir(path: str | Path, what: str, hint: str = "") -> Path:
+    """The directory `path`, resolved; a TorchletError naming `what` if it is none."""
+    from torchlet.contract import TorchletError
+
+    path = Path(path)
+    if not path.is_dir():
+        kind = "a file, not a directory" if path.exists() else "does not exist"
+        raise TorchletError(f"{what} {path}: {kind}{hint}")
+    return path.resolve()
+
+
+def check_generate_args(args) -> None:
+    """What run_generate can refuse before it loads anything."""
+    from torchlet.contract import TorchletError
+
+    try:
+        args.prompt.encode("utf-8")
+    except UnicodeEncodeError:  # argv bytes that are not UTF-8 arrive as surrogate escapes
+        raise TorchletError("the prompt is not valid UTF-8 text: check the terminal's encoding "
+                            "(locale) or how the prompt was written") from None
+    if args.max_new_tokens < 1:
+        raise TorchletError(f"--max-new-tokens must be at least 1, got {args.max_new_tokens}")
+    if args.model:
+        existing_dir(args.model, "--model",
+                     " (it takes a Hugging Face checkpoint directory: config.json, *.safetensors "
+                     "and the tokenizer files)")
 
 
 def resolve_dtype(name: str, device: str):
@@ -61,7 +96,9 @@ def resolve_dtype(name: str, device: str):
 
 
 def run_generate(args) -> int:
+    check_generate_args(args)
     from torchlet.checkpoints import load_hf_dir
+    from torchlet.contract import GenerationParams
     from torchlet.engines import build_sized
     from torchlet.text import StreamDecoder, load_tokenizer, prompt_ids, stop_ids
 
@@ -134,6 +171,17 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    try:
+        return _main(argv)
+    except KeyboardInterrupt:  # at any moment: during the imports, the model load, the stream
+        sys.stdout.flush()
+        print("\ntorchlet: interrupted", file=sys.stderr)
+        return 130
+
+
+def _main(argv: list[str] | None) -> int:
+    from torchlet.contract import TorchletError, UnknownVersionError  # imports torch
+
     parser = build_parser()
     args = parser.parse_args(argv)
     if not hasattr(args, "run"):
@@ -147,9 +195,6 @@ def main(argv: list[str] | None = None) -> int:
     except TorchletError as e:
         print(f"torchlet: error: {e}", file=sys.stderr)
         return 1
-    except KeyboardInterrupt:
-        print(file=sys.stderr)
-        return 130
 
 
 if __name__ == "__main__":

@@ -12,6 +12,7 @@ these names; nothing private.
 from __future__ import annotations
 
 import enum
+import numbers
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Iterator, Mapping, Protocol, Sequence, runtime_checkable
 
@@ -130,11 +131,46 @@ class RequestOutput:
     finish_reason: FinishReason | None = None
 
 
-def check_request(prompt: Sequence[int], params: GenerationParams, config: ModelConfig) -> None:
-    """Refuse, with a message that names the problem, a request no engine can serve."""
+def _kind(value: Any) -> str:
+    """How a refusal names a value: its type, then the value itself, kept short."""
+    text = repr(value)
+    return f"{type(value).__name__} {text if len(text) <= 40 else text[:37] + '...'}"
+
+
+def _is_id_list(value: Any) -> bool:
+    """A list-like of ids: a str or a mapping iterates, but not over token ids."""
+    return isinstance(value, Iterable) and not isinstance(value, (str, bytes, bytearray, Mapping))
+
+
+def check_prompts(prompts: Any) -> list:
+    """Refuse a generate() argument that is not a list of prompts; returns it as a list. Each
+    prompt is then check_request's to judge."""
+    if not _is_id_list(prompts):
+        raise RequestError(f"generate takes a list of prompts, each a list of token ids; "
+                           f"got {_kind(prompts)}")
+    prompts = list(prompts)
+    bare = [p for p in prompts if isinstance(p, numbers.Integral)]
+    if bare:  # generate([5, 6]): one prompt, written without its own brackets
+        raise RequestError(f"generate takes a list of prompts, each a list of token ids; got "
+                           f"{_kind(bare[0])} where a prompt belongs "
+                           f"(one prompt is [[5, 6]], not [5, 6])")
+    return prompts
+
+
+def check_request(prompt: Any, params: GenerationParams, config: ModelConfig) -> list[int]:
+    """Refuse, with a message that names the problem, a request no engine can serve. Returns the
+    prompt as a list of Python ints (numpy integers are integers too; bool is not)."""
+    if not _is_id_list(prompt):
+        raise RequestError(f"a prompt is a list of token ids, got {_kind(prompt)}")
+    prompt = list(prompt)
     if len(prompt) == 0:
         raise RequestError("empty prompt: a request needs at least one token id")
-    bad = [t for t in prompt if not isinstance(t, int) or not 0 <= t < config.vocab_size]
+    # bool is an int subclass and numpy's bool_ converts to one: both are refused, by name
+    odd = [t for t in prompt if isinstance(t, bool) or not isinstance(t, numbers.Integral)]
+    if odd:
+        raise RequestError(f"token ids must be integers, got {_kind(odd[0])}")
+    prompt = [int(t) for t in prompt]
+    bad = [t for t in prompt if not 0 <= t < config.vocab_size]
     if bad:
         raise RequestError(
             f"token ids outside the vocabulary [0, {config.vocab_size}): {bad[:5]}")
@@ -145,6 +181,7 @@ def check_request(prompt: Sequence[int], params: GenerationParams, config: Model
         raise RequestError(
             f"prompt ({len(prompt)} tokens) + max_new_tokens ({params.max_new_tokens}) = {total} "
             f"exceeds the model's context of {config.max_position} tokens")
+    return prompt
 
 
 @runtime_checkable

@@ -253,8 +253,17 @@ def _copy_version(src: Path, dst: Path) -> None:
     shutil.copytree(src, dst, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
 
 
+def stubs_left(version_dir: Path) -> list[str]:
+    """`module.qualname` of every function of the version that is still a stub."""
+    version_dir = Path(version_dir)
+    if not version_dir.is_dir():
+        return []
+    return [f"{module_name(version_dir, p)}.{q}" for p in modules_in_order(version_dir)
+            for q in remaining_stubs(p)]
+
+
 def is_done(version_dir: Path) -> bool:
-    return not any(remaining_stubs(p) for p in Path(version_dir).rglob("*.py"))
+    return not stubs_left(version_dir)
 
 
 def make_exercise(version: str, dest: Path, learner_root: Path | None = None, *,
@@ -388,8 +397,14 @@ def summarize(version: str, version_dir: Path, outcomes: list[Outcome]) -> str:
     failed = [o for o in outcomes if o.status == "failed"]
     if not outcomes:
         return lines[0] + "\nno spec ran: see the pytest output above"
+    left = stubs_left(version_dir)
+    if not failed and not left:
+        lines.append("every spec of this version passes, and no stub is left.")
+        return "\n".join(lines)
     if not failed:
-        lines.append("every spec of this version passes.")
+        lines.append(f"every spec passes, but {len(left)} function(s) are still stubs, which no "
+                     f"spec of {version} reaches; the version is not done until you write them:")
+        lines += [f"  {name}" for name in left]
         return "\n".join(lines)
     by_module = {}
     for o in failed:
@@ -434,6 +449,8 @@ def check(root: Path, version: str | None = None, extra: list[str] = (),
     if not outcomes and proc.stdout:
         print(proc.stdout[-4000:], proc.stderr[-2000:])
     print(summarize(name, root / name, outcomes))
+    if proc.returncode == 0 and stubs_left(root / name):
+        return 1  # never "done" while a stub remains, even one no spec reaches
     return proc.returncode
 
 
@@ -499,13 +516,22 @@ def _cmd_exercise(args) -> int:
     return 0
 
 
+def _existing_dir(path: str | Path, what: str) -> Path:
+    path = Path(path)
+    if not path.is_dir():
+        kind = "a file, not a directory" if path.exists() else "does not exist"
+        raise TorchletError(f"{what} {path}: {kind}")
+    return path
+
+
 def _cmd_check(args) -> int:
     extra = [a for a in args.pytest_args if a != "--"]
-    return check(Path(args.dir), args.k, extra, args.show_output)
+    root = _existing_dir(args.dir, "learner tree")
+    return check(root, args.k, extra, args.show_output)
 
 
 def _cmd_diff(args) -> int:
-    root = Path(args.impl_root) if args.impl_root else REFERENCE_ROOT
+    root = _existing_dir(args.impl_root, "--impl-root") if args.impl_root else REFERENCE_ROOT
     sys.stdout.write(diff(args.a, args.b, root))
     return 0
 
@@ -540,12 +566,15 @@ def add_commands(subparsers) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m torchlet.learner")
     add_commands(parser.add_subparsers(dest="command", required=True))  # as `torchlet` does
-    args = parser.parse_args(argv)
     try:
+        args = parser.parse_args(argv)
         return args.run(args)
     except TorchletError as e:
         print(f"torchlet: error: {e}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:
+        print("\ntorchlet: interrupted", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

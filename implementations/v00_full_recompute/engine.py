@@ -6,7 +6,7 @@ from typing import Iterator
 
 import torch
 
-from torchlet.contract import Checkpoint, GenerationParams, check_request
+from torchlet.contract import Checkpoint, GenerationParams, check_prompts, check_request
 
 from .model import Weights, forward, lm_head
 
@@ -29,8 +29,7 @@ class FullRecomputeEngine:
 
     @torch.inference_mode()
     def generate(self, prompts: list[list[int]], params: GenerationParams) -> list[list[int]]:
-        for prompt in prompts:
-            check_request(prompt, params, self.config)
+        prompts = [check_request(p, params, self.config) for p in check_prompts(prompts)]
         return [list(self.stream(p, params)) for p in prompts]
 
     @torch.inference_mode()

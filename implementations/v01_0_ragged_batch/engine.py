@@ -8,7 +8,7 @@ from typing import Iterator
 
 import torch
 
-from torchlet.contract import Checkpoint, GenerationParams, check_request, flatten
+from torchlet.contract import Checkpoint, GenerationParams, check_prompts, check_request, flatten
 
 from . import model as ragged_model
 
@@ -34,8 +34,7 @@ class RaggedEngine:
         return self.forward_ragged(token_ids, self.model.req_indptr([len(token_ids)]))
 
     def generate(self, prompts: list[list[int]], params: GenerationParams) -> list[list[int]]:
-        for prompt in prompts:
-            check_request(prompt, params, self.config)
+        prompts = [check_request(p, params, self.config) for p in check_prompts(prompts)]
         outputs = [[] for _ in prompts]
         for step in self._steps(prompts, params):
             for i, token in step.items():

@@ -7,7 +7,7 @@ from typing import Hashable, Iterator
 
 import torch
 
-from torchlet.contract import Checkpoint, GenerationParams, check_request
+from torchlet.contract import Checkpoint, GenerationParams, check_prompts, check_request
 
 from .runner import ModelRunner
 
@@ -44,8 +44,7 @@ class CacheEngine:
         return self.runner.forward_ragged(token_ids, self.runner.model.req_indptr([len(token_ids)]))
 
     def generate(self, prompts: list[list[int]], params: GenerationParams) -> list[list[int]]:
-        for prompt in prompts:
-            check_request(prompt, params, self.config)
+        prompts = [check_request(p, params, self.config) for p in check_prompts(prompts)]
         outputs = [[] for _ in prompts]
         for step in self._steps(prompts, params):
             for i, token in step.items():

@@ -7,7 +7,7 @@ from typing import Iterator
 import torch
 
 from torchlet.contract import (Checkpoint, GenerationParams, RequestError, RequestOutput,
-                               check_request)
+                               check_prompts, check_request)
 
 from ..v03_request_states.request import Request
 from ..v03_request_states.scheduler import StepStats
@@ -26,11 +26,20 @@ class StaticEngine:
 
     # -- the step-wise API ---------------------------------------------------------------------
     def add_request(self, prompt: list[int], params: GenerationParams) -> int:
-        check_request(prompt, params, self.config)
+        return self._enqueue(self._checked(prompt, params), params)
+
+    def _checked(self, prompt: list[int], params: GenerationParams) -> list[int]:
+        """The prompt as a list of ints, or every RequestError add_request raises; changes
+        nothing, so a call can check all its prompts before it queues any."""
+        prompt = check_request(prompt, params, self.config)
         if len(prompt) + params.max_new_tokens > self.runner.cache.max_len:
             raise RequestError(
                 f"prompt ({len(prompt)} tokens) + max_new_tokens ({params.max_new_tokens}) "
                 f"exceeds max_model_len={self.runner.cache.max_len}, the rows a slot holds")
+        self.scheduler.policy.check(Request(-1, prompt, params))  # reads prompt and params only
+        return prompt
+
+    def _enqueue(self, prompt: list[int], params: GenerationParams) -> int:
         request = Request(next(self._ids), list(prompt), params)
         self.scheduler.add(request)
         self.requests[request.id] = request
@@ -91,12 +100,16 @@ class StaticEngine:
 
     # -- generate and stream, driven through the steps ------------------------------------------
     def generate(self, prompts: list[list[int]], params: GenerationParams) -> list[list[int]]:
-        for prompt in prompts:
-            check_request(prompt, params, self.config)
-        ids = [self.add_request(p, params) for p in prompts]
-        while not all(self.requests[i].finished for i in ids):
-            self.step()
-        return [self.requests.pop(i).tokens for i in ids]
+        prompts = [self._checked(p, params) for p in check_prompts(prompts)]  # all, then queue
+        ids = [self._enqueue(p, params) for p in prompts]
+        try:
+            while not all(self.requests[i].finished for i in ids):
+                self.step()
+            return [self.requests[i].tokens for i in ids]
+        finally:  # interrupted half way too: nothing of this call stays queued or cached
+            for i in ids:
+                self.abort(i)
+                del self.requests[i]
 
     def stream(self, prompt: list[int], params: GenerationParams) -> Iterator[int]:
         request_id = self.add_request(prompt, params)

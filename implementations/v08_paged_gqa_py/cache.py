@@ -14,11 +14,15 @@ from .block_pool import BlockPool, kv_bytes_per_token
 
 class PagedCache:
     def __init__(self, config: ModelConfig, num_lanes: int, num_blocks: int, block_size: int,
-                 max_len: int, device, dtype):
+                 max_len: int, device, dtype, poison_free_blocks: bool = False):
         self.pool = BlockPool(num_blocks, block_size)
         shape = (num_blocks, block_size, config.num_kv_heads, config.head_dim)
-        self.kv = [(torch.zeros(shape, device=device, dtype=dtype),
-                    torch.zeros(shape, device=device, dtype=dtype))
+        # Poisoned, every block starts as NaN (none is owned yet): a read of a slot that no live
+        # request wrote shows up in its logits instead of passing for a plausible value.
+        self.poison_free_blocks = poison_free_blocks
+        fill = float("nan") if poison_free_blocks else 0.0
+        self.kv = [(torch.full(shape, fill, device=device, dtype=dtype),
+                    torch.full(shape, fill, device=device, dtype=dtype))
                    for _ in range(config.num_layers)]
         self.num_lanes, self.block_size = num_lanes, block_size
         self.max_len = max_len
@@ -58,7 +62,16 @@ class PagedCache:
 
     def free(self, request_id: Hashable) -> None:
         if self._lane.pop(request_id, None) is not None:
+            if self.poison_free_blocks:
+                self.poison(self.pool.table(request_id))
             self.pool.free(request_id)
+
+    def poison(self, blocks: list[int]) -> None:
+        """Fill these blocks' K and V with NaN in every layer, one block view at a time."""
+        for k, v in self.kv:
+            for block in blocks:
+                k[block].fill_(float("nan"))
+                v[block].fill_(float("nan"))
 
     def slots(self, request_id: Hashable, start: int, count: int) -> list[int]:
         return [self.pool.slot(request_id, p) for p in range(start, start + count)]

@@ -5,12 +5,13 @@ paged_metadata(), pool_stats(), kv_bytes() and num_preemptions to the contract."
 from __future__ import annotations
 
 import itertools
+import numbers
 from typing import Iterator
 
 import torch
 
 from torchlet.contract import (Checkpoint, GenerationParams, RequestError, RequestOutput,
-                               check_request)
+                               check_prompts, check_request)
 
 from ..v03_request_states.request import Request
 from ..v03_request_states.scheduler import StepStats
@@ -32,11 +33,20 @@ class PagedEngine:
 
     # -- the step-wise API ---------------------------------------------------------------------
     def add_request(self, prompt: list[int], params: GenerationParams) -> int:
-        check_request(prompt, params, self.config)
+        return self._enqueue(self._checked(prompt, params), params)
+
+    def _checked(self, prompt: list[int], params: GenerationParams) -> list[int]:
+        """The prompt as a list of ints, or every RequestError add_request raises; changes
+        nothing, so a call can check all its prompts before it queues any."""
+        prompt = check_request(prompt, params, self.config)
         if len(prompt) + params.max_new_tokens > self.runner.cache.max_len:
             raise RequestError(
                 f"prompt ({len(prompt)} tokens) + max_new_tokens ({params.max_new_tokens}) "
                 f"exceeds max_model_len={self.runner.cache.max_len}, the rows a slot holds")
+        self.scheduler.policy.check(Request(-1, prompt, params))  # reads prompt and params only
+        return prompt
+
+    def _enqueue(self, prompt: list[int], params: GenerationParams) -> int:
         request = Request(next(self._ids), list(prompt), params)
         self.scheduler.add(request)
         self.requests[request.id] = request
@@ -85,8 +95,10 @@ class PagedEngine:
         return self.runner.num_slots
 
     def decode_buffers(self) -> dict[str, torch.Tensor]:
-        """The tensors every decode step reads its inputs from: the same objects, addresses,
-        shapes and dtypes at every step."""
+        """The tensors every decode step reads its inputs from, by name: token_ids, positions,
+        and the paged ones, block_tables [lanes, max_blocks], context_lens and slot_mapping
+        [lanes]. The very device tensors the step reads: the same objects, addresses, shapes and
+        dtypes at every step."""
         return dict(self.runner.buffers.device_tensors)
 
     def block_tables(self) -> dict:
@@ -130,12 +142,16 @@ class PagedEngine:
 
     # -- generate and stream, driven through the steps ------------------------------------------
     def generate(self, prompts: list[list[int]], params: GenerationParams) -> list[list[int]]:
-        for prompt in prompts:
-            check_request(prompt, params, self.config)
-        ids = [self.add_request(p, params) for p in prompts]
-        while not all(self.requests[i].finished for i in ids):
-            self.step()
-        return [self.requests.pop(i).tokens for i in ids]
+        prompts = [self._checked(p, params) for p in check_prompts(prompts)]  # all, then queue
+        ids = [self._enqueue(p, params) for p in prompts]
+        try:
+            while not all(self.requests[i].finished for i in ids):
+                self.step()
+            return [self.requests[i].tokens for i in ids]
+        finally:  # interrupted half way too: nothing of this call stays queued or cached
+            for i in ids:
+                self.abort(i)
+                del self.requests[i]
 
     def stream(self, prompt: list[int], params: GenerationParams) -> Iterator[int]:
         request_id = self.add_request(prompt, params)
@@ -182,17 +198,19 @@ def build(checkpoint: Checkpoint, *, device="cpu", dtype=torch.float32,
           max_step_tokens: int | None = None, max_model_len: int | None = None,
           poison_inactive_lanes: bool = False,
           use_graphs: bool = True, num_blocks: int | None = None, block_size: int = 16,
-          model=paged_model, **options):
+          poison_free_blocks: bool = False, model=paged_model, **options):
     """The slots bound the running requests, so max_running (v04's name) is accepted as the slot
     count; max_step_tokens defaults to the model's context. poison_inactive_lanes fills idle lanes
     with random ids and positions. use_graphs=False runs the same decode step eagerly.
     num_blocks (the null block included) defaults to as much K/V memory as v07 reserves.
+    poison_free_blocks fills every block nobody owns with NaN, at build and whenever it is freed.
     model is the module of model functions the runner calls; a later version passes its own."""
     if options:
         raise TypeError(f"v08 takes max_decode_slots (or max_running), max_step_tokens, "
                         f"max_model_len, "
-                        f"poison_inactive_lanes, use_graphs, num_blocks and block_size, "
-                        f"got {sorted(options)}")
+                        f"poison_inactive_lanes, use_graphs, num_blocks, block_size and "
+                        f"poison_free_blocks, got {sorted(options)}")
+    check_pool_options(num_blocks, block_size)
     if max_decode_slots and max_running and max_decode_slots != max_running:
         raise TypeError(f"max_decode_slots={max_decode_slots} and max_running={max_running} "
                         f"disagree: the slots are the running requests")
@@ -202,6 +220,22 @@ def build(checkpoint: Checkpoint, *, device="cpu", dtype=torch.float32,
                         f"got {max_model_len}")
     budget = max_step_tokens or max(checkpoint.config.max_position, max_decode_slots)
     runner = PagedRunner(checkpoint, device, dtype, max_model_len, max_decode_slots,
-                         poison_inactive_lanes, use_graphs, num_blocks, block_size, model)
+                         poison_inactive_lanes, use_graphs, num_blocks, block_size, model,
+                         poison_free_blocks)
     policy = PagedAdmission(ContinuousBatching(max_decode_slots, budget), runner)
     return PagedEngine(runner, Scheduler(policy))
+
+
+def _is_int(value) -> bool:
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+def check_pool_options(num_blocks, block_size) -> None:
+    """Refuse a pool shape that makes no sense before anything is allocated, naming the option
+    (TypeError, like every other bad build option)."""
+    if not _is_int(block_size) or block_size < 1:
+        raise TypeError(f"block_size must be an int of at least 1 (tokens per block), "
+                        f"got {block_size!r}")
+    if num_blocks is not None and (not _is_int(num_blocks) or num_blocks < 2):
+        raise TypeError(f"num_blocks must be None or an int of at least 2 (the null block and "
+                        f"one usable block), got {num_blocks!r}")

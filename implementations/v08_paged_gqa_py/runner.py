@@ -20,7 +20,8 @@ class PagedRunner:
     def __init__(self, checkpoint: Checkpoint, device="cpu", dtype=torch.float32,
                  max_len: int | None = None,
                  num_slots: int = 8, poison_inactive_lanes: bool = False, use_graphs: bool = True,
-                 num_blocks: int | None = None, block_size: int = 16, model=paged_model):
+                 num_blocks: int | None = None, block_size: int = 16, model=paged_model,
+                 poison_free_blocks: bool = False):
         self.config = checkpoint.config
         self.device = torch.device(device)
         # The module of model functions every pass calls: a later version passes its own.
@@ -31,7 +32,7 @@ class PagedRunner:
         if num_blocks is None:  # by default as much memory as v07's slots reserve, plus the null block
             num_blocks = num_slots * max_blocks + 1
         self.cache = PagedCache(self.config, num_slots, num_blocks, block_size, max_len,
-                                self.device, dtype)
+                                self.device, dtype, poison_free_blocks)
         # Garbage for inactive lanes, to show they cannot leak into active ones (spec only).
         self.poison = torch.Generator().manual_seed(0) if poison_inactive_lanes else None
         self.buffers = PagedDecodeBuffers(num_slots, max_blocks, self.device)

@@ -17,7 +17,7 @@ settings.register_profile("stress", max_examples=5000, deadline=None,
 # Properties that run a model: each example costs milliseconds to seconds.
 settings.register_profile("dev-engine", max_examples=12, deadline=None,
                           suppress_health_check=[HealthCheck.too_slow])
-settings.register_profile("ci-engine", _ci, max_examples=12,
+settings.register_profile("ci-engine", _ci, max_examples=50,
                           suppress_health_check=[HealthCheck.too_slow])
 settings.register_profile("stress-engine", max_examples=300, deadline=None,
                           suppress_health_check=[HealthCheck.too_slow])

@@ -1,0 +1,89 @@
+"""Mutants: small, named breakages of the reference that the specs must notice.
+
+A mutant is a list of exact source edits to files under `implementations/`, applied to a fresh copy
+of the tree (never to the reference), plus the specs of the property it breaks. The mutant is
+*killed* when one of those specs fails against the copy, *survives* when they all pass. A survivor
+is a hole in the specs: the property can break without any spec saying so.
+
+Each module of this package declares `MUTANTS`, one per property or part. Every edit's `old`
+text must occur exactly once in its file, so a mutant that no longer matches the reference fails
+loudly instead of silently testing nothing.
+
+Run them with `pytest -m mutants` (part of the suite), or one by hand:
+`python -m spec.mutants run NAME` (`list` names them, `table` rewrites docs/mutants.md).
+"""
+from __future__ import annotations
+
+import importlib
+import pkgutil
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import implementations
+
+REFERENCE = implementations.REFERENCE_ROOT
+
+
+@dataclass(frozen=True)
+class Edit:
+    file: str   # relative to implementations/, e.g. "v05_decode_slots/cache.py"
+    old: str    # exact text; must occur exactly once
+    new: str
+
+
+@dataclass(frozen=True)
+class Mutant:
+    name: str                  # e.g. "v05-compacted-lanes"
+    property: str              # the named property it breaks, e.g. "slot stability"
+    edits: tuple[Edit, ...]
+    specs: tuple[str, ...]     # pytest node ids or spec module paths: the property's specs
+    versions: tuple[str, ...]  # short version ids whose parameters run, e.g. ("v05",)
+    why: str = ""              # what the breakage does, in one line
+
+    @property
+    def version(self) -> str:
+        """The version whose source is mutated (the first edited file's)."""
+        return self.edits[0].file.split("/")[0]
+
+    @property
+    def k(self) -> str:
+        return " or ".join(self.versions)
+
+
+def all_mutants() -> list[Mutant]:
+    found: list[Mutant] = []
+    for info in sorted(pkgutil.iter_modules(__path__), key=lambda i: i.name):
+        if info.name.startswith("_") or info.name in ("runner", "worker"):
+            continue
+        module = importlib.import_module(f"{__name__}.{info.name}")
+        found += getattr(module, "MUTANTS", [])
+    names = [m.name for m in found]
+    dupes = {n for n in names if names.count(n) > 1}
+    assert not dupes, f"mutant names must be unique: {sorted(dupes)}"
+    return found
+
+
+def by_name(name: str) -> Mutant:
+    for m in all_mutants():
+        if m.name == name:
+            return m
+    raise KeyError(f"no mutant named {name!r}; `python -m spec.mutants list` names them")
+
+
+class StaleMutant(AssertionError):
+    """An edit whose text is not in the reference exactly once: the mutant must be updated."""
+
+
+def apply(mutant: Mutant, dest: Path) -> Path:
+    """Copy the reference tree to dest and apply the mutant's edits there. Returns dest."""
+    shutil.copytree(REFERENCE, dest, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    for edit in mutant.edits:
+        path = dest / edit.file
+        source = path.read_text()
+        count = source.count(edit.old)
+        if count != 1:
+            raise StaleMutant(f"mutant {mutant.name}: {edit.file} holds its text {count} times, "
+                              f"not once:\n{edit.old}")
+        path.write_text(source.replace(edit.old, edit.new))
+    return dest

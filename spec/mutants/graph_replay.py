@@ -1,0 +1,73 @@
+"""Graph replay: from v07 a steady-state decode step replays a captured graph. The first three
+mutants keep every token right and graph_stats() reporting replays, so only the specs that watch
+the step from outside notice; the last three break what a replay computes."""
+from spec.mutants import Edit, Mutant
+
+GRAPHS = "v07_cuda_graph/graphs.py"
+REPLAY = "spec/test_v07_graph_replay.py"
+CAPTURE = "spec/test_v07_graph_capture.py"
+NO_MODEL_CODE = f"{REPLAY}::test_a_replayed_decode_step_runs_none_of_the_models_python_code"
+FN_NOT_CALLED = (f"{CAPTURE}::test_a_replay_never_calls_the_captured_function_and_graphs_off_"
+                 f"call_it_every_run")
+EQUAL_LOGITS = f"{REPLAY}::test_replay_logits_equal_eager_logits_bit_for_bit_while_the_batch_changes"
+EQUAL_REPLAY = f"{CAPTURE}::test_replay_equals_eager_bit_for_bit_while_inputs_change_in_place"
+
+RUN_REPLAY = ('        self._counts[bucket]["replays"] += 1\n'
+              '        return self.graphs[bucket].replay(*self._views[bucket])')
+CPU_REPLAY = ("        self._pinned.check(inputs)\n"
+              "        env: list = [None] * self._n_slots")
+
+MUTANTS = [
+    Mutant("v07-eager-step-counted-as-replay", "graph replay", (
+        Edit(GRAPHS, RUN_REPLAY,
+             '        self._counts[bucket]["replays"] += 1\n'
+             '        with torch.no_grad():\n'
+             '            return self.fn(*self._views[bucket])'),),
+        (NO_MODEL_CODE, FN_NOT_CALLED), ("v07",),
+        "the graph runner runs the step eagerly and still counts a replay"),
+    Mutant("v07-silent-recapture-every-step", "graph replay", (
+        Edit(GRAPHS, RUN_REPLAY,
+             "        self.graphs[bucket] = capture(self.fn, self._views[bucket],\n"
+             "                                      constants=self.constants, pool=self.pool,\n"
+             "                                      warmup=self.warmup)\n" + RUN_REPLAY),),
+        (NO_MODEL_CODE, FN_NOT_CALLED), ("v07",),
+        "every step captures its bucket again, uncounted, then replays it"),
+    Mutant("v07-cpu-replay-reruns-the-function", "graph replay", (
+        Edit(GRAPHS, "        self.pool = None  # memory is eager CPU memory; nothing to share",
+             "        self.pool = None  # memory is eager CPU memory; nothing to share\n"
+             "        self._fn = fn"),
+        Edit(GRAPHS, CPU_REPLAY,
+             "        self._pinned.check(inputs)\n"
+             "        with torch.no_grad(), torch.inference_mode(self._inference):\n"
+             "            fresh = self._fn(*self.static_inputs)\n"
+             "            for static, new in zip(tree_leaves(self.outputs), tree_leaves(fresh)):\n"
+             "                static.copy_(new)\n"
+             "        return self.outputs\n"
+             "        env: list = [None] * self._n_slots")),
+        (NO_MODEL_CODE, FN_NOT_CALLED), ("v07",),
+        "the CPU graph's replay calls the captured function and copies its results into the "
+        "outputs"),
+    Mutant("v07-inputs-frozen-at-capture", "graph replay", (
+        Edit(GRAPHS, "        self._external = recorder.alive[:recorder.n_external] + recorder.literals",
+             "        n = len(self.static_inputs)\n"
+             "        self._external = ([t.clone() for t in recorder.alive[:n]]\n"
+             "                          + recorder.alive[n:recorder.n_external] + recorder.literals)"),),
+        (EQUAL_REPLAY, EQUAL_LOGITS), ("v07",),
+        "the CPU graph replays over copies of its static inputs taken at capture: new inputs "
+        "never reach it"),
+    Mutant("v07-replay-skips-the-tape", "graph replay", (
+        Edit(GRAPHS, CPU_REPLAY,
+             "        self._pinned.check(inputs)\n"
+             "        return self.outputs\n"
+             "        env: list = [None] * self._n_slots"),),
+        (EQUAL_REPLAY, EQUAL_LOGITS), ("v07",),
+        "replay returns the outputs computed at capture without running the recorded ops"),
+    Mutant("v07-replays-the-smallest-bucket", "graph replay", (
+        Edit(GRAPHS, RUN_REPLAY,
+             '        self._counts[bucket]["replays"] += 1\n'
+             '        smallest = min(self.graphs)\n'
+             '        return self.graphs[smallest].replay(*self._views[smallest])'),),
+        (f"{CAPTURE}::test_runner_captures_each_bucket_once_and_only_replays_in_steady_state",
+         EQUAL_LOGITS), ("v07",),
+        "the runner replays the smallest graph captured so far, whatever the batch"),
+]

@@ -1,0 +1,99 @@
+"""Paged K/V (v08): the block-table invariants as the decode step reads them, and the block
+allocator. The first three mutants keep every report (block_tables(), paged_metadata()) right and
+most tokens right too: only the specs that watch the step's own buffers and stores notice them
+(spec/support/block_watch.py)."""
+from spec.mutants import Edit, Mutant
+
+BUFFERS = "v08_paged_gqa_py/buffers.py"
+RUNNER = "v08_paged_gqa_py/runner.py"
+CACHE = "v08_paged_gqa_py/cache.py"
+ENGINE = "v08_paged_gqa_py/engine.py"
+POOL = "v08_paged_gqa_py/block_pool.py"
+
+PAGED = "spec/test_v08_paged_engine.py"
+POISON = (f"{PAGED}::test_with_unowned_blocks_poisoned_no_live_request_sees_a_nan_through_"
+          f"preemption_and_reuse")
+TIGHT = (f"{PAGED}::test_on_a_tight_pool_any_arrival_schedule_gets_its_solo_tokens_and_frees_"
+         f"every_block")
+MEMORY = (f"{PAGED}::test_on_the_same_workload_a_pool_sized_to_its_peak_allocates_a_tenth_of_"
+          f"v07s_reservation")
+KV_BYTES = (f"{PAGED}::test_kv_bytes_are_the_blocks_a_request_holds_and_never_more_than_its_"
+            f"tokens_need")
+BLOCKS = "spec/test_v08_block_pool.py"
+MACHINE = (f"{BLOCKS}::test_allocator_under_random_allocate_append_finish_abort_preempt_keeps_"
+           f"every_invariant")
+FREE_ORDER = f"{BLOCKS}::test_free_returns_a_requests_blocks_tail_first_to_the_end_of_the_free_list"
+GROWTH = f"{BLOCKS}::test_a_token_takes_a_new_block_only_when_the_last_block_is_full"
+
+TABLES = "block table invariants"
+ALLOCATOR = "block allocator"
+V08 = ("v08",)
+
+GROW = "            self._tables[request_id].append(self._free.popleft())"
+FREE = "        self._free.extend(reversed(table))"
+
+MUTANTS = [
+    Mutant("v08-idle-lanes-keep-a-stale-slot-mapping", TABLES, (
+        Edit(BUFFERS,
+             '        h["slot_mapping"].fill_(NULL_BLOCK)  # slot 0 lies in the null block',
+             "        # idle lanes keep the slot of the last request they carried"),),
+        (POISON, TIGHT), V08,
+        "an idle decode lane keeps writing K/V into the slot of the request it last carried"),
+    Mutant("v08-idle-lanes-keep-a-stale-block-table", TABLES, (
+        Edit(BUFFERS, '        h["block_tables"].fill_(NULL_BLOCK)',
+             "        # rows keep whatever table the lane carried before"),),
+        (POISON, TIGHT), V08,
+        "idle lanes (and the padding of shorter tables) keep the previous step's table"),
+    Mutant("v08-idle-lanes-keep-a-stale-context", TABLES, (
+        Edit(BUFFERS, '        h["context_lens"].zero_()',
+             "        # idle lanes keep the context of the request they carried"),),
+        (POISON, TIGHT), V08,
+        "an idle lane keeps its last context length and attends over the null block"),
+    Mutant("v08-decode-slot-in-the-first-block", TABLES, (
+        Edit(RUNNER, "                                            self.pool.slot(r, position))",
+             "                                            self.pool.table(r)[0] * "
+             "self.pool.block_size\n"
+             "                                            + position % self.pool.block_size)"),),
+        (POISON, TIGHT), V08,
+        "a decoded token's K/V goes to its offset in the request's first block, not its last"),
+    Mutant("v08-decode-buffers-are-copies", TABLES, (
+        Edit(ENGINE, "        return dict(self.runner.buffers.device_tensors)",
+             "        return {n: t.clone()\n"
+             "                for n, t in self.runner.buffers.device_tensors.items()}"),),
+        (POISON,), V08,
+        "decode_buffers() hands out copies: not the tensors the step reads"),
+    Mutant("v08-freed-blocks-keep-their-kv", TABLES, (
+        Edit(CACHE, "                self.poison(self.pool.table(request_id))",
+             "                pass  # a freed block keeps its last owner's K/V"),),
+        (POISON,), V08,
+        "poison_free_blocks poisons at build only: a freed block keeps its K/V"),
+    Mutant("v08-pool-reserves-per-slot", TABLES, (
+        Edit(CACHE,
+             "        shape = (num_blocks, block_size, config.num_kv_heads, config.head_dim)",
+             "        num_blocks = max(num_blocks, num_lanes * -(-max_len // block_size) + 1)\n"
+             "        shape = (num_blocks, block_size, config.num_kv_heads, config.head_dim)"),),
+        (MEMORY,), V08,
+        "the K/V tensors are sized for every lane's whole context, whatever num_blocks says"),
+    Mutant("v08-kv-bytes-count-the-whole-context", TABLES, (
+        Edit(CACHE, "        blocks = len(self.pool.table(request_id)) if request_id in self._lane",
+             "        blocks = -(-self.max_len // self.block_size) if request_id in self._lane"),),
+        (KV_BYTES,), V08,
+        "kv_bytes() reports a whole context's blocks instead of the blocks held"),
+
+    Mutant("v08-leaked-block", ALLOCATOR, (
+        Edit(POOL, FREE, "        self._free.extend(reversed(table[1:]))  # the head stays out"),),
+        (MACHINE, POISON), V08,
+        "a freed request's first block never returns to the free list"),
+    Mutant("v08-block-handed-to-two-requests", ALLOCATOR, (
+        Edit(POOL, GROW, "            self._tables[request_id].append(self._free[0])"),),
+        (MACHINE, POISON), V08,
+        "a request growing into a new block takes it without removing it from the free list"),
+    Mutant("v08-blocks-freed-head-first", ALLOCATOR, (
+        Edit(POOL, FREE, "        self._free.extend(table)"),),
+        (FREE_ORDER, MACHINE), V08,
+        "free() returns a request's blocks head first instead of tail first"),
+    Mutant("v08-table-not-grown-with-its-block", ALLOCATOR, (
+        Edit(POOL, GROW, "            self._free.popleft()"),),
+        (GROWTH, POISON), V08,
+        "a request takes a new block off the free list but its table never names it"),
+]

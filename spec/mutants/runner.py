@@ -1,0 +1,72 @@
+"""Runs mutants: a fresh copy of the tree per mutant, its property's specs against the copy in a
+reused child interpreter (spec/mutants/worker.py), stopping at the first failure."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from torchlet import learner
+
+from . import Mutant, apply
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@dataclass(frozen=True)
+class Result:
+    mutant: Mutant
+    status: str          # "killed", "survived" or "invalid" (its specs could not run)
+    killer: str | None   # the first spec that failed against it
+    ran: int             # specs that ran against it
+    log: str             # the tail of the child pytest's output
+
+    @property
+    def killed(self) -> bool:
+        return self.status == "killed"
+
+
+class Worker:
+    """One child interpreter, reused for every mutant this process runs."""
+
+    def __init__(self, env: dict[str, str] | None = None):
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "spec.mutants.worker"], cwd=REPO, text=True,
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            env={**learner.child_env(), **(env or {})})
+
+    def pytest(self, args: list[str], log: Path) -> int:
+        self.proc.stdin.write(json.dumps({"args": args, "log": str(log)}) + "\n")
+        self.proc.stdin.flush()
+        reply = self.proc.stdout.readline()
+        if not reply:
+            raise RuntimeError(f"the mutant worker died; its last output:\n{log.read_text()[-3000:]}")
+        return json.loads(reply)["rc"]
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.stdin.close()
+            self.proc.wait(timeout=30)
+
+
+def run(mutant: Mutant, worker: Worker) -> Result:
+    with tempfile.TemporaryDirectory(prefix=f"mutant-{mutant.name}-") as tmp:
+        tmp = Path(tmp)
+        root = apply(mutant, tmp / "implementations")
+        xml, log = tmp / "junit.xml", tmp / "pytest.log"
+        args = [*mutant.specs, f"--impl-root={root}", "-k", mutant.k, "-x", "-q",
+                "-p", "no:randomly", "-p", "no:xdist", "-p", "no:cacheprovider",
+                "--snapshot-warn-unused", f"--junitxml={xml}"]
+        rc = worker.pytest(args, log)
+        outcomes = learner.read_junit(xml) if xml.exists() else []
+        text = log.read_text()[-4000:] if log.exists() else ""
+    failed = [o.test for o in outcomes if o.status == "failed"]
+    ran = sum(o.status != "skipped" for o in outcomes)
+    if rc == 1 and failed:
+        return Result(mutant, "killed", failed[0], ran, text)
+    if rc == 0 and ran:
+        return Result(mutant, "survived", None, ran, text)
+    return Result(mutant, "invalid", None, ran, text)  # collection error, nothing selected, ...

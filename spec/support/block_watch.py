@@ -1,0 +1,261 @@
+"""Block tables as the decode step reads them, watched from outside the engine.
+
+`paged_metadata()` and `block_tables()` are reports, rebuilt from the pool; the decode step reads
+other tensors: the ones `decode_buffers()` names. A TorchDispatchMode (StepLog) sees, during one
+`engine.step()`, the value each of those buffers held when the model pass first read it, every
+K/V store (an in-place write into a float tensor at the rows a 1-D integer index names: K and V
+of every layer) and every logits-wide result. BlockWatch drives the steps and checks, after each:
+
+- the decode pass read all five buffers: its logits were computed from token_ids, positions,
+  block_tables and context_lens, and its K/V went to the slots computed from slot_mapping;
+- each live lane carries its request's last token and position, `context_lens` = its tokens, a
+  table row naming the blocks that hold those tokens (the slots its earlier stores wrote), null
+  past them, and a slot in its own last block at the token's offset;
+- each idle lane maps to the null block: a zero row, context 0, a slot inside block 0;
+- the running requests hold disjoint blocks, never block 0, as many as the pool says are used;
+- no logits hold a NaN; with poison_free_blocks, every block no running request holds is NaN.
+
+Which lane is a request's comes from `slot_of()`: lane stability is observed by the v05 specs.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from spec.support.allocations import LIFTS, OpLog, storage
+from torchlet.contract import RequestState
+
+NULL_BLOCK = 0
+
+
+@dataclass(frozen=True)
+class Store:
+    target: torch.Tensor   # the cache (or a view of it) written
+    slots: list[int]       # the rows written, in order
+    source: frozenset      # the decode buffers its index was computed from
+
+
+class StepLog(TorchDispatchMode):
+    """What one step did with the paged K/V: `read` (buffer name -> its value at the first op
+    that read it without writing it), `stores`, `logits_from` (for each logits-wide result, the
+    decode buffers it was computed from) and `nan_logits` (how many of them hold a NaN).
+
+    "Computed from" follows the data: a buffer's storage is marked with its name, and each op's
+    fresh results carry the marks of all its inputs (in-place writes pass none on: a cache that
+    a store wrote does not make everything that reads it "computed from" the index)."""
+
+    def __init__(self, buffers: dict[str, torch.Tensor], vocab: int):
+        super().__init__()
+        self.buffers = {storage(t): (name, t) for name, t in buffers.items()}
+        self.marks = {s: frozenset([name]) for s, (name, _) in self.buffers.items()}
+        self.vocab = vocab
+        self.read: dict[str, torch.Tensor] = {}
+        self.stores: list[Store] = []
+        self.logits_from: list[frozenset] = []
+        self.nan_logits = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        inputs = _tensors((args, tuple(kwargs.values())))
+        written = OpLog._written(func, args, kwargs) if func._schema.is_mutable else []
+        written_ids = {storage(t) for t in written}
+        for t in inputs:
+            s = storage(t)
+            if s in self.buffers and s not in written_ids:  # copying new values in is no read
+                name, whole = self.buffers[s]
+                self.read.setdefault(name, whole.detach().clone())
+        index = [t for t in inputs if t.dim() == 1 and not t.is_floating_point()
+                 and t.dtype != torch.bool and storage(t) not in written_ids]
+        sources = [t for t in inputs if t.is_floating_point() and storage(t) not in written_ids]
+        if index and sources:
+            for target in (t for t in written if t.is_floating_point()):
+                self.stores.append(Store(target, index[0].tolist(), self._marks(index[0])))
+        out = func(*args, **kwargs)
+        marks = frozenset().union(*(self._marks(t) for t in inputs))
+        in_storages = {storage(t) for t in inputs}
+        for t in _tensors(out):
+            if func in LIFTS or storage(t) not in in_storages:  # fresh: computed from its inputs
+                self.marks[storage(t)] = frozenset() if func in LIFTS else marks
+                if t.is_floating_point() and t.dim() >= 1 and t.shape[-1] == self.vocab:
+                    self.logits_from.append(self.marks[storage(t)])
+                    self.nan_logits += bool(torch.isnan(t).any())
+        return out
+
+    def _marks(self, t: torch.Tensor) -> frozenset:
+        return self.marks.get(storage(t), frozenset())
+
+
+def _tensors(value) -> list[torch.Tensor]:
+    """The tensors in an op's arguments or results (nested tuples and lists): a hand-rolled
+    tree_flatten, which costs most of a watched step otherwise."""
+    if isinstance(value, torch.Tensor):
+        return [value]
+    found = []
+    if type(value) in (tuple, list):
+        for v in value:
+            if isinstance(v, torch.Tensor):
+                found.append(v)
+            elif type(v) in (tuple, list):
+                found += _tensors(v)
+    return found
+
+
+class BlockWatch:
+    """`watch.add(prompt, params)` and `watch.step()` in place of the engine's, or `run(schedule)`;
+    every step is checked as the module docstring says. `peak_blocks`: the most blocks the
+    running requests held at once, counted from what the steps stored and read."""
+
+    def __init__(self, engine, vocab: int, poisoned: bool = False):
+        self.engine, self.vocab, self.poisoned = engine, vocab, poisoned
+        stats = engine.pool_stats()
+        self.block_size, self.num_blocks = stats["block_size"], stats["num_blocks"]
+        self.buffers = engine.decode_buffers()
+        self.num_lanes = self.buffers["block_tables"].shape[0]
+        self.ids: list[int] = []
+        self.slots: dict[int, list[int]] = {}      # running request -> slot of each cached token
+        self.caches: dict[int, torch.Tensor] = {}  # every K/V cache a store wrote, by storage
+        self.holders: dict[int, set[int]] = {}     # block -> every request seen holding it
+        self.peak_blocks = 0
+        self.decode_steps = 0
+
+    def add(self, prompt, params) -> int:
+        self.ids.append(self.engine.add_request(prompt, params))
+        return self.ids[-1]
+
+    def run(self, schedule, after_step=lambda: None) -> list[int]:
+        """[(steps before adding, prompt, params)], then steps until every request is done;
+        after_step() after each step."""
+        for gap, prompt, params in schedule:
+            for _ in range(gap):
+                self.step()
+                after_step()
+            self.add(prompt, params)
+        while self.engine.has_unfinished():
+            self.step()
+            after_step()
+        return self.ids
+
+    def tables(self) -> dict[int, list[int]]:
+        """Running request -> the blocks holding its tokens, as its stores and reads showed."""
+        return {i: self.blocks_of(slots) for i, slots in self.slots.items()}
+
+    def kv_bytes_allocated(self) -> int:
+        """Bytes of the storage of every K/V cache the steps wrote: what the pool really holds."""
+        return sum(t.untyped_storage().nbytes() for t in self.caches.values())
+
+    def step(self):
+        e = self.engine
+        sequences = {i: o.prompt + o.tokens for i in self.ids
+                     if (o := e.output(i)).state is not RequestState.FINISHED}
+        lanes = {i: e.slot_of(i) for i in sequences}
+        with StepLog(self.buffers, self.vocab) as log:
+            outputs = e.step()
+        if not outputs:
+            return outputs
+        assert log.nan_logits == 0, f"{log.nan_logits} logits tensors of this step hold a NaN"
+        stats = e.last_step_stats()
+        for s in log.stores:
+            self.caches.setdefault(storage(s.target), s.target)
+        if stats.decode_ids:
+            self._check_decode(log, stats.decode_ids, sequences, lanes)
+        self._check_prefill(log, stats.prefill_ids, sequences)
+        for i in list(self.slots):
+            if e.output(i).state is not RequestState.RUNNING:  # finished or preempted
+                del self.slots[i]
+        self._check_ownership()
+        if self.poisoned:
+            self._check_poison()
+        return outputs
+
+    # --- the checks ---------------------------------------------------------------------------
+
+    def slot(self, table, position: int) -> int:
+        return table[position // self.block_size] * self.block_size + position % self.block_size
+
+    def blocks_of(self, slots: list[int]) -> list[int]:
+        return [slots[p] // self.block_size for p in range(0, len(slots), self.block_size)]
+
+    def _check_decode(self, log, decode_ids, sequences, lanes):
+        self.decode_steps += 1
+        unread = set(self.buffers) - set(log.read)
+        assert not unread, f"the decode pass never read decode_buffers()' {sorted(unread)}"
+        decode_stores = [s for s in log.stores if "slot_mapping" in s.source]
+        assert decode_stores, "the decode pass stored no K/V at slots computed from slot_mapping"
+        inputs = {"token_ids", "positions", "block_tables", "context_lens"}
+        assert any(inputs <= marks for marks in log.logits_from), (
+            f"no logits of this step were computed from decode_buffers()' {sorted(inputs)}")
+        read = {name: t.tolist() for name, t in log.read.items()}
+        live = {lanes[i]: i for i in decode_ids}
+        assert len(live) == len(decode_ids), f"decoding requests share a lane: {lanes}"
+        bucket = len(decode_stores[0].slots)
+        assert max(live) < bucket, f"lane {max(live)} decodes, but the stores cover {bucket} lanes"
+        for lane in range(self.num_lanes):
+            row, n = read["block_tables"][lane], read["context_lens"][lane]
+            slot = read["slot_mapping"][lane]
+            if lane not in live:
+                assert set(row) == {NULL_BLOCK} and n == 0 and 0 <= slot < self.block_size, (
+                    f"idle lane {lane} does not map to the null block: its table names blocks "
+                    f"{sorted(set(row) - {NULL_BLOCK})}, context {n}, slot {slot}")
+                continue
+            i = live[lane]
+            seq = sequences[i]
+            assert n == len(seq), f"lane {lane} (request {i}): context {n}, {len(seq)} tokens"
+            assert read["positions"][lane] == n - 1 and read["token_ids"][lane] == seq[-1]
+            blocks = -(-n // self.block_size)
+            assert set(row[blocks:]) <= {NULL_BLOCK}, f"lane {lane}: {row} past {blocks} blocks"
+            assert NULL_BLOCK not in row[:blocks], f"lane {lane}: the null block in {row}"
+            held = [self.slot(row, p) for p in range(n - 1)]
+            assert held == self.slots[i], (
+                f"lane {lane} (request {i}) reads its tokens through {row[:blocks]}, but they were "
+                f"stored at slots {self.slots[i]}")
+            assert slot == self.slot(row, n - 1), (
+                f"lane {lane} (request {i}) stores its token {n - 1} at slot {slot}, not in its "
+                f"last block {row[blocks - 1]} at offset {(n - 1) % self.block_size}")
+            assert all(s.slots[lane] == slot for s in decode_stores), (
+                f"lane {lane}'s K/V went elsewhere than its slot_mapping entry {slot}")
+            self.slots[i] = held + [slot]
+
+    def _check_prefill(self, log, prefill_ids, sequences):
+        stores = [s for s in log.stores if "slot_mapping" not in s.source]
+        if not prefill_ids:
+            assert not stores, "K/V was stored outside the decode pass in a step without prefill"
+            return
+        by_target: dict[int, list[int]] = {}
+        for s in stores:
+            by_target.setdefault(storage(s.target), []).extend(s.slots)
+        written = list(by_target.values())
+        assert written and all(w == written[0] for w in written), "K and V went to different slots"
+        slots, start = written[0], 0
+        for i in prefill_ids:
+            n = len(sequences[i])
+            mine, start = slots[start:start + n], start + n
+            table = self.blocks_of(mine)
+            assert len(mine) == n and mine == [self.slot(table, p) for p in range(n)], (
+                f"request {i}'s prefill stored its {n} tokens at {mine}, not block by block")
+            assert NULL_BLOCK not in table, f"request {i} was prefilled into the null block"
+            self.slots[i] = mine
+        assert start == len(slots), f"the prefill stored {len(slots)} tokens, {start} were fed"
+
+    def _check_ownership(self):
+        owned = [b for slots in self.slots.values() for b in self.blocks_of(slots)]
+        assert len(owned) == len(set(owned)), f"a block is held twice: {self.tables()}"
+        for i, table in self.tables().items():
+            for b in table:
+                self.holders.setdefault(b, set()).add(i)
+        assert all(0 < b < self.num_blocks for b in owned), f"blocks out of the pool: {owned}"
+        stats = self.engine.pool_stats()
+        assert stats["num_used"] == len(owned), (
+            f"the pool counts {stats['num_used']} blocks used, the running requests hold "
+            f"{len(owned)}")
+        assert stats["num_used"] + stats["num_free"] == stats["num_usable"]
+        self.peak_blocks = max(self.peak_blocks, len(owned))
+
+    def _check_poison(self):
+        owned = {b for slots in self.slots.values() for b in self.blocks_of(slots)}
+        free = [b for b in range(1, self.num_blocks) if b not in owned]
+        for cache in self.caches.values():
+            blocks = cache.reshape(self.num_blocks, self.block_size, -1)
+            clean = [b for b in free if not torch.isnan(blocks[b]).all()]
+            assert not clean, f"blocks {clean} are held by no running request but are not NaN"

@@ -1,0 +1,61 @@
+"""Meta: every named property notices its own breakage.
+
+What it checks: each mutant in spec/mutants/ (a small named breakage of the reference, applied to
+a copy of implementations/) is killed: at least one spec of the property it breaks fails against
+the copy. The table in docs/mutants.md lists every mutant of the set.
+Why: a spec that passes on a broken version checks nothing. Running every spec against stubs
+(test_meta_stubs.py) only shows that a version with nothing in it fails; a mutant shows that the
+one property it breaks is noticed, by the specs named for that property.
+Core principle: the mutants are edits of exact source text, so a mutant that no longer matches the
+reference fails here instead of silently testing nothing. Each runs only its property's specs,
+with -x, in a child interpreter reused across mutants (spec/mutants/worker.py).
+Files: spec/mutants/ (the set, the runner, the worker), docs/mutants.md (the table).
+Tradeoff left visible: the set is only as good as its mutants. A property with three mutants is
+pinned against those three breakages, not against every possible one.
+"""
+import pytest
+
+from spec.mutants import all_mutants
+from spec.mutants.runner import Worker, run
+from spec.mutants.table import DOC
+
+MUTANTS = all_mutants()
+pytestmark = pytest.mark.mutants
+
+
+@pytest.fixture(scope="module")
+def worker(request):
+    if request.config.getoption("--impl-root"):
+        pytest.skip("mutants break the reference, not a tree given with --impl-root")
+    w = Worker()
+    yield w
+    w.close()
+
+
+@pytest.mark.parametrize("mutant", MUTANTS, ids=[m.name for m in MUTANTS])
+def test_the_mutant_is_killed_by_the_specs_of_the_property_it_breaks(mutant, worker,
+                                                                     record_property):
+    result = run(mutant, worker)
+    record_property("killed_by", result.killer or "")
+    assert result.status != "invalid", (
+        f"{mutant.name}: its specs could not run against it (a collection error, or no spec "
+        f"selected by {mutant.specs} -k '{mutant.k}'):\n{result.log}")
+    assert result.killed, (
+        f"{mutant.name} ({mutant.why}) survived: {result.ran} spec(s) of {mutant.property} pass "
+        f"against it:\n{result.log}")
+
+
+def test_every_mutant_is_listed_in_the_table_with_its_property_and_version():
+    table = DOC.read_text()
+    missing = [m.name for m in MUTANTS
+               if f"| `{m.name}` | {m.property} | {m.version} |" not in table]
+    assert not missing, (f"docs/mutants.md lacks {missing}: rewrite it with "
+                         f"`python -m spec.mutants table`")
+
+
+def test_every_named_property_has_at_least_three_mutants():
+    counts = {}
+    for m in MUTANTS:
+        counts[m.property] = counts.get(m.property, 0) + 1
+    thin = {p: n for p, n in counts.items() if n < 3}
+    assert not thin, f"properties with fewer than three mutants: {thin}"
