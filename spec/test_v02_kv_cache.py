@@ -155,6 +155,25 @@ def test_release_frees_the_cache_and_decode_refuses_a_request_without_one(engine
         engine.decode([7], [PROMPT + [1]])
 
 
+def test_the_cached_token_counts_are_the_rows_the_cache_holds(impl):
+    """Read against cached_kv, the K/V rows themselves, through prefill, decode and release."""
+    engine = impl.build(CKPT)
+    prompts = {"a": PROMPT, "b": [9, 8, 7]}
+    logits = engine.prefill(list(prompts), list(prompts.values()))
+    seqs = {r: p + [int(logits[i].argmax())] for i, (r, p) in enumerate(prompts.items())}
+    engine.decode(list(seqs), list(seqs.values()))
+
+    def rows(r):
+        return engine.cached_kv(r)[0][0].shape[0]
+
+    assert [engine.num_cached_tokens(r) for r in seqs] == [rows(r) for r in seqs] == [8, 4]
+    assert engine.total_cached_tokens() == 12
+    engine.release("a")
+    assert engine.total_cached_tokens() == rows("b") == 4
+    engine.release("b")
+    assert engine.total_cached_tokens() == 0
+
+
 def test_decode_refuses_a_sequence_whose_history_is_not_all_cached(engine):
     engine.prefill([8], [PROMPT])
     try:

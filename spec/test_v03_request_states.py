@@ -26,9 +26,10 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 import implementations
 from spec.support import strategies as sts
 from spec.support.hypothesis_profiles import engine_settings
+from spec.support.meter import TokenMeter
 from spec.support.models import tiny_checkpoint
 from spec.support.scenarios import late_arrival
-from torchlet.contract import (CONTINUOUS_BATCHING, REQUEST_STATES, FinishReason,
+from torchlet.contract import (CONTINUOUS_BATCHING, DECODE_SLOTS, REQUEST_STATES, FinishReason,
                                GenerationParams, RequestError, RequestState)
 
 pytestmark = pytest.mark.needs(REQUEST_STATES)
@@ -150,6 +151,29 @@ def test_a_finished_request_output_never_changes_while_others_run(impl):
     engine.abort(short)  # aborting a finished request changes nothing
     assert engine.output(short) == done
     assert len(engine.output(long).tokens) == 5
+
+
+def test_step_stats_count_the_rows_each_request_brought_and_the_tokens_it_got(impl):
+    """Checked against what the outputs show: a prefilled request got its first token, a
+    decoded one one more token; and, where every row is a request's (before decode slots),
+    against the rows the model was fed."""
+    engine = impl.build(CKPT)
+    prompts = {engine.add_request(p, GenerationParams(max_new_tokens=n)): p
+               for p, n in ((PROMPT, 3), ([9, 8, 7], 1), ([4, 4], 4))}
+    before = {i: len(engine.output(i).tokens) for i in prompts}
+    while engine.has_unfinished():
+        with TokenMeter(CKPT) as meter:
+            engine.step()
+        stats = engine.last_step_stats()
+        grew = {i for i in prompts if len(engine.output(i).tokens) == before[i] + 1}
+        assert set(stats.prefill_ids) | set(stats.decode_ids) == grew
+        assert stats.num_prefill_tokens == sum(len(prompts[i]) for i in stats.prefill_ids)
+        assert stats.num_decode_tokens == len(stats.decode_ids)
+        assert stats.num_running == len(grew)
+        assert stats.num_tokens == stats.num_prefill_tokens + len(stats.decode_ids)
+        if DECODE_SLOTS not in impl.capabilities:
+            assert meter.total(layer=0) == stats.num_tokens
+        before = {i: len(engine.output(i).tokens) for i in prompts}
 
 
 def test_aborting_a_running_request_frees_its_cache_and_drops_it_from_later_steps(impl):

@@ -8,12 +8,13 @@ torch.cuda.CUDAGraph; on a CPU it is a stand-in that records the aten ops (Torch
 replays that tape.
 Why: after v06 the decode step reads fixed buffers at fixed addresses, but it still pays Python and
 kernel-launch overhead for every op at every step. A graph pays it once, at capture.
-Core principle: a graph remembers addresses and Python values, not your intentions. A replay
-runs none of fn's Python: fn is called at capture only (counted from outside, by wrapping it),
-and with graphs off at every run. So: update inputs in place and replay the captured tensors; declare every outside tensor the step reads;
+Core principle: a graph remembers addresses and Python values, not your intentions. So: update
+inputs in place and replay the captured tensors; declare every outside tensor the step reads;
 Python scalars are frozen at capture; nothing inside the step may ask the host for a value
 (`.item()`, `.tolist()`, `if tensor:`, nonzero, boolean masks). The CPU stand-in enforces the same
-contract as CUDA, with GraphCaptureError, so it can be learned and checked without a GPU.
+contract as CUDA, with GraphCaptureError, so it can be learned and checked without a GPU. And a
+replay runs none of fn's Python: counted from outside (the specs wrap fn), fn is called at capture
+only, and with graphs off at every run.
 Files: implementations/v07_cuda_graph/graphs.py; the step functions here come from the v00 layers
 (implementations/v00_full_recompute/model.py).
 Tradeoff left visible: a batch of 3 runs the bucket-4 graph, so the padding lane is computed and

@@ -315,6 +315,10 @@ class CacheEngine(RaggedEngine, Protocol):
         """Free the request's cache."""
         ...
 
+    def total_cached_tokens(self) -> int:
+        """Tokens held in the cache by all requests together."""
+        ...
+
 
 @runtime_checkable
 class StepEngine(CacheEngine, Protocol):
@@ -341,10 +345,6 @@ class StepEngine(CacheEngine, Protocol):
         ...
 
     def has_unfinished(self) -> bool: ...
-
-    def total_cached_tokens(self) -> int:
-        """Tokens held in the cache by all requests together."""
-        ...
 
     def last_step_stats(self) -> Any:
         """What the latest step ran (None before the first): fields step (1, 2, ...),
@@ -397,9 +397,13 @@ class GraphEngine(StaticBufferEngine, Protocol):
 
 @runtime_checkable
 class PagedEngine(GraphEngine, Protocol):
-    """Capability `paged_kv` (v08): build(..., num_blocks=None, block_size=16). K/V lives in a
-    pool of blocks (block 0 is the null block); each request reads it through its block table.
-    When the pool runs out, the request admitted last is preempted and recomputed later."""
+    """Capability `paged_kv` (v08): build(..., num_blocks=None, block_size=16,
+    poison_free_blocks=False). K/V lives in a pool of blocks (block 0 is the null block); each
+    request reads it through its block table. When the pool runs out, the request admitted last
+    is preempted and recomputed later. poison_free_blocks fills every block no request holds
+    with NaN (at build and whenever a block is freed), so a read of one shows in the logits.
+    decode_buffers() adds "block_tables", "context_lens" and "slot_mapping": the tensors the
+    decode step reads."""
 
     num_preemptions: int
 

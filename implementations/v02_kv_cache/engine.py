@@ -33,6 +33,9 @@ class CacheEngine:
     def num_cached_tokens(self, request_id: Hashable) -> int:
         return self.runner.cache.num_tokens(request_id)
 
+    def total_cached_tokens(self) -> int:
+        return self.runner.cache.total_tokens()
+
     def release(self, request_id: Hashable) -> None:
         self.runner.cache.free(request_id)
 

@@ -26,7 +26,7 @@ class SlotCache:
     def assign(self, request_id: Hashable) -> int:
         if request_id in self._slot:
             raise RequestError(f"request {request_id!r} already holds slot {self._slot[request_id]}")
-        taken = set(self._slot.values())
+        taken = set(self.slots_in_use())
         free = [s for s in range(self.num_slots) if s not in taken]
         if not free:
             raise RequestError(f"all {self.num_slots} decode slots are taken")
@@ -51,9 +51,8 @@ class SlotCache:
     def total_tokens(self) -> int:
         return sum(self._length.values())
 
-    def items(self):
-        """(request id, slot, cached tokens) of every held slot."""
-        return [(r, s, self._length[r]) for r, s in self._slot.items()]
+    def slots_in_use(self) -> list[int]:
+        return list(self._slot.values())
 
     def free(self, request_id: Hashable) -> None:
         self._slot.pop(request_id, None)

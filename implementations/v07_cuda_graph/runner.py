@@ -86,7 +86,7 @@ class GraphedRunner:
         """Replay the bucket that covers the lanes in use; float logits [bucket, vocab] in the
         graph's output tensor, which the next replay overwrites (decode() indexes out a copy).
         The inputs are the static buffers, already written."""
-        in_use = [s for _, s, _ in self.cache.items()]
+        in_use = self.cache.slots_in_use()
         return self.graphs.run(max(in_use) + 1 if in_use else 1)
 
     @torch.inference_mode()

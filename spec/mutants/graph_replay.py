@@ -1,6 +1,8 @@
 """Graph replay: from v07 a steady-state decode step replays a captured graph. The first three
-mutants keep every token right and graph_stats() reporting replays, so only the specs that watch
-the step from outside notice; the last three break what a replay computes."""
+mutants keep every token right and graph_stats() reporting one capture per bucket and a replay per
+step: the specs that watch the step from outside (spec/support/replay_watch.py, and a counted fn
+on the capture page) kill them; the first passed every v07 spec before those existed. The last
+three break what a replay computes."""
 from spec.mutants import Edit, Mutant
 
 GRAPHS = "v07_cuda_graph/graphs.py"
@@ -9,7 +11,8 @@ CAPTURE = "spec/test_v07_graph_capture.py"
 NO_MODEL_CODE = f"{REPLAY}::test_a_replayed_decode_step_runs_none_of_the_models_python_code"
 FN_NOT_CALLED = (f"{CAPTURE}::test_a_replay_never_calls_the_captured_function_and_graphs_off_"
                  f"call_it_every_run")
-EQUAL_LOGITS = f"{REPLAY}::test_replay_logits_equal_eager_logits_bit_for_bit_while_the_batch_changes"
+EQUAL_LOGITS = (f"{REPLAY}::test_replay_logits_equal_eager_logits_bit_for_bit_while_the_batch_"
+                f"changes")
 EQUAL_REPLAY = f"{CAPTURE}::test_replay_equals_eager_bit_for_bit_while_inputs_change_in_place"
 
 RUN_REPLAY = ('        self._counts[bucket]["replays"] += 1\n'
@@ -48,10 +51,12 @@ MUTANTS = [
         "the CPU graph's replay calls the captured function and copies its results into the "
         "outputs"),
     Mutant("v07-inputs-frozen-at-capture", "graph replay", (
-        Edit(GRAPHS, "        self._external = recorder.alive[:recorder.n_external] + recorder.literals",
+        Edit(GRAPHS,
+             "        self._external = recorder.alive[:recorder.n_external] + recorder.literals",
              "        n = len(self.static_inputs)\n"
              "        self._external = ([t.clone() for t in recorder.alive[:n]]\n"
-             "                          + recorder.alive[n:recorder.n_external] + recorder.literals)"),),
+             "                          + recorder.alive[n:recorder.n_external]\n"
+             "                          + recorder.literals)"),),
         (EQUAL_REPLAY, EQUAL_LOGITS), ("v07",),
         "the CPU graph replays over copies of its static inputs taken at capture: new inputs "
         "never reach it"),

@@ -15,7 +15,7 @@ of every layer) and every logits-wide result. BlockWatch drives the steps and ch
 - the running requests hold disjoint blocks, never block 0, as many as the pool says are used;
 - no logits hold a NaN; with poison_free_blocks, every block no running request holds is NaN.
 
-Which lane is a request's comes from `slot_of()`: lane stability is observed by the v05 specs.
+Which lane is a request's comes from `slot_of()`: the slot-stability specs observe that one.
 """
 from __future__ import annotations
 
@@ -59,22 +59,24 @@ class StepLog(TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         inputs = _tensors((args, tuple(kwargs.values())))
+        places = [storage(t) for t in inputs]
         written = OpLog._written(func, args, kwargs) if func._schema.is_mutable else []
         written_ids = {storage(t) for t in written}
-        for t in inputs:
-            s = storage(t)
+        for s in places:
             if s in self.buffers and s not in written_ids:  # copying new values in is no read
                 name, whole = self.buffers[s]
                 self.read.setdefault(name, whole.detach().clone())
-        index = [t for t in inputs if t.dim() == 1 and not t.is_floating_point()
-                 and t.dtype != torch.bool and storage(t) not in written_ids]
-        sources = [t for t in inputs if t.is_floating_point() and storage(t) not in written_ids]
-        if index and sources:
-            for target in (t for t in written if t.is_floating_point()):
-                self.stores.append(Store(target, index[0].tolist(), self._marks(index[0])))
+        if written:
+            index = [(t, s) for t, s in zip(inputs, places) if t.dim() == 1 and s not in written_ids
+                     and not t.is_floating_point() and t.dtype != torch.bool]
+            if index and any(t.is_floating_point() and s not in written_ids
+                             for t, s in zip(inputs, places)):
+                for target in (t for t in written if t.is_floating_point()):
+                    self.stores.append(Store(target, index[0][0].tolist(),
+                                             self.marks.get(index[0][1], frozenset())))
         out = func(*args, **kwargs)
-        marks = frozenset().union(*(self._marks(t) for t in inputs))
-        in_storages = {storage(t) for t in inputs}
+        marks = frozenset().union(*(self.marks.get(s, frozenset()) for s in places))
+        in_storages = set(places)
         for t in _tensors(out):
             if func in LIFTS or storage(t) not in in_storages:  # fresh: computed from its inputs
                 self.marks[storage(t)] = frozenset() if func in LIFTS else marks
@@ -82,9 +84,6 @@ class StepLog(TorchDispatchMode):
                     self.logits_from.append(self.marks[storage(t)])
                     self.nan_logits += bool(torch.isnan(t).any())
         return out
-
-    def _marks(self, t: torch.Tensor) -> frozenset:
-        return self.marks.get(storage(t), frozenset())
 
 
 def _tensors(value) -> list[torch.Tensor]:
@@ -202,14 +201,15 @@ class BlockWatch:
             i = live[lane]
             seq = sequences[i]
             assert n == len(seq), f"lane {lane} (request {i}): context {n}, {len(seq)} tokens"
-            assert read["positions"][lane] == n - 1 and read["token_ids"][lane] == seq[-1]
+            fed = (read["token_ids"][lane], read["positions"][lane])
+            assert fed == (seq[-1], n - 1), f"lane {lane} (request {i}) fed token, position {fed}"
             blocks = -(-n // self.block_size)
             assert set(row[blocks:]) <= {NULL_BLOCK}, f"lane {lane}: {row} past {blocks} blocks"
             assert NULL_BLOCK not in row[:blocks], f"lane {lane}: the null block in {row}"
             held = [self.slot(row, p) for p in range(n - 1)]
-            assert held == self.slots[i], (
+            assert held == self.slots.get(i), (
                 f"lane {lane} (request {i}) reads its tokens through {row[:blocks]}, but they were "
-                f"stored at slots {self.slots[i]}")
+                f"stored at slots {self.slots.get(i)}")
             assert slot == self.slot(row, n - 1), (
                 f"lane {lane} (request {i}) stores its token {n - 1} at slot {slot}, not in its "
                 f"last block {row[blocks - 1]} at offset {(n - 1) % self.block_size}")

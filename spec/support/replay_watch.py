@@ -138,9 +138,11 @@ class CudaLaunches:
     def __exit__(self, *exc) -> None:
         torch.cuda.synchronize()
         self._profile.__exit__(*exc)
-        self.calls = Counter(e.name for e in self._profile.events())
-        self.graphs = self.calls[GRAPH_LAUNCH]
-        self.kernels = sum(self.calls[name] for name in KERNEL_LAUNCHES)
+        events = Counter(e.name for e in self._profile.events())
+        # The host's runtime and driver API calls (the events also hold ops and GPU kernels).
+        self.calls = {name: n for name, n in events.items() if name.startswith("cu")}
+        self.graphs = events[GRAPH_LAUNCH]
+        self.kernels = sum(events[name] for name in KERNEL_LAUNCHES)
 
 
 class CudaStepWatch:
