@@ -39,7 +39,7 @@ def test_the_mutant_is_killed_by_the_specs_of_the_property_it_breaks(mutant, wor
     record_property("killed_by", result.killer or "")
     assert result.status != "invalid", (
         f"{mutant.name}: its specs could not run against it (a collection error, or no spec "
-        f"selected by {mutant.specs} -k '{mutant.k}'):\n{result.log}")
+        f"selected by {mutant.specs} -m '{mutant.markexpr}'):\n{result.log}")
     assert result.killed, (
         f"{mutant.name} ({mutant.why}) survived: {result.ran} spec(s) of {mutant.property} pass "
         f"against it:\n{result.log}")

@@ -36,6 +36,7 @@ from spec.support.kernel_calls import KernelCalls
 from spec.support.kernel_targets import INTERPRETED
 from spec.support.models import TINY, tiny_checkpoint
 from spec.support.prompts import screened
+from spec.support.replay_watch import ModelWatch
 from spec.support.tolerances import assert_close, tolerance
 from torchlet.contract import TRITON_BASICS, GenerationParams
 
@@ -93,10 +94,11 @@ def test_every_pass_runs_the_four_kernels_the_decode_step_under_graph_replay(imp
         engine.prefill(["r"], [prompt])
     sequence = prompt + [5]
     for _ in range(3):  # the first decode captures the step, the next ones replay it
-        with KernelCalls(kernels) as decode:
+        with KernelCalls(kernels) as decode, ModelWatch(impl) as watch:
             engine.decode(["r"], [sequence])
         assert decode.names() == KERNELS
         sequence = sequence + [5]
+    assert not watch.model_calls, f"the last step ran the model's code: {watch.model_calls[:3]}"
     with KernelCalls(kernels) as ragged:
         engine.logits(prompt)
     assert prefill.names() == ragged.names() == KERNELS

@@ -35,6 +35,7 @@ from spec.support.kernel_calls import KernelCalls
 from spec.support.kernel_targets import INTERPRETED
 from spec.support.models import tiny_checkpoint
 from spec.support.prompts import screened
+from spec.support.replay_watch import ModelWatch
 from spec.support.tolerances import tolerance
 from torchlet.contract import TRITON_PAGED, GenerationParams
 
@@ -73,10 +74,11 @@ def test_the_decode_step_stores_and_attends_with_the_paged_kernels_under_replay(
     assert prefill.names() == {"store_kv"}  # prefill attention is still PyTorch
     sequence = prompt + [5]
     for _ in range(3):  # capture, then replays
-        with KernelCalls(paged) as decode:
+        with KernelCalls(paged) as decode, ModelWatch(impl) as watch:
             engine.decode(["r"], [sequence])
         assert decode.counts == {"store_kv": layers, "paged_decode_attention": layers}
         sequence = sequence + [5]
+    assert not watch.model_calls, f"the last step ran the model's code: {watch.model_calls[:3]}"
     assert sum(s["replays"] for s in engine.graph_stats().values()) >= 2
 
 

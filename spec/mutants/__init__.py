@@ -47,8 +47,12 @@ class Mutant:
         return self.edits[0].file.split("/")[0]
 
     @property
-    def k(self) -> str:
-        return " or ".join(self.versions)
+    def markexpr(self) -> str:
+        """`-m` over the versions' full names: `-k v07` would also match test_v07_*.py's v08 ids."""
+        names = implementations.version_names()
+        full = [next(n for n in names if n == v or n.split("_")[0] == v or n.startswith(v + "_"))
+                for v in self.versions]
+        return " or ".join(full)
 
 
 def all_mutants() -> list[Mutant]:

@@ -20,7 +20,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     if args.command == "list":
         for m in all_mutants():
-            print(f"{m.name:36} {m.property:28} -k {m.k:10} {' '.join(m.specs)}")
+            print(f"{m.name:36} {m.property:28} -m {m.markexpr:24} {' '.join(m.specs)}")
         return 0
     mutants = [by_name(n) for n in args.names] if getattr(args, "names", None) else all_mutants()
     worker, results = Worker(), []

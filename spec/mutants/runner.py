@@ -57,7 +57,7 @@ def run(mutant: Mutant, worker: Worker) -> Result:
         tmp = Path(tmp)
         root = apply(mutant, tmp / "implementations")
         xml, log = tmp / "junit.xml", tmp / "pytest.log"
-        args = [*mutant.specs, f"--impl-root={root}", "-k", mutant.k, "-x", "-q",
+        args = [*mutant.specs, f"--impl-root={root}", "-m", mutant.markexpr, "-x", "-q",
                 "-p", "no:randomly", "-p", "no:xdist", "-p", "no:cacheprovider",
                 "--snapshot-warn-unused", f"--junitxml={xml}"]
         rc = worker.pytest(args, log)
