@@ -53,9 +53,14 @@ def test_every_mutant_is_listed_in_the_table_with_its_property_and_version():
                          f"`python -m spec.mutants table`")
 
 
+# The design card's five properties, the block allocator and bad-input atomicity.
+PROPERTIES = ("token parity", "no history recompute", "slot stability", "graph replay",
+              "block table invariants", "block allocator", "bad-input atomicity")
+
+
 def test_every_named_property_has_at_least_three_mutants():
-    counts = {}
-    for m in MUTANTS:
-        counts[m.property] = counts.get(m.property, 0) + 1
+    counts = {p: sum(m.property == p for m in MUTANTS) for p in PROPERTIES}
     thin = {p: n for p, n in counts.items() if n < 3}
     assert not thin, f"properties with fewer than three mutants: {thin}"
+    unnamed = {m.property for m in MUTANTS} - set(PROPERTIES)
+    assert not unnamed, f"mutants of properties this page does not name: {unnamed}"

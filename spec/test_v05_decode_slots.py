@@ -17,7 +17,14 @@ random arrival schedules: a running request's slot never changes; no two running
 one; a newcomer takes the lowest slot free when the step began, so freed slots are reused; idle
 lanes are isolated: filling them with garbage (build(..., poison_inactive_lanes=True)) changes no
 active request's tokens or logits; and batching stays invisible: each request's tokens equal its
-solo run.
+solo run. slot_of() is never the only evidence: at every step the passes themselves are watched
+(spec/support/lanes.py) at the embedding lookup, at the K/V stores and in the cache contents.
+The lane slot_of(r) names feeds r's newest token; r's K/V rows stay where its prefill stored them
+while it lives (nothing else writes them, each new row extends them, they hold what cached_kv(r)
+reports); and with fixed slots (v05-v07) a slot is one place in the cache: a newcomer in a freed
+slot stores from the row its predecessor did. From v07 the replayed graph's ops are watched; from
+v08 a request's place is its blocks (its rows run on within a block); v10's Triton store is seen
+as its custom op, in the float32 scenario.
 Files: implementations/v05_decode_slots/{cache.py, model.py, runner.py, engine.py} against
 implementations/v02_kv_cache/{cache.py, model.py, runner.py} and
 implementations/v03_request_states/engine.py (the scheduler is v04's, unchanged).

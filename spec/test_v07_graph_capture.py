@@ -238,6 +238,23 @@ def test_python_scalars_are_frozen_at_capture(impl):
     assert torch.equal(graph.replay(), x * 3.0)
 
 
+def test_a_tensor_made_from_python_data_inside_capture_is_frozen_and_fresh_at_each_replay(impl):
+    graphs = impl.package.graphs
+    x = torch.randn(4, 3)
+    offsets = [1.0, 2.0, 3.0]
+
+    def fn(x):
+        b = torch.tensor(offsets)
+        b.mul_(2)  # in place: a replay that handed out the captured tensor itself would double it
+        return x + b
+
+    graph = graphs.capture(fn, (x,))
+    offsets[0] = 100.0  # a Python value, frozen at capture like a scalar
+    expected = x + torch.tensor([2.0, 4.0, 6.0])
+    assert torch.equal(graph.replay(), expected)
+    assert torch.equal(graph.replay(), expected)
+
+
 # --- the same specs on a GPU --------------------------------------------------------------------
 
 @pytest.mark.gpu

@@ -261,11 +261,6 @@ class CpuGraph:
                          and recorder.slots[id(t)] >= recorder.n_external]
         self._plan_frees(keep={slot for slot, _ in self._results} | set(self._external_slots))
 
-    @property
-    def ops(self) -> list[str]:
-        """The recorded aten ops, in order: what one replay executes."""
-        return [str(op.func) for op in self._tape]
-
     def _plan_frees(self, keep: set[int]) -> None:
         # Drop each intermediate after its last reader so replay holds no more than eager did.
         last = {}

@@ -36,7 +36,7 @@ class Worker:
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "spec.mutants.worker"], cwd=REPO, text=True,
             stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-            env={**learner.child_env(), **(env or {})})
+            env={**learner.child_env(), "HYPOTHESIS_PROFILE": "mutants", **(env or {})})
 
     def pytest(self, args: list[str], log: Path) -> int:
         self.proc.stdin.write(json.dumps({"args": args, "log": str(log)}) + "\n")

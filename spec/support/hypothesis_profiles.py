@@ -22,6 +22,14 @@ settings.register_profile("ci-engine", _ci, max_examples=50,
 settings.register_profile("stress-engine", max_examples=300, deadline=None,
                           suppress_health_check=[HealthCheck.too_slow])
 
+# Runs against mutants (spec/mutants/): `ci`'s examples, so a kill is as deterministic as a ci
+# run, without shrinking: the first failing example is the verdict, and a minimal one is not
+# needed to say which spec noticed.
+settings.register_profile("mutants", _ci, max_examples=200, phases=(Phase.explicit, Phase.generate))
+settings.register_profile("mutants-engine", _ci, max_examples=50,
+                          phases=(Phase.explicit, Phase.generate),
+                          suppress_health_check=[HealthCheck.too_slow])
+
 # Runs against pristine stubs (spec/test_meta_stubs.py): every example fails, so shrinking and
 # explaining failures only costs time.
 for _name in ("stubs", "stubs-engine"):

@@ -183,7 +183,8 @@ class LaneTracker:
 
     def _split(self, passes, stats, fed):
         """(decode pass, prefill pass). The prefill pass is the one fed the newcomers'
-        sequences; if both passes were (all ids alike), the later, as every version orders them."""
+        sequences; should the decode lanes happen to feed those very ids too, the later one, as
+        every version runs decode first."""
         assert len(passes) == bool(stats.decode_ids) + bool(stats.prefill_ids), \
             f"{len(passes)} forward passes for decode {stats.decode_ids}, prefill {stats.prefill_ids}"
         prefill = None
@@ -255,9 +256,14 @@ class LaneTracker:
         for c in self.order:
             stray = changed.get(c, set()) - stored[c]
             assert not stray, f"cache rows {sorted(stray)} changed, yet no store wrote them"
-        for i, rows in self.home.items():
-            if e.slot_of(i) is None:
-                continue
+        live = {i: rows for i, rows in self.home.items() if e.slot_of(i) is not None}
+        owner = {}
+        for i, rows in live.items():
+            for c in self.order:
+                for row in rows[c]:
+                    assert owner.setdefault((c, row), i) == i, \
+                        f"requests {owner[c, row]} and {i} both keep K/V in row {row}"
+        for i, rows in live.items():
             new = len(rows[self.order[0]]) if i in stats.prefill_ids else \
                 int(i in stats.decode_ids)  # rows this step stored for i
             for c in self.order:
