@@ -10,9 +10,10 @@ Core principle: stubs are generated from the reference source every run, never k
 page can't drift from the versions; each version's specs run in a child pytest pointed at its
 stub tree with `--impl-root` and `-k <version>`, and any spec that passes there is a defect.
 Files: torchlet/learner.py (the stub generator) against implementations/vNN_*/.
-Tradeoff left visible: one child pytest per version costs an interpreter start and a torch import
-(a few seconds each); pytest-xdist spreads the versions over the workers. A version with no spec
-module yet is skipped, not passed. That the reference passes is the rest of the suite.
+Tradeoff left visible: the child pytest runs in one interpreter reused for every version (the
+mutants' worker, spec/mutants/worker.py), so a version costs its specs, not a torch import; a
+crash in one run would end the others. A version with no spec module yet is skipped, not passed.
+That the reference passes is the rest of the suite.
 """
 import ast
 import inspect
@@ -21,6 +22,7 @@ import time
 import pytest
 
 import implementations
+from spec.mutants.runner import Worker
 from torchlet import learner
 
 VERSIONS = implementations.version_names()
@@ -34,17 +36,32 @@ def stub_tree(request, tmp_path):
     return lambda version: learner.make_exercise(version, tmp_path / "tree")
 
 
+@pytest.fixture(scope="module")
+def worker():
+    """One child interpreter for every version's stub run (the mutants' worker)."""
+    w = Worker(env=learner.stub_run_env())
+    yield w
+    w.close()
+
+
+def run_on_stubs(worker, root, version, specs, tmp_path):
+    xml, log = tmp_path / "junit.xml", tmp_path / "pytest.log"
+    worker.pytest([*learner.spec_args(root, version, specs, xml), "-p", "no:xdist",
+                   "-p", "no:cacheprovider"], log)
+    return (learner.read_junit(xml) if xml.exists() else []), log.read_text()
+
+
 @pytest.mark.parametrize("version", VERSIONS)
-def test_every_spec_of_a_version_fails_against_its_pristine_stubs(version, stub_tree,
-                                                                 record_property):
+def test_every_spec_of_a_version_fails_against_its_pristine_stubs(version, stub_tree, worker,
+                                                                 tmp_path, record_property):
     specs = learner.spec_modules(version)
     if not specs:
         pytest.skip(f"{version} has no spec module (spec/test_{version[:3]}_*.py) yet")
     tree = stub_tree(version)
     start = time.perf_counter()
-    outcomes, proc = learner.run_specs(tree.root, version, specs, env=learner.stub_run_env())
+    outcomes, log = run_on_stubs(worker, tree.root, version, specs, tmp_path)
     record_property("child_pytest_seconds", round(time.perf_counter() - start, 1))
-    assert outcomes, f"no spec of {version} ran:\n{proc.stdout[-3000:]}\n{proc.stderr[-2000:]}"
+    assert outcomes, f"no spec of {version} ran:\n{log[-4000:]}"
     passed = [o.test for o in outcomes if o.status == "passed"]
     unclear = [f"{o.test}: {learner.reason(o)}" for o in outcomes
                if o.status == "failed" and not learner.stub_hits(o)]

@@ -27,17 +27,29 @@ def engines(impl):
     return {name: impl.build(tiny_checkpoint(name)) for name in TINY}
 
 
+@pytest.fixture(scope="module")
+def greedy(engines):
+    """fixture -> the version's greedy tokens for its screened prompts, generated once: the oracle
+    and the golden file judge the same run."""
+    made = {}
+
+    def tokens(fixture):
+        if fixture not in made:
+            prompts = [list(p) for p, _ in screened(fixture)]
+            made[fixture] = engines[fixture].generate(prompts,
+                                                      GenerationParams(max_new_tokens=HORIZON))
+        return made[fixture]
+    return tokens
+
+
 @pytest.fixture
 def golden(snapshot):
     return snapshot.use_extension(GoldenTokens)
 
 
 @pytest.mark.parametrize("fixture", TINY)
-def test_greedy_tokens_equal_the_oracle(engines, fixture):
-    cases = screened(fixture)
-    prompts = [list(p) for p, _ in cases]
-    outputs = engines[fixture].generate(prompts, GenerationParams(max_new_tokens=HORIZON))
-    for (prompt, ref), out in zip(cases, outputs):
+def test_greedy_tokens_equal_the_oracle(greedy, fixture):
+    for (prompt, ref), out in zip(screened(fixture), greedy(fixture)):
         assert out == ref.tokens, f"prompt {prompt}"
 
 
@@ -101,9 +113,7 @@ def test_oracle_tokens_match_the_golden_file(golden, fixture):
 
 
 @pytest.mark.parametrize("fixture", TINY)
-def test_greedy_tokens_match_the_golden_file(request, engines, golden, fixture):
+def test_greedy_tokens_match_the_golden_file(request, greedy, golden, fixture):
     if request.config.getoption("--snapshot-update"):
         pytest.skip("only the oracle writes the golden file")
-    params = GenerationParams(max_new_tokens=HORIZON)
-    assert golden_rows(fixture, lambda f, ps: engines[f].generate(ps, params)) \
-        == golden(name=fixture)
+    assert golden_rows(fixture, lambda f, ps: greedy(f)) == golden(name=fixture)

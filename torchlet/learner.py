@@ -339,12 +339,17 @@ def run_specs(root: Path, version: str, specs: list[Path], extra: list[str] = ()
     `env` adds variables to the child's environment (e.g. HYPOTHESIS_PROFILE)."""
     with tempfile.TemporaryDirectory() as tmp:
         xml = Path(tmp) / "junit.xml"
-        cmd = [sys.executable, "-m", "pytest", *map(str, specs), "--impl-root", str(root),
-               "-k", version, "-p", "no:randomly", "-q", f"--junitxml={xml}", *extra]
+        cmd = [sys.executable, "-m", "pytest", *spec_args(root, version, specs, xml), *extra]
         proc = subprocess.run(cmd, cwd=REPO, env={**child_env(), **(env or {})}, text=True,
                               capture_output=capture)
         outcomes = read_junit(xml) if xml.exists() else []
     return outcomes, proc
+
+
+def spec_args(root: Path, version: str, specs: list[Path], xml: Path) -> list[str]:
+    """pytest's arguments for a version's spec modules against a tree, results in junit xml."""
+    return [*map(str, specs), f"--impl-root={root}", "-k", version, "-p", "no:randomly", "-q",
+            f"--junitxml={xml}"]
 
 
 def stub_run_env() -> dict[str, str]:
