@@ -1,0 +1,69 @@
+"""Meta: the owned-coverage check sees what it claims to see.
+
+What it checks: spec/support/owned_coverage.py lists every function and method a version file
+defines (kernels and `...` bodies aside), and the code it compiles calls the entry hook once per
+call of each, before the body runs, with the line numbers of the file unchanged.
+Why: a check that missed a function, or recorded one that never ran, would pass a version
+whose code no spec reaches, the thing it exists to stop.
+Core principle: the loader's output is run here on a small source, and the hook's records are
+compared with the calls made.
+Files: spec/support/owned_coverage.py.
+Tradeoff left visible: the whole-suite verdict itself is only seen at the end of a whole run.
+"""
+import ast
+import builtins
+import traceback
+
+from spec.support import owned_coverage as oc
+
+SOURCE = '''"""A module."""
+import triton
+
+
+def plain(x):
+    """Doc."""
+    return x + 1
+
+
+class Part:
+    def method(self):
+        return 2
+
+    def protocol(self):
+        ...
+
+
+@triton.jit
+def kernel(x):
+    pass
+
+
+def fails():
+    raise ValueError("line 23")
+'''
+
+
+def test_every_function_and_method_is_owned_but_kernels_and_ellipsis_bodies():
+    keys = [key for key, _, _ in oc._owned(ast.parse(SOURCE), "v99_demo/m.py")]
+    assert keys == ["v99_demo/m.py:plain", "v99_demo/m.py:Part.method", "v99_demo/m.py:fails"]
+
+
+def test_the_compiled_code_records_each_call_and_keeps_the_files_line_numbers(tmp_path,
+                                                                             monkeypatch):
+    path = tmp_path / "m.py"
+    no_triton = "import types\ntriton = types.SimpleNamespace(jit=lambda f: f)\n"
+    path.write_text(SOURCE.replace("import triton\n", no_triton))
+    monkeypatch.setattr(oc, "ROOT", tmp_path)
+    seen = []
+    monkeypatch.setattr(builtins, oc.HOOK, seen.append, raising=False)
+    code = oc._Loader("m", str(path)).get_code("m")
+    namespace = {}
+    exec(code, namespace)
+    assert seen == []
+    namespace["plain"](1), namespace["Part"]().method(), namespace["plain"](2)
+    assert seen == ["m.py:plain", "m.py:Part.method", "m.py:plain"]
+    try:
+        namespace["fails"]()
+    except ValueError as e:
+        line = traceback.extract_tb(e.__traceback__)[-1].lineno
+    assert line == path.read_text().splitlines().index('    raise ValueError("line 23")') + 1
