@@ -24,13 +24,15 @@ torch.set_num_threads(1)
 
 import implementations  # noqa: E402
 from spec.support import hypothesis_profiles  # noqa: E402,F401  (registers the profiles)
-from spec.support import owned_coverage  # noqa: E402
+from spec.support import owned_coverage, selection  # noqa: E402
 from torchlet.contract import ALL_CAPABILITIES  # noqa: E402
 
 
-def pytest_addoption(parser):
-    parser.addoption("--impl-root", default=None,
-                     help="run the specs against this tree of versions instead of implementations/")
+def pytest_addoption(parser, pluginmanager):
+    if not pluginmanager.has_plugin("torchlet"):  # installed without the entry point
+        from torchlet import pytest_plugin
+
+        pytest_plugin.pytest_addoption(parser)
     owned_coverage.addoption(parser)
 
 
@@ -70,7 +72,9 @@ def pytest_generate_tests(metafunc):
     metafunc.parametrize("impl", params, scope="module")
 
 
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
+    selection.select(config, items, implementations.version_names(impl_root(config)))
     if torch.cuda.is_available():
         return
     skip = pytest.mark.skip(reason="needs a CUDA GPU; this machine has none")

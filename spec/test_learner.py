@@ -142,3 +142,19 @@ def test_check_never_calls_a_version_done_while_a_stub_is_left_even_one_no_spec_
     report = capsys.readouterr().out
     assert "model.unreached" in report and "not done" in report, report
     assert "no stub is left" not in report
+
+
+def test_pytest_takes_impl_root_and_its_directory_as_two_words_as_the_readme_writes_it(
+        tmp_path, not_a_learner_run):
+    import subprocess
+    import sys
+
+    root = tmp_path / "mine"
+    learner.make_exercise(implementations.version_names()[0], root)
+    proc = subprocess.run([sys.executable, "-m", "pytest", "--impl-root", str(root), "-k", "v00",
+                           "--collect-only", "-q", "-p", "no:randomly", "--no-owned-coverage",
+                           "--snapshot-warn-unused"],
+                          cwd=learner.REPO, env=learner.child_env(), capture_output=True,
+                          text=True)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert " tests collected" in proc.stdout and "v00_full_recompute" in proc.stdout

@@ -1,0 +1,48 @@
+"""`-k vNN` selects exactly the specs parametrized with that version.
+
+pytest's `-k` matches a word as a substring of every name up the node's chain, so `-k v08` would
+also pick v09's ids in spec/test_v08_paged_engine.py, a spec named `..._equal_v08s` run against
+v09, and the meta-specs about v08. Here a word of a `-k` expression that names a version (`v08`,
+`v01_0`, `v08_paged_gqa_py`; `v01` names both v01_0 and v01_1) is true exactly for the specs whose
+`impl` parameter is that version. Every other word keeps pytest's meaning, and the expression
+keeps its `and`, `or`, `not` and parentheses: `-k "v08 and tight"` works as it reads.
+"""
+from __future__ import annotations
+
+import re
+
+from _pytest.mark import KeywordMatcher
+from _pytest.mark.expression import Expression
+
+VERSION_WORD = re.compile(r"^v\d\d(?:_\d)?(?:_[a-z0-9_]+)?$")
+
+
+def versions_named(word: str, names: list[str]) -> set[str] | None:
+    """The versions a -k word names, or None when it names none."""
+    word = word.lower()
+    if not VERSION_WORD.match(word):
+        return None
+    return {n for n in names if n == word or n.startswith(word + "_")} or None
+
+
+def select(config, items, names: list[str]) -> None:
+    """Apply the -k expression with version words read as above, in place of pytest's own."""
+    text = config.option.keyword.lstrip()
+    if not text:
+        return
+    expr = Expression.compile(text)
+    kept, dropped = [], []
+    for item in items:
+        words = KeywordMatcher.from_item(item)
+        impl = item.callspec.params.get("impl") if hasattr(item, "callspec") else None
+        version = getattr(impl, "name", None)
+
+        def match(word, **kwargs):
+            named = versions_named(word, names)
+            return words(word, **kwargs) if named is None else version in named
+
+        (kept if expr.evaluate(match) else dropped).append(item)
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = kept
+    config.option.keyword = ""  # done: pytest's own -k pass, which runs next, keeps everything
