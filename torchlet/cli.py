@@ -16,7 +16,7 @@ import sys
 import time
 from pathlib import Path
 
-PLUGINS = ("torchlet.bench", "torchlet.learner")
+PLUGINS = ("torchlet.bench", "torchlet.learner", "torchlet.docs")
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 
 

@@ -1,0 +1,172 @@
+"""The documentation site, generated from the specs.
+
+What it introduces: `torchlet docs build [--out DIR] [--results junit.xml]`, a static site: the
+version map, one page per version (its spec modules' page contracts and their specs) and a code
+compare for every adjacent pair of versions and for the first against the newest.
+Why: the page contracts are spec module docstrings, which a reader otherwise sees only in an
+editor; generated from the executable specs, a page cannot claim what its specs do not check.
+Core principle: the site is a pure function of the tree: every page follows the contract (a
+missing section fails the build, naming the version and the section), every link resolves
+without a server, and two builds are byte-identical.
+Files: torchlet/docs/{pages.py, compare.py, site.py, __init__.py}; spec/test_docs_browser.py
+opens the same site in a real browser.
+Tradeoff left visible: spec counts are test functions, not parametrizations, because counting
+those needs pytest's collection; and the status shown is only as fresh as the last JUnit file.
+"""
+from __future__ import annotations
+
+import shutil
+from html.parser import HTMLParser
+from pathlib import Path
+from urllib.parse import urldefrag
+
+import pytest
+
+import implementations
+from torchlet import docs
+from torchlet.docs.pages import SECTIONS, MissingSectionError, version_pages
+from torchlet.learner import SPEC_DIR
+
+VERSIONS = implementations.version_names()
+
+
+class Page(HTMLParser):
+    """The ids, links, h3 headings and text of one HTML file."""
+
+    def __init__(self, text: str):
+        super().__init__()
+        self.ids, self.links, self.h3, self.text = set(), [], [], []
+        self._in_h3 = False
+        self.feed(text)
+
+    def handle_starttag(self, tag, attrs):
+        attrs = dict(attrs)
+        if "id" in attrs:
+            self.ids.add(attrs["id"])
+        for key in ("href", "src"):
+            if attrs.get(key):
+                self.links.append(attrs[key])
+        self._in_h3 = tag == "h3"
+        if tag == "h3":
+            self.h3.append("")
+
+    def handle_endtag(self, tag):
+        if tag == "h3":
+            self._in_h3 = False
+
+    def handle_data(self, data):
+        self.text.append(data)
+        if self._in_h3:
+            self.h3[-1] += data
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("site") / "a"
+    docs.build(out)
+    return out
+
+
+def parsed(path: Path) -> Page:
+    return Page(path.read_text(encoding="utf-8"))
+
+
+def test_every_version_has_a_page_with_the_five_sections(site):
+    for name, page in zip(VERSIONS, version_pages()):
+        html = parsed(site / "versions" / f"{name}.html")
+        for part in page.parts:
+            for _, heading in SECTIONS:
+                assert heading in html.h3, f"{name}: no '{heading}' heading"
+        assert html.h3.count("Core principle") == len(page.parts) >= 1
+
+
+def test_every_internal_link_and_anchor_resolves(site):
+    pages = {p.resolve(): parsed(p) for p in sorted(site.rglob("*.html"))}
+    checked = 0
+    for path, page in pages.items():
+        for link in page.links:
+            if link.startswith(("http:", "https:", "mailto:", "data:")):
+                continue
+            target, frag = urldefrag(link)
+            dest = (path.parent / target).resolve() if target else path
+            assert dest.exists(), f"{path.name}: broken link {link}"
+            if frag and dest.suffix == ".html":
+                assert frag in pages[dest].ids, f"{path.name}: no anchor #{frag} in {link}"
+            checked += 1
+    assert checked > 100
+
+
+def test_every_version_page_and_compare_view_is_reachable_from_the_index(site):
+    seen, todo = set(), [(site / "index.html").resolve()]
+    while todo:
+        path = todo.pop()
+        if path in seen or path.suffix != ".html" or not path.is_relative_to(site.resolve()):
+            continue
+        seen.add(path)
+        todo += [(path.parent / urldefrag(link)[0]).resolve() for link in parsed(path).links
+                 if urldefrag(link)[0]]
+    assert seen == {p.resolve() for p in site.rglob("*.html")}
+
+
+def test_every_compare_page_lists_the_files_the_version_owns(site):
+    for page in version_pages()[1:]:
+        found = sorted((site / "compare").glob(f"*--{page.name}.html"))
+        assert found, f"no compare page ends at {page.name}"
+        for path in found:
+            text = "".join(parsed(path).text)
+            for rel in page.owned:
+                assert rel in text, f"{path.name} does not list {rel}"
+
+
+def test_the_file_the_page_contract_names_opens_the_compare(site):
+    html = (site / "compare" / f"{VERSIONS[1]}--{VERSIONS[2]}.html").read_text()
+    side = html[html.index('id="side-by-side"'):]
+    assert side.index("model.py (changed)") < side.index("__init__.py (changed)")
+
+
+def test_a_page_without_a_section_fails_the_build_naming_version_and_section(tmp_path):
+    spec_dir = tmp_path / "spec"
+    shutil.copytree(SPEC_DIR, spec_dir, ignore=shutil.ignore_patterns("__pycache__", "mutants",
+                                                                      "__snapshots__", "support"))
+    module = spec_dir / "test_v02_kv_cache.py"
+    module.write_text(module.read_text().replace("Core principle:", "Core idea:", 1))
+    with pytest.raises(MissingSectionError, match=r"^v02_kv_cache: .*'Core principle'"):
+        docs.build(tmp_path / "out", spec_dir=spec_dir)
+
+
+def test_two_builds_are_byte_identical(site):
+    again = site.parent / "b"
+    docs.build(again)
+    first = {p.relative_to(site): p.read_bytes() for p in sorted(site.rglob("*")) if p.is_file()}
+    second = {p.relative_to(again): p.read_bytes() for p in sorted(again.rglob("*")) if p.is_file()}
+    assert first.keys() == second.keys()
+    assert [k for k in first if first[k] != second[k]] == []
+
+
+JUNIT = """<?xml version="1.0" encoding="utf-8"?>
+<testsuites><testsuite name="pytest" tests="3">
+<testcase classname="spec.test_v02_kv_cache"
+  name="test_decode_ignores_the_history_token_ids_it_is_given[v02_kv_cache]"/>
+<testcase classname="spec.test_v02_kv_cache"
+  name="test_decode_reads_the_cache_so_a_cache_from_another_history_changes_the_output[v02_kv_cache]">
+  <failure message="assert 1 == 2">boom</failure></testcase>
+<testcase classname="spec.test_v02_kv_cache"
+  name="test_the_cache_holds_the_keys_and_values_hf_computes_from_scratch[v02_kv_cache-qwen2]">
+  <skipped message="no oracle"/></testcase>
+</testsuite></testsuites>
+"""
+
+
+def test_a_junit_file_shows_pass_fail_and_skip_per_spec_and_per_version(tmp_path):
+    xml = tmp_path / "junit.xml"
+    xml.write_text(JUNIT)
+    docs.build(tmp_path / "out", results=xml)
+    html = (tmp_path / "out" / "versions" / "v02_kv_cache.html").read_text()
+    assert '[passed]</span> <a href="' in html.split("Decode ignores the history")[0][-200:]
+    assert "[failed]" in html.split("Decode reads the cache")[0][-200:]
+    assert "[skipped]" in html.split("The cache holds the keys")[0][-200:]
+    index = (tmp_path / "out" / "index.html").read_text()
+    row = index[index.index('href="versions/v02_kv_cache.html"'):].split("</tr>")[0]
+    assert "1 passed, 1 failed, 1 skipped" in row
+    other = index[index.index('href="versions/v03_request_states.html"'):].split("</tr>")[0]
+    assert "not run" in other

@@ -1,0 +1,51 @@
+"""`torchlet docs build`: the documentation site, generated from the specs.
+
+pages.py reads each version's page contracts and specs (with `ast`), compare.py diffs adjacent
+versions' effective module sets, site.py writes static HTML. Standard library only, plus the
+project's own modules."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from implementations import REFERENCE_ROOT
+from torchlet.learner import REPO, SPEC_DIR
+
+DEFAULT_OUT = REPO / "docs" / "_site"
+DEFAULT_RESULTS = REPO / "build" / "junit.xml"  # where the README's test command leaves it
+BENCH_DIR = REPO / "docs" / "benchmarks"
+
+
+def build(out: Path = DEFAULT_OUT, results: Path | None = None, spec_dir: Path = SPEC_DIR,
+          root: Path = REFERENCE_ROOT, bench_dir: Path = BENCH_DIR) -> int:
+    """Builds the site into `out`; returns the number of pages written."""
+    from torchlet.docs.pages import version_pages
+    from torchlet.docs.site import load_benchmarks, load_results, write_site
+
+    pages = version_pages(Path(spec_dir), Path(root))
+    return write_site(Path(out), pages, load_results(results), load_benchmarks(bench_dir),
+                      Path(root), Path(spec_dir))
+
+
+def _cmd_build(args) -> int:
+    from torchlet.contract import TorchletError
+
+    results = Path(args.results) if args.results else None
+    if results is not None and not results.is_file():
+        raise TorchletError(f"--results {results}: no such file (write one with "
+                            "pytest --junitxml=PATH)")
+    if results is None and DEFAULT_RESULTS.is_file():
+        results = DEFAULT_RESULTS
+    n = build(Path(args.out), results)
+    print(f"wrote {n} pages to {args.out}" + (f" (spec status from {results})" if results else ""))
+    return 0
+
+
+def add_commands(subparsers) -> None:
+    docs = subparsers.add_parser("docs", help="the documentation site")
+    sub = docs.add_subparsers(dest="docs_command", metavar="COMMAND", required=True)
+    p = sub.add_parser("build", help="write the static site (version map, pages, code compare)")
+    p.add_argument("--out", default=str(DEFAULT_OUT), help="output directory (default: docs/_site)")
+    p.add_argument("--results", default=None,
+                   help="a pytest JUnit XML for pass/fail/skip per spec (default: build/junit.xml "
+                        "when it exists)")
+    p.set_defaults(run=_cmd_build)

@@ -1,0 +1,226 @@
+"""Writing the site: index (the version map), one page per version, one compare page per pair.
+
+Every link is relative and every order sorted, and nothing depends on the clock, so the site
+opens from file:// and two builds of one tree are byte-identical."""
+from __future__ import annotations
+
+import json
+import os
+import re
+from html import escape
+from pathlib import Path
+
+from torchlet.docs import compare
+from torchlet.docs.pages import SECTIONS, VersionPage
+from torchlet.learner import read_junit
+
+CSS = """body{font:15px/1.5 system-ui,sans-serif;margin:2em auto;max-width:78em;padding:0 1em;color:#222}
+table{border-collapse:collapse}th,td{border:1px solid #ddd;padding:.2em .5em;vertical-align:top}
+nav a{margin-right:1em}.passed{color:#17702a}.failed{color:#b00020}.skipped,.notrun{color:#777}
+table.sbs,table.uni{width:100%;font:12px/1.35 ui-monospace,monospace}
+table.sbs td,table.uni td{border:0;padding:0 .4em}pre{margin:0;white-space:pre-wrap}
+td.n{color:#999;text-align:right;width:3em;user-select:none}td.del{background:#fde8e8}
+td.ins{background:#e3f6e5}td.empty{background:#f4f4f4}tr.fold td{background:#eef;color:#556;text-align:center}
+tr.change{outline:2px solid transparent}tr.current{outline-color:#f90}
+body.js-sbs .view-uni,body.js-uni .view-sbs{display:none}.toggle{display:none}body.js .toggle{display:inline}
+"""
+
+# Without JavaScript both views are on the page; the script shows one at a time and adds
+# n / p to step through the changes of the view on show.
+JS = """(function(){var b=document.body;b.classList.add('js','js-sbs');
+var t=document.getElementById('toggle');var cur=-1;
+function view(){return b.classList.contains('js-sbs')?'view-sbs':'view-uni';}
+t.addEventListener('click',function(){var s=b.classList.contains('js-sbs');
+b.classList.toggle('js-sbs',!s);b.classList.toggle('js-uni',s);
+t.textContent=s?'Show side by side':'Show unified';cur=-1;});
+function go(d){var c=document.querySelectorAll('.'+view()+' tr.change');if(!c.length)return;
+if(cur>=0&&c[cur])c[cur].classList.remove('current');cur=Math.max(0,Math.min(c.length-1,cur+d));
+c[cur].classList.add('current');c[cur].scrollIntoView({block:'center'});}
+document.addEventListener('keydown',function(e){if(e.key==='n')go(1);if(e.key==='p')go(-1);});})();
+"""
+
+
+def page(title: str, body: str, depth: int, script: bool = False) -> str:
+    up = "../" * depth
+    js = f'<script src="{up}site.js"></script>' if script else ""
+    return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><link rel="icon" href="data:,"><title>{escape(title)}'
+            f'</title><link rel="stylesheet" href="{up}style.css"></head><body>\n{body}\n{js}'
+            f'</body></html>\n')
+
+
+def prose(text: str) -> str:
+    paras = [" ".join(p.split()) for p in re.split(r"\n\s*\n", text.strip()) if p.strip()]
+    code = re.compile(r"`([^`]+)`")
+    return "".join("<p>" + code.sub(r"<code>\1</code>", escape(p, quote=False)) + "</p>"
+                   for p in paras)
+
+
+def compare_name(a: str, b: str) -> str:
+    return f"{a}--{b}.html"
+
+
+# ---------------------------------------------------------------- spec results and benchmarks
+
+def load_results(path: Path | None) -> dict[tuple[str, str], list[tuple[str, str]]]:
+    """(spec file name, qualname) -> [(parametrization id, status)] from a pytest JUnit XML."""
+    found: dict[tuple[str, str], list[tuple[str, str]]] = {}
+    if path is None:
+        return found
+    for outcome in read_junit(path):
+        file, _, rest = outcome.test.partition("::")
+        name, _, params = rest.partition("[")
+        key = (Path(file).name, name.replace("::", "."))
+        found.setdefault(key, []).append((params.rstrip("]"), outcome.status))
+    return found
+
+
+def spec_status(runs: list[tuple[str, str]] | None, version: str) -> str:
+    """The status of a spec for a version: its runs parametrized with the version where there
+    are such runs, else all its runs; failed beats passed beats skipped."""
+    if not runs:
+        return "not run"
+    mine = [s for p, s in runs if version in re.split(r"[-\[\]]", p)] or [s for _, s in runs]
+    for status in ("failed", "passed", "skipped"):
+        if status in mine:
+            return status
+    return "not run"
+
+
+def load_benchmarks(bench_dir: Path) -> dict[str, dict[str, str]]:
+    """version -> {column: figure} from docs/benchmarks/*.json: CPU output tok/s, and on the
+    GPU workload the wall time and % of the floor."""
+    figures: dict[str, dict[str, str]] = {}
+    for path in sorted(Path(bench_dir).glob("*.json")):
+        data = json.loads(path.read_text())
+        for row in data.get("rows", []):
+            cell = figures.setdefault(row.get("version", ""), {})
+            if data.get("kind") == "cpu" and "output_tok_s" in row:
+                cell["cpu"] = f"{row['output_tok_s']:.0f}"
+            if data.get("kind") == "gpu-workload" and "wall_s" in row:
+                cell["gpu_s"] = f"{row['wall_s']:.1f} s"
+                if row.get("pct_floor") is not None:
+                    cell["floor"] = f"{row['pct_floor']:.1f}%"
+    return figures
+
+
+# ---------------------------------------------------------------- pages
+
+def index_html(pages: list[VersionPage], results, figures, pairs) -> str:
+    rows = []
+    for p in pages:
+        status = version_status(p, results)
+        f = figures.get(p.name, {})
+        rows.append(f'<tr><td><a href="versions/{p.name}.html">{p.name}</a></td>'
+                    f'<td>{escape(p.idea)}</td><td><code>{escape(p.capability)}</code></td>'
+                    f'<td>{len(p.specs)}</td><td>{escape(status)}</td>'
+                    + "".join(f"<td>{f.get(k, '—')}</td>" for k in ("cpu", "gpu_s", "floor"))
+                    + "</tr>")
+    links = "".join(f'<li><a href="compare/{compare_name(a, b)}">{a} → {b}</a></li>'
+                    for a, b in pairs)
+    body = ("<h1>Torchlet: the version map</h1><p>Read the versions in order; each page is its "
+            "spec modules' page contract and the specs that check it. Specs counts the test "
+            "functions in a version's own spec modules (not their parametrizations).</p>"
+            "<table><tr><th>version</th><th>idea</th><th>capability it adds</th><th>specs</th>"
+            "<th>last run</th><th>CPU tok/s</th><th>H200 workload</th><th>% of floor</th></tr>"
+            + "".join(rows) + "</table><h2>Code compare</h2><ul>" + links + "</ul>")
+    return page("Torchlet versions", body, 0)
+
+
+def version_status(p: VersionPage, results) -> str:
+    counts: dict[str, int] = {}
+    for part in p.parts:
+        for s in part.specs:
+            st = spec_status(results.get((part.path.name, s.qualname)), p.name)
+            counts[st] = counts.get(st, 0) + 1
+    if set(counts) <= {"not run"}:
+        return "not run"
+    return ", ".join(f"{counts[k]} {k}" for k in ("passed", "failed", "skipped", "not run")
+                     if counts.get(k))
+
+
+def version_html(p: VersionPage, prev: str | None, nxt: str | None, results,
+                 source_dir: str) -> str:
+    nav = ['<a href="../index.html">version map</a>']
+    if prev:
+        nav.append(f'<a href="{prev}.html" rel="prev">← {prev}</a>')
+        nav.append(f'<a href="../compare/{compare_name(prev, p.name)}">compare with {prev}</a>')
+    if nxt:
+        nav.append(f'<a href="{nxt}.html" rel="next">{nxt} →</a>')
+    out = [f"<nav>{''.join(nav)}</nav><h1>{p.name}</h1><p>{escape(p.idea)}</p>"
+           f"<p>Capability it adds: <code>{escape(p.capability)}</code></p>"]
+    for i, part in enumerate(p.parts):
+        src = f"{source_dir}/{part.path.name}"
+        out.append(f'<section id="part-{i}"><h2>{escape(part.title)}</h2>'
+                   f'<p>From <a href="{src}">spec/{part.path.name}</a></p>')
+        for key, heading in SECTIONS:
+            out.append(f'<h3 class="section">{heading}</h3>{prose(part.sections[key])}')
+        out.append("<h3>Specs</h3><ul>")
+        for s in part.specs:
+            st = spec_status(results.get((part.path.name, s.qualname)), p.name)
+            out.append(f'<li id="{s.qualname}"><span class="{st.replace(" ", "")}">[{st}]</span> '
+                       f'<a href="{src}#L{s.line}">{escape(s.sentence)}</a>'
+                       f'{prose(s.doc)}</li>')
+        out.append("</ul></section>")
+    out.append('<h2>Files</h2><p>Owned by this version:</p><ul>'
+               + "".join(f"<li>{escape(f)}</li>" for f in p.owned) + "</ul>")
+    if p.inherited:
+        out.append("<p>Taken from earlier versions:</p><ul>" + "".join(
+            f"<li>{escape(f)} (from {v})</li>" for f, v in sorted(p.inherited.items())) + "</ul>")
+    return page(p.name, "".join(out), 1)
+
+
+def compare_html(a: str, b: str, diffs: list[compare.FileDiff], named: list[str]) -> str:
+    shown = compare.order_files(diffs, named)
+    rows = []
+    for d in diffs:
+        name = (f'<a href="#{compare.file_id(d.rel)}">{escape(d.rel)}</a>'
+                if d in shown else escape(d.rel))
+        rows.append(f'<tr class="file {d.status}"><td>{name}</td><td>{d.status}</td>'
+                    f'<td>{d.owner}</td></tr>')
+    out = [f'<nav><a href="../index.html">version map</a><a href="../versions/{a}.html">{a}</a>'
+           f'<a href="../versions/{b}.html">{b}</a></nav>',
+           f"<h1>{a} → {b}</h1><p>Each side is the whole module set the version runs with: "
+           "the files it owns and those it takes from earlier versions.</p>",
+           '<table class="files"><tr><th>file</th><th>status</th><th>from</th></tr>'
+           + "".join(rows) + "</table>",
+           '<p><button id="toggle" class="toggle" type="button">Show unified</button> '
+           'Views: side by side (<a href="#side-by-side">jump</a>) and unified '
+           '(<a href="#unified">jump</a>); keys n / p step through changes.</p>']
+    sbs, uni = [], []
+    for d in shown:
+        left, right = compare.render_file(d)
+        head = f"{escape(d.rel)} ({d.status})"
+        fid = compare.file_id(d.rel)
+        sbs.append(f'<h3 id="{fid}">{head}</h3>{left}')
+        uni.append(f'<h3 id="{fid}-unified">{head}</h3>{right}')
+    out.append('<section class="view-sbs" id="side-by-side"><h2>Side by side</h2>'
+               + "".join(sbs) + "</section>")
+    out.append('<section class="view-uni" id="unified"><h2>Unified</h2>'
+               + "".join(uni) + "</section>")
+    return page(f"{a} → {b}", "".join(out), 1, script=True)
+
+
+def write_site(out: Path, pages: list[VersionPage], results, figures, root: Path,
+               spec_dir: Path) -> int:
+    """Writes every file of the site; returns how many pages it wrote."""
+    out = Path(out)
+    (out / "versions").mkdir(parents=True, exist_ok=True)
+    (out / "compare").mkdir(parents=True, exist_ok=True)
+    names = [p.name for p in pages]
+    by_name = {p.name: p for p in pages}
+    pairs = compare.pairs(names)
+    files = {"style.css": CSS, "site.js": JS,
+             "index.html": index_html(pages, results, figures, pairs)}
+    source_dir = Path(os.path.relpath(Path(spec_dir).resolve(), (out / "versions").resolve()))
+    for i, p in enumerate(pages):
+        prev = names[i - 1] if i else None
+        nxt = names[i + 1] if i + 1 < len(names) else None
+        files[f"versions/{p.name}.html"] = version_html(p, prev, nxt, results,
+                                                        source_dir.as_posix())
+    for a, b in pairs:
+        named = compare.named_files(b, [part.sections["files"] for part in by_name[b].parts])
+        files[f"compare/{compare_name(a, b)}"] = compare_html(
+            a, b, compare.file_diffs(a, b, root), named)
+    for rel, text in sorted(files.items()):
+        (out / rel).write_text(text, encoding="utf-8")
+    return len(files) - 2
