@@ -170,3 +170,17 @@ def test_a_junit_file_shows_pass_fail_and_skip_per_spec_and_per_version(tmp_path
     assert "1 passed, 1 failed, 1 skipped" in row
     other = index[index.index('href="versions/v03_request_states.html"'):].split("</tr>")[0]
     assert "not run" in other
+
+
+def test_the_cli_builds_the_site_and_refuses_a_missing_results_file_in_one_line(tmp_path,
+                                                                                capsys):
+    from torchlet import cli
+
+    assert cli.main(["docs", "build", "--out", str(tmp_path / "site")]) == 0
+    assert (tmp_path / "site" / "index.html").is_file()
+    capsys.readouterr()
+    code = cli.main(["docs", "build", "--out", str(tmp_path / "other"),
+                     "--results", str(tmp_path / "missing.xml")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code != 0 and len(err) == 1 and err[0].startswith("torchlet: error"), err
+    assert "missing.xml" in err[0]
