@@ -3,12 +3,13 @@ per new token that feeds each unfinished request only its newest token."""
 from __future__ import annotations
 
 import itertools
-from typing import Hashable, Iterator
+from typing import Hashable
 
 import torch
 
-from torchlet.contract import Checkpoint, GenerationParams, check_prompts, check_request
+from torchlet.contract import Checkpoint, GenerationParams, check_request
 
+from ..v01_0_ragged_batch.engine import RaggedEngine
 from .runner import ModelRunner
 
 
@@ -46,18 +47,9 @@ class CacheEngine:
         check_request(token_ids, GenerationParams(max_new_tokens=1), self.config)
         return self.runner.forward_ragged(token_ids, self.runner.model.req_indptr([len(token_ids)]))
 
-    def generate(self, prompts: list[list[int]], params: GenerationParams) -> list[list[int]]:
-        prompts = [check_request(p, params, self.config) for p in check_prompts(prompts)]
-        outputs = [[] for _ in prompts]
-        for step in self._steps(prompts, params):
-            for i, token in step.items():
-                outputs[i].append(token)
-        return outputs
-
-    def stream(self, prompt: list[int], params: GenerationParams) -> Iterator[int]:
-        check_request(prompt, params, self.config)
-        for step in self._steps([prompt], params):
-            yield step[0]
+    # v01_0's loops over this engine's own _steps: prefill once, then decode.
+    generate = RaggedEngine.generate
+    stream = RaggedEngine.stream
 
     def _steps(self, prompts: list[list[int]], params: GenerationParams):
         """Yield {request index: new token} once per pass: the prefill, then each decode."""

@@ -10,6 +10,7 @@ import torch
 
 from torchlet.contract import Checkpoint, RequestError, flatten
 
+from ..v01_0_ragged_batch.engine import RaggedEngine
 from . import model as cached_model
 from .cache import KVCache
 
@@ -49,11 +50,7 @@ class ModelRunner:
                     f"all but the last of its {len(seq)} tokens cached")
         return self.extend(request_ids, [[seq[-1]] for seq in sequences])
 
-    @torch.inference_mode()
-    def forward_ragged(self, token_ids: list[int], req_indptr: torch.Tensor) -> torch.Tensor:
-        ids = torch.tensor(list(token_ids), dtype=torch.long, device=self.device)
-        hidden = self.model.forward_ragged(self.weights, ids, req_indptr.to(self.device))
-        return self.model.lm_head(self.weights, hidden).float()
+    forward_ragged = RaggedEngine.forward_ragged  # v01_0's: a whole batch, no cache
 
     def cached_kv(self, request_id: Hashable) -> list[tuple[torch.Tensor, torch.Tensor]]:
         return [(kv.k.clone(), kv.v.clone()) for kv in self.cache.layers_of(request_id)]

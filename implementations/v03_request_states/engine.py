@@ -11,17 +11,23 @@ import torch
 from torchlet.contract import (Checkpoint, GenerationParams, RequestError, RequestOutput,
                                check_prompts, check_request)
 
+from ..v02_kv_cache.engine import CacheEngine
 from ..v02_kv_cache.runner import ModelRunner
 from .request import Request
-from .scheduler import Scheduler, StepStats
+from .scheduler import Batch, Scheduler, StepStats
 
 
-class StepEngine:
-    def __init__(self, checkpoint: Checkpoint, device="cpu", dtype=torch.float32,
-                 scheduler: Scheduler | None = None):
-        self.config = checkpoint.config
-        self.runner = ModelRunner(checkpoint, device, dtype)
-        self.scheduler = scheduler or Scheduler()
+class StepEngine(CacheEngine):
+    """The step loop over two parts it is given: a runner (weights, K/V cache, forward passes)
+    and a scheduler (who runs each step). The engine keeps the requests by id. From v02's
+    CacheEngine: the kv_cache capability (prefill, decode, cached_kv, release, the cached-token
+    counts, forward_ragged, logits), which drives the same runner directly; generate and stream
+    are new, driven through the steps."""
+
+    def __init__(self, runner: ModelRunner, scheduler: Scheduler):  # given its runner, not v02's
+        self.config = runner.config
+        self.runner = runner
+        self.scheduler = scheduler
         self.requests: dict[int, Request] = {}
         self._ids = itertools.count()
 
@@ -33,8 +39,13 @@ class StepEngine:
         """The prompt as a list of ints, or every RequestError add_request raises; changes
         nothing, so a call can check all its prompts before it queues any."""
         prompt = check_request(prompt, params, self.config)
-        self.scheduler.policy.check(Request(-1, prompt, params))  # reads prompt and params only
+        self._check_fits(prompt, params)
         return prompt
+
+    def _check_fits(self, prompt: list[int], params: GenerationParams) -> None:
+        """Refuse a request this engine could never run: here, what the admission policy
+        refuses (a prompt it could never admit)."""
+        self.scheduler.policy.check(Request(-1, prompt, params))  # reads prompt and params only
 
     def _enqueue(self, prompt: list[int], params: GenerationParams) -> int:
         request = Request(next(self._ids), list(prompt), params)
@@ -43,15 +54,25 @@ class StepEngine:
         return request.id
 
     def step(self) -> list[RequestOutput]:
-        batch = self.scheduler.schedule()
+        """Schedule, run the model, hand each request its token, free what finished."""
+        batch = self._schedule()
         if batch is None:
             return []
-        for request in batch.prefill:
-            self.runner.cache.allocate(request.id)
-        logits = self.runner.extend([r.id for r in batch.requests], batch.chunks)
+        logits = self._forward(batch)
         for request in self.scheduler.postprocess(batch, logits.argmax(-1).tolist()):
             self.runner.cache.free(request.id)
         return [r.output() for r in batch.requests]
+
+    def _schedule(self) -> Batch | None:
+        """This step's batch, as the scheduler picks it; None when nothing is left to run."""
+        return self.scheduler.schedule()
+
+    def _forward(self, batch: Batch) -> torch.Tensor:
+        """One mixed ragged pass: the admitted requests take a cache, then every request's new
+        rows follow what it has cached. Float logits [B, vocab] in batch.requests order."""
+        for request in batch.prefill:
+            self.runner.cache.allocate(request.id)
+        return self.runner.extend([r.id for r in batch.requests], batch.chunks)
 
     def output(self, request_id: int) -> RequestOutput:
         return self._request(request_id).output()
@@ -62,12 +83,6 @@ class StepEngine:
 
     def has_unfinished(self) -> bool:
         return self.scheduler.has_unfinished()
-
-    def num_cached_tokens(self, request_id) -> int:
-        return self.runner.cache.num_tokens(request_id)
-
-    def total_cached_tokens(self) -> int:
-        return self.runner.cache.total_tokens()
 
     def last_step_stats(self) -> StepStats | None:
         return self.scheduler.last_stats
@@ -105,30 +120,8 @@ class StepEngine:
             self.abort(request_id)
             self.requests.pop(request_id, None)
 
-    # -- the kv_cache capability: the runner driven directly, by caller-chosen ids -------------
-    def prefill(self, request_ids: list, prompts: list[list[int]]) -> torch.Tensor:
-        for p in prompts:
-            check_request(p, GenerationParams(max_new_tokens=1), self.config)
-        return self.runner.prefill(request_ids, prompts)
-
-    def decode(self, request_ids: list, sequences: list[list[int]]) -> torch.Tensor:
-        return self.runner.decode(request_ids, sequences)
-
-    def cached_kv(self, request_id) -> list[tuple[torch.Tensor, torch.Tensor]]:
-        return self.runner.cached_kv(request_id)
-
-    def release(self, request_id) -> None:
-        self.runner.cache.free(request_id)
-
-    def forward_ragged(self, token_ids: list[int], req_indptr: torch.Tensor) -> torch.Tensor:
-        return self.runner.forward_ragged(token_ids, req_indptr)
-
-    def logits(self, token_ids: list[int]) -> torch.Tensor:
-        check_request(token_ids, GenerationParams(max_new_tokens=1), self.config)
-        return self.runner.forward_ragged(token_ids, self.runner.model.req_indptr([len(token_ids)]))
-
 
 def build(checkpoint: Checkpoint, *, device="cpu", dtype=torch.float32, **options):
     if options:
         raise TypeError(f"v03 takes no options, got {sorted(options)}")
-    return StepEngine(checkpoint, device, dtype)
+    return StepEngine(ModelRunner(checkpoint, device, dtype), Scheduler())

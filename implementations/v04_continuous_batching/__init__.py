@@ -1,14 +1,16 @@
 """v04_continuous_batching: requests join the running batch at any step when there is room
 (max_running requests, max_step_tokens rows per step) and leave it at the step they finish;
-prefill and decode share one mixed pass. v03's engine, runner and cache, with a new admission
-policy."""
+prefill and decode share one mixed pass.
+
+Parts: one, the admission policy (scheduler.py: ContinuousBatching), given to v03's scheduler.
+From v03: the scheduler, the request state and the step loop (StepEngine) over v02's runner
+(ModelRunner) and cache; the model functions (layers) are v02's."""
 import torch
 
 from torchlet.contract import CONTINUOUS_BATCHING
 
 from ..v03_request_states import CAPABILITIES as PREVIOUS
-from ..v03_request_states import layers
-from ..v03_request_states.engine import StepEngine
+from ..v03_request_states import Batch, ModelRunner, StepEngine, layers
 from .scheduler import ContinuousBatching, Scheduler
 
 CAPABILITIES = PREVIOUS + (CONTINUOUS_BATCHING,)
@@ -23,7 +25,8 @@ def build(checkpoint, *, device="cpu", dtype=torch.float32, max_running: int = D
         raise TypeError(f"v04 takes max_running and max_step_tokens, got {sorted(options)}")
     budget = max_step_tokens or max(checkpoint.config.max_position, max_running)
     policy = ContinuousBatching(max_running, budget)
-    return StepEngine(checkpoint, device, dtype, scheduler=Scheduler(policy))
+    return StepEngine(ModelRunner(checkpoint, device, dtype), Scheduler(policy))
 
 
-__all__ = ["CAPABILITIES", "build", "layers"]
+__all__ = ["Batch", "CAPABILITIES", "ContinuousBatching", "Scheduler", "StepEngine", "build",
+           "layers"]

@@ -2,12 +2,14 @@
 one lane per slot, whatever the number of running requests, so its shapes never change."""
 from __future__ import annotations
 
+from types import ModuleType
 from typing import Hashable, Sequence
 
 import torch
 
 from torchlet.contract import Checkpoint, RequestError, flatten
 
+from ..v04_continuous_batching import ModelRunner
 from . import model as slot_model
 from .cache import SlotCache
 
@@ -15,36 +17,52 @@ from .cache import SlotCache
 class SlotRunner:
     def __init__(self, checkpoint: Checkpoint, device="cpu", dtype=torch.float32,
                  max_len: int | None = None,
-                 num_slots: int = 8, poison_inactive_lanes: bool = False):
+                 num_slots: int = 8, poison_inactive_lanes: bool = False, *,
+                 model: ModuleType = slot_model):
         self.config = checkpoint.config
         self.device = torch.device(device)
-        self.model = slot_model
-        self.weights = slot_model.Weights.from_checkpoint(checkpoint, self.device, dtype)
-        max_len = max_len or self.config.max_position
-        self.cache = SlotCache(self.config, num_slots, max_len, self.device, dtype)
+        self.model = model  # the module of model functions every pass calls
+        self.weights = model.Weights.from_checkpoint(checkpoint, self.device, dtype)
+        self.cache = self.make_cache(num_slots, max_len or self.config.max_position, dtype)
         # Garbage for inactive lanes, to show they cannot leak into active ones (spec only).
         self.poison = torch.Generator().manual_seed(0) if poison_inactive_lanes else None
+
+    def make_cache(self, num_slots: int, max_len: int, dtype) -> SlotCache:
+        """The K/V memory: num_slots slots of max_len rows each."""
+        return SlotCache(self.config, num_slots, max_len, self.device, dtype)
 
     @property
     def num_slots(self) -> int:
         return self.cache.num_slots
 
-    @torch.inference_mode()
-    def prefill(self, request_ids: Sequence[Hashable], prompts: Sequence[Sequence[int]]):
-        """Give each request a slot and fill its rows; float logits [B, vocab] of each last token."""
+    def check_new(self, request_ids: Sequence[Hashable]) -> None:
+        """RequestError unless the requests are distinct and none holds a cache yet."""
         taken = [r for r in request_ids if r in self.cache]
         if taken or len(set(request_ids)) != len(request_ids):
             raise RequestError(f"prefill needs distinct requests without a cache: {taken}")
+
+    def ragged_inputs(self, prompts: Sequence[Sequence[int]]):
+        """The prompts as one ragged batch: (req_indptr, token ids), on the device."""
+        indptr = self.model.req_indptr([len(p) for p in prompts], device=self.device)
+        return indptr, torch.tensor(flatten(prompts), dtype=torch.long, device=self.device)
+
+    def last_logits(self, hidden: torch.Tensor, indptr: torch.Tensor) -> torch.Tensor:
+        """Float logits [B, vocab] of each request's last row of a ragged pass."""
+        return self.model.lm_head(self.weights, hidden[self.model.last_rows(indptr)]).float()
+
+    @torch.inference_mode()
+    def prefill(self, request_ids: Sequence[Hashable], prompts: Sequence[Sequence[int]]):
+        """Give each request a slot and fill its rows; float logits [B, vocab] of each last token."""
+        self.check_new(request_ids)
         if len(request_ids) > self.cache.num_free():
             raise RequestError(f"{len(request_ids)} requests to prefill but only "
                                f"{self.cache.num_free()} free decode slots")
         slots = [self.cache.assign(r) for r in request_ids]
-        indptr = self.model.req_indptr([len(p) for p in prompts], device=self.device)
-        ids = torch.tensor(flatten(prompts), dtype=torch.long, device=self.device)
+        indptr, ids = self.ragged_inputs(prompts)
         hidden = self.model.forward_prefill(self.weights, ids, indptr, slots, self.cache.kv)
         for r, p in zip(request_ids, prompts):
             self.cache.set_tokens(r, len(p))
-        return self.model.lm_head(self.weights, hidden[self.model.last_rows(indptr)]).float()
+        return self.last_logits(hidden, indptr)
 
     def decode_inputs(self, request_ids: Sequence[Hashable], sequences: Sequence[Sequence[int]]):
         """Slot-shaped inputs: lane s carries the request in slot s, inactive lanes dummies."""
@@ -60,14 +78,19 @@ class SlotRunner:
             token_ids[s], positions[s], active[s] = seq[-1], len(seq) - 1, True
         return (token_ids.to(self.device), positions.to(self.device), active.to(self.device))
 
-    @torch.inference_mode()
-    def decode(self, request_ids: Sequence[Hashable], sequences: Sequence[Sequence[int]]):
-        """Each request's last token at position len - 1; float logits [B, vocab]."""
+    def check_decode(self, request_ids: Sequence[Hashable],
+                     sequences: Sequence[Sequence[int]]) -> None:
+        """RequestError unless each request has cached all but the last of its tokens."""
         for r, seq in zip(request_ids, sequences, strict=True):
             if r not in self.cache or self.cache.num_tokens(r) != len(seq) - 1:
                 raise RequestError(
                     f"request {r!r} has {self.cache.num_tokens(r)} cached tokens; decode needs "
                     f"all but the last of its {len(seq)} tokens cached")
+
+    @torch.inference_mode()
+    def decode(self, request_ids: Sequence[Hashable], sequences: Sequence[Sequence[int]]):
+        """Each request's last token at position len - 1; float logits [B, vocab]."""
+        self.check_decode(request_ids, sequences)
         logits = self.decode_step(*self.decode_inputs(request_ids, sequences))
         for r in request_ids:
             self.cache.set_tokens(r, self.cache.num_tokens(r) + 1)
@@ -78,11 +101,8 @@ class SlotRunner:
         hidden = self.model.forward_decode(self.weights, token_ids, positions, active, self.cache.kv)
         return self.model.lm_head(self.weights, hidden).float()
 
-    @torch.inference_mode()
-    def forward_ragged(self, token_ids: list[int], req_indptr: torch.Tensor) -> torch.Tensor:
-        ids = torch.tensor(list(token_ids), dtype=torch.long, device=self.device)
-        hidden = self.model.forward_ragged(self.weights, ids, req_indptr.to(self.device))
-        return self.model.lm_head(self.weights, hidden).float()
+    # The ragged pass without a cache reads only the model, the weights and the device: v02's.
+    forward_ragged = ModelRunner.forward_ragged
 
     def cached_kv(self, request_id: Hashable) -> list[tuple[torch.Tensor, torch.Tensor]]:
         if request_id not in self.cache:

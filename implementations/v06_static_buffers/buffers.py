@@ -7,37 +7,48 @@ import torch
 
 
 class DecodeBuffers:
-    FIELDS = {"token_ids": torch.long, "positions": torch.long, "active": torch.bool}
+    # name -> (shape of one lane's entry, dtype)
+    FIELDS = {"token_ids": ((), torch.long), "positions": ((), torch.long),
+              "active": ((), torch.bool)}
 
-    def __init__(self, num_slots: int, device):
+    def __init__(self, num_slots: int, device, fields: dict | None = None):
+        """One lane per slot of every field (FIELDS unless given): a device tensor, and a host
+        one to write into, pinned on a GPU."""
+        fields = self.FIELDS if fields is None else fields
         device = torch.device(device)
         pin = device.type == "cuda"
-        self.device_tensors = {name: torch.zeros(num_slots, dtype=dtype, device=device)
-                               for name, dtype in self.FIELDS.items()}
-        self.host = {name: torch.zeros(num_slots, dtype=dtype, pin_memory=pin)
-                     for name, dtype in self.FIELDS.items()}
+        shapes = {name: ((num_slots, *lane), dtype) for name, (lane, dtype) in fields.items()}
+        self.device_tensors = {name: torch.zeros(shape, dtype=dtype, device=device)
+                               for name, (shape, dtype) in shapes.items()}
+        self.host = {name: torch.zeros(shape, dtype=dtype, pin_memory=pin)
+                     for name, (shape, dtype) in shapes.items()}
         # numpy views of the host tensors: `t[i] = value` on a tensor first makes a 0-dim tensor
         # of the value (aten.lift_fresh), an allocation per lane per step; numpy writes in place.
         self.host_np = {name: t.numpy() for name, t in self.host.items()}
+        # What the decode pass takes, in field order: the same tensors at every step.
+        self.tensors = tuple(self.device_tensors.values())
 
-    def write(self, lanes: dict[int, tuple[int, int]], poison: torch.Generator | None = None,
+    def write(self, lanes: dict[int, tuple], poison: torch.Generator | None = None,
               vocab: int = 1, max_len: int = 1) -> None:
-        """lanes: slot -> (token id, position). Other lanes get zeros, or garbage when poisoned."""
-        h, n = self.host, self.host_np
+        """lanes: slot -> what its lane carries (see fill_lanes). Every lane's token id and
+        position start as zeros, or garbage when poisoned; then one copy per buffer to the
+        device, in place."""
+        h = self.host
         if poison is None:
             h["token_ids"].zero_()
             h["positions"].zero_()
         else:
             h["token_ids"].random_(0, vocab, generator=poison)
             h["positions"].random_(0, max_len, generator=poison)
+        self.fill_lanes(lanes)
+        for name, t in self.device_tensors.items():
+            t.copy_(h[name], non_blocking=True)
+
+    def fill_lanes(self, lanes: dict[int, tuple[int, int]]) -> None:
+        """lanes: slot -> (token id, position), written on the host; no other lane is active."""
+        h, n = self.host, self.host_np
         h["active"].zero_()
         for slot, (token, position) in lanes.items():
             n["token_ids"][slot] = token
             n["positions"][slot] = position
             n["active"][slot] = True
-        for name, t in self.device_tensors.items():
-            t.copy_(h[name], non_blocking=True)
-
-    def tensors(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        d = self.device_tensors
-        return d["token_ids"], d["positions"], d["active"]

@@ -1,13 +1,20 @@
 """v07_cuda_graph: the decode step is captured once per bucket of lanes and replayed afterwards:
 CUDA graphs on a GPU, a TorchDispatchMode stand-in (graphs.CpuGraph) on a CPU that enforces the
-same contract."""
+same contract.
+
+Parts: the graphs and their buckets (graphs.py), the runner whose decode step replays them
+(runner.py), and the engine (engine.py: GraphEngine, v06's StaticEngine plus graph_stats(); build
+adds use_graphs to v06's options). From v06: the decode buffers and the engine's
+decode_buffers(); through v06, v05's slot cache, model functions (layers), step and option
+checks, and v04's scheduler."""
 from torchlet.contract import GRAPH_REPLAY
 
 from ..v06_static_buffers import CAPABILITIES as PREVIOUS
-from ..v06_static_buffers import layers
+from ..v06_static_buffers import layers, refuse_unknown_options, slot_limits
 from . import graphs
-from .engine import build
+from .engine import GRAPH_OPTIONS, GraphEngine, build
 
 CAPABILITIES = PREVIOUS + (GRAPH_REPLAY,)
 
-__all__ = ["CAPABILITIES", "build", "graphs", "layers"]
+__all__ = ["CAPABILITIES", "GRAPH_OPTIONS", "GraphEngine", "build", "graphs", "layers",
+           "refuse_unknown_options", "slot_limits"]

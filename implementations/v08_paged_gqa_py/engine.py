@@ -1,61 +1,38 @@
 """v07's engine over paged K/V memory. Each step, before decoding, the running requests' next
 tokens take the blocks they need; if the pool cannot hold them, the request admitted last is
-preempted (its blocks freed, its work recomputed later). It adds block_tables(),
-paged_metadata(), pool_stats(), kv_bytes() and num_preemptions to the contract."""
+preempted (its blocks freed, its work recomputed later: v07's prefill of its whole sequence). It
+adds block_tables(), paged_metadata(), pool_stats(), kv_bytes() and num_preemptions to the
+contract, and decode_buffers() holds the paged inputs too."""
 from __future__ import annotations
 
-import itertools
 import numbers
-from typing import Iterator
 
 import torch
 
-from torchlet.contract import (Checkpoint, GenerationParams, RequestError, RequestOutput,
-                               check_prompts, check_request)
+from torchlet.contract import Checkpoint
 
-from ..v03_request_states.request import Request
-from ..v03_request_states.scheduler import StepStats
-from ..v05_decode_slots.engine import DEFAULT_SLOTS
+from ..v07_cuda_graph import GRAPH_OPTIONS, GraphEngine, refuse_unknown_options, slot_limits
 from . import metadata
 from . import model as paged_model
 from .runner import PagedRunner
 from .scheduler import Batch, ContinuousBatching, PagedAdmission, Scheduler, preempt
 
 
-class PagedEngine:
+class PagedEngine(GraphEngine):
+    """v07's GraphEngine given a PagedRunner and a preempting step. decode_buffers() holds, by
+    name, token_ids, positions and the paged ones: block_tables [lanes, max_blocks],
+    context_lens and slot_mapping [lanes]."""
+
     def __init__(self, runner: PagedRunner, scheduler: Scheduler):
-        self.config = runner.config
-        self.runner = runner
-        self.scheduler = scheduler
+        super().__init__(runner, scheduler)
         self.num_preemptions = 0
-        self.requests: dict[int, Request] = {}
-        self._ids = itertools.count()
 
-    # -- the step-wise API ---------------------------------------------------------------------
-    def add_request(self, prompt: list[int], params: GenerationParams) -> int:
-        return self._enqueue(self._checked(prompt, params), params)
-
-    def _checked(self, prompt: list[int], params: GenerationParams) -> list[int]:
-        """The prompt as a list of ints, or every RequestError add_request raises; changes
-        nothing, so a call can check all its prompts before it queues any."""
-        prompt = check_request(prompt, params, self.config)
-        if len(prompt) + params.max_new_tokens > self.runner.cache.max_len:
-            raise RequestError(
-                f"prompt ({len(prompt)} tokens) + max_new_tokens ({params.max_new_tokens}) "
-                f"exceeds max_model_len={self.runner.cache.max_len}, the rows a slot holds")
-        self.scheduler.policy.check(Request(-1, prompt, params))  # reads prompt and params only
-        return prompt
-
-    def _enqueue(self, prompt: list[int], params: GenerationParams) -> int:
-        request = Request(next(self._ids), list(prompt), params)
-        self.scheduler.add(request)
-        self.requests[request.id] = request
-        return request.id
-
-    def step(self) -> list[RequestOutput]:
-        batch = self.scheduler.schedule()
+    def _schedule(self) -> Batch | None:
+        """v07's batch, less the running requests preempted, last admitted first, until the
+        others' next tokens fit in the free blocks."""
+        batch = super()._schedule()
         if batch is None:
-            return []
+            return None
         decode = list(batch.decode)
         while decode and self.runner.blocks_for_decode([r.id for r in decode]) > \
                 self.runner.pool.num_free:
@@ -63,43 +40,7 @@ class PagedEngine:
             self.runner.cache.free(victim.id)
             preempt(self.scheduler, victim)
             self.num_preemptions += 1
-        batch = Batch(decode=decode, prefill=batch.prefill)
-        logits = []
-        if batch.decode:
-            logits.append(self.runner.decode([r.id for r in batch.decode],
-                                             [r.sequence for r in batch.decode]))
-        if batch.prefill:
-            logits.append(self.runner.prefill([r.id for r in batch.prefill],
-                                              [r.sequence for r in batch.prefill]))
-        logits = torch.cat(logits)  # batch.requests order: decode, then prefill
-        for request in self.scheduler.postprocess(batch, logits.argmax(-1).tolist()):
-            self.runner.cache.free(request.id)
-        return [r.output() for r in batch.requests]
-
-    def output(self, request_id: int) -> RequestOutput:
-        return self._request(request_id).output()
-
-    def abort(self, request_id: int) -> None:
-        self.scheduler.abort(self._request(request_id))
-        self.runner.cache.free(request_id)
-
-    def has_unfinished(self) -> bool:
-        return self.scheduler.has_unfinished()
-
-    def slot_of(self, request_id) -> int | None:
-        """The decode slot the request holds, None while waiting or once finished."""
-        return self.runner.cache.slot_of(request_id)
-
-    @property
-    def num_decode_slots(self) -> int:
-        return self.runner.num_slots
-
-    def decode_buffers(self) -> dict[str, torch.Tensor]:
-        """The tensors every decode step reads its inputs from, by name: token_ids, positions,
-        and the paged ones, block_tables [lanes, max_blocks], context_lens and slot_mapping
-        [lanes]. The very device tensors the step reads: the same objects, addresses, shapes and
-        dtypes at every step."""
-        return dict(self.runner.buffers.device_tensors)
+        return Batch(decode=decode, prefill=batch.prefill)
 
     def block_tables(self) -> dict:
         """request id -> its block table (physical block ids, in logical order), for every
@@ -122,75 +63,9 @@ class PagedEngine:
         """K/V bytes the request holds now: its blocks, nothing reserved beyond them."""
         return self.runner.cache.held_bytes(request_id)
 
-    def graph_stats(self) -> dict[int, dict[str, int]]:
-        """Per bucket of decode lanes: how many times it was captured and replayed."""
-        return self.runner.graphs.stats()
 
-    def num_cached_tokens(self, request_id) -> int:
-        return self.runner.cache.num_tokens(request_id)
-
-    def total_cached_tokens(self) -> int:
-        return self.runner.cache.total_tokens()
-
-    def last_step_stats(self) -> StepStats | None:
-        return self.scheduler.last_stats
-
-    def _request(self, request_id: int) -> Request:
-        if request_id not in self.requests:
-            raise RequestError(f"unknown request id {request_id!r}")
-        return self.requests[request_id]
-
-    # -- generate and stream, driven through the steps ------------------------------------------
-    def generate(self, prompts: list[list[int]], params: GenerationParams) -> list[list[int]]:
-        prompts = [self._checked(p, params) for p in check_prompts(prompts)]  # all, then queue
-        ids = [self._enqueue(p, params) for p in prompts]
-        try:
-            while not all(self.requests[i].finished for i in ids):
-                self.step()
-            return [self.requests[i].tokens for i in ids]
-        finally:  # interrupted half way too: nothing of this call stays queued or cached
-            for i in ids:
-                self.abort(i)
-                del self.requests[i]
-
-    def stream(self, prompt: list[int], params: GenerationParams) -> Iterator[int]:
-        request_id = self.add_request(prompt, params)
-        request, sent = self.requests[request_id], 0
-        try:
-            while True:
-                while sent < len(request.tokens):
-                    sent += 1
-                    yield request.tokens[sent - 1]
-                if request.finished:
-                    return
-                self.step()
-        finally:  # a stream dropped half way stops its request
-            self.abort(request_id)
-            self.requests.pop(request_id, None)
-
-    # -- the kv_cache capability: the runner driven directly, by caller-chosen ids -------------
-    def prefill(self, request_ids: list, prompts: list[list[int]]) -> torch.Tensor:
-        for p in prompts:
-            check_request(p, GenerationParams(max_new_tokens=1), self.config)
-        return self.runner.prefill(request_ids, prompts)
-
-    def decode(self, request_ids: list, sequences: list[list[int]]) -> torch.Tensor:
-        return self.runner.decode(request_ids, sequences)
-
-    def cached_kv(self, request_id) -> list[tuple[torch.Tensor, torch.Tensor]]:
-        return self.runner.cached_kv(request_id)
-
-    def release(self, request_id) -> None:
-        self.runner.cache.free(request_id)
-
-    def forward_ragged(self, token_ids: list[int], req_indptr: torch.Tensor) -> torch.Tensor:
-        return self.runner.forward_ragged(token_ids, req_indptr)
-
-    def logits(self, token_ids: list[int]) -> torch.Tensor:
-        check_request(token_ids, GenerationParams(max_new_tokens=1), self.config)
-        return self.runner.forward_ragged(token_ids, self.runner.model.req_indptr([len(token_ids)]))
-
-
+# The options build's refusal names: v07's and the pool's.
+PAGED_OPTIONS = GRAPH_OPTIONS + ("num_blocks", "block_size", "poison_free_blocks")
 
 
 def build(checkpoint: Checkpoint, *, device="cpu", dtype=torch.float32,
@@ -199,30 +74,19 @@ def build(checkpoint: Checkpoint, *, device="cpu", dtype=torch.float32,
           poison_inactive_lanes: bool = False,
           use_graphs: bool = True, num_blocks: int | None = None, block_size: int = 16,
           poison_free_blocks: bool = False, model=paged_model, **options):
-    """The slots bound the running requests, so max_running (v04's name) is accepted as the slot
-    count; max_step_tokens defaults to the model's context. poison_inactive_lanes fills idle lanes
-    with random ids and positions. use_graphs=False runs the same decode step eagerly.
-    num_blocks (the null block included) defaults to as much K/V memory as v07 reserves.
+    """v07's options, checked the same way (slot_limits), and the pool's: num_blocks (the null
+    block included) defaults to as much K/V memory as v07 reserves; block_size is in tokens.
     poison_free_blocks fills every block nobody owns with NaN, at build and whenever it is freed.
-    model is the module of model functions the runner calls; a later version passes its own."""
-    if options:
-        raise TypeError(f"v08 takes max_decode_slots (or max_running), max_step_tokens, "
-                        f"max_model_len, "
-                        f"poison_inactive_lanes, use_graphs, num_blocks, block_size and "
-                        f"poison_free_blocks, got {sorted(options)}")
+    model is the module of model functions the runner calls (this version's model.py unless
+    another is given)."""
+    refuse_unknown_options("v08", PAGED_OPTIONS, options)
     check_pool_options(num_blocks, block_size)
-    if max_decode_slots and max_running and max_decode_slots != max_running:
-        raise TypeError(f"max_decode_slots={max_decode_slots} and max_running={max_running} "
-                        f"disagree: the slots are the running requests")
-    max_decode_slots = max_decode_slots or max_running or DEFAULT_SLOTS
-    if max_model_len is not None and not 1 <= max_model_len <= checkpoint.config.max_position:
-        raise TypeError(f"max_model_len must be in 1..{checkpoint.config.max_position}, "
-                        f"got {max_model_len}")
-    budget = max_step_tokens or max(checkpoint.config.max_position, max_decode_slots)
-    runner = PagedRunner(checkpoint, device, dtype, max_model_len, max_decode_slots,
+    slots, budget = slot_limits(checkpoint, max_decode_slots, max_running, max_step_tokens,
+                                max_model_len)
+    runner = PagedRunner(checkpoint, device, dtype, max_model_len, slots,
                          poison_inactive_lanes, use_graphs, num_blocks, block_size, model,
                          poison_free_blocks)
-    policy = PagedAdmission(ContinuousBatching(max_decode_slots, budget), runner)
+    policy = PagedAdmission(ContinuousBatching(slots, budget), runner)
     return PagedEngine(runner, Scheduler(policy))
 
 

@@ -8,39 +8,43 @@ from typing import Hashable, Sequence
 
 import torch
 
-from torchlet.contract import Checkpoint, RequestError, flatten
+from torchlet.contract import Checkpoint, RequestError
 
-from ..v07_cuda_graph.graphs import GraphRunner, default_buckets
+from ..v07_cuda_graph.runner import GraphedRunner
 from . import model as paged_model
 from .buffers import PagedDecodeBuffers
 from .cache import PagedCache
 
 
-class PagedRunner:
+class PagedRunner(GraphedRunner):
     def __init__(self, checkpoint: Checkpoint, device="cpu", dtype=torch.float32,
                  max_len: int | None = None,
                  num_slots: int = 8, poison_inactive_lanes: bool = False, use_graphs: bool = True,
                  num_blocks: int | None = None, block_size: int = 16, model=paged_model,
                  poison_free_blocks: bool = False):
-        self.config = checkpoint.config
-        self.device = torch.device(device)
-        # The module of model functions every pass calls: a later version passes its own.
-        self.model = model
-        self.weights = model.Weights.from_checkpoint(checkpoint, self.device, dtype)
-        max_len = max_len or self.config.max_position
-        max_blocks = -(-max_len // block_size)
-        if num_blocks is None:  # by default as much memory as v07's slots reserve, plus the null block
-            num_blocks = num_slots * max_blocks + 1
-        self.cache = PagedCache(self.config, num_slots, num_blocks, block_size, max_len,
-                                self.device, dtype, poison_free_blocks)
-        # Garbage for inactive lanes, to show they cannot leak into active ones (spec only).
-        self.poison = torch.Generator().manual_seed(0) if poison_inactive_lanes else None
-        self.buffers = PagedDecodeBuffers(num_slots, max_blocks, self.device)
-        self.graphs = GraphRunner(self._decode_fn, self.buffers.tensors(),
-                                  buckets=default_buckets(num_slots),
-                                  constants=(self.weights, self.cache.kv), enabled=use_graphs)
+        """GraphedRunner's arguments and the pool's. The pool's are kept before GraphedRunner's
+        constructor runs, since it calls make_cache and make_buffers, which read them."""
+        self.num_blocks, self.block_size = num_blocks, block_size
+        self.poison_free_blocks = poison_free_blocks
+        super().__init__(checkpoint, device, dtype, max_len, num_slots, poison_inactive_lanes,
+                         use_graphs, model=model)
 
-    def _decode_fn(self, token_ids, positions, block_tables, context_lens, slot_mapping):
+    def max_blocks(self, max_len: int) -> int:
+        """Blocks a request of max_len tokens holds: the width of a lane's block table."""
+        return -(-max_len // self.block_size)
+
+    def make_cache(self, num_slots: int, max_len: int, dtype) -> PagedCache:
+        """num_slots decode lanes over a pool of num_blocks blocks."""
+        num_blocks = self.num_blocks
+        if num_blocks is None:  # by default as much memory as v07's slots reserve, plus the null block
+            num_blocks = num_slots * self.max_blocks(max_len) + 1
+        return PagedCache(self.config, num_slots, num_blocks, self.block_size, max_len,
+                          self.device, dtype, self.poison_free_blocks)
+
+    def make_buffers(self) -> PagedDecodeBuffers:
+        return PagedDecodeBuffers(self.num_slots, self.max_blocks(self.cache.max_len), self.device)
+
+    def captured_step(self, token_ids, positions, block_tables, context_lens, slot_mapping):
         """What a graph holds: one decode step over these lanes, to float logits."""
         hidden = self.model.forward_decode_paged(self.weights, token_ids, positions, block_tables,
                                                  context_lens, slot_mapping, self.cache.kv)
@@ -54,6 +58,9 @@ class PagedRunner:
     def num_slots(self) -> int:
         return self.cache.num_lanes
 
+    def lanes_in_use(self) -> list[int]:
+        return [s for _, s, _ in self.cache.items()]
+
     def can_prefill(self, sequences: Sequence[Sequence[int]]) -> bool:
         """Whether lanes and blocks are free for all of these sequences now."""
         blocks = sum(self.pool.blocks_needed(len(q)) for q in sequences)
@@ -63,9 +70,7 @@ class PagedRunner:
     def prefill(self, request_ids: Sequence[Hashable], prompts: Sequence[Sequence[int]]):
         """Give each request a lane and the blocks for its tokens, store its K/V through its
         table; float logits [B, vocab] of each last token."""
-        taken = [r for r in request_ids if r in self.cache]
-        if taken or len(set(request_ids)) != len(request_ids):
-            raise RequestError(f"prefill needs distinct requests without a cache: {taken}")
+        self.check_new(request_ids)
         if not self.can_prefill(prompts):
             raise RequestError(f"{len(request_ids)} requests to prefill do not fit the free lanes "
                                f"({self.cache.num_free()}) and blocks ({self.pool.num_free})")
@@ -73,11 +78,10 @@ class PagedRunner:
         for r, p in zip(request_ids, prompts):
             self.cache.assign(r, len(p))
             slots += self.cache.slots(r, 0, len(p))
-        indptr = self.model.req_indptr([len(p) for p in prompts], device=self.device)
-        ids = torch.tensor(flatten(prompts), dtype=torch.long, device=self.device)
+        indptr, ids = self.ragged_inputs(prompts)
         mapping = torch.tensor(slots, dtype=torch.long, device=self.device)
         hidden = self.model.forward_prefill_paged(self.weights, ids, indptr, mapping, self.cache.kv)
-        return self.model.lm_head(self.weights, hidden[self.model.last_rows(indptr)]).float()
+        return self.last_logits(hidden, indptr)
 
     def blocks_for_decode(self, request_ids: Sequence[Hashable]) -> int:
         """New blocks a decode step of these requests takes: one per request whose last block
@@ -93,45 +97,24 @@ class PagedRunner:
         return True
 
     def decode_inputs(self, request_ids: Sequence[Hashable], sequences: Sequence[Sequence[int]]):
-        """Write this step's lanes into the static buffers; returns those same buffers."""
+        """Write this step's lanes, each with its request's block table and the slot its token's
+        K/V goes to, into the static buffers; returns those same buffers."""
         lanes = {}
         for r, seq in zip(request_ids, sequences, strict=True):
             position = len(seq) - 1
             lanes[self.cache.slot_of(r)] = (seq[-1], position, self.pool.table(r),
                                             self.pool.slot(r, position))
         self.buffers.write(lanes, self.poison, self.config.vocab_size, self.cache.max_len)
-        return self.buffers.tensors()
+        return self.buffers.tensors
 
     @torch.inference_mode()
     def decode(self, request_ids: Sequence[Hashable], sequences: Sequence[Sequence[int]]):
         """Each request's last token at position len - 1; float logits [B, vocab]. Reserves the
         token's room first (RequestError if the pool is out of blocks: the engine preempts
         before it gets here)."""
-        for r, seq in zip(request_ids, sequences, strict=True):
-            if r not in self.cache or self.cache.num_tokens(r) != len(seq) - 1:
-                raise RequestError(
-                    f"request {r!r} has {self.cache.num_tokens(r)} cached tokens; decode needs "
-                    f"all but the last of its {len(seq)} tokens cached")
+        self.check_decode(request_ids, sequences)
         for r in request_ids:
             if not self.reserve_decode(r):
                 raise RequestError(f"no free block for request {r!r}'s next token")
         logits = self.decode_step(*self.decode_inputs(request_ids, sequences))
         return logits[[self.cache.slot_of(r) for r in request_ids]]
-
-    def decode_step(self, *buffers) -> torch.Tensor:
-        """Replay the bucket that covers the lanes in use; float logits [bucket, vocab] in the
-        graph's output tensor, which the next replay overwrites (decode() indexes out a copy).
-        The inputs are the static buffers, already written."""
-        in_use = [s for _, s, _ in self.cache.items()]
-        return self.graphs.run(max(in_use) + 1 if in_use else 1)
-
-    @torch.inference_mode()
-    def forward_ragged(self, token_ids: list[int], req_indptr: torch.Tensor) -> torch.Tensor:
-        ids = torch.tensor(list(token_ids), dtype=torch.long, device=self.device)
-        hidden = self.model.forward_ragged(self.weights, ids, req_indptr.to(self.device))
-        return self.model.lm_head(self.weights, hidden).float()
-
-    def cached_kv(self, request_id: Hashable) -> list[tuple[torch.Tensor, torch.Tensor]]:
-        if request_id not in self.cache:
-            raise RequestError(f"request {request_id!r} has no cache")
-        return self.cache.kv_of(request_id)

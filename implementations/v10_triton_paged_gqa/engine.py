@@ -1,12 +1,10 @@
-"""v08's engine, unchanged, running this version's model functions (see v09's engine.py)."""
+"""v09's build, given this version's model functions (the Triton layers, KV store and paged
+decode attention): the engine is v08's, unchanged, so there is no engine code of its own."""
 from __future__ import annotations
 
-from torchlet.contract import Checkpoint
+from functools import partial
 
-from ..v08_paged_gqa_py.engine import build as build_paged
+from ..v09_triton_basics import build as build_triton
 from . import model
 
-
-def build(checkpoint: Checkpoint, **options):
-    """v08's build (same options) with the Triton layers, KV store and paged decode attention."""
-    return build_paged(checkpoint, model=model, **options)
+build = partial(build_triton, model=model)

@@ -12,6 +12,8 @@ import torch
 import triton
 import triton.language as tl
 
+from ..v09_triton_basics.kernels import check  # v09's input checks: one line error each
+
 # tl.dot needs every tile dimension to be at least 16 on the GPU; smaller groups, head
 # dims and pages are padded with masked rows rather than refused.
 MIN_DOT = 16
@@ -19,11 +21,6 @@ MIN_DOT = 16
 BLOCK_N = 64
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 _NS = __name__.replace(".", "_")
-
-
-def check(ok: bool, message: str) -> None:
-    if not ok:
-        raise ValueError(message)
 
 
 def _pad(n: int) -> int:

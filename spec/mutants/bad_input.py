@@ -12,6 +12,7 @@ CHECK_ALL_THEN_QUEUE = (
     "  # all, then queue\n"
     "        ids = [self._enqueue(p, params) for p in prompts]\n")
 QUEUE_AS_CHECKED = "        ids = [self.add_request(p, params) for p in check_prompts(prompts)]\n"
+SLOT_CHECK = "        if len(prompt) + params.max_new_tokens > self.runner.cache.max_len:\n"
 POLICY_CHECK = ("        self.scheduler.policy.check(Request(-1, prompt, params))"
                 "  # reads prompt and params only\n")
 
@@ -30,11 +31,22 @@ MUTANTS = [
         (GENERATE,), ("v04",),
         "the max_step_tokens refusal comes from Scheduler.add, after earlier prompts are queued"),
     Mutant("v05-generate-queues-each-prompt-as-it-checks-it", "bad-input atomicity", (
-        Edit(engine("v05_decode_slots"), CHECK_ALL_THEN_QUEUE, QUEUE_AS_CHECKED),),
+        Edit(engine("v05_decode_slots"), SLOT_CHECK,
+             SLOT_CHECK.replace("if ", "if self.queuing and ")),
+        Edit(engine("v05_decode_slots"), "    def slot_of(self, request_id) -> int | None:\n",
+             "    queuing = False\n\n"
+             "    def _enqueue(self, prompt, params):  # the slot's limit checked only here\n"
+             "        self.queuing = True\n"
+             "        try:\n"
+             "            self._check_fits(prompt, params)\n"
+             "        finally:\n"
+             "            self.queuing = False\n"
+             "        return super()._enqueue(prompt, params)\n\n"
+             "    def slot_of(self, request_id) -> int | None:\n"),),
         (GENERATE,), ("v05",),
         "a prompt past max_model_len refuses the call after the prompts before it are queued"),
     Mutant("v06-stream-queues-before-it-checks", "bad-input atomicity", (
-        Edit(engine("v06_static_buffers"),
+        Edit(engine("v03_request_states"),  # the stream v06 runs
              "        request_id = self.add_request(prompt, params)\n"
              "        request, sent = self.requests[request_id], 0\n",
              "        request_id = self._enqueue(prompt, params)\n"
@@ -42,7 +54,7 @@ MUTANTS = [
              "        request, sent = self.requests[request_id], 0\n"),),
         (STREAM,), ("v06",), "a refused stream leaves its request queued"),
     Mutant("v07-interrupted-generate-keeps-its-requests", "bad-input atomicity", (
-        Edit(engine("v07_cuda_graph"),
+        Edit(engine("v03_request_states"),  # the generate v07 runs
              "            for i in ids:\n"
              "                self.abort(i)\n"
              "                del self.requests[i]\n",
@@ -50,8 +62,15 @@ MUTANTS = [
         (INTERRUPTED,), ("v07",),
         "a generate interrupted after its prefill leaves its requests running, holding cache"),
     Mutant("v08-pool-checked-only-when-queued", "bad-input atomicity", (
-        Edit(engine("v08_paged_gqa_py"), POLICY_CHECK,
-             POLICY_CHECK.replace("policy.check", "policy.inner.check")),),
+        Edit(engine("v08_paged_gqa_py"), "    def block_tables(self) -> dict:\n",
+             "    def _check_fits(self, prompt, params):  # up front, only v04's limits\n"
+             "        policy = self.scheduler.policy\n"
+             "        self.scheduler.policy = policy.inner\n"
+             "        try:\n"
+             "            super()._check_fits(prompt, params)\n"
+             "        finally:\n"
+             "            self.scheduler.policy = policy\n\n"
+             "    def block_tables(self) -> dict:\n"),),
         (GENERATE,), ("v08",),
         "up front only v04's limits: the pool refuses a prompt once those before it are queued"),
 ]

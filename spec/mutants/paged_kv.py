@@ -7,7 +7,7 @@ from spec.mutants import Edit, Mutant
 BUFFERS = "v08_paged_gqa_py/buffers.py"
 RUNNER = "v08_paged_gqa_py/runner.py"
 CACHE = "v08_paged_gqa_py/cache.py"
-ENGINE = "v08_paged_gqa_py/engine.py"
+STATIC_ENGINE = "v06_static_buffers/engine.py"  # decode_buffers(), which v08 inherits
 POOL = "v08_paged_gqa_py/block_pool.py"
 
 PAGED = "spec/test_v08_paged_engine.py"
@@ -57,7 +57,7 @@ MUTANTS = [
         (POISON, TIGHT), V08,
         "a decoded token's K/V goes to its offset in the request's first block, not its last"),
     Mutant("v08-decode-buffers-are-copies", TABLES, (
-        Edit(ENGINE, "        return dict(self.runner.buffers.device_tensors)",
+        Edit(STATIC_ENGINE, "        return dict(self.runner.buffers.device_tensors)",
              "        return {n: t.clone()\n"
              "                for n, t in self.runner.buffers.device_tensors.items()}"),),
         (POISON,), V08,

@@ -6,6 +6,7 @@ of a paged request while its lane stays put."""
 from spec.mutants import Edit, Mutant
 
 CACHE = "v05_decode_slots/cache.py"
+ENGINE = "v05_decode_slots/engine.py"
 PAGED_CACHE = "v08_paged_gqa_py/cache.py"
 SLOTS = "spec/test_v05_decode_slots.py"
 OBSERVED = f"{SLOTS}::test_the_lane_slot_of_names_feeds_its_requests_token_and_its_kv_rows_stay_put"
@@ -21,12 +22,12 @@ FREE = ("        self._slot.pop(request_id, None)\n"
 REPORT = "        return self.runner.cache.slot_of(request_id)"
 
 
-def reported_apart(lane: str, on_free: str = "", version: str = "v05_decode_slots"):
+def reported_apart(lane: str, on_free: str = ""):
     """Edits that keep two books: the lane the runner really uses (`lane`, an expression over
     `free`, the free lanes lowest first), and the slot the engine reports, handed out by v05's
     rule. `on_free` runs after a request's lane is freed, with `lane` bound to that lane."""
     return (
-        Edit(f"{version}/engine.py", REPORT,
+        Edit(ENGINE, REPORT,
              "        return self.runner.cache.shown_slot(request_id)"),
         Edit(CACHE, ASSIGN,
              "        shown = set(self._shown.values())\n"
@@ -60,11 +61,12 @@ MUTANTS = [
     Mutant("v05-compacted-lanes", PROPERTY, reported_apart("free[0]", COMPACT), SPECS, ("v05",),
            "a request leaving moves the live ones into lower lanes (rows copied); slot_of "
            "reports the old slots"),
-    Mutant("v07-compacted-lanes", PROPERTY,
-           reported_apart("free[0]", COMPACT, "v07_cuda_graph") + (
-               # the bucket covers the reported slots, so the pass still has as many lanes
-               Edit("v07_cuda_graph/runner.py", "        in_use = self.cache.slots_in_use()",
-                    "        in_use = list(self.cache._shown.values())"),),
+    Mutant("v07-compacted-lanes", PROPERTY, (
+               # v07's own edit first (the engine and cache edits are v05's): the bucket covers
+               # the reported slots, so the pass still has as many lanes
+               Edit("v07_cuda_graph/runner.py", "        return self.cache.slots_in_use()",
+                    "        return list(self.cache._shown.values())"),)
+           + reported_apart("free[0]", COMPACT),
            SPECS, ("v07",),
            "v05's compaction under graph replay: the replayed pass runs the compacted lanes"),
     Mutant("v05-newcomer-takes-the-highest-lane", PROPERTY, reported_apart("free[-1]"), SPECS,
