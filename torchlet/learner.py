@@ -476,6 +476,9 @@ def _owner(path: Path, root: Path) -> str:
     return path.relative_to(Path(root).resolve()).parts[0]
 
 
+REWRITE = 0.5  # below this share of common lines, diff shows a replacing file whole
+
+
 def diff(a: str, b: str | None = None, root: Path = REFERENCE_ROOT) -> str:
     """What changes from version a to version b (b's predecessor to b when b is None)."""
     root = Path(root).resolve()
@@ -496,7 +499,14 @@ def diff(a: str, b: str | None = None, root: Path = REFERENCE_ROOT) -> str:
         dst_label = f"{_owner(dst, root)}/{rel}" if dst else "/dev/null"
         src_lines = src.read_text().splitlines(keepends=True) if src else []
         dst_lines = dst.read_text().splitlines(keepends=True) if dst else []
-        out.extend(difflib.unified_diff(src_lines, dst_lines, src_label, dst_label))
+        if src_lines and dst_lines and \
+                difflib.SequenceMatcher(None, src_lines, dst_lines).ratio() < REWRITE:
+            # A file that builds on the one it replaces (a subclass, say) shares little text
+            # with it: its own lines say what changes; the old file's lines would be noise.
+            out += [f"--- {src_label} (built on, not repeated)\n", f"+++ {dst_label}\n",
+                    f"@@ the whole of {dst_label} @@\n", *("+" + line for line in dst_lines)]
+        else:
+            out.extend(difflib.unified_diff(src_lines, dst_lines, src_label, dst_label))
         if out and not out[-1].endswith("\n"):
             out[-1] += "\n"
     base = Path(root)
