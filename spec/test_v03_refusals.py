@@ -15,7 +15,8 @@ Core principle: check, then act. `_checked` (every refusal, changing nothing) is
 taken from outside where it can be: the token rows of the next good call, metered from the
 matmuls, against a fresh engine's.
 Files: implementations/v03_request_states/engine.py (add_request, _checked, _enqueue, generate),
-its copies in v05-v08's engine.py, torchlet/contract.py (check_request, check_prompts).
+the `_check_fits` overrides of v05 (max_model_len) and v08 (the pool), torchlet/contract.py
+(check_request, check_prompts).
 Tradeoff left visible: every prompt is checked twice when it is queued (the scheduler re-asks
 its policy), a few comparisons bought for keeping Scheduler.add safe to call alone.
 """
