@@ -24,7 +24,7 @@ torch.set_num_threads(1)
 
 import implementations  # noqa: E402
 from spec.support import hypothesis_profiles  # noqa: E402,F401  (registers the profiles)
-from spec.support import owned_coverage, selection  # noqa: E402
+from spec.support import kernel_mode, owned_coverage, selection  # noqa: E402
 from torchlet.contract import ALL_CAPABILITIES  # noqa: E402
 
 
@@ -46,6 +46,8 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "gpu: needs CUDA; skipped on a CPU-only machine")
     config.addinivalue_line("markers", "real_model: runs the SmolLM2-135M model")
     config.addinivalue_line("markers", "mutants: a breakage of the reference its specs must notice")
+    config.addinivalue_line("markers", "kernels: runs Triton kernels on CPU, so only for versions "
+                                       "that write them (spec/support/kernel_mode.py)")
     if owned_coverage.wanted(config):
         config.pluginmanager.register(owned_coverage.OwnedCoverage(config), "owned-coverage")
     for cap in ALL_CAPABILITIES:
@@ -70,6 +72,11 @@ def pytest_generate_tests(metafunc):
         params = [pytest.param(None, id="no-version",
                                marks=pytest.mark.skip(reason=f"no version declares {capability}"))]
     metafunc.parametrize("impl", params, scope="module")
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item):
+    kernel_mode.before(item)
 
 
 @pytest.hookimpl(tryfirst=True)

@@ -1,7 +1,8 @@
 """Reference versions of the Torchlet runtime, one package per version.
 
 `discover(root)` finds version packages (`vNN_name` or `vNN_M_name`) under a tree, this one by
-default or a learner's, and reads what each declares: CAPABILITIES, build, layers.
+default or a learner's, and reads what each declares: CAPABILITIES, build, OPTIONS, layers and
+KERNELS (torchlet/contract.py says what each is).
 """
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 
-from torchlet.contract import UnknownVersionError
+from torchlet.contract import BuildOption, TorchletError, UnknownVersionError
 
 VERSION_DIR = re.compile(r"^v(\d\d)(?:_(\d))?_[a-z0-9_]+$")
 REFERENCE_ROOT = Path(__file__).resolve().parent
@@ -38,6 +39,33 @@ class Version:
     @property
     def layers(self):
         return self.package.layers
+
+    @property
+    def options(self) -> tuple[BuildOption, ...]:
+        """The options build takes besides device and dtype (OPTIONS). A package without OPTIONS
+        is read as taking none; spec/test_build_options.py holds every version to declaring."""
+        return tuple(getattr(self.package, "OPTIONS", ()))
+
+    def option_for(self, role: str) -> BuildOption | None:
+        """The option that plays `role` (a contract role such as MAX_LEN), None if none does."""
+        return next((o for o in self.options if o.role == role), None)
+
+    def options_by_role(self, values: dict) -> dict:
+        """{role: value} as {option name: value}, for the roles the version has an option for; a
+        None value is left out, so that the option's default stands."""
+        found = {role: self.option_for(role) for role, value in values.items() if value is not None}
+        return {option.name: values[role] for role, option in found.items() if option is not None}
+
+    def kernel(self, name: str):
+        """The kernel the version declares under a contract name (PAGED_DECODE_ATTENTION)."""
+        kernels = getattr(self.package, "KERNELS", {})
+        if name not in kernels:
+            raise TorchletError(f"{self.name} declares no kernel {name!r} (its KERNELS: "
+                                f"{', '.join(sorted(kernels)) or 'none'})")
+        return kernels[name]
+
+    def has_kernel(self, name: str) -> bool:
+        return name in getattr(self.package, "KERNELS", {})
 
 
 def version_names(root: Path = REFERENCE_ROOT) -> list[str]:

@@ -13,8 +13,10 @@ Core principle: engines are reached only through the contract (build, step API o
 tokens counted are the tokens the engines produced, and the floor is counted from tensor shapes,
 never typed in. These specs check the counts and the arithmetic, never a timing.
 
-Files to compare: torchlet/bench_run.py (driving an engine), torchlet/bench_floor.py (the floor),
-torchlet/bench_workloads.py (nano-vllm's draw), torchlet/bench_doc.py (the doc from the JSON).
+Files to compare: torchlet/bench/run.py (building an engine), torchlet/bench/drive.py (driving
+it), torchlet/bench/floor.py (the floor), torchlet/bench/workloads.py (nano-vllm's draw),
+torchlet/bench/doc.py (the doc from the JSON); spec/test_build_options.py checks what the bench
+reads of each version (OPTIONS, KERNELS).
 
 Tradeoff left visible: CPU timings on a shared 2-core machine are noisy, and versions without the
 step API serve requests one at a time (generate() can't give each request its own length), so
@@ -22,17 +24,21 @@ their rows mix what the version computes with how the contract lets a server dri
 """
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 
 import pytest
 import torch
 
 import implementations
-from torchlet.bench_floor import kv_bytes_per_token, physical_floor, weight_bytes
-from torchlet.bench_workloads import QWEN25_05B, cpu_workload, nano_vllm_workload
+from torchlet.bench.floor import physical_floor, weight_bytes
+from torchlet.bench.report import markdown_table
+from torchlet.bench.workloads import (CPU_MODEL, QWEN25_05B, cpu_workload, nano_vllm_workload,
+                                      with_shared_prefix)
 from torchlet.checkpoints import hf_config_dict
 from torchlet.cli import main
-from torchlet.contract import REQUEST_STATES
+from torchlet.contract import PAGED_DECODE_ATTENTION, PREFIX_CACHE, REQUEST_STATES, TorchletError
 
 
 @pytest.fixture(scope="module")
@@ -66,7 +72,7 @@ def test_floor_kv_bytes_are_what_hugging_face_caches_per_token(hf_meta_qwen):
     cache = out.past_key_values
     cached = sum(t.numel() * t.element_size() for layer in cache.layers
                  for t in (layer.keys, layer.values))
-    assert kv_bytes_per_token(QWEN25_05B) == cached // tokens == 12 * 1024
+    assert QWEN25_05B.kv_bytes_per_token(torch.bfloat16) == cached // tokens == 12 * 1024
 
 
 def test_floor_adds_weight_reads_kv_reads_and_prefill_compute(hf_meta_qwen):
@@ -168,10 +174,8 @@ def json_config(path):
 
 
 def test_kernel_microbenchmark_feeds_paged_attention_and_sdpa_the_same_data(tmp_path):
-    import importlib.util
-    if not any(importlib.util.find_spec(v.package.__name__ + ".paged_kernels")
-               for v in implementations.discover()):
-        pytest.skip("no version has a paged_kernels module yet")
+    if not any(v.has_kernel(PAGED_DECODE_ATTENTION) for v in implementations.discover()):
+        pytest.skip("no version declares a paged decode attention kernel yet")
     assert main(["bench", "kernel", "--device", "cpu", "--batches", "2", "--contexts", "24",
                  "--block-size", "8", "--iters", "1", "--quiet", "--out", str(tmp_path)]) == 0
     [row] = json.loads((tmp_path / "kernel.json").read_text())["rows"]
@@ -179,3 +183,80 @@ def test_kernel_microbenchmark_feeds_paged_attention_and_sdpa_the_same_data(tmp_
     # K and V once: batch x context x KV heads x head_dim x 4 bytes each, plus q in and out
     c = json_config(tmp_path / "kernel.json")
     assert row["bytes"] == 2 * 4 * 2 * 24 * c.num_kv_heads * c.head_dim + 2 * 4 * 2 * c.num_heads * c.head_dim
+
+
+def test_a_shared_prefix_workload_starts_every_request_with_the_same_n_tokens():
+    plain = cpu_workload(6, seed=3)
+    shared = with_shared_prefix(plain, 24, 3, CPU_MODEL.vocab_size, CPU_MODEL.max_position)
+    prefix = shared.prompts[0][:24]
+    assert all(p[:24] == prefix for p in shared.prompts)
+    assert [p[24:] for p in shared.prompts] == list(plain.prompts)  # the requests' own ids stay
+    assert shared.output_lens == plain.output_lens and shared.shared_prefix == 24
+    assert with_shared_prefix(plain, 24, 3, CPU_MODEL.vocab_size, 2048) == shared  # seeded
+    assert with_shared_prefix(plain, 24, 4, CPU_MODEL.vocab_size, 2048).prompts[0][:24] != prefix
+    with pytest.raises(TorchletError, match="beyond the model's context of 2048"):
+        with_shared_prefix(plain, 2000, 3, CPU_MODEL.vocab_size, 2048)
+
+
+def test_a_shared_prefix_beyond_the_context_is_one_clear_line(capsys, tmp_path):
+    assert main(["bench", "cpu", "--versions", two_versions()[0], "--shared-prefix", "4000",
+                 "--quiet", "--out", str(tmp_path)]) == 1
+    err = capsys.readouterr().err
+    assert "--shared-prefix 4000: a request would reach" in err and "Traceback" not in err
+
+
+def prefix_bench(out, *argv) -> tuple[dict, str]:
+    """A tiny `bench cpu` of the first step-API version and the newest one with a prefix cache:
+    rows by version, and what it logged."""
+    cached = [v.name for v in implementations.discover() if PREFIX_CACHE in v.capabilities][-1]
+    log = io.StringIO()
+    # One request at a time: requests prefilled in the same step would each compute the prefix.
+    # TRITON_INTERPRET=0 runs inherited Triton kernels on their PyTorch path (the interpreter is
+    # for the kernels' own specs and would cost seconds here).
+    with pytest.MonkeyPatch.context() as mp, contextlib.redirect_stderr(log):
+        mp.setenv("TRITON_INTERPRET", "0")
+        assert main(["bench", "cpu", "--versions", f"{two_versions()[1]},{cached}",
+                     "--requests", "3", "--max-running", "1", "--in-process", "--quiet",
+                     "--out", str(out), *argv]) == 0
+    rows = json.loads((out / "cpu.json").read_text())["rows"]
+    return {r["version"]: r for r in rows}, log.getvalue()
+
+
+@pytest.fixture(scope="module")
+def prefix_run(tmp_path_factory):
+    return prefix_bench(tmp_path_factory.mktemp("prefix"), "--shared-prefix", "32")
+
+
+def test_a_prefix_cache_finds_the_shared_prefix_and_the_row_reports_its_hit_rate(prefix_run):
+    rows, log = prefix_run
+    plain, cached = rows.values()
+    assert "error" not in cached, cached
+    hit, queried = cached["prefix_hit_tokens"], cached["prefix_queried_tokens"]
+    assert 0 < hit <= queried and hit <= 2 * 32  # only the two requests after the first can hit
+    assert cached["prefix_hit_rate"] == pytest.approx(hit / queried)
+    assert cached["prefix_evictions"] == 0  # the pool is sized for every request at once
+    assert f"{cached['version']}: " in log and f"prefix hit rate {hit / queried:.1%}" in log
+    # a version without a prefix cache reports none
+    assert {k: v for k, v in plain.items() if k.startswith("prefix_")} == {
+        "prefix_hit_tokens": None, "prefix_queried_tokens": None, "prefix_evictions": None,
+        "prefix_hit_rate": None}
+
+
+def test_the_report_shows_a_hit_rate_column_only_when_a_row_has_a_prefix_cache(prefix_run,
+                                                                                  cpu_run):
+    rows, _ = prefix_run
+    table = markdown_table("cpu", list(rows.values()))
+    assert "| prefix hit rate |" in table.splitlines()[0]
+    cached = list(rows.values())[-1]
+    assert f"| {cached['prefix_hit_rate']:.1%} |" in table
+    out, _ = cpu_run
+    plain_rows = json.loads((out / "cpu.json").read_text())["rows"]
+    assert "prefix hit rate" not in markdown_table("cpu", plain_rows)
+
+
+def test_without_a_shared_prefix_the_prefix_cache_finds_nothing(tmp_path):
+    """Random prompts share no block, and the warm-up request leaves none they could hit."""
+    rows, _ = prefix_bench(tmp_path)
+    cached = list(rows.values())[-1]
+    assert cached["prefix_queried_tokens"] > 0 and cached["prefix_hit_tokens"] == 0
+

@@ -35,6 +35,7 @@ import torch
 from spec.support import real_model as rm
 from spec.support.hf_dirs import byte_tokenizer, save_tiny
 from torchlet import cli
+from torchlet.contract import PREFIX_CACHE, SAMPLING
 from torchlet.learner import child_env
 from torchlet.text import StreamDecoder, load_tokenizer, prompt_ids
 
@@ -160,6 +161,10 @@ MISTAKES = {
                                      "--max-new-tokens", "-30"), "at least 1, got -30"),
     "--model naming a file": (("generate", "hi", "--impl", "v00", "--model", TINY / "config.json"),
                               "a file, not a directory"),
+    "a negative --temperature": (("generate", "hi", "--model", TINY, "--temperature", "-1"),
+                                 "--temperature must be a finite number of at least 0"),
+    "a --top-p of 0": (("generate", "hi", "--model", TINY, "--temperature", "1", "--top-p", "0"),
+                       "--top-p must be a number in (0, 1]"),
 }
 
 
@@ -220,3 +225,56 @@ def test_ctrl_c_during_the_answer_is_one_line_and_exit_status_130(capsys, monkey
                          str(chat_model), "--max-new-tokens", "8")
     assert code == 130
     assert err.strip().splitlines()[-1] == "torchlet: interrupted" and "Traceback" not in err
+
+
+def test_a_sampled_answer_is_repeatable_with_a_seed_and_the_banner_says_how_it_ran(capsys,
+                                                                                tmp_path):
+    """--temperature picks the newest version that samples (none is named), the banner names it
+    and the settings, and --seed makes the answer repeatable; another seed answers otherwise."""
+    import implementations
+    newest_sampler = [v.name for v in implementations.discover()
+                      if SAMPLING in v.capabilities][-1]
+    save_tiny(tmp_path, "llama", tokenizer=True, seed=3)
+    capsys.readouterr()  # saving it shows a progress bar
+    base = ("generate", "Hello", "--model", str(tmp_path), "--max-new-tokens", "12",
+            "--temperature", "1.5", "--no-chat")
+    answers = []
+    for seed in ("5", "5", "6"):
+        code, out, err = run(capsys, *base, "--seed", seed)
+        assert code == 0, err
+        assert f"[{newest_sampler} on cpu" in err and "sampling t=1.5" in err
+        assert f"seed={seed}" in err
+        answers.append(out)
+    assert answers[0] == answers[1] != answers[2]
+
+
+def test_a_greedy_version_asked_to_sample_is_one_clear_line(capsys, tmp_path):
+    save_tiny(tmp_path, "llama", tokenizer=True, seed=3)
+    capsys.readouterr()  # saving it shows a progress bar
+    code, out, err = run(capsys, "generate", "hi", "--impl", "v08", "--model", str(tmp_path),
+                         "--temperature", "0.5")
+    assert code != 0 and "Traceback" not in err and out == ""
+    assert err.strip().count("\n") == 0
+    assert "v08_paged_gqa_py decodes greedily: --temperature 0.5 needs" in err
+
+
+def test_stats_prints_the_prefix_cache_line_or_says_there_is_none(capsys, monkeypatch,
+                                                                  chat_model):
+    """One request finds nothing cached (the engine is new), but the line shows what it
+    looked up; a version without the capability says so. Either way the tokens/s line stays."""
+    import implementations
+    cached = [v.name for v in implementations.discover() if PREFIX_CACHE in v.capabilities][-1]
+    # inherited Triton kernels on their PyTorch path: the interpreter would cost seconds here
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    base = ("generate", "Hello", "--model", str(chat_model), "--max-new-tokens", "4", "--stats")
+    code, out, err = run(capsys, *base, "--impl", cached)
+    assert code == 0, err
+    prompt = len(prompt_ids(load_tokenizer(chat_model), "Hello"))
+    assert "tokens/s" in err
+    assert err.strip().splitlines()[-1] == (f"[prefix cache: hit rate 0.0%, 0 of {prompt} prompt "
+                                            f"tokens cached, 0 evictions]")
+    code, out, err = run(capsys, *base, "--impl", "v00")
+    assert code == 0, err
+    assert "tokens/s" in err
+    assert err.strip().splitlines()[-1] == "[v00_full_recompute has no prefix cache]"
+

@@ -4,15 +4,22 @@ What it checks: the versions' code is not copied from one version into another (
 code lines lie in runs of six or more lines that another version holds too, measured by
 torchlet/duplication.py); no function a version owns has the body of a function an earlier
 version owns, so no exercise stub asks a learner to write again what an earlier version taught;
-and v06's exercise holds only v06's idea (8 stubs at most).
+v06's exercise holds only v06's idea (8 stubs at most); and a version imports from its
+predecessor's package only, never from a submodule of it nor from an older version.
 Why: a reader compares adjacent versions and a learner writes one version's functions; copies
-make the diff longer than the idea and the exercise a retyping of the previous one.
+make the diff longer than the idea and the exercise a retyping of the previous one. A reader who
+meets a name follows one chain, version to predecessor, instead of opening every older package.
 Core principle: a version subclasses or composes its predecessor's parts and overrides only what
 its idea changes; measured on the source, with the method written in torchlet/duplication.py.
+The decoder is such a part too (v01_0 on): its functions reach each other through self, so a
+version that replaces one (v09's rms_norm) overrides that one and every caller runs it. The
+imports are read with ast; a name an older version defines reaches a later one by being
+re-exported, package to package, along the chain.
 Files: torchlet/duplication.py, torchlet/learner.py (the stubs), implementations/.
 Tradeoff left visible: a one-line body shared by two versions (a property returning a field)
-counts as a copy too; such a method belongs in the earlier version's part. Three model functions
-are still copies by text (LATE_BOUND below): they run their own version's layers.
+counts as a copy too; such a method belongs in the earlier version's part. Re-exporting along
+the chain makes a middle version's `__init__` name parts it does not use (v06 passes v03's
+Scheduler on to v08).
 """
 import ast
 
@@ -39,14 +46,6 @@ def bodies(version: str) -> dict[str, str]:
     return out
 
 
-# Model functions whose text equals a predecessor's but whose names resolve in their own module,
-# so they run that version's layers (v01_1's decoder_layer calls v01_1's attention; v09's rope_qk
-# and qkv_heads call v09's kernels). Importing the predecessor's would run the old layers; they
-# go once the model functions take their layers as a part (issue 11, not done yet).
-LATE_BOUND = {"v01_1_split_gqa:model.decoder_layer", "v09_triton_basics:model.rope_qk",
-              "v09_triton_basics:model.qkv_heads"}
-
-
 def test_no_function_a_version_owns_repeats_the_body_of_an_earlier_versions_function():
     seen: dict[str, str] = {}  # body -> where it first stands
     copies = []
@@ -55,11 +54,55 @@ def test_no_function_a_version_owns_repeats_the_body_of_an_earlier_versions_func
             if body in seen and not seen[body].startswith(version + ":"):
                 copies.append(f"{version}:{name}")
             seen.setdefault(body, f"{version}:{name}")
-    unexpected = sorted(set(copies) - LATE_BOUND)
-    assert not unexpected, f"{len(unexpected)} copied functions:\n  " + "\n  ".join(unexpected)
-    assert LATE_BOUND <= set(copies), f"no longer copies, drop them here: {LATE_BOUND - set(copies)}"
+    assert not copies, f"{len(copies)} copied functions:\n  " + "\n  ".join(sorted(copies))
 
 
 def test_v06s_exercise_holds_only_the_static_buffers_idea(tmp_path):
     exercise = learner.make_exercise("v06_static_buffers", tmp_path / "tree")
     assert len(exercise.stubbed) <= 8, exercise.stubbed
+
+
+# Imports of a version other than the predecessor's package, `version -> what it imports`, each
+# with the reason it can't come through the chain. Empty: every name an older version defines
+# reaches a later one by being re-exported by the versions in between.
+ALLOWED: dict[str, str] = {}
+
+
+def other_versions_imported(version: str) -> list[tuple[str, str]]:
+    """(file:line, what) for every import in the version's files that leaves the version: `what`
+    is the module as seen from the tree of versions (`v07_cuda_graph`, `v07_cuda_graph.runner`),
+    or the import as written where it names the tree absolutely (`implementations.v07_...`) or
+    climbs above it."""
+    found = []
+    for path in sorted((ROOT / version).rglob("*.py")):
+        rel = path.relative_to(ROOT / version)
+        tree = len(rel.parts) + 1  # the level of `..` in a top-level module: the tree itself
+        for node in ast.walk(ast.parse(path.read_text())):
+            where = f"{version}/{rel}:{getattr(node, 'lineno', 0)}"
+            if isinstance(node, ast.Import):
+                found += [(where, f"import {a.name}") for a in node.names
+                          if a.name.split(".")[0] == "implementations"]
+            elif isinstance(node, ast.ImportFrom):
+                module = node.module or ""
+                if node.level == 0 and module.split(".")[0] == "implementations":
+                    found.append((where, f"from {module} import ..."))
+                elif node.level > tree:
+                    found.append((where, f"from {'.' * node.level}{module} import ..."))
+                elif node.level == tree and module:  # from ..vNN_x[.sub] import names
+                    found.append((where, module))
+                elif node.level == tree:  # from .. import vNN_x
+                    found += [(where, a.name) for a in node.names]
+    return found
+
+
+def test_a_version_imports_only_its_predecessors_package_never_a_submodule_or_an_older_version():
+    names = implementations.version_names()
+    wrong = []
+    for i, version in enumerate(names):
+        before = names[i - 1] if i else None
+        for where, what in other_versions_imported(version):
+            if what != before and ALLOWED.get(f"{version} -> {what}") is None:
+                wrong.append(f"{where} imports {what}" + (
+                    f"; take the name from {before}'s package (`from ..{before} import ...`)"
+                    if before else f"; {version} is the first version"))
+    assert not wrong, "imports off the chain:\n  " + "\n  ".join(wrong)

@@ -96,12 +96,15 @@ def _in_tree(name: str, trees: set[str]) -> str:
 
 
 def _comparable(value, trees: set[str]):
-    """A default value as compared across trees: modules and functions by their name inside the
-    tree (the stub tree's `model` is not the reference's object, but is the same module)."""
+    """A default value as compared across trees: modules, functions, classes and instances of the
+    tree's classes by their name inside the tree (the stub tree's `layers` is not the reference's
+    object, but is the same module's instance of the same class)."""
     if inspect.ismodule(value):
         return "module " + _in_tree(value.__name__, trees)
     if inspect.isfunction(value) or inspect.isclass(value):
         return f"{_in_tree(value.__module__, trees)}.{value.__qualname__}"
+    if type(value).__module__.split(".")[0] in trees:
+        return f"{_comparable(type(value), trees)}()"
     return value
 
 

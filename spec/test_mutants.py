@@ -53,9 +53,11 @@ def test_every_mutant_is_listed_in_the_table_with_its_property_and_version():
                          f"`python -m spec.mutants table`")
 
 
-# The design card's five properties, the block allocator and bad-input atomicity.
+# The design card's five properties, the block allocator, bad-input atomicity, v11's seeded
+# sampling and v12's prefix cache.
 PROPERTIES = ("token parity", "no history recompute", "slot stability", "graph replay",
-              "block table invariants", "block allocator", "bad-input atomicity")
+              "block table invariants", "block allocator", "bad-input atomicity",
+              "seeded sampling", "prefix cache")
 
 
 def test_every_named_property_has_at_least_three_mutants():

@@ -18,7 +18,8 @@ import pytest
 
 import implementations
 from spec.support.models import tiny_checkpoint
-from torchlet.contract import GENERATE, GenerationParams, RequestError, UnknownVersionError
+from torchlet.contract import (GENERATE, SAMPLING, GenerationParams, RequestError,
+                               UnknownVersionError)
 
 pytestmark = pytest.mark.needs(GENERATE)
 
@@ -82,3 +83,16 @@ def test_a_prompt_that_exactly_fills_the_context_is_served(engine):
 def test_an_unknown_version_name_lists_the_known_ones():
     with pytest.raises(UnknownVersionError, match="v00_full_recompute"):
         implementations.load("v99_missing")
+
+
+def test_a_greedy_version_refuses_sampling_settings_by_name(impl, engine):
+    """Before v11 every version takes the argmax: a request that asks to sample is refused with
+    a message that names the setting and the capability it needs, not decoded greedily."""
+    if SAMPLING in impl.capabilities:
+        pytest.skip("this version samples: spec/test_v11_sampling.py")
+    with pytest.raises(RequestError, match=r"temperature=0\.7 .*`sampling` capability"):
+        engine.generate([[5, 6]], GenerationParams(max_new_tokens=2, temperature=0.7))
+    with pytest.raises(RequestError, match="top_p"):
+        engine.generate([[5, 6]], GenerationParams(max_new_tokens=2, top_p=2.0))
+    # the settings that leave greedy decoding greedy are accepted
+    assert len(engine.generate([[5, 6]], GenerationParams(max_new_tokens=2, seed=3))[0]) == 2

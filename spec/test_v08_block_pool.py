@@ -142,7 +142,7 @@ def test_a_request_holds_the_kv_bytes_of_its_whole_blocks_and_no_more(impl):
     config = ModelConfig(vocab_size=32, hidden_size=16, intermediate_size=32, num_layers=3,
                          num_heads=4, num_kv_heads=2, head_dim=4, max_position=512)
     per_token = 2 * 3 * 2 * 4 * 2                     # K and V, layers, kv heads, head_dim, bf16
-    assert impl.package.kv_bytes_per_token(config, torch.bfloat16) == per_token
+    assert config.kv_bytes_per_token(torch.bfloat16) == per_token  # the contract's count
     pool = impl.package.BlockPool(40, block_size=16)
     pool.allocate("short", 5)
     pool.allocate("long", 40)

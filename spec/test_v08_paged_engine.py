@@ -110,7 +110,8 @@ def assert_pages_consistent(engine, ids, block_size, watch):
     assert tables == watch.tables(), "block_tables() differs from the blocks the steps used"
     stats = engine.pool_stats()
     owned = [b for t in tables.values() for b in t]
-    assert len(owned) == len(set(owned)), f"a block is owned twice: {tables}"
+    if not watch.shares:  # with a prefix cache, full blocks of one prefix may be shared
+        assert len(owned) == len(set(owned)), f"a block is owned twice: {tables}"
     assert 0 not in owned, f"the null block is in a table: {tables}"
     assert all(0 < b < stats["num_blocks"] for b in owned)
     running = {i for i in ids if engine.output(i).state is RequestState.RUNNING}
@@ -121,7 +122,7 @@ def assert_pages_consistent(engine, ids, block_size, watch):
         assert len(table) == blocks_for(n, block_size), f"request {r}: {n} tokens in {table}"
     assert stats["num_usable"] == stats["num_blocks"] - 1
     assert stats["num_used"] + stats["num_free"] == stats["num_usable"]
-    assert stats["num_used"] == len(owned)
+    assert stats["num_used"] == len(set(owned))
 
     meta = engine.paged_metadata()
     lengths = [len(t) for t in tables.values()]

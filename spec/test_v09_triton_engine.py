@@ -1,11 +1,12 @@
 """v09_triton_basics, the engine: v08's engine with RMSNorm, RoPE, SwiGLU and the fused residual
 add + RMSNorm running as Triton kernels in every pass of the model.
 
-What it introduces: implementations/v09_triton_basics/model.py, which rewrites v08's layer loop
-around the kernels. Each residual add moves into the norm that follows it (add_rms_norm returns
-the normalized sum and the sum), so one loop, `forward_layers`, serves the ragged, prefill and
-decode passes, which differ only in their attention. The engine is v08's: its runner takes the
-model module as an argument, and v09's build passes its own.
+What it introduces: implementations/v09_triton_basics/model.py, v08's decoder with the per-token
+layers overridden by the kernels and v05's layer loop rewritten around them. Each residual add
+moves into the norm that follows it (add_rms_norm returns the normalized sum and the sum), so one
+loop, `forward_layers`, serves the ragged, prefill and decode passes, which differ only in their
+attention; the passes themselves are v08's. The engine is v08's: its runner takes the decoder as
+an argument, and v09's build passes its own.
 
 Why the previous version needs it: v08's per-token layers are chains of small PyTorch ops, each
 a pass over the activations; the kernels make each layer one pass (spec/test_v09_triton_kernels.py
@@ -18,8 +19,8 @@ dispatch mode below the engine (spec/support/kernel_calls.py) sees every kernel 
 the replayed decode step and in the cache-free pass.
 
 Files to compare: implementations/v09_triton_basics/model.py against
-implementations/v08_paged_gqa_py/model.py and v05's residual_block; v09's engine.py against
-v08's build.
+implementations/v08_paged_gqa_py/model.py and v05's forward_layers and residual_block; v09's
+engine.py against v08's build.
 
 Tradeoff left visible: the kernels take float32/float16/bfloat16 on a GPU and float32 on CPU,
 where Triton is interpreted; float64 (the inherited parity specs' dtype) runs v00's PyTorch
@@ -33,7 +34,7 @@ import torch
 
 import implementations
 from spec.support.kernel_calls import KernelCalls
-from spec.support.kernel_targets import INTERPRETED
+from spec.support.kernel_targets import interpreted
 from spec.support.models import TINY, tiny_checkpoint
 from spec.support.prompts import screened
 from spec.support.replay_watch import ModelWatch
@@ -41,7 +42,6 @@ from spec.support.tolerances import assert_close, tolerance
 from torchlet.contract import TRITON_BASICS, GenerationParams
 
 # On CPU the kernels run only under the interpreter; without it the engine runs PyTorch layers.
-interpreted = pytest.mark.skipif(not INTERPRETED, reason="CPU kernels need TRITON_INTERPRET=1")
 pytestmark = pytest.mark.needs(TRITON_BASICS)
 
 NEW_TOKENS = 6   # the interpreter costs ~0.1-1 s per decode step: few tokens, few prompts

@@ -2,9 +2,10 @@
 stores each lane's new K/V with the store kernel and attends with the paged decode-attention
 kernel, and that step is still captured once per bucket and replayed as a graph.
 
-What it introduces: implementations/v10_triton_paged_gqa/model.py, which passes the two kernels
-of paged_kernels.py to v09's decode and prefill passes (prefill uses the store kernel; its
-attention stays PyTorch). The engine is v08's, given this model module.
+What it introduces: implementations/v10_triton_paged_gqa/model.py, v09's decoder with the two
+functions v08's decode and prefill passes store and attend through, store_kv and
+paged_decode_attention, overridden by the kernels of paged_kernels.py (prefill uses the store
+kernel; its attention stays PyTorch). The engine is v08's, given this decoder.
 
 Why the previous version needs it: v09's decode step still gathers every slot of every padded
 block table into a contiguous copy before its softmax (v08's readable attention). With the
@@ -18,8 +19,8 @@ parity on default pages and logit parity in every pass are inherited from
 spec/test_v09_triton_engine.py, which runs on every version with triton_basics.
 
 Files to compare: implementations/v10_triton_paged_gqa/model.py against
-implementations/v09_triton_basics/model.py (forward_decode_paged's `store` and
-`paged_attention` arguments) and implementations/v08_paged_gqa_py/paged_attention.py.
+implementations/v08_paged_gqa_py/model.py (the passes that call store_kv and
+paged_decode_attention) and implementations/v08_paged_gqa_py/paged_attention.py.
 
 Tradeoff left visible: the CPU graph stand-in replays each kernel as one custom op, so the
 interpreter runs it at every replay: slow on CPU, hence tiny shapes and few tokens. In float64 no
@@ -32,7 +33,7 @@ import torch
 
 import implementations
 from spec.support.kernel_calls import KernelCalls
-from spec.support.kernel_targets import INTERPRETED
+from spec.support.kernel_targets import interpreted
 from spec.support.models import tiny_checkpoint
 from spec.support.prompts import screened
 from spec.support.replay_watch import ModelWatch
@@ -40,7 +41,6 @@ from spec.support.tolerances import tolerance
 from torchlet.contract import TRITON_PAGED, GenerationParams
 
 # On CPU the kernels run only under the interpreter; without it the engine runs PyTorch layers.
-interpreted = pytest.mark.skipif(not INTERPRETED, reason="CPU kernels need TRITON_INTERPRET=1")
 pytestmark = pytest.mark.needs(TRITON_PAGED)
 
 FIXTURE = "tiny_llama"  # GQA 6:2, so a program serves a group of 3 query heads

@@ -47,16 +47,42 @@ def default_version(versions, device: str):
     return native[-1]
 
 
-def pick_version(name: str | None, root: str | None, device: str):
-    if not device.startswith("cuda"):
+def pick_version(name: str | None, root: str | None, device: str, need: str | None = None):
+    """The version --impl names, else the default for the device; with `need` (a capability the
+    flags ask for, e.g. sampling) and no --impl, the newest version that has it. On a CPU that
+    one runs with its Triton kernels off: its layers take their PyTorch path."""
+    if not device.startswith("cuda") and (name or not need):
         # must be set before any @triton.jit runs, i.e. before versions are imported
         os.environ.setdefault("TRITON_INTERPRET", "1")
     import implementations
 
+    from torchlet.contract import UnknownVersionError
+
     root = existing_dir(root, "--impl-root") if root else implementations.REFERENCE_ROOT
     if name:
         return implementations.load(name, root)
+    if need:
+        able = [v for v in implementations.discover(root) if need in v.capabilities]
+        if not able:
+            raise UnknownVersionError(f"no version under {root} has the {need} capability")
+        return able[-1]
     return default_version(implementations.discover(root), device)
+
+
+def run_mode(version, device: str) -> str:
+    """How the version runs here, for the banner."""
+    if device.startswith("cuda") or not version.uses_triton:
+        return ""
+    if os.environ.get("TRITON_INTERPRET") == "1":
+        return ", Triton kernels in the interpreter"
+    return ", Triton kernels off: PyTorch layers"
+
+
+SAMPLING_FLAGS = ("temperature", "top_k", "top_p", "min_p", "seed")
+
+
+def sampling_asked(args) -> bool:
+    return args.temperature > 0
 
 
 def existing_dir(path: str | Path, what: str, hint: str = "") -> Path:
@@ -81,6 +107,12 @@ def check_generate_args(args) -> None:
                             "(locale) or how the prompt was written") from None
     if args.max_new_tokens < 1:
         raise TorchletError(f"--max-new-tokens must be at least 1, got {args.max_new_tokens}")
+    from torchlet.contract import GenerationParams, RequestError, check_sampling
+
+    try:
+        check_sampling(GenerationParams(**{f: getattr(args, f) for f in SAMPLING_FLAGS}))
+    except RequestError as e:
+        raise TorchletError(f"--{str(e).replace('_', '-', 1)}") from None
     if args.model:
         existing_dir(args.model, "--model",
                      " (it takes a Hugging Face checkpoint directory: config.json, *.safetensors "
@@ -98,12 +130,17 @@ def resolve_dtype(name: str, device: str):
 def run_generate(args) -> int:
     check_generate_args(args)
     from torchlet.checkpoints import load_hf_dir
-    from torchlet.contract import GenerationParams
+    from torchlet.contract import GenerationParams, TorchletError
     from torchlet.engines import build_sized
     from torchlet.text import StreamDecoder, load_tokenizer, prompt_ids, stop_ids
 
     device = resolve_device(args.device)
-    version = pick_version(args.impl, args.impl_root, device)
+    version = pick_version(args.impl, args.impl_root, device,
+                           need="sampling" if sampling_asked(args) else None)
+    if sampling_asked(args) and "sampling" not in version.capabilities:
+        raise TorchletError(f"{version.name} decodes greedily: --temperature {args.temperature} "
+                            f"needs a version with the sampling capability (v11 and later), or "
+                            f"leave --impl out")
     if args.model:
         model_dir = Path(args.model)
     else:
@@ -117,9 +154,13 @@ def run_generate(args) -> int:
                          max_model_len=needed if needed <= checkpoint.config.max_position else None,
                          max_running=1)
     params = GenerationParams(max_new_tokens=args.max_new_tokens,
-                              eos_token_ids=stop_ids(tokenizer, checkpoint.config.eos_token_ids))
-    print(f"[{version.name} on {device}, {model_dir.name}, prompt {len(ids)} tokens]",
-          file=sys.stderr, flush=True)
+                              eos_token_ids=stop_ids(tokenizer, checkpoint.config.eos_token_ids),
+                              **{f: getattr(args, f) for f in SAMPLING_FLAGS})
+    how = "greedy" if params.greedy else (
+        f"sampling t={params.temperature} top-k={params.top_k} top-p={params.top_p} "
+        f"min-p={params.min_p} seed={params.seed if params.seed is not None else 'random'}")
+    print(f"[{version.name} on {device}{run_mode(version, device)}, {model_dir.name}, "
+          f"prompt {len(ids)} tokens, {how}]", file=sys.stderr, flush=True)
 
     decoder = StreamDecoder(tokenizer)
     start = time.perf_counter()
@@ -136,7 +177,22 @@ def run_generate(args) -> int:
         after_first = f", then {(n - 1) / rest:.1f} tokens/s" if n > 1 and rest > 0 else ""
         print(f"[{n} tokens in {end - start:.2f} s: {n / (end - start):.1f} tokens/s; "
               f"first token after {first - start:.2f} s{after_first}]", file=sys.stderr)
+    if args.stats:
+        print(prefix_cache_line(version, engine), file=sys.stderr)
     return 0
+
+
+def prefix_cache_line(version, engine) -> str:
+    """--stats: what the engine's prefix cache found, or that the version has none."""
+    from torchlet.contract import PREFIX_CACHE
+
+    if PREFIX_CACHE not in version.capabilities:
+        return f"[{version.name} has no prefix cache]"
+    stats = engine.prefix_cache_stats()
+    hit, queried = stats["hit_tokens"], stats["queried_tokens"]
+    rate = f"{hit / queried:.1%}" if queried else "n/a"
+    return (f"[prefix cache: hit rate {rate}, {hit} of {queried} prompt tokens cached, "
+            f"{stats['evictions']} evictions]")
 
 
 def add_generate(subparsers) -> None:
@@ -156,6 +212,19 @@ def add_generate(subparsers) -> None:
                    help="auto: float32 on CPU, bfloat16 on CUDA")
     p.add_argument("--no-chat", action="store_true",
                    help="send the prompt as it is, without the chat template")
+    p.add_argument("--stats", action="store_true",
+                   help="at the end, also print the prefix cache's hit rate and counts (versions "
+                        "with prefix_cache, v12 and later)")
+    s = p.add_argument_group("sampling (default: greedy; any temperature above 0 samples, with "
+                             "the newest version that can unless --impl names one)")
+    s.add_argument("--temperature", type=float, default=0.0, help="0 is greedy (default)")
+    s.add_argument("--top-k", type=int, default=0, help="keep the k most likely tokens (0: off)")
+    s.add_argument("--top-p", type=float, default=1.0,
+                   help="keep the most likely tokens up to this total probability (1: off)")
+    s.add_argument("--min-p", type=float, default=0.0,
+                   help="drop tokens below this fraction of the top token's probability (0: off)")
+    s.add_argument("--seed", type=int, default=None,
+                   help="makes a sampled answer repeatable (default: a fresh one each run)")
     p.set_defaults(run=run_generate)
 
 

@@ -4,7 +4,10 @@ Token ids in, token ids out. A version package under `implementations/` declares
 
     CAPABILITIES: tuple[str, ...]   # cumulative: a version repeats what its predecessor declares
     def build(checkpoint: Checkpoint, *, device="cpu", dtype=torch.float32, **options) -> Engine
-    layers                          # a module with the functions of the `Layers` protocol
+    OPTIONS: tuple[BuildOption, ...]  # the **options build takes; () when it takes none
+    layers                          # the `Layers` protocol: v00's model module, later a decoder
+                                    # instance whose methods call each other through self
+    KERNELS: dict[str, callable]    # optional: kernels a harness may time alone, by contract name
 
 and each capability below promises the methods listed with it. Specs reach engines only through
 these names; nothing private.
@@ -12,6 +15,7 @@ these names; nothing private.
 from __future__ import annotations
 
 import enum
+import math
 import numbers
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Iterator, Mapping, Protocol, Sequence, runtime_checkable
@@ -31,10 +35,13 @@ GRAPH_REPLAY = "graph_replay"           # v07: graph_stats()
 PAGED_KV = "paged_kv"                   # v08: block_tables(), BlockPool
 TRITON_BASICS = "triton_basics"         # v09: Triton rms_norm / rope / swiglu
 TRITON_PAGED = "triton_paged"           # v10: Triton paged decode attention + KV store
+SAMPLING = "sampling"                   # v11: temperature, top-k, top-p, min-p and seeds
+PREFIX_CACHE = "prefix_cache"           # v12: shared prompt prefixes, reference-counted blocks
 
 ALL_CAPABILITIES = (
     GENERATE, RAGGED_BATCH, SPLIT_GQA, KV_CACHE, REQUEST_STATES, CONTINUOUS_BATCHING,
-    DECODE_SLOTS, STATIC_BUFFERS, GRAPH_REPLAY, PAGED_KV, TRITON_BASICS, TRITON_PAGED,
+    DECODE_SLOTS, STATIC_BUFFERS, GRAPH_REPLAY, PAGED_KV, TRITON_BASICS, TRITON_PAGED, SAMPLING,
+    PREFIX_CACHE,
 )
 
 
@@ -78,6 +85,13 @@ class ModelConfig:
         """Query heads per KV head."""
         return self.num_heads // self.num_kv_heads
 
+    def kv_bytes_per_token(self, dtype: torch.dtype | int) -> int:
+        """Bytes of K and V one token holds over every layer, for a torch dtype or an element
+        size in bytes: 2 * layers * kv_heads * head_dim * itemsize. The one formula that a
+        cache's accounting and the benchmark's floor both use."""
+        itemsize = dtype if isinstance(dtype, int) else dtype.itemsize
+        return 2 * self.num_layers * self.num_kv_heads * self.head_dim * itemsize
+
 
 @dataclass
 class Checkpoint:
@@ -92,12 +106,32 @@ class Checkpoint:
 
 @dataclass(frozen=True)
 class GenerationParams:
-    """What a request asks for. Decoding is greedy (argmax); sampling comes in a later version."""
+    """What a request asks for. The defaults decode greedily (argmax), which every version
+    does; the other sampling settings need the `sampling` capability (v11), and a version
+    without it refuses them. The filters apply in Hugging Face's order: temperature, top-k,
+    top-p, min-p. A seeded request draws the same tokens wherever and whenever it runs.
+
+    The random stream is part of the contract, so an oracle can predict a seeded draw. The
+    token at position n of a request (prompt included) is argmax_t p_t / E_t, E_t = -log(u_t),
+    with p the filtered distribution and u_t a function of (seed, n, t) alone: seed taken
+    modulo 2^63, lo and hi its low and high 32 bits, mix the lowbias32 hash
+    (x ^= x >> 16; x *= 0x7feb352d; x ^= x >> 15; x *= 0x846ca68b; x ^= x >> 16, mod 2^32),
+    key = mix(mix(mix(lo) ^ hi) ^ n), key2 = mix(key ^ 0x9e3779b9),
+    u_t = ((mix(mix(key ^ t) ^ key2) >> 8) + 0.5) / 2^24."""
 
     max_new_tokens: int = 16
     eos_token_ids: tuple[int, ...] = ()
     stop_token_ids: tuple[int, ...] = ()
     ignore_eos: bool = False
+    temperature: float = 0.0    # 0: greedy
+    top_k: int = 0              # 0: off
+    top_p: float = 1.0          # 1: off
+    min_p: float = 0.0          # 0: off
+    seed: int | None = None     # None: a fresh seed per request
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0
 
     def stops_at(self, token: int) -> FinishReason | None:
         if not self.ignore_eos and token in self.eos_token_ids:
@@ -157,9 +191,11 @@ def check_prompts(prompts: Any) -> list:
     return prompts
 
 
-def check_request(prompt: Any, params: GenerationParams, config: ModelConfig) -> list[int]:
-    """Refuse, with a message that names the problem, a request no engine can serve. Returns the
-    prompt as a list of Python ints (numpy integers are integers too; bool is not)."""
+def check_request(prompt: Any, params: GenerationParams, config: ModelConfig, *,
+                  sampling: bool = False) -> list[int]:
+    """Refuse, with a message that names the problem, a request no engine can serve, or one
+    that samples when the engine cannot (sampling=False). Returns the prompt as a list of
+    Python ints (numpy integers are integers too; bool is not)."""
     if not _is_id_list(prompt):
         raise RequestError(f"a prompt is a list of token ids, got {_kind(prompt)}")
     prompt = list(prompt)
@@ -176,12 +212,37 @@ def check_request(prompt: Any, params: GenerationParams, config: ModelConfig) ->
             f"token ids outside the vocabulary [0, {config.vocab_size}): {bad[:5]}")
     if not isinstance(params.max_new_tokens, int) or params.max_new_tokens < 1:
         raise RequestError(f"max_new_tokens must be at least 1, got {params.max_new_tokens!r}")
+    check_sampling(params)
+    if not sampling and not params.greedy:
+        raise RequestError(f"temperature={params.temperature!r} asks for sampling, and this "
+                           f"version decodes greedily (temperature=0): sampling needs a version "
+                           f"with the `{SAMPLING}` capability")
     total = len(prompt) + params.max_new_tokens
     if total > config.max_position:
         raise RequestError(
             f"prompt ({len(prompt)} tokens) + max_new_tokens ({params.max_new_tokens}) = {total} "
             f"exceeds the model's context of {config.max_position} tokens")
     return prompt
+
+
+def _is_real(value: Any) -> bool:
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
+
+
+def check_sampling(params: GenerationParams) -> None:
+    """Refuse sampling settings outside their ranges, naming the setting."""
+    t, k, p, m, seed = params.temperature, params.top_k, params.top_p, params.min_p, params.seed
+    if not _is_real(t) or not math.isfinite(t) or t < 0:
+        raise RequestError(f"temperature must be a finite number of at least 0 (0 is greedy), "
+                           f"got {_kind(t)}")
+    if not isinstance(k, numbers.Integral) or isinstance(k, bool) or k < 0:
+        raise RequestError(f"top_k must be an int of at least 0 (0 is off), got {_kind(k)}")
+    if not _is_real(p) or not 0 < p <= 1:
+        raise RequestError(f"top_p must be a number in (0, 1] (1 is off), got {_kind(p)}")
+    if not _is_real(m) or not 0 <= m <= 1:
+        raise RequestError(f"min_p must be a number in [0, 1] (0 is off), got {_kind(m)}")
+    if seed is not None and (not isinstance(seed, numbers.Integral) or isinstance(seed, bool)):
+        raise RequestError(f"seed must be an int or None, got {_kind(seed)}")
 
 
 @runtime_checkable
@@ -422,4 +483,81 @@ class PagedEngine(GraphEngine, Protocol):
 
     def kv_bytes(self, request_id) -> int:
         """K/V bytes the request holds: its blocks, no more."""
+        ...
+
+
+class Sampler(Protocol):
+    """What a `sampling` version exports as `sampler`: the filters and the draw, one row per
+    request, every argument a tensor with one entry per row. Off values (top_k 0, top_p 1,
+    min_p 0) leave a row unfiltered; temperature 0 makes sample() return the row's argmax."""
+
+    def filter_logits(self, logits: torch.Tensor, temperature: torch.Tensor, top_k: torch.Tensor,
+                      top_p: torch.Tensor, min_p: torch.Tensor) -> torch.Tensor:
+        """logits [B, vocab] divided by the temperature, then top-k, top-p and min-p applied in
+        that order (Hugging Face's warpers'); a filtered token's logit is -inf."""
+        ...
+
+    def sample(self, logits: torch.Tensor, temperature: torch.Tensor, top_k: torch.Tensor,
+               top_p: torch.Tensor, min_p: torch.Tensor, seed: torch.Tensor,
+               position: torch.Tensor) -> torch.Tensor:
+        """One token id per row [B], drawn from the filtered distribution with random numbers
+        that depend on (seed, position) only: position is the index the drawn token will have
+        in its request (prompt included)."""
+        ...
+
+
+@runtime_checkable
+class SamplingEngine(PagedEngine, Protocol):
+    """Capability `sampling` (v11): requests may set GenerationParams' temperature, top_k,
+    top_p, min_p and seed; the package exports `sampler` (the Sampler protocol). A seeded
+    request's tokens depend on nothing but its prompt, its params and the model: not on the
+    batch, its lane, its arrival or a preemption. decode_buffers() adds "temperature", "top_k",
+    "top_p", "min_p" and "seed": each lane's settings, read by the captured step, which draws
+    the lanes' tokens on the device."""
+
+
+# Build options and kernels: what a harness may ask of a version by contract name, so that it
+# never guesses option names from a build's signature or imports a module by its file name.
+
+# Roles a build option can play. A harness that sizes an engine to its work asks which option
+# has the role; a version has at most one option per role.
+MAX_RUNNING = "max_running"             # requests running at once (v04's limit, v05's slots)
+MAX_STEP_TOKENS = "max_step_tokens"     # rows one step may feed
+MAX_LEN = "max_len"                     # the longest sequence (prompt + output) it must hold
+NUM_BLOCKS = "num_blocks"               # K/V blocks in the pool, the null block included
+BLOCK_SIZE = "block_size"               # tokens per K/V block
+ROLES = (MAX_RUNNING, MAX_STEP_TOKENS, MAX_LEN, NUM_BLOCKS, BLOCK_SIZE)
+
+
+@dataclass(frozen=True)
+class BuildOption:
+    """One keyword build takes besides device and dtype: its name, the type of a value, what
+    build does without it (None: derived, as doc says) and, if the harness may size it, its role.
+    A build refuses, with TypeError, an option its OPTIONS don't name."""
+
+    name: str
+    type: type
+    default: Any
+    doc: str
+    role: str | None = None
+
+
+# Kernels a version may declare in KERNELS, by name, with the signature each must have.
+# paged_decode_attention(q [B, heads, D], k_cache, v_cache [blocks, block_size, KV heads, D],
+#     block_tables [B, max_blocks] int32 (padded with the null block 0), context_lens [B] int32,
+#     scale) -> [B, heads, D]: one new token per request over the first context_lens[b] tokens.
+PAGED_DECODE_ATTENTION = "paged_decode_attention"
+
+
+@runtime_checkable
+class PrefixCacheEngine(SamplingEngine, Protocol):
+    """Capability `prefix_cache` (v12): build(..., prefix_cache=True, block_hash=None). A
+    request's leading full blocks that another request computed (same tokens from position 0,
+    compared, not only hashed) are shared by reference count instead of computed; at least a
+    prompt's last token is always computed. Blocks no request holds stay cached until a new
+    block is needed, least recently freed first. prefix_cache=False gives v11's engine."""
+
+    def prefix_cache_stats(self) -> dict[str, int]:
+        """queried_tokens (prompt tokens looked up), hit_tokens (of them, found cached and not
+        computed) and evictions (cached blocks taken for other tokens), since build."""
         ...

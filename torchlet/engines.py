@@ -1,20 +1,17 @@
 """Building an engine sized to the work at hand.
 
-From v05 on, versions preallocate per-request buffers and take sizing options (`max_model_len`,
-`max_running`) that default to the model's whole context: 8192 tokens for SmolLM2, which a
-decode step then pays for on every step. The harness knows how long its requests can get, so it
-passes the options a version's `build` accepts and nothing else (earlier versions refuse
-unknown options).
+From v05 on, versions preallocate per-request buffers and take sizing options (the rows a slot
+holds, the running requests) that default to the model's whole context: 8192 tokens for SmolLM2,
+which a decode step then pays for on every step. The harness knows how long its requests can
+get, so it passes them to the options a version declares for those roles (MAX_LEN, MAX_RUNNING)
+and nothing else (earlier versions declare none, and refuse unknown options).
 """
 from __future__ import annotations
 
-import inspect
+from torchlet.contract import MAX_LEN, MAX_RUNNING
 
 
 def build_sized(version, checkpoint, *, max_model_len: int | None = None,
                 max_running: int | None = None, **options):
-    accepted = inspect.signature(version.package.build).parameters
-    sizing = {name: value for name, value in
-              (("max_model_len", max_model_len), ("max_running", max_running))
-              if value is not None and name in accepted}
+    sizing = version.options_by_role({MAX_LEN: max_model_len, MAX_RUNNING: max_running})
     return version.build(checkpoint, **options, **sizing)

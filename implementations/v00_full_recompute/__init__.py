@@ -6,5 +6,6 @@ from . import model as layers
 from .engine import build
 
 CAPABILITIES = (GENERATE,)
+OPTIONS = ()  # build takes device and dtype only
 
 __all__ = ["CAPABILITIES", "build", "layers"]

@@ -3,22 +3,21 @@ its tokens laid end to end. Still full recompute: each step re-runs every unfini
 whole sequence, so the batch shares the weights' reads but not yet the history's work."""
 from __future__ import annotations
 
-from types import ModuleType
 from typing import Iterator
 
 import torch
 
 from torchlet.contract import Checkpoint, GenerationParams, check_prompts, check_request, flatten
 
-from . import model as ragged_model
+from .model import RaggedDecoder, layers
 
 
 class RaggedEngine:
     def __init__(self, checkpoint: Checkpoint, device="cpu", dtype=torch.float32,
-                 model: ModuleType = ragged_model):
+                 model: RaggedDecoder = layers):
         self.config = checkpoint.config
         self.device = torch.device(device)
-        self.model = model  # the module whose forward_ragged runs the batch
+        self.model = model  # the decoder whose forward_ragged runs the batch
         self.weights = model.Weights.from_checkpoint(checkpoint, self.device, dtype)
 
     @torch.inference_mode()

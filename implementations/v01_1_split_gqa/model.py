@@ -5,7 +5,11 @@
 
 Grouped-query attention stops copying K/V: v00 repeated each KV head for every query head that
 reads it (repeat_interleave); here query heads are viewed as [kv_heads, group] so each KV head is
-read once by its whole group, the layout a GQA kernel uses."""
+read once by its whole group, the layout a GQA kernel uses.
+
+SplitGQADecoder is v01_0's RaggedDecoder with attention replaced by the phases; its decoder
+layer and layer loop are v01_0's, and run these phases because they call attention through
+self."""
 from __future__ import annotations
 
 from typing import Mapping
@@ -14,89 +18,70 @@ import torch
 
 from torchlet.contract import ModelConfig
 
-from ..v00_full_recompute.model import Weights, apply_rope, linear, lm_head, mlp, rms_norm
-from ..v01_0_ragged_batch.model import forward_ragged as _forward_ragged
-from ..v01_0_ragged_batch.ragged import (check_req_indptr, last_rows, req_indptr, row_positions,
-                                         spans)
+from ..v01_0_ragged_batch import RaggedDecoder
 
-__all__ = ["Weights", "apply_rope", "attention", "attend_per_request", "causal_attention",
-           "check_req_indptr", "decoder_layer", "forward_ragged", "group_queries", "last_rows",
-           "lm_head", "mlp", "output_projection", "project_qkv", "req_indptr", "rms_norm",
-           "rope_qk", "row_positions", "split_heads"]
+__all__ = ["SplitGQADecoder", "layers"]
 
 
-def project_qkv(x: torch.Tensor, w: Mapping[str, torch.Tensor]):
-    """Phase 1: q [T, heads*D], k and v [T, kv_heads*D], with the biases the model has."""
-    return (linear(x, w, "self_attn.q_proj"), linear(x, w, "self_attn.k_proj"),
-            linear(x, w, "self_attn.v_proj"))
+class SplitGQADecoder(RaggedDecoder):
+    """v01_0's decoder, its attention in six phases over grouped queries."""
 
+    def project_qkv(self, x: torch.Tensor, w: Mapping[str, torch.Tensor]):
+        """Phase 1: q [T, heads*D], k and v [T, kv_heads*D], with the biases the model has."""
+        return (self.linear(x, w, "self_attn.q_proj"), self.linear(x, w, "self_attn.k_proj"),
+                self.linear(x, w, "self_attn.v_proj"))
 
-def split_heads(t: torch.Tensor, num_heads: int) -> torch.Tensor:
-    """Phase 2: [T, heads*D] -> [T, heads, D] (a view: head h owns columns h*D:(h+1)*D)."""
-    return t.view(t.shape[0], num_heads, t.shape[1] // num_heads)
+    def split_heads(self, t: torch.Tensor, num_heads: int) -> torch.Tensor:
+        """Phase 2: [T, heads*D] -> [T, heads, D] (a view: head h owns columns h*D:(h+1)*D)."""
+        return t.view(t.shape[0], num_heads, t.shape[1] // num_heads)
 
+    def rope_qk(self, q: torch.Tensor, k: torch.Tensor, positions: torch.Tensor, theta: float):
+        """Phase 3: rotate q [T, H, D] and k [T, KV, D] by each row's position (apply_rope);
+        v is never rotated."""
+        return self.apply_rope(q, positions, theta), self.apply_rope(k, positions, theta)
 
-def rope_qk(q: torch.Tensor, k: torch.Tensor, positions: torch.Tensor, theta: float):
-    """Phase 3: rotate q [T, H, D] and k [T, KV, D] by each row's position (v00's apply_rope);
-    v is never rotated."""
-    return apply_rope(q, positions, theta), apply_rope(k, positions, theta)
+    def group_queries(self, q: torch.Tensor, num_kv_heads: int) -> torch.Tensor:
+        """Phase 4: q [T, heads, D] -> [T, kv_heads, group, D]; query head h = kv * group + g
+        reads KV head kv = h // group. A view, no copy."""
+        t, heads, d = q.shape
+        return q.view(t, num_kv_heads, heads // num_kv_heads, d)
 
+    def causal_attention(self, qg: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        """Softmax attention of one sequence: qg [T, KV, G, D] over k, v [S, KV, D], where the T
+        queries are the last T of the S positions (S == T without a cache), so query i sees keys
+        0 .. S - T + i."""
+        t, s = qg.shape[0], k.shape[0]
+        scores = torch.einsum("tkgd,skd->kgts", qg, k) * qg.shape[-1] ** -0.5
+        mask = torch.ones(t, s, dtype=torch.bool, device=qg.device).tril(s - t)
+        scores = scores.masked_fill(~mask, float("-inf"))
+        probs = torch.softmax(scores.float(), dim=-1).to(qg.dtype)
+        return torch.einsum("kgts,skd->tkgd", probs, v)
 
-def group_queries(q: torch.Tensor, num_kv_heads: int) -> torch.Tensor:
-    """Phase 4: q [T, heads, D] -> [T, kv_heads, group, D]; query head h = kv * group + g reads
-    KV head kv = h // group. A view, no copy."""
-    t, heads, d = q.shape
-    return q.view(t, num_kv_heads, heads // num_kv_heads, d)
+    def attend_per_request(self, qg: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                           req_indptr: torch.Tensor) -> torch.Tensor:
+        """Phase 5: causal attention of a ragged batch, each request over its own rows only.
+        qg [T, KV, G, D], k and v [T, KV, D] -> [T, KV, G, D]."""
+        return torch.cat([self.causal_attention(qg[a:b], k[a:b], v[a:b])
+                          for a, b in self.spans(req_indptr)])
 
+    def output_projection(self, out: torch.Tensor, w: Mapping[str, torch.Tensor]) -> torch.Tensor:
+        """Phase 6: merge the heads back ([T, KV, G, D] -> [T, heads*D], head h = kv*G + g) and
+        project with o_proj."""
+        return self.linear(out.reshape(out.shape[0], -1), w, "self_attn.o_proj")
 
-def causal_attention(qg: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-    """Softmax attention of one sequence: qg [T, KV, G, D] over k, v [S, KV, D], where the T
-    queries are the last T of the S positions (S == T without a cache), so query i sees keys
-    0 .. S - T + i."""
-    t, s = qg.shape[0], k.shape[0]
-    scores = torch.einsum("tkgd,skd->kgts", qg, k) * qg.shape[-1] ** -0.5
-    mask = torch.ones(t, s, dtype=torch.bool, device=qg.device).tril(s - t)
-    scores = scores.masked_fill(~mask, float("-inf"))
-    probs = torch.softmax(scores.float(), dim=-1).to(qg.dtype)
-    return torch.einsum("kgts,skd->tkgd", probs, v)
-
-
-def attend_per_request(qg: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-                       req_indptr: torch.Tensor) -> torch.Tensor:
-    """Phase 5: causal attention of a ragged batch, each request over its own rows only.
-    qg [T, KV, G, D], k and v [T, KV, D] -> [T, KV, G, D]."""
-    return torch.cat([causal_attention(qg[a:b], k[a:b], v[a:b]) for a, b in spans(req_indptr)])
-
-
-def output_projection(out: torch.Tensor, w: Mapping[str, torch.Tensor]) -> torch.Tensor:
-    """Phase 6: merge the heads back ([T, KV, G, D] -> [T, heads*D], head h = kv*G + g) and
-    project with o_proj."""
-    return linear(out.reshape(out.shape[0], -1), w, "self_attn.o_proj")
-
-
-def attention(x: torch.Tensor, positions: torch.Tensor, w: Mapping[str, torch.Tensor],
-              config: ModelConfig, req_indptr: torch.Tensor | None = None) -> torch.Tensor:
-    """The six phases in order on a ragged batch x [T, hidden]; without req_indptr, one
-    sequence."""
-    if req_indptr is None:
-        req_indptr = torch.tensor([0, x.shape[0]], dtype=torch.int32)
-    q, k, v = project_qkv(x, w)
-    q = split_heads(q, config.num_heads)
-    k = split_heads(k, config.num_kv_heads)
-    v = split_heads(v, config.num_kv_heads)
-    q, k = rope_qk(q, k, positions, config.rope_theta)
-    out = attend_per_request(group_queries(q, config.num_kv_heads), k, v, req_indptr)
-    return output_projection(out, w)
-
-
-def decoder_layer(x: torch.Tensor, positions: torch.Tensor, w: Mapping[str, torch.Tensor],
+    def attention(self, x: torch.Tensor, positions: torch.Tensor, w: Mapping[str, torch.Tensor],
                   config: ModelConfig, req_indptr: torch.Tensor | None = None) -> torch.Tensor:
-    h = x + attention(rms_norm(x, w["input_layernorm.weight"], config.rms_eps), positions, w,
-                      config, req_indptr)
-    return h + mlp(rms_norm(h, w["post_attention_layernorm.weight"], config.rms_eps), w)
+        """The six phases in order on a ragged batch x [T, hidden]; without req_indptr, one
+        sequence."""
+        if req_indptr is None:
+            req_indptr = torch.tensor([0, x.shape[0]], dtype=torch.int32)
+        q, k, v = self.project_qkv(x, w)
+        q = self.split_heads(q, config.num_heads)
+        k = self.split_heads(k, config.num_kv_heads)
+        v = self.split_heads(v, config.num_kv_heads)
+        q, k = self.rope_qk(q, k, positions, config.rope_theta)
+        out = self.attend_per_request(self.group_queries(q, config.num_kv_heads), k, v, req_indptr)
+        return self.output_projection(out, w)
 
 
-def forward_ragged(weights: Weights, token_ids: torch.Tensor,
-                   req_indptr: torch.Tensor) -> torch.Tensor:
-    """v01_0's layer loop, stacking this version's decoder layer."""
-    return _forward_ragged(weights, token_ids, req_indptr, layer=decoder_layer)
+layers = SplitGQADecoder()

@@ -9,7 +9,7 @@ import torch
 
 from torchlet.contract import Checkpoint, GenerationParams, check_request
 
-from ..v01_0_ragged_batch.engine import RaggedEngine
+from ..v01_1_split_gqa import RaggedEngine
 from .runner import ModelRunner
 
 

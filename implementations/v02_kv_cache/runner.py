@@ -3,21 +3,20 @@ logits. It knows nothing of requests' lifecycles; whoever drives it says which r
 tokens."""
 from __future__ import annotations
 
-from types import ModuleType
 from typing import Hashable, Sequence
 
 import torch
 
 from torchlet.contract import Checkpoint, RequestError, flatten
 
-from ..v01_0_ragged_batch.engine import RaggedEngine
-from . import model as cached_model
+from ..v01_1_split_gqa import RaggedEngine
+from .model import CachedDecoder, layers
 from .cache import KVCache
 
 
 class ModelRunner:
     def __init__(self, checkpoint: Checkpoint, device="cpu", dtype=torch.float32,
-                 model: ModuleType = cached_model):
+                 model: CachedDecoder = layers):
         self.config = checkpoint.config
         self.device = torch.device(device)
         self.model = model

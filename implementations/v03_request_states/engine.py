@@ -11,8 +11,7 @@ import torch
 from torchlet.contract import (Checkpoint, GenerationParams, RequestError, RequestOutput,
                                check_prompts, check_request)
 
-from ..v02_kv_cache.engine import CacheEngine
-from ..v02_kv_cache.runner import ModelRunner
+from ..v02_kv_cache import CacheEngine, ModelRunner
 from .request import Request
 from .scheduler import Batch, Scheduler, StepStats
 
@@ -23,6 +22,8 @@ class StepEngine(CacheEngine):
     CacheEngine: the kv_cache capability (prefill, decode, cached_kv, release, the cached-token
     counts, forward_ragged, logits), which drives the same runner directly; generate and stream
     are new, driven through the steps."""
+
+    samples = False  # greedy only: check_request refuses a request that samples
 
     def __init__(self, runner: ModelRunner, scheduler: Scheduler):  # given its runner, not v02's
         self.config = runner.config
@@ -38,7 +39,7 @@ class StepEngine(CacheEngine):
     def _checked(self, prompt: list[int], params: GenerationParams) -> list[int]:
         """The prompt as a list of ints, or every RequestError add_request raises; changes
         nothing, so a call can check all its prompts before it queues any."""
-        prompt = check_request(prompt, params, self.config)
+        prompt = check_request(prompt, params, self.config, sampling=self.samples)
         self._check_fits(prompt, params)
         return prompt
 
@@ -58,10 +59,14 @@ class StepEngine(CacheEngine):
         batch = self._schedule()
         if batch is None:
             return []
-        logits = self._forward(batch)
-        for request in self.scheduler.postprocess(batch, logits.argmax(-1).tolist()):
+        tokens = self._choose(batch, self._forward(batch))
+        for request in self.scheduler.postprocess(batch, tokens):
             self.runner.cache.free(request.id)
         return [r.output() for r in batch.requests]
+
+    def _choose(self, batch: Batch, logits: torch.Tensor) -> list[int]:
+        """Each request's next token, in batch.requests order: greedy, the argmax."""
+        return logits.argmax(-1).tolist()
 
     def _schedule(self) -> Batch | None:
         """This step's batch, as the scheduler picks it; None when nothing is left to run."""

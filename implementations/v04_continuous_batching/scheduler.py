@@ -14,8 +14,7 @@ from collections import deque
 
 from torchlet.contract import RequestError
 
-from ..v03_request_states.request import Request
-from ..v03_request_states.scheduler import Scheduler
+from ..v03_request_states import Request, Scheduler
 
 __all__ = ["ContinuousBatching", "Scheduler"]
 

@@ -7,7 +7,8 @@ from functools import partial
 
 import torch
 
-from torchlet.contract import Checkpoint, GenerationParams, RequestError
+from torchlet.contract import (MAX_LEN, MAX_RUNNING, MAX_STEP_TOKENS, BuildOption, Checkpoint,
+                               GenerationParams, RequestError)
 
 from ..v04_continuous_batching import Batch, ContinuousBatching, Scheduler, StepEngine
 from .runner import SlotRunner
@@ -47,15 +48,29 @@ class SlotEngine(StepEngine):
 
 
 DEFAULT_SLOTS = 8
-# The options slot_build takes, as its refusal of any other names them.
-SLOT_OPTIONS = ("max_decode_slots (or max_running)", "max_step_tokens", "max_model_len",
-                "poison_inactive_lanes")
+# The options slot_build takes, declared once: its refusal of any other names them and a harness
+# reads them by role. Listed whole, not added to v04's: max_running now counts slots and has no
+# default of its own.
+SLOT_OPTIONS = (
+    BuildOption("max_decode_slots", int, None, "decode slots, the requests running at once "
+                f"(None: max_running, else {DEFAULT_SLOTS})", MAX_RUNNING),
+    BuildOption("max_running", int, None, "v04's name for the slot count; given with "
+                "max_decode_slots, the two must agree"),
+    BuildOption("max_step_tokens", int, None, "rows one step may feed (None: the model's "
+                "context, or the slots if more)", MAX_STEP_TOKENS),
+    BuildOption("max_model_len", int, None, "rows a slot holds: the longest prompt + output "
+                "(None: the model's context)", MAX_LEN),
+    BuildOption("poison_inactive_lanes", bool, False, "feed idle decode lanes random ids and "
+                "positions"),
+)
 
 
-def refuse_unknown_options(version: str, known: tuple[str, ...], options: dict) -> None:
-    """TypeError naming the options a build takes, when it was given any other."""
+def refuse_unknown_options(version: str, known: tuple[BuildOption, ...], options: dict) -> None:
+    """TypeError naming the options a build takes (known: its OPTIONS), when it was given any
+    other."""
     if options:
-        raise TypeError(f"{version} takes {', '.join(known[:-1])} and {known[-1]}, "
+        names = [o.name for o in known]
+        raise TypeError(f"{version} takes {', '.join(names[:-1])} and {names[-1]}, "
                         f"got {sorted(options)}")
 
 

@@ -2,7 +2,6 @@
 one lane per slot, whatever the number of running requests, so its shapes never change."""
 from __future__ import annotations
 
-from types import ModuleType
 from typing import Hashable, Sequence
 
 import torch
@@ -10,7 +9,7 @@ import torch
 from torchlet.contract import Checkpoint, RequestError, flatten
 
 from ..v04_continuous_batching import ModelRunner
-from . import model as slot_model
+from .model import SlotDecoder, layers
 from .cache import SlotCache
 
 
@@ -18,10 +17,10 @@ class SlotRunner:
     def __init__(self, checkpoint: Checkpoint, device="cpu", dtype=torch.float32,
                  max_len: int | None = None,
                  num_slots: int = 8, poison_inactive_lanes: bool = False, *,
-                 model: ModuleType = slot_model):
+                 model: SlotDecoder = layers):
         self.config = checkpoint.config
         self.device = torch.device(device)
-        self.model = model  # the module of model functions every pass calls
+        self.model = model  # the decoder every pass calls
         self.weights = model.Weights.from_checkpoint(checkpoint, self.device, dtype)
         self.cache = self.make_cache(num_slots, max_len or self.config.max_position, dtype)
         # Garbage for inactive lanes, to show they cannot leak into active ones (spec only).

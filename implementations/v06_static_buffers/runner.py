@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Hashable, Sequence
 
-from ..v05_decode_slots.runner import SlotRunner
+from ..v05_decode_slots import SlotRunner
 from .buffers import DecodeBuffers
 
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import torch
 
-from torchlet.contract import Checkpoint
+from torchlet.contract import BuildOption, Checkpoint
 
 from ..v06_static_buffers import (SLOT_OPTIONS, StaticEngine, refuse_unknown_options, slot_limits,
                                   slot_scheduler)
@@ -17,7 +17,10 @@ class GraphEngine(StaticEngine):
 
 
 # The options build names: v06's and its own.
-GRAPH_OPTIONS = SLOT_OPTIONS + ("use_graphs",)
+GRAPH_OPTIONS = SLOT_OPTIONS + (
+    BuildOption("use_graphs", bool, True, "capture the decode step once per bucket of lanes and "
+                "replay it; False runs the same step eagerly"),
+)
 
 
 def build(checkpoint: Checkpoint, *, device="cpu", dtype=torch.float32,

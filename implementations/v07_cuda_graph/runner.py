@@ -11,7 +11,7 @@ import torch
 
 from torchlet.contract import Checkpoint
 
-from ..v06_static_buffers.runner import StaticRunner
+from ..v06_static_buffers import StaticRunner
 from .graphs import GraphRunner, default_buckets
 
 

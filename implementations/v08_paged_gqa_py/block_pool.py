@@ -72,6 +72,16 @@ class BlockPool:
 
         Raises RequestError for a request that could never fit even in an empty pool, and
         PoolExhausted (leaving the pool unchanged) when it does not fit now."""
+        needed = self.blocks_needed(num_tokens)
+        self._check_fits(request_id, num_tokens, needed)
+        self._tables[request_id] = [self._take() for _ in range(needed)]
+        self._tokens[request_id] = num_tokens
+        return self.table(request_id)
+
+    def _check_fits(self, request_id: int, num_tokens: int, from_free: int) -> None:
+        """Refuse, before anything changes, a request that holds blocks already, has no token or
+        could never fit (RequestError), or whose from_free blocks are not free now
+        (PoolExhausted). v12 takes fewer than it needs from the free list: it shares some."""
         if request_id in self._tables:
             raise RequestError(f"request {request_id} already holds blocks; free them first")
         if num_tokens < 1:
@@ -81,12 +91,9 @@ class BlockPool:
             raise RequestError(
                 f"request {request_id} needs {needed} blocks of {self.block_size} tokens for "
                 f"{num_tokens} tokens, but the pool has only {self.num_usable} usable blocks")
-        if needed > self.num_free:
+        if from_free > self.num_free:
             raise PoolExhausted(
-                f"request {request_id} needs {needed} blocks, {self.num_free} are free")
-        self._tables[request_id] = [self._free.popleft() for _ in range(needed)]
-        self._tokens[request_id] = num_tokens
-        return self.table(request_id)
+                f"request {request_id} needs {from_free} blocks, {self.num_free} are free")
 
     def append_token(self, request_id: int) -> int:
         """Grow a request by one token and return that token's slot. A new block is taken only
@@ -96,9 +103,13 @@ class BlockPool:
         if self._tokens[request_id] % self.block_size == 0:
             if not self._free:
                 raise PoolExhausted(f"request {request_id} needs one more block, none is free")
-            self._tables[request_id].append(self._free.popleft())
+            self._tables[request_id].append(self._take())
         self._tokens[request_id] += 1
         return self.slot(request_id, self._tokens[request_id] - 1)
+
+    def _take(self) -> int:
+        """The next free block, off the left of the free list (v12 evicts here)."""
+        return self._free.popleft()
 
     def free(self, request_id: int) -> int:
         """Return all of a request's blocks to the free list, last block first, and forget the
@@ -147,10 +158,4 @@ class BlockPool:
     def kv_bytes(self, request_id: int, config: ModelConfig, dtype: torch.dtype) -> int:
         """Bytes of K and V, over all layers, in the blocks the request holds (whole blocks:
         the unused tail of its last block counts, it cannot go to anyone else)."""
-        return len(self._tables[request_id]) * self.block_size * kv_bytes_per_token(config, dtype)
-
-
-def kv_bytes_per_token(config: ModelConfig, dtype: torch.dtype) -> int:
-    """K and V of one token in every layer: 2 * layers * kv_heads * head_dim * itemsize."""
-    itemsize = torch.empty((), dtype=dtype).element_size()
-    return 2 * config.num_layers * config.num_kv_heads * config.head_dim * itemsize
+        return len(self._tables[request_id]) * self.block_size * config.kv_bytes_per_token(dtype)

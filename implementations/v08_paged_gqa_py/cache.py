@@ -9,13 +9,13 @@ import torch
 
 from torchlet.contract import ModelConfig, RequestError
 
-from .block_pool import BlockPool, kv_bytes_per_token
+from .block_pool import BlockPool
 
 
 class PagedCache:
     def __init__(self, config: ModelConfig, num_lanes: int, num_blocks: int, block_size: int,
                  max_len: int, device, dtype, poison_free_blocks: bool = False):
-        self.pool = BlockPool(num_blocks, block_size)
+        self.pool = self.make_pool(num_blocks, block_size)
         shape = (num_blocks, block_size, config.num_kv_heads, config.head_dim)
         # Poisoned, every block starts as NaN (none is owned yet): a read of a slot that no live
         # request wrote shows up in its logits instead of passing for a plausible value.
@@ -26,19 +26,28 @@ class PagedCache:
                    for _ in range(config.num_layers)]
         self.num_lanes, self.block_size = num_lanes, block_size
         self.max_len = max_len
-        self.bytes_per_token = kv_bytes_per_token(config, dtype)
+        self.bytes_per_token = config.kv_bytes_per_token(dtype)
         self._lane: dict[Hashable, int] = {}
+
+    def make_pool(self, num_blocks: int, block_size: int) -> BlockPool:
+        """The pool the blocks come from (v12 builds one that shares them)."""
+        return BlockPool(num_blocks, block_size)
 
     def assign(self, request_id: Hashable, num_tokens: int) -> int:
         """A lane and the blocks for num_tokens tokens (PoolExhausted if they are not free)."""
+        lane = self.free_lane(request_id)
+        self.pool.allocate(request_id, num_tokens)
+        self._lane[request_id] = lane
+        return lane
+
+    def free_lane(self, request_id: Hashable) -> int:
+        """The lowest lane nobody holds; RequestError if the request holds one or none is free."""
         if request_id in self._lane:
             raise RequestError(f"request {request_id!r} already holds lane {self._lane[request_id]}")
         taken = set(self._lane.values())
         free = [s for s in range(self.num_lanes) if s not in taken]
         if not free:
             raise RequestError(f"all {self.num_lanes} decode lanes are taken")
-        self.pool.allocate(request_id, num_tokens)
-        self._lane[request_id] = free[0]
         return free[0]
 
     def slot_of(self, request_id: Hashable) -> int | None:
@@ -63,8 +72,12 @@ class PagedCache:
     def free(self, request_id: Hashable) -> None:
         if self._lane.pop(request_id, None) is not None:
             if self.poison_free_blocks:
-                self.poison(self.pool.table(request_id))
+                self.poison(self.released(request_id))
             self.pool.free(request_id)
+
+    def released(self, request_id: Hashable) -> list[int]:
+        """The blocks that free(request_id) leaves holding nothing worth keeping: all of them."""
+        return self.pool.table(request_id)
 
     def poison(self, blocks: list[int]) -> None:
         """Fill these blocks' K and V with NaN in every layer, one block view at a time."""

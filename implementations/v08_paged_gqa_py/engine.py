@@ -6,14 +6,15 @@ contract, and decode_buffers() holds the paged inputs too."""
 from __future__ import annotations
 
 import numbers
+from functools import partial
 
 import torch
 
-from torchlet.contract import Checkpoint
+from torchlet.contract import BLOCK_SIZE, NUM_BLOCKS, BuildOption, Checkpoint
 
 from ..v07_cuda_graph import GRAPH_OPTIONS, GraphEngine, refuse_unknown_options, slot_limits
 from . import metadata
-from . import model as paged_model
+from .model import layers as paged_model
 from .runner import PagedRunner
 from .scheduler import Batch, ContinuousBatching, PagedAdmission, Scheduler, preempt
 
@@ -65,29 +66,41 @@ class PagedEngine(GraphEngine):
 
 
 # The options build's refusal names: v07's and the pool's.
-PAGED_OPTIONS = GRAPH_OPTIONS + ("num_blocks", "block_size", "poison_free_blocks")
+PAGED_OPTIONS = GRAPH_OPTIONS + (
+    BuildOption("num_blocks", int, None, "K/V blocks in the pool, the null block included (None: "
+                "as much K/V memory as v07 reserves)", NUM_BLOCKS),
+    BuildOption("block_size", int, 16, "tokens per block", BLOCK_SIZE),
+    BuildOption("poison_free_blocks", bool, False, "fill every block nobody owns with NaN, at "
+                "build and whenever it is freed"),
+)
 
 
-def build(checkpoint: Checkpoint, *, device="cpu", dtype=torch.float32,
-          max_decode_slots: int | None = None, max_running: int | None = None,
-          max_step_tokens: int | None = None, max_model_len: int | None = None,
-          poison_inactive_lanes: bool = False,
-          use_graphs: bool = True, num_blocks: int | None = None, block_size: int = 16,
-          poison_free_blocks: bool = False, model=paged_model, **options):
-    """v07's options, checked the same way (slot_limits), and the pool's: num_blocks (the null
-    block included) defaults to as much K/V memory as v07 reserves; block_size is in tokens.
+def paged_build(version: str, runner_class, engine_class, checkpoint: Checkpoint, *,
+                device="cpu", dtype=torch.float32,
+                max_decode_slots: int | None = None, max_running: int | None = None,
+                max_step_tokens: int | None = None, max_model_len: int | None = None,
+                poison_inactive_lanes: bool = False,
+                use_graphs: bool = True, num_blocks: int | None = None, block_size: int = 16,
+                poison_free_blocks: bool = False, model=paged_model, **options):
+    """An engine_class over a runner_class (v05's slot_build, over the pool). v07's options,
+    checked the same way (slot_limits), and the pool's: num_blocks (the null block included)
+    defaults to as much K/V memory as v07 reserves; block_size is in tokens.
     poison_free_blocks fills every block nobody owns with NaN, at build and whenever it is freed.
-    model is the module of model functions the runner calls (this version's model.py unless
-    another is given)."""
-    refuse_unknown_options("v08", PAGED_OPTIONS, options)
+    model is the decoder the runner calls (this version's layers, a PagedDecoder, unless another
+    is given). version names the build in its refusals."""
+    refuse_unknown_options(version, PAGED_OPTIONS, options)
     check_pool_options(num_blocks, block_size)
     slots, budget = slot_limits(checkpoint, max_decode_slots, max_running, max_step_tokens,
                                 max_model_len)
-    runner = PagedRunner(checkpoint, device, dtype, max_model_len, slots,
-                         poison_inactive_lanes, use_graphs, num_blocks, block_size, model,
-                         poison_free_blocks)
+    runner = runner_class(checkpoint, device, dtype, max_model_len, slots,
+                          poison_inactive_lanes, use_graphs, num_blocks, block_size, model,
+                          poison_free_blocks)
     policy = PagedAdmission(ContinuousBatching(slots, budget), runner)
-    return PagedEngine(runner, Scheduler(policy))
+    return engine_class(runner, Scheduler(policy))
+
+
+# This version's build: its options over the paged runner and the paged engine.
+build = partial(paged_build, "v08", PagedRunner, PagedEngine)
 
 
 def _is_int(value) -> bool:

@@ -10,13 +10,15 @@ import torch
 
 from torchlet.contract import Checkpoint, RequestError
 
-from ..v07_cuda_graph.runner import GraphedRunner
-from . import model as paged_model
+from ..v07_cuda_graph import GraphedRunner
+from .model import layers as paged_model
 from .buffers import PagedDecodeBuffers
 from .cache import PagedCache
 
 
 class PagedRunner(GraphedRunner):
+    cache_class = PagedCache  # a later version's cache may manage the same pool otherwise
+
     def __init__(self, checkpoint: Checkpoint, device="cpu", dtype=torch.float32,
                  max_len: int | None = None,
                  num_slots: int = 8, poison_inactive_lanes: bool = False, use_graphs: bool = True,
@@ -38,8 +40,8 @@ class PagedRunner(GraphedRunner):
         num_blocks = self.num_blocks
         if num_blocks is None:  # by default as much memory as v07's slots reserve, plus the null block
             num_blocks = num_slots * self.max_blocks(max_len) + 1
-        return PagedCache(self.config, num_slots, num_blocks, self.block_size, max_len,
-                          self.device, dtype, self.poison_free_blocks)
+        return self.cache_class(self.config, num_slots, num_blocks, self.block_size, max_len,
+                                self.device, dtype, self.poison_free_blocks)
 
     def make_buffers(self) -> PagedDecodeBuffers:
         return PagedDecodeBuffers(self.num_slots, self.max_blocks(self.cache.max_len), self.device)
@@ -66,14 +68,18 @@ class PagedRunner(GraphedRunner):
         blocks = sum(self.pool.blocks_needed(len(q)) for q in sequences)
         return len(sequences) <= self.cache.num_free() and blocks <= self.pool.num_free
 
-    @torch.inference_mode()
-    def prefill(self, request_ids: Sequence[Hashable], prompts: Sequence[Sequence[int]]):
-        """Give each request a lane and the blocks for its tokens, store its K/V through its
-        table; float logits [B, vocab] of each last token."""
+    def check_prefill(self, request_ids: Sequence[Hashable], prompts: Sequence[Sequence[int]]):
+        """RequestError, before anything is taken, unless these new requests fit now."""
         self.check_new(request_ids)
         if not self.can_prefill(prompts):
             raise RequestError(f"{len(request_ids)} requests to prefill do not fit the free lanes "
                                f"({self.cache.num_free()}) and blocks ({self.pool.num_free})")
+
+    @torch.inference_mode()
+    def prefill(self, request_ids: Sequence[Hashable], prompts: Sequence[Sequence[int]]):
+        """Give each request a lane and the blocks for its tokens, store its K/V through its
+        table; float logits [B, vocab] of each last token."""
+        self.check_prefill(request_ids, prompts)
         slots = []
         for r, p in zip(request_ids, prompts):
             self.cache.assign(r, len(p))

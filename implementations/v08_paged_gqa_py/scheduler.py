@@ -12,9 +12,7 @@ from collections import deque
 
 from torchlet.contract import RequestError, RequestState
 
-from ..v03_request_states.request import Request
-from ..v03_request_states.scheduler import Batch, Scheduler
-from ..v04_continuous_batching.scheduler import ContinuousBatching
+from ..v07_cuda_graph import Batch, ContinuousBatching, Request, Scheduler
 
 __all__ = ["Batch", "ContinuousBatching", "PagedAdmission", "Scheduler", "preempt"]
 

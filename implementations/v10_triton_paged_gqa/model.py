@@ -3,47 +3,41 @@ each lane's new K/V with the store kernel and attends with the paged decode-atte
 the step a graph replays is kernels and matmuls end to end. Prefill stores its K/V with the same
 store kernel; its attention stays v09's PyTorch causal attention (a prefill kernel is later work).
 
-On CPU in float64 (the specs' reference dtype), where no kernel runs, both passes keep v08's
-PyTorch store and attention, as v09 keeps v00's layers."""
+TritonPagedDecoder is v09's TritonDecoder with the two functions v08's passes store and attend
+through, store_kv and paged_decode_attention, overridden; the passes themselves are v08's.
+On CPU in float64 (the specs' reference dtype), where no kernel runs, both keep v08's PyTorch
+functions, as v09 keeps v00's layers."""
 from __future__ import annotations
 
 import torch
 
-from ..v09_triton_basics.model import (Weights, add_rms_norm, apply_rope, attend_per_request,
-                                       attention, causal_attention, check_req_indptr,
-                                       decoder_layer, forward_layers, forward_ragged,
-                                       group_queries, last_rows, lm_head, mlp, on_triton,
-                                       output_projection, project_qkv, qkv_heads, req_indptr,
-                                       rms_norm, rope_qk, row_positions, split_heads, swiglu,
-                                       write_kv)
-from ..v09_triton_basics.model import forward_decode_paged as _forward_decode_paged
-from ..v09_triton_basics.model import forward_prefill_paged as _forward_prefill_paged
+from ..v09_triton_basics import TritonDecoder
 from . import paged_kernels
 
-__all__ = ["Weights", "add_rms_norm", "apply_rope", "attend_per_request", "attention",
-           "causal_attention", "check_req_indptr", "decoder_layer", "forward_decode_paged",
-           "forward_layers", "forward_prefill_paged", "forward_ragged", "group_queries",
-           "last_rows", "lm_head", "mlp", "on_triton", "output_projection", "project_qkv",
-           "qkv_heads", "req_indptr", "rms_norm", "rope_qk", "row_positions", "split_heads",
-           "swiglu", "write_kv"]
+__all__ = ["TritonPagedDecoder", "layers"]
 
 
-def forward_prefill_paged(weights: Weights, token_ids: torch.Tensor, indptr: torch.Tensor,
-                          slot_mapping: torch.Tensor, kv) -> torch.Tensor:
-    """v09's prefill, its K/V written by the store kernel. Hidden [T, hidden]."""
-    if not on_triton(weights.embed):
-        return _forward_prefill_paged(weights, token_ids, indptr, slot_mapping, kv)
-    return _forward_prefill_paged(weights, token_ids, indptr, slot_mapping, kv,
-                                  store=paged_kernels.store_kv)
+class TritonPagedDecoder(TritonDecoder):
+    """v09's decoder, its paged K/V store and decode attention on the kernels."""
+
+    def store_kv(self, k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor,
+                 v_cache: torch.Tensor, slot_mapping: torch.Tensor) -> None:
+        """Write k, v [T, kv_heads, head_dim] into the slots slot_mapping names: the store
+        kernel."""
+        if self.on_triton(k):
+            return paged_kernels.store_kv(k, v, k_cache, v_cache, slot_mapping)
+        return super().store_kv(k, v, k_cache, v_cache, slot_mapping)
+
+    def paged_decode_attention(self, q: torch.Tensor, k_cache: torch.Tensor,
+                               v_cache: torch.Tensor, block_tables: torch.Tensor,
+                               context_lens: torch.Tensor, scale: float) -> torch.Tensor:
+        """q [B, heads, head_dim] over the first context_lens[b] tokens its block table names:
+        the paged decode-attention kernel."""
+        if self.on_triton(q):
+            return paged_kernels.paged_decode_attention(q, k_cache, v_cache, block_tables,
+                                                        context_lens, scale)
+        return super().paged_decode_attention(q, k_cache, v_cache, block_tables, context_lens,
+                                              scale)
 
 
-def forward_decode_paged(weights: Weights, token_ids: torch.Tensor, positions: torch.Tensor,
-                         block_tables: torch.Tensor, context_lens: torch.Tensor,
-                         slot_mapping: torch.Tensor, kv) -> torch.Tensor:
-    """v09's decode step with the store and paged attention kernels. Hidden [B, hidden]."""
-    if not on_triton(weights.embed):
-        return _forward_decode_paged(weights, token_ids, positions, block_tables, context_lens,
-                                     slot_mapping, kv)
-    return _forward_decode_paged(weights, token_ids, positions, block_tables, context_lens,
-                                 slot_mapping, kv, store=paged_kernels.store_kv,
-                                 paged_attention=paged_kernels.paged_decode_attention)
+layers = TritonPagedDecoder()

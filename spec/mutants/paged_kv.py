@@ -29,7 +29,7 @@ TABLES = "block table invariants"
 ALLOCATOR = "block allocator"
 V08 = ("v08",)
 
-GROW = "            self._tables[request_id].append(self._free.popleft())"
+GROW = "            self._tables[request_id].append(self._take())"
 FREE = "        self._free.extend(reversed(table))"
 
 MUTANTS = [
@@ -63,7 +63,7 @@ MUTANTS = [
         (POISON,), V08,
         "decode_buffers() hands out copies: not the tensors the step reads"),
     Mutant("v08-freed-blocks-keep-their-kv", TABLES, (
-        Edit(CACHE, "                self.poison(self.pool.table(request_id))",
+        Edit(CACHE, "                self.poison(self.released(request_id))",
              "                pass  # a freed block keeps its last owner's K/V"),),
         (POISON,), V08,
         "poison_free_blocks poisons at build only: a freed block keeps its K/V"),
@@ -93,7 +93,7 @@ MUTANTS = [
         (FREE_ORDER, MACHINE), V08,
         "free() returns a request's blocks head first instead of tail first"),
     Mutant("v08-table-not-grown-with-its-block", ALLOCATOR, (
-        Edit(POOL, GROW, "            self._free.popleft()"),),
+        Edit(POOL, GROW, "            self._take()"),),
         (GROWTH, POISON), V08,
         "a request takes a new block off the free list but its table never names it"),
 ]

@@ -13,7 +13,17 @@ of every layer) and every logits-wide result. BlockWatch drives the steps and ch
   past them, and a slot in its own last block at the token's offset;
 - each idle lane maps to the null block: a zero row, context 0, a slot inside block 0;
 - the running requests hold disjoint blocks, never block 0, as many as the pool says are used;
-- no logits hold a NaN; with poison_free_blocks, every block no running request holds is NaN.
+- no logits hold a NaN; with poison_free_blocks, every block no running request holds is NaN;
+- every slot a step reads holds the K/V of exactly the token prefix it is read for (each store
+  records, per slot, the prefix its token ends), and no store writes a slot another running
+  request reads.
+
+An engine with the prefix cache (PrefixCacheEngine) may share full blocks: a prefill then stores
+only the rows after the blocks it shares, which must hold that very prefix already; running
+requests may hold a block together; and a block nobody holds may keep its K/V, cached, if it is
+a full block of one known prefix. block_tables() (a report) only tells which of the request's
+slots a prefill's first stored row starts from; every slot it names is checked against the
+stores.
 
 Which lane is a request's comes from `slot_of()`: the slot-stability specs observe that one.
 """
@@ -25,7 +35,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from spec.support.allocations import LIFTS, OpLog, storage
-from torchlet.contract import RequestState
+from torchlet.contract import PrefixCacheEngine, RequestState
 
 NULL_BLOCK = 0
 
@@ -53,6 +63,7 @@ class StepLog(TorchDispatchMode):
         self.vocab = vocab
         self.read: dict[str, torch.Tensor] = {}
         self.stores: list[Store] = []
+        self.gathers: list[tuple[int, list[int]]] = []  # (cache storage, slots read by index)
         self.logits_from: list[frozenset] = []
         self.nan_logits = 0
 
@@ -66,6 +77,13 @@ class StepLog(TorchDispatchMode):
             if s in self.buffers and s not in written_ids:  # copying new values in is no read
                 name, whole = self.buffers[s]
                 self.read.setdefault(name, whole.detach().clone())
+        if not written and self.stores:  # a read, by slots, of a cache a prefill stored into
+            stored = {storage(st.target) for st in self.stores if "slot_mapping" not in st.source}
+            index = [t for t in inputs if t.dim() == 1 and not t.is_floating_point()
+                     and t.dtype != torch.bool]
+            caches = [s for t, s in zip(inputs, places) if s in stored and t.is_floating_point()]
+            if index and caches:
+                self.gathers.append((caches[0], index[0].tolist()))
         if written:
             index = [(t, s) for t, s in zip(inputs, places) if t.dim() == 1 and s not in written_ids
                      and not t.is_floating_point() and t.dtype != torch.bool]
@@ -116,6 +134,8 @@ class BlockWatch:
         self.slots: dict[int, list[int]] = {}      # running request -> slot of each cached token
         self.caches: dict[int, torch.Tensor] = {}  # every K/V cache a store wrote, by storage
         self.holders: dict[int, set[int]] = {}     # block -> every request seen holding it
+        self.content: dict[int, tuple[int, ...]] = {}  # slot -> the prefix its stored token ends
+        self.shares = isinstance(engine, PrefixCacheEngine)
         self.peak_blocks = 0
         self.decode_steps = 0
 
@@ -207,6 +227,7 @@ class BlockWatch:
             assert set(row[blocks:]) <= {NULL_BLOCK}, f"lane {lane}: {row} past {blocks} blocks"
             assert NULL_BLOCK not in row[:blocks], f"lane {lane}: the null block in {row}"
             held = [self.slot(row, p) for p in range(n - 1)]
+            self._check_content(held, seq, f"lane {lane} (request {i})")
             assert held == self.slots.get(i), (
                 f"lane {lane} (request {i}) reads its tokens through {row[:blocks]}, but they were "
                 f"stored at slots {self.slots.get(i)}")
@@ -215,7 +236,15 @@ class BlockWatch:
                 f"last block {row[blocks - 1]} at offset {(n - 1) % self.block_size}")
             assert all(s.slots[lane] == slot for s in decode_stores), (
                 f"lane {lane}'s K/V went elsewhere than its slot_mapping entry {slot}")
+            others = [j for j in decode_ids if j != i and slot in self.slots.get(j, ())]
+            assert not others, f"lane {lane} stores into slot {slot}, which {others} read"
+            self.content[slot] = tuple(seq)
             self.slots[i] = held + [slot]
+
+    def _check_content(self, slots: list[int], seq: list[int], who: str) -> None:
+        for p, s in enumerate(slots):
+            assert self.content.get(s) == tuple(seq[:p + 1]), (
+                f"{who} reads its token {p} from slot {s}, which holds another prefix's K/V")
 
     def _check_prefill(self, log, prefill_ids, sequences):
         stores = [s for s in log.stores if "slot_mapping" not in s.source]
@@ -228,19 +257,41 @@ class BlockWatch:
         written = list(by_target.values())
         assert written and all(w == written[0] for w in written), "K and V went to different slots"
         slots, start = written[0], 0
-        for i in prefill_ids:
-            n = len(sequences[i])
-            mine, start = slots[start:start + n], start + n
-            table = self.blocks_of(mine)
-            assert len(mine) == n and mine == [self.slot(table, p) for p in range(n)], (
+        # A prefill that shares a prefix reads each request's whole context back from the
+        # cache, by slots: the first cache read in this step is layer 0's K, one per request.
+        first = log.gathers[0][0] if self.shares and log.gathers else None
+        contexts = [g for c, g in log.gathers if c == first]
+        assert not contexts or len(contexts) == len(prefill_ids), (
+            f"{len(prefill_ids)} requests prefilled, {len(contexts)} contexts read back")
+        for k, i in enumerate(prefill_ids):
+            seq = sequences[i]
+            n, shared = len(seq), []
+            if contexts:  # the rows it shares come first, unstored
+                context = contexts[k]
+                assert len(context) == n and start < len(slots) and slots[start] in context, (
+                    f"request {i}'s prefill read a context of {len(context)} slots for its {n} "
+                    f"tokens, and stored from slot {slots[start] if start < len(slots) else None}")
+                h = context.index(slots[start])
+                assert h % self.block_size == 0, f"request {i} shares {h} tokens, not whole blocks"
+                shared = context[:h]
+                self._check_content(shared, seq, f"request {i}'s prefill")
+            mine = slots[start:start + n - len(shared)]
+            start += len(mine)
+            table = self.blocks_of(shared + mine)
+            assert len(shared + mine) == n and shared + mine == [self.slot(table, p)
+                                                                 for p in range(n)], (
                 f"request {i}'s prefill stored its {n} tokens at {mine}, not block by block")
             assert NULL_BLOCK not in table, f"request {i} was prefilled into the null block"
-            self.slots[i] = mine
+            for p, s in enumerate(mine, start=len(shared)):
+                self.content[s] = tuple(seq[:p + 1])
+            self.slots[i] = shared + mine
         assert start == len(slots), f"the prefill stored {len(slots)} tokens, {start} were fed"
 
     def _check_ownership(self):
         owned = [b for slots in self.slots.values() for b in self.blocks_of(slots)]
-        assert len(owned) == len(set(owned)), f"a block is held twice: {self.tables()}"
+        if not self.shares:
+            assert len(owned) == len(set(owned)), f"a block is held twice: {self.tables()}"
+        owned = sorted(set(owned))
         for i, table in self.tables().items():
             for b in table:
                 self.holders.setdefault(b, set()).add(i)
@@ -254,8 +305,18 @@ class BlockWatch:
 
     def _check_poison(self):
         owned = {b for slots in self.slots.values() for b in self.blocks_of(slots)}
-        free = [b for b in range(1, self.num_blocks) if b not in owned]
+        free = [b for b in range(1, self.num_blocks) if b not in owned and not self.cached(b)]
         for cache in self.caches.values():
             blocks = cache.reshape(self.num_blocks, self.block_size, -1)
             clean = [b for b in free if not torch.isnan(blocks[b]).all()]
             assert not clean, f"blocks {clean} are held by no running request but are not NaN"
+
+    def cached(self, block: int) -> bool:
+        """With the prefix cache, a block nobody holds may keep its K/V if it is a full block of
+        one known prefix: every slot's stored prefix extends the one before it."""
+        if not self.shares:
+            return False
+        prefixes = [self.content.get(block * self.block_size + o) for o in range(self.block_size)]
+        return all(p is not None for p in prefixes) and all(
+            b[:-1] == a for a, b in zip(prefixes, prefixes[1:])) and \
+            len(prefixes[0]) % self.block_size == 1 % self.block_size

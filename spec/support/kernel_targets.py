@@ -27,10 +27,18 @@ class Target:
 
 TARGETS = [
     pytest.param(Target("cpu", torch.float32), id="cpu-float32",
-                 marks=pytest.mark.skipif(not INTERPRETED,
-                                          reason="CPU kernels need TRITON_INTERPRET=1")),
+                 marks=[pytest.mark.kernels,
+                        pytest.mark.skipif(not INTERPRETED,
+                                           reason="CPU kernels need TRITON_INTERPRET=1")]),
     pytest.param(Target("cuda", torch.float32), id="cuda-float32", marks=pytest.mark.gpu),
     pytest.param(Target("cuda", torch.bfloat16), id="cuda-bfloat16", marks=pytest.mark.gpu),
 ]
 
 GPU_TARGETS = [p for p in TARGETS if p.values[0].on_gpu]
+
+
+def interpreted(spec):
+    """Marks an engine spec that needs the kernels to run on CPU: under the interpreter, and
+    only for the versions that write them (spec/support/kernel_mode.py)."""
+    skip = pytest.mark.skipif(not INTERPRETED, reason="CPU kernels need TRITON_INTERPRET=1")
+    return pytest.mark.kernels(skip(spec))

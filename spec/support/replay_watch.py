@@ -1,9 +1,10 @@
 """Watching a decode step from outside the engine: does the model's Python code run, and which ops
 does it dispatch? A replayed step must show neither; an eager step shows both.
 
-The model's code is the Python of a version's declared `layers` module and of every module of the
-same tree that it draws functions or modules from (v07's layers are v05's model.py, which draws on
-v01_1's, v01_0's and v00's; v09's add kernels.py). It is found from what the version declares,
+The model's code is the Python of a version's declared `layers` (a module, or the modules of its
+class and the classes it subclasses) and of every module of the same tree that it draws functions,
+classes or modules from (v07's layers are v05's model.py, which draws on v02's, v01_1's, v01_0's
+and v00's; v09's add kernels.py). It is found from what the version declares,
 never from the engine's attributes, so an engine cannot hide its model from the watch.
 
     with ModelWatch(impl) as watch:
@@ -30,12 +31,16 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 
-def model_files(version) -> frozenset[str]:
-    """Real paths of the source files that hold the version's model code."""
+def model_files(version, also=()) -> frozenset[str]:
+    """Real paths of the source files that hold the version's model code (and of the modules in
+    `also`, with what they draw on)."""
     root = Path(os.path.realpath(version.package.__file__)).parent.parent  # the tree of versions
     files: set[str] = set()
     seen: set[str] = set()
-    pending = [version.layers]
+    layers = version.layers  # v00's a module; later versions' an instance of their decoder class
+    pending = [layers] if isinstance(layers, types.ModuleType) else \
+        [sys.modules[c.__module__] for c in type(layers).__mro__]
+    pending += also
     while pending:
         module = pending.pop()
         path = getattr(module, "__file__", None)
@@ -60,8 +65,9 @@ class ModelWatch:
     """Records, while active, the model functions that run and the aten ops dispatched (see the
     module docstring). Uses sys.setprofile, not settrace, so a coverage tracer keeps running."""
 
-    def __init__(self, version):
-        self.files = model_files(version)
+    def __init__(self, version, also=()):
+        """also: more of the version's modules whose code counts as the model's (v11's sampler)."""
+        self.files = model_files(version, also)
         self._is_model: dict[str, bool] = {}
         self._in_op = 0
         self.model_calls: list[str] = []

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from torchlet.checkpoints import expected_shapes
 from torchlet.contract import ModelConfig
 
-from .bench_workloads import Workload
+from .workloads import Workload
 
 H200_BANDWIDTH = 4.3e12     # bytes/s: device-to-device copy bandwidth measured on the H200
 H200_BF16_FLOPS = 790e12    # FLOP/s: dense bf16 matmul rate reachable on the H200
@@ -22,11 +22,6 @@ H200_BF16_FLOPS = 790e12    # FLOP/s: dense bf16 matmul rate reachable on the H2
 def weight_bytes(config: ModelConfig, dtype_bytes: int = 2) -> int:
     """Bytes of every parameter; tied embeddings count once (the lm_head reads the same matrix)."""
     return dtype_bytes * sum(_numel(s) for s in expected_shapes(config).values())
-
-
-def kv_bytes_per_token(config: ModelConfig, dtype_bytes: int = 2) -> int:
-    """K and V of every layer for one token."""
-    return config.num_layers * 2 * config.num_kv_heads * config.head_dim * dtype_bytes
 
 
 def matmul_params_per_token(config: ModelConfig) -> int:
@@ -38,7 +33,7 @@ def matmul_params_per_token(config: ModelConfig) -> int:
 @dataclass(frozen=True)
 class Floor:
     weight_bytes: int
-    kv_bytes_per_token: int
+    kv_bytes_per_token: int     # ModelConfig.kv_bytes_per_token: K and V of every layer
     decode_passes: int          # the longest request's decode passes: all others fit inside them
     kv_tokens_read: int         # context tokens read over every decode pass of every request
     prefill_flops: float
@@ -94,7 +89,7 @@ def physical_floor(config: ModelConfig, workload: Workload, bandwidth: float = H
         p * (p + 1) // 2 for p in prompts)
     lm_head_flops = 2 * c.vocab_size * c.hidden_size * len(prompts)  # the last row of each prompt
     return Floor(weight_bytes=weight_bytes(c, dtype_bytes),
-                 kv_bytes_per_token=kv_bytes_per_token(c, dtype_bytes),
+                 kv_bytes_per_token=c.kv_bytes_per_token(dtype_bytes),
                  decode_passes=max(workload.output_lens) - 1, kv_tokens_read=kv_tokens,
                  prefill_flops=float(layer_flops + attention_flops + lm_head_flops),
                  bandwidth=bandwidth, flops_rate=flops_rate)

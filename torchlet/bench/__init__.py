@@ -3,12 +3,16 @@
     torchlet bench cpu            every CPU version on a small workload (32 requests, 10..100)
     torchlet bench gpu-workload   nano-vllm's 256-request workload on a Qwen2.5-0.5B-shaped model
     torchlet bench decode         one decode step: ms and GB/s, batch x context
-    torchlet bench kernel         v10's paged decode attention against torch SDPA
+    torchlet bench kernel         the newest paged decode attention against torch SDPA
     torchlet bench floor          the physical floor of the GPU workload, computed
     torchlet bench report         docs/benchmarks.md from the result files
 
 Each run prints a table and writes DIR/KIND.json and DIR/KIND.png (default bench-results/).
 """
+# The package: this parser; commands.py, what each subcommand does; run.py and drive.py, one
+# version built and driven through the contract; micro.py, the decode step and the kernel alone;
+# workloads.py, floor.py, hf.py, the requests, the floor and the HF baseline; report.py, doc.py
+# and targets.py, the JSON, charts and docs/benchmarks.md.
 from __future__ import annotations
 
 import argparse
@@ -35,6 +39,7 @@ def add_commands(subparsers) -> None:
     p.add_argument("--in-process", action="store_true",
                    help="run every version in this process (faster; peak RSS then means little)")
     _engine_options(p, max_running=None, max_step_tokens=None)
+    _shared_prefix(p)
 
     p = _parser(sub, "gpu-workload", _lazy("run_gpu_workload"), "nano-vllm's bench.py workload")
     _device_options(p)
@@ -43,6 +48,7 @@ def add_commands(subparsers) -> None:
     p.add_argument("--hf-baseline", action="store_true", help="also time HF transformers generate")
     p.add_argument("--hf-batch-size", type=int, default=64)
     _engine_options(p, max_running=None, max_step_tokens=16384)
+    _shared_prefix(p)
     _rates(p)
 
     p = _parser(sub, "decode", _lazy("run_decode"), "one decode step, batch x context")
@@ -54,7 +60,8 @@ def add_commands(subparsers) -> None:
     _engine_options(p, max_running=None, max_step_tokens=16384)
     _rates(p)
 
-    p = _parser(sub, "kernel", _lazy("run_kernel"), "v10's paged decode attention vs torch SDPA")
+    p = _parser(sub, "kernel", _lazy("run_kernel"),
+                "a version's paged decode attention kernel vs torch SDPA")
     _device_options(p)
     p.add_argument("--batches", default=None, help="default 1,8,64,256 (1,4 on CPU)")
     p.add_argument("--contexts", default=None, help="default 128,1024,4096 (32,128 on CPU)")
@@ -96,10 +103,18 @@ def _device_options(p) -> None:
 
 def _engine_options(p, max_running, max_step_tokens) -> None:
     p.add_argument("--max-running", type=int, default=max_running,
-                   help="passed as max_running / max_decode_slots to versions that take them")
+                   help="requests running at once: passed to the option each version declares "
+                        "for it (max_running, or v05's max_decode_slots)")
     p.add_argument("--max-step-tokens", type=int, default=max_step_tokens)
     p.add_argument("--build-opt", action="append", default=[], metavar="NAME=INT",
-                   help="another build option, passed only to versions whose build names it")
+                   help="another build option, passed only to versions whose OPTIONS declare it")
+
+
+def _shared_prefix(p) -> None:
+    p.add_argument("--shared-prefix", type=int, default=0, metavar="N",
+                   help="start every prompt with the same N random tokens (a system prompt), so "
+                        "a prefix cache has something to find; versions with prefix_cache then "
+                        "report their hit rate")
 
 
 def _rates(p) -> None:
@@ -111,6 +126,6 @@ def _rates(p) -> None:
 
 def _lazy(name: str):
     """Torch and the versions load only when a benchmark runs, not for `torchlet --help`."""
-    return lambda args: getattr(importlib.import_module("torchlet.bench_commands"), name)(args)
+    return lambda args: getattr(importlib.import_module("torchlet.bench.commands"), name)(args)
 
 

@@ -1,15 +1,13 @@
 """One version built and run on a workload, in a process of its own or here.
 
-Build options are discovered from each version's build signature, never assumed: a version gets
-only the options it names (or inherits through **options), and sizes it needs are derived from
-the workload.
+Build options are read from what each version declares (OPTIONS, through version.options), never
+guessed: a version gets only the options it declares, found by their contract role, and the
+sizes it has a role for are derived from the workload.
 """
 from __future__ import annotations
 
 import gc
-import inspect
 import resource
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,11 +15,11 @@ from typing import Any
 
 import torch
 
-from torchlet.contract import REQUEST_STATES
+from torchlet.contract import BLOCK_SIZE, MAX_LEN, NUM_BLOCKS, PREFIX_CACHE, REQUEST_STATES
 
-from .bench_drive import (check_counts, run_generate, run_steps, run_stream, sync,  # noqa: F401
+from .drive import (check_counts, run_generate, run_steps, run_stream, sync,  # noqa: F401
                           warm_up)
-from .bench_workloads import Workload, random_checkpoint
+from .workloads import Workload, random_checkpoint
 
 MEMORY_MEASURES = {
     "cuda": "torch.cuda.max_memory_allocated during build and run (weights included)",
@@ -54,7 +52,8 @@ class Job:
     workload: Workload
     device: str = "cpu"
     dtype: str = "float32"
-    wishes: dict = field(default_factory=dict)  # build options, passed where build accepts them
+    wishes: dict = field(default_factory=dict)  # role -> value, to the option playing the role
+    named: dict = field(default_factory=dict)   # option name -> value, where a version declares it
     generate_batch: bool = False
     progress: bool = True
     threads: int | None = None
@@ -65,70 +64,34 @@ def load_version(name: str, root: str | None):
     return implementations.load(name, Path(root).resolve() if root else implementations.REFERENCE_ROOT)
 
 
-# Names a version might give the longest sequence it must hold (v05's slots reserve that many
-# rows each); set to the workload's longest request when build accepts one and none is wished.
-LENGTH_OPTIONS = ("max_len", "max_seq_len", "max_model_len", "max_context", "max_length")
-
-
-def named_options(build) -> set[str]:
-    params = inspect.signature(build).parameters
-    return {n for n, p in params.items()
-            if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD)} - {"checkpoint"}
-
-
-def accepted_options(version) -> set[str]:
-    """Options a version's build names; a build that forwards **options to the version it builds
-    on (v09 -> v08) also takes what its predecessors' builds name."""
-    import implementations
-
-    build = version.package.build
-    names = named_options(build)
-    if any(p.kind == p.VAR_KEYWORD for p in inspect.signature(build).parameters.values()):
-        tree = sys.modules[version.package.__name__.rpartition(".")[0]]
-        for other in implementations.discover(Path(tree.__file__).parent):
-            if set(other.capabilities) < set(version.capabilities) and hasattr(other.package, "build"):
-                names |= named_options(other.package.build)
-    return names
-
-
-def build_options(version, wishes: dict, workload: Workload | None = None) -> dict:
-    """The wished options that the version's build takes (a version refuses what it doesn't
-    know). Sizes it needs and wasn't given (num_blocks, the longest sequence) are derived from
-    the workload so that every request fits at once."""
-    named = accepted_options(version)
-    options = {k: v for k, v in wishes.items() if k in named and v is not None}
+def build_options(version, wishes: dict, named: dict | None = None,
+                  workload: Workload | None = None) -> dict:
+    """What to build `version` with, read from the options it declares (version.options): a
+    wish, keyed by a contract role (MAX_RUNNING, MAX_STEP_TOKENS, ...), goes to the option that
+    plays that role; a named option (--build-opt) to a version that declares that name; nothing
+    else. MAX_LEN and NUM_BLOCKS, where a version has them and they weren't given, are sized
+    from the workload so that every request fits at once."""
+    declared = {o.name for o in version.options}
+    options = version.options_by_role(wishes)
+    options.update({k: v for k, v in (named or {}).items() if k in declared})
     if workload is None:
         return options
-    longest = max(len(p) + n for p, n in zip(workload.prompts, workload.output_lens))
-    for name in LENGTH_OPTIONS:
-        if name in named and name not in options:
-            options[name] = longest
-    if "num_blocks" in named and "num_blocks" not in options:
-        size = options.get("block_size") or block_size_default(version)
-        options["num_blocks"] = 1 + sum(-(-(len(p) + n) // size)
-                                        for p, n in zip(workload.prompts, workload.output_lens))
+    lengths = [len(p) + n for p, n in zip(workload.prompts, workload.output_lens)]
+    max_len, num_blocks = version.option_for(MAX_LEN), version.option_for(NUM_BLOCKS)
+    if max_len is not None:
+        options.setdefault(max_len.name, max(lengths))
+    if num_blocks is not None and num_blocks.name not in options:
+        block = version.option_for(BLOCK_SIZE)  # a pool's blocks have a size: the spec checks it
+        size = options.get(block.name, block.default)
+        options[num_blocks.name] = 1 + sum(-(-n // size) for n in lengths)  # + the null block
     return options
 
 
-def block_size_default(version) -> int:
-    param = inspect.signature(version.package.build).parameters.get("block_size")
-    if param is None or param.default is inspect.Parameter.empty:
-        return 16  # what v08 defaults to; a forwarding build (v09, v10) inherits it
-    return param.default
-
-
-def build_engine(version, checkpoint, device, dtype, wishes: dict, workload: Workload | None):
-    """The engine and the options it was built with. Options inherited through **options are a
-    guess; if the build refuses one, it is built again with only what it names itself."""
-    options = build_options(version, wishes, workload)
-    try:
-        return version.build(checkpoint, device=device, dtype=dtype, **options), options
-    except TypeError:
-        own = named_options(version.package.build)
-        if set(options) <= own:
-            raise
-        options = {k: v for k, v in options.items() if k in own}
-        return version.build(checkpoint, device=device, dtype=dtype, **options), options
+def build_engine(version, checkpoint, device, dtype, wishes: dict, workload: Workload | None,
+                 named: dict | None = None):
+    """The engine and the options it was built with (build_options)."""
+    options = build_options(version, wishes, named, workload)
+    return version.build(checkpoint, device=device, dtype=dtype, **options), options
 
 
 def run_job(job: Job) -> dict:
@@ -144,10 +107,13 @@ def run_job(job: Job) -> dict:
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats()
     rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    engine, options = build_engine(version, checkpoint, job.device, dtype, job.wishes, job.workload)
+    engine, options = build_engine(version, checkpoint, job.device, dtype, job.wishes,
+                                   job.workload, job.named)
     stepwise = REQUEST_STATES in version.capabilities
     mode = "step" if stepwise else ("generate" if job.generate_batch else "stream")
     warm_up(engine, job.workload, stepwise)
+    cached = PREFIX_CACHE in version.capabilities
+    before = engine.prefix_cache_stats() if cached else None
     runner = {"step": run_steps, "stream": run_stream, "generate": run_generate}[mode]
     cpu_start = time.process_time()
     row = runner(engine, job.workload, job.device, job.progress)
@@ -158,6 +124,7 @@ def run_job(job: Job) -> dict:
         peak = torch.cuda.max_memory_allocated() / 1e6
     else:  # ru_maxrss is in KiB on Linux
         peak = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - rss_before) * 1024 / 1e6
+    row.update(prefix_stats(before, engine.prefix_cache_stats() if cached else None))
     del engine
     gc.collect()
     if cuda:
@@ -170,6 +137,18 @@ def run_job(job: Job) -> dict:
             "expected_output_tokens": job.workload.output_tokens,
             "peak_memory_mb": peak, "memory_measure": MEMORY_MEASURES["cuda" if cuda else "cpu"],
             **row}
+
+
+def prefix_stats(before: dict | None, after: dict | None) -> dict:
+    """What the measured run added to the engine's prefix cache counters (they count from build,
+    the warm-up included); all None for a version without a prefix cache."""
+    if after is None:
+        return {"prefix_hit_tokens": None, "prefix_queried_tokens": None,
+                "prefix_evictions": None, "prefix_hit_rate": None}
+    hit, queried, evictions = (after[k] - before[k]
+                               for k in ("hit_tokens", "queried_tokens", "evictions"))
+    return {"prefix_hit_tokens": hit, "prefix_queried_tokens": queried,
+            "prefix_evictions": evictions, "prefix_hit_rate": hit / queried if queried else None}
 
 
 def run_jobs(jobs: list[Job], isolate: bool, log=print) -> list[dict]:
@@ -186,7 +165,10 @@ def run_jobs(jobs: list[Job], isolate: bool, log=print) -> list[dict]:
                     row = pool.submit(run_job, job).result()
             else:
                 row = run_job(job)
-            log(f"{row['version']}: {row['wall_s']:.2f} s, {row['output_tok_s']:.1f} output tok/s")
+            rate = row.get("prefix_hit_rate")
+            hits = "" if rate is None else f", prefix hit rate {rate:.1%}"
+            log(f"{row['version']}: {row['wall_s']:.2f} s, {row['output_tok_s']:.1f} output "
+                f"tok/s{hits}")
         except Exception as e:  # noqa: BLE001  (any failure is reported in the table)
             row = {"version": job.version, "error": f"{type(e).__name__}: {e}"}
             log(f"{job.version}: failed: {row['error']}")

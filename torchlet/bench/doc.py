@@ -10,11 +10,11 @@ import json
 import shutil
 from pathlib import Path
 
-from .bench_floor import physical_floor
-from .bench_report import markdown_table
-from .bench_workloads import QWEN25_05B, nano_vllm_workload
+from .floor import physical_floor
+from .report import markdown_table
+from .workloads import QWEN25_05B, nano_vllm_workload
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 KINDS = ("cpu", "gpu-workload", "decode", "kernel")
 TITLES = {
     "cpu": "CPU: what each version buys",
@@ -47,6 +47,13 @@ NOTES = {
               "contiguous [B, KV heads, context, head_dim] for SDPA (enable_gqa). Bytes = K + V "
               "once, q in and out once; max abs diff compares the two outputs.",
 }
+
+PREFIX_NOTE = ("Prefix hit rate: of the prompt tokens a version with prefix_cache looked up in its "
+               "cache during the measured run (warm-up excluded), the share it found cached and "
+               "did not compute (prefix_cache_stats()); the prefill / decode column counts "
+               "prompt tokens scheduled, cached or not. Requests admitted in the same step as "
+               "the first one with their prefix compute it too: a block is shared only once its "
+               "K/V is written.")
 
 
 def gather(results: Path, recorded: Path) -> dict[str, dict]:
@@ -86,7 +93,10 @@ def section(kind: str, result: dict | None, assets: str) -> list[str]:
                    f"{m['num_heads']} query / {m['num_kv_heads']} KV heads of {m['head_dim']}, "
                    f"intermediate {m['intermediate_size']}, vocab {m['vocab_size']}.")
     memory = next((r["memory_measure"] for r in result["rows"] if "memory_measure" in r), "n/a")
-    out += ["", NOTES[kind].format(memory=memory), "", markdown_table(kind, result["rows"]), ""]
+    note = NOTES[kind].format(memory=memory)
+    if any(r.get("prefix_queried_tokens") is not None for r in result["rows"]):
+        note += " " + PREFIX_NOTE
+    out += ["", note, "", markdown_table(kind, result["rows"]), ""]
     if "floor" in result:
         out += ["Floor of this run's workload:", "", "```", *result["floor"]["lines"], "```", ""]
     out += [f"![{kind}]({assets}/{kind}.png)", ""]
@@ -105,7 +115,7 @@ def floor_section() -> list[str]:
 
 
 def targets_section(results: dict[str, dict]) -> list[str]:
-    from .bench_targets import verdicts
+    from .targets import verdicts
     lines = verdicts(results)
     return ["## Targets for v10 on the H200", "", *lines, ""]
 

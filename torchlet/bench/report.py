@@ -1,6 +1,6 @@
 """What a benchmark leaves behind: a printed table, a JSON file and a PNG chart per kind of run.
 
-Every figure in docs/benchmarks.md is read from these JSON files by bench_doc; each file records
+Every figure in docs/benchmarks.md is read from these JSON files by doc.py; each file records
 the command that produced it.
 """
 from __future__ import annotations
@@ -66,14 +66,36 @@ COLUMNS = {"cpu": WORKLOAD_COLUMNS, "gpu-workload": WORKLOAD_COLUMNS + GPU_EXTRA
            "decode": DECODE_COLUMNS, "kernel": KERNEL_COLUMNS}
 
 
+def _hits(row):
+    if row.get("prefix_queried_tokens") is None:
+        return "n/a"
+    return f"{row['prefix_hit_tokens']:,} / {row['prefix_queried_tokens']:,}"
+
+
+# Shown only when some row has a prefix cache: most tables have none, and a column of n/a
+# would say nothing.
+PREFIX_COLUMNS = [
+    ("prefix hit rate", lambda r: "n/a" if r.get("prefix_hit_rate") is None
+     else f"{r['prefix_hit_rate']:.1%}"),
+    ("prefix hit / queried tokens", _hits),
+]
+
+
+def columns(kind: str, rows: list[dict]) -> list:
+    if any(r.get("prefix_queried_tokens") is not None for r in rows):
+        return COLUMNS[kind] + PREFIX_COLUMNS
+    return COLUMNS[kind]
+
+
 def cells(kind: str, rows: list[dict]) -> tuple[list[str], list[list[str]]]:
-    headers = [h for h, _ in COLUMNS[kind]]
+    chosen = columns(kind, rows)
+    headers = [h for h, _ in chosen]
     body = []
     for row in rows:
         if "error" in row:
             body.append([row.get("version", "?"), f"failed: {row['error']}"] + [""] * (len(headers) - 2))
         else:
-            body.append([read(row) for _, read in COLUMNS[kind]])
+            body.append([read(row) for _, read in chosen])
     return headers, body
 
 

@@ -1,28 +1,29 @@
 """Microbenchmarks: one decode step of a whole engine, and the paged attention kernel alone.
 
 A decode step is memory-bound: it reads every weight once and each request's K/V, so its bound
-is those bytes over the bandwidth. The kernel benchmark feeds v10's paged decode attention and
-torch's SDPA (on contiguous K/V) the very same keys and values.
+is those bytes over the bandwidth. The kernel benchmark feeds a version's paged decode attention
+(the kernel it declares as PAGED_DECODE_ATTENTION: v10's Triton one by default) and torch's SDPA
+(on contiguous K/V) the very same keys and values.
 """
 from __future__ import annotations
 
-import importlib
 import random
 import time
 
 import torch
 
-from torchlet.contract import REQUEST_STATES, GenerationParams, TorchletError
+from torchlet.contract import (MAX_RUNNING, MAX_STEP_TOKENS, PAGED_DECODE_ATTENTION,
+                               REQUEST_STATES, GenerationParams, TorchletError)
 
-from .bench_floor import kv_bytes_per_token, weight_bytes
-from .bench_drive import sync
-from .bench_run import build_engine
-from .bench_workloads import Workload
+from .floor import weight_bytes
+from .drive import sync
+from .run import build_engine
+from .workloads import Workload
 
 
 def decode_step_bench(version, checkpoint, batch: int, context: int, *, device: str, dtype,
-                      wishes: dict, steps: int = 20, warmup: int = 5, profile_steps: int = 5,
-                      bandwidth: float) -> dict:
+                      wishes: dict, named: dict | None = None, steps: int = 20,
+                      warmup: int = 5, profile_steps: int = 5, bandwidth: float) -> dict:
     """`batch` requests with `context`-token prompts, prefilled, then timed decode steps that
     must be pure decode (no prefill row, every request in the batch)."""
     if REQUEST_STATES not in version.capabilities:
@@ -34,9 +35,9 @@ def decode_step_bench(version, checkpoint, batch: int, context: int, *, device: 
     total = warmup + steps + profile_steps + 2 + batch
     prompts = tuple(tuple(rng.randrange(vocab) for _ in range(context)) for _ in range(batch))
     workload = Workload(f"decode-B{batch}-ctx{context}", prompts, (total,) * batch)
-    wishes = {**wishes, "max_running": batch, "max_decode_slots": batch,
-              "max_step_tokens": max(context, wishes.get("max_step_tokens") or 0)}
-    engine, options = build_engine(version, checkpoint, device, dtype, wishes, workload)
+    wishes = {**wishes, MAX_RUNNING: batch,
+              MAX_STEP_TOKENS: max(context, wishes.get(MAX_STEP_TOKENS) or 0)}
+    engine, options = build_engine(version, checkpoint, device, dtype, wishes, workload, named)
     ids = [engine.add_request(list(p), GenerationParams(max_new_tokens=total, ignore_eos=True))
            for p in prompts]
     while min(len(engine.output(i).tokens) for i in ids) < 1:  # prefill, chunked or not
@@ -61,8 +62,8 @@ def decode_step_bench(version, checkpoint, batch: int, context: int, *, device: 
         if device.startswith("cuda") and profile_steps else None
     elem = torch.finfo(dtype).bits // 8
     mean_context = context + warmup + 1 + steps / 2
-    moved = weight_bytes(checkpoint.config, elem) + batch * mean_context * kv_bytes_per_token(
-        checkpoint.config, elem)
+    moved = weight_bytes(checkpoint.config, elem) + batch * mean_context * \
+        checkpoint.config.kv_bytes_per_token(elem)
     for i in ids:
         engine.abort(i)
     return {"version": version.name, "batch": batch, "context": context, "ms_per_step": ms,
@@ -85,16 +86,11 @@ def device_ms_per_step(run, steps: int) -> float | None:
         return None
 
 
-def paged_kernel(version) -> callable:
-    module = importlib.import_module(version.package.__name__ + ".paged_kernels")
-    return module.paged_decode_attention
-
-
 def kernel_bench(version, batch: int, context: int, *, heads: int, kv_heads: int, head_dim: int,
                  device: str, dtype, block_size: int = 16, bandwidth: float,
                  iters: int = 50) -> dict:
     """Paged decode attention (blocks scattered at random) vs SDPA on contiguous K/V."""
-    paged = paged_kernel(version)
+    paged = version.kernel(PAGED_DECODE_ATTENTION)
     g = torch.Generator(device=device).manual_seed(batch * 7919 + context)
     k = torch.randn(batch, context, kv_heads, head_dim, generator=g, device=device).to(dtype)
     v = torch.randn(batch, context, kv_heads, head_dim, generator=g, device=device).to(dtype)

@@ -13,8 +13,8 @@ import torch
 from torchlet.checkpoints import hf_config_dict
 from torchlet.contract import Checkpoint
 
-from .bench_drive import progress_bar, sync
-from .bench_workloads import Workload
+from .drive import progress_bar, sync
+from .workloads import Workload
 
 
 def hf_model(checkpoint: Checkpoint, device: str, dtype):

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import torch
 
 from torchlet.checkpoints import expected_shapes
-from torchlet.contract import Checkpoint, GenerationParams, ModelConfig
+from torchlet.contract import Checkpoint, GenerationParams, ModelConfig, TorchletError
 
 # Qwen2.5-0.5B's shape: the model nano-vllm's bench.py is usually quoted with.
 QWEN25_05B = ModelConfig(
@@ -40,6 +40,7 @@ class Workload:
     name: str
     prompts: tuple[tuple[int, ...], ...]
     output_lens: tuple[int, ...]
+    shared_prefix: int = 0  # leading tokens every prompt has in common (with_shared_prefix)
 
     @property
     def num_requests(self) -> int:
@@ -57,11 +58,31 @@ class Workload:
         return GenerationParams(max_new_tokens=self.output_lens[i], ignore_eos=True)
 
     def head(self, n: int) -> "Workload":
-        return Workload(self.name, self.prompts[:n], self.output_lens[:n])
+        return Workload(self.name, self.prompts[:n], self.output_lens[:n], self.shared_prefix)
 
     def describe(self) -> str:
-        return (f"{self.name}: {self.num_requests} requests, {self.prompt_tokens} prompt tokens, "
-                f"{self.output_tokens} output tokens")
+        shared = f" sharing a {self.shared_prefix}-token prefix" if self.shared_prefix else ""
+        return (f"{self.name}: {self.num_requests} requests{shared}, {self.prompt_tokens} prompt "
+                f"tokens, {self.output_tokens} output tokens")
+
+
+def with_shared_prefix(workload: Workload, n: int, seed: int, vocab_size: int,
+                       max_position: int) -> Workload:
+    """Every prompt of `workload` after the same n random ids (a "system prompt"), so a prefix
+    cache has something to find. The prefix has its own generator, seeded from the workload's
+    seed, so the requests' own ids and lengths stay those of the plain workload."""
+    if n < 0:
+        raise TorchletError(f"--shared-prefix must be at least 0, got {n}")
+    if n == 0:
+        return workload
+    longest = max(len(p) + out for p, out in zip(workload.prompts, workload.output_lens)) + n
+    if longest > max_position:
+        raise TorchletError(f"--shared-prefix {n}: a request would reach {longest} tokens, beyond "
+                            f"the model's context of {max_position}")
+    rng = random.Random(f"shared-prefix:{seed}")  # a str seed is hashed the same in every process
+    prefix = tuple(rng.randrange(vocab_size) for _ in range(n))
+    return Workload(f"{workload.name}+prefix{n}", tuple(prefix + p for p in workload.prompts),
+                    workload.output_lens, n)
 
 
 def nano_vllm_workload() -> Workload:

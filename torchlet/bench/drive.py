@@ -15,7 +15,7 @@ import torch
 
 from torchlet.contract import GenerationParams, TorchletError
 
-from .bench_workloads import Workload
+from .workloads import Workload
 
 
 def sync(device: str) -> None:
@@ -32,14 +32,23 @@ def check_counts(row: dict, workload: Workload) -> None:
 def warm_up(engine, workload: Workload, stepwise: bool) -> None:
     """One short request first, so one-time costs (allocator, kernel compilation, graph capture)
     stay out of the timing, as nano-vllm's bench does."""
-    prompt, params = list(workload.prompts[0][:16]), GenerationParams(max_new_tokens=4,
-                                                                      ignore_eos=True)
+    prompt, params = warm_up_prompt(workload), GenerationParams(max_new_tokens=4, ignore_eos=True)
     if stepwise:
         engine.add_request(prompt, params)
         while engine.has_unfinished():
             engine.step()
     else:
         list(engine.stream(prompt, params))
+
+
+def warm_up_prompt(workload: Workload) -> list[int]:
+    """The first prompt's first 16 ids, but starting with an id no prompt starts with: a prefix
+    cache keys each block by every id from position 0, so the warm-up leaves nothing cached
+    that a measured request could hit."""
+    firsts = {p[0] for p in workload.prompts}
+    prompt = list(workload.prompts[0][:16])
+    prompt[0] = min(set(range(len(firsts) + 1)) - firsts)
+    return prompt
 
 
 def progress_bar(total: int, enabled: bool, desc: str):

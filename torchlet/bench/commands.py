@@ -1,4 +1,4 @@
-"""What each `torchlet bench` subcommand does (the parser lives in bench.py)."""
+"""What each `torchlet bench` subcommand does (the parser lives in __init__.py)."""
 from __future__ import annotations
 
 import os
@@ -6,7 +6,8 @@ import shlex
 import sys
 from pathlib import Path
 
-from torchlet.contract import CONTINUOUS_BATCHING, REQUEST_STATES, TorchletError
+from torchlet.contract import (CONTINUOUS_BATCHING, MAX_RUNNING, MAX_STEP_TOKENS,
+                               PAGED_DECODE_ATTENTION, REQUEST_STATES, TorchletError)
 
 
 def command_line(args) -> str:
@@ -60,7 +61,7 @@ def dtype_of(args, device: str):
 
 
 def shape_of(args, device: str):
-    from .bench_workloads import CPU_MODEL, QWEN25_05B
+    from .workloads import CPU_MODEL, QWEN25_05B
 
     shape = getattr(args, "model_shape", None) or ("qwen2.5-0.5b" if device.startswith("cuda")
                                                   else "cpu")
@@ -68,7 +69,7 @@ def shape_of(args, device: str):
 
 
 def rates(args) -> tuple[float, float]:
-    from .bench_floor import H200_BANDWIDTH, H200_BF16_FLOPS
+    from .floor import H200_BANDWIDTH, H200_BF16_FLOPS
     return args.bandwidth or H200_BANDWIDTH, args.flops or H200_BF16_FLOPS
 
 
@@ -77,7 +78,7 @@ def select_versions(args, device: str, need: str | None = None, newest: bool = F
     `need`, and runs natively on `device` (on a CPU, Triton versions would run in the
     interpreter, which is for specs)."""
     import implementations
-    from .bench_run import load_version
+    from .run import load_version
 
     if args.versions:
         return [load_version(n.strip(), args.impl_root) for n in args.versions.split(",")]
@@ -91,17 +92,23 @@ def select_versions(args, device: str, need: str | None = None, newest: bool = F
 
 
 def wishes_of(args, default_running: int | None) -> dict:
-    running = args.max_running or default_running
-    wishes = {"max_running": running, "max_decode_slots": running,
-              "max_step_tokens": args.max_step_tokens}
+    """The sizes asked for, by contract role: each version gets them as the option it declares
+    for that role, if it has one."""
+    return {MAX_RUNNING: args.max_running or default_running,
+            MAX_STEP_TOKENS: args.max_step_tokens}
+
+
+def named_of(args) -> dict:
+    """--build-opt NAME=INT, for the versions that declare NAME."""
+    named = {}
     for item in args.build_opt:
         name, _, value = item.partition("=")
-        wishes[name.strip()] = int(value)
-    return wishes
+        named[name.strip()] = int(value)
+    return named
 
 
 def report(kind: str, args, payload: dict, device: str) -> None:
-    from .bench_report import save, text_table
+    from .report import save, text_table
 
     print(text_table(kind, payload["rows"]))
     path = save(kind, payload, args.out, command_line(args), device)
@@ -109,8 +116,8 @@ def report(kind: str, args, payload: dict, device: str) -> None:
 
 
 def run_cpu(args) -> int:
-    from .bench_run import Job, ModelSpec, run_jobs
-    from .bench_workloads import CPU_MODEL, cpu_workload
+    from .run import Job, ModelSpec, run_jobs
+    from .workloads import CPU_MODEL, cpu_workload, with_shared_prefix
 
     device_of(args)  # sets the Triton interpreter and the threads before versions load
     versions = select_versions(args, "cpu")
@@ -120,9 +127,12 @@ def run_cpu(args) -> int:
     else:
         model, config = ModelSpec(config=CPU_MODEL, seed=0), CPU_MODEL
     workload = cpu_workload(args.requests, args.seed, vocab_size=config.vocab_size)
+    workload = with_shared_prefix(workload, args.shared_prefix, args.seed, config.vocab_size,
+                                  config.max_position)
     log(workload.describe())
     jobs = [Job(v.name, args.impl_root, model, workload, "cpu", "float32",
-                wishes_of(args, args.requests), args.generate_batch, not args.quiet, args.threads)
+                wishes=wishes_of(args, args.requests), named=named_of(args),
+                generate_batch=args.generate_batch, progress=not args.quiet, threads=args.threads)
             for v in versions]
     rows = run_jobs(jobs, isolate=not args.in_process, log=log)
     report("cpu", args, {"workload": workload_info(workload), "model": model_info(config),
@@ -133,7 +143,7 @@ def run_cpu(args) -> int:
 def workload_info(workload) -> dict:
     return {"name": workload.name, "requests": workload.num_requests,
             "prompt_tokens": workload.prompt_tokens, "output_tokens": workload.output_tokens,
-            "describe": workload.describe()}
+            "shared_prefix": workload.shared_prefix, "describe": workload.describe()}
 
 
 def model_info(config) -> dict:
@@ -142,9 +152,9 @@ def model_info(config) -> dict:
 
 
 def run_gpu_workload(args) -> int:
-    from .bench_floor import physical_floor
-    from .bench_run import Job, ModelSpec, run_jobs
-    from .bench_workloads import Workload, nano_vllm_workload
+    from .floor import physical_floor
+    from .run import Job, ModelSpec, run_jobs
+    from .workloads import NANO_VLLM, Workload, nano_vllm_workload, with_shared_prefix
 
     device = device_of(args)
     dtype = dtype_of(args, device)
@@ -153,15 +163,19 @@ def run_gpu_workload(args) -> int:
     if config.vocab_size <= 10000:  # a smoke run on the small CPU model: fold ids into its vocab
         workload = Workload(workload.name, tuple(tuple(t % config.vocab_size for t in p)
                                                  for p in workload.prompts), workload.output_lens)
+    workload = with_shared_prefix(workload, args.shared_prefix, NANO_VLLM["seed"],
+                                  min(config.vocab_size, NANO_VLLM["max_id"] + 1),
+                                  config.max_position)
     log(workload.describe())
     floor = physical_floor(config, workload, *rates(args), dtype_bytes=dtype.itemsize)
     versions = select_versions(args, device, CONTINUOUS_BATCHING)
     model = ModelSpec(config=config, seed=0)
     jobs = [Job(v.name, args.impl_root, model, workload, device, str(dtype).replace("torch.", ""),
-                wishes_of(args, args.requests), False, not args.quiet) for v in versions]
+                wishes=wishes_of(args, args.requests), named=named_of(args),
+                progress=not args.quiet) for v in versions]
     rows = run_jobs(jobs, isolate=False, log=log)
     if args.hf_baseline:
-        from .bench_hf import hf_generate_baseline
+        from .hf import hf_generate_baseline
         try:
             hf = hf_generate_baseline(model.checkpoint(device, dtype), workload, device, dtype,
                                       args.hf_batch_size, not args.quiet)
@@ -187,8 +201,8 @@ def floor_info(floor) -> dict:
 
 
 def run_decode(args) -> int:
-    from .bench_micro import decode_step_bench
-    from .bench_workloads import random_checkpoint
+    from .micro import decode_step_bench
+    from .workloads import random_checkpoint
 
     device = device_of(args)
     dtype = dtype_of(args, device)
@@ -203,6 +217,7 @@ def run_decode(args) -> int:
                 try:
                     row = decode_step_bench(version, checkpoint, batch, context, device=device,
                                             dtype=dtype, wishes=wishes_of(args, None),
+                                            named=named_of(args),
                                             steps=args.steps, warmup=args.warmup,
                                             bandwidth=bandwidth)
                     log(f"{version.name} B={batch} ctx={context}: {row['ms_per_step']:.3f} ms")
@@ -217,9 +232,7 @@ def run_decode(args) -> int:
 
 
 def run_kernel(args) -> int:
-    import importlib.util
-
-    from .bench_micro import kernel_bench
+    from .micro import kernel_bench
 
     device = device_of(args)
     dtype = dtype_of(args, device)
@@ -229,9 +242,7 @@ def run_kernel(args) -> int:
     if args.versions:
         versions = select_versions(args, device)
     else:
-        import implementations
-        versions = [v for v in implementations.discover()
-                    if importlib.util.find_spec(v.package.__name__ + ".paged_kernels")][-1:]
+        versions = [newest_kernel(args.impl_root, PAGED_DECODE_ATTENTION)]
     rows = []
     for version in versions:
         for batch in ints(args.batches, (1, 4) if cpu else (1, 8, 64, 256)):
@@ -248,9 +259,21 @@ def run_kernel(args) -> int:
     return 0
 
 
+def newest_kernel(impl_root: str | None, name: str):
+    """The version that wrote the kernel the newest version declares under `name` (later ones
+    may only inherit it), even where it needs Triton's interpreter."""
+    import implementations
+
+    root = Path(impl_root).resolve() if impl_root else implementations.REFERENCE_ROOT
+    found = [v for v in implementations.discover(root) if v.has_kernel(name)]
+    if not found:
+        raise TorchletError(f"no version declares the kernel {name}")
+    return next(v for v in found if v.kernel(name) is found[-1].kernel(name))
+
+
 def run_floor(args) -> int:
-    from .bench_floor import physical_floor
-    from .bench_workloads import nano_vllm_workload
+    from .floor import physical_floor
+    from .workloads import nano_vllm_workload
 
     workload = nano_vllm_workload()
     floor = physical_floor(shape_of(args, "cuda"), workload, *rates(args))
@@ -260,7 +283,7 @@ def run_floor(args) -> int:
 
 
 def run_report(args) -> int:
-    from .bench_doc import write_doc
+    from .doc import write_doc
 
     path = write_doc(Path(args.results), Path(args.doc) if args.doc else None)
     log(f"wrote {path}")

@@ -1,0 +1,37 @@
+"""v11's decoder (v10's, on the Triton layers and paged kernels) with one more pass: a prefill
+that computes only a request's uncached rows. Its rows start at the first position the cache
+lacks; their K/V is stored through the request's table like any prefill's, then each request's
+rows attend over its whole context, the shared prefix read back from the cache through its slots."""
+from __future__ import annotations
+
+import torch
+
+from ..v11_sampling import TritonPagedDecoder
+
+__all__ = ["PrefixDecoder", "layers"]
+
+Weights = TritonPagedDecoder.Weights
+
+
+class PrefixDecoder(TritonPagedDecoder):
+    def forward_prefill_cached(self, weights: Weights, token_ids: torch.Tensor,
+                               positions: torch.Tensor, indptr: torch.Tensor,
+                               slot_mapping: torch.Tensor, context: list[torch.Tensor],
+                               kv) -> torch.Tensor:
+        """Ragged rows of several requests: row i at positions[i], its K/V to slot_mapping[i].
+        context[r] holds the slots of request r's every token up to its last row (the cached
+        prefix, then its rows), in position order. Hidden [T, hidden]."""
+        config = weights.config
+
+        def attend(h, i):
+            w, (k_cache, v_cache) = weights.layers[i], kv[i]
+            qg, k, v = self.qkv_heads(h, positions, w, config)
+            self.store_kv(k, v, k_cache, v_cache, slot_mapping)
+            keys, values = k_cache.flatten(0, 1), v_cache.flatten(0, 1)
+            out = torch.cat([self.causal_attention(qg[a:b], keys[slots], values[slots])
+                             for (a, b), slots in zip(self.spans(indptr), context)])
+            return self.output_projection(out, w)
+        return self.forward_layers(weights, weights.embed[token_ids], attend)
+
+
+layers = PrefixDecoder()

@@ -1,0 +1,63 @@
+"""Seeded sampling (v11): the filters equal Hugging Face's, a draw depends on (seed, position)
+only, and the decode draw happens inside the replayed step. Each mutant keeps greedy decoding
+right, so only the sampling page's specs can notice it."""
+from spec.mutants import Edit, Mutant
+
+SAMPLER = "v11_sampling/sampler.py"
+RUNNER = "v11_sampling/runner.py"
+ENGINE = "v11_sampling/engine.py"
+PAGE = "spec/test_v11_sampling.py"
+FILTERS = f"{PAGE}::test_the_filters_equal_hugging_faces_warpers_row_by_row"
+SCHEDULE = f"{PAGE}::test_a_seeded_request_draws_the_oracles_tokens_under_any_schedule"
+GOLDEN = f"{PAGE}::test_seeded_samples_equal_the_oracles_alone_and_in_one_batch"
+PREEMPT = f"{PAGE}::test_preemption_happens_under_the_tight_pool_and_the_recompute_draws_the_same"
+IN_GRAPH = (f"{PAGE}::test_a_lanes_settings_are_decode_buffers_and_the_draw_happens_in_the_"
+            f"replayed_step")
+UNSEEDED = f"{PAGE}::test_different_seeds_draw_differently_and_unseeded_requests_still_sample"
+
+MUTANTS = [
+    Mutant("v11-top-p-boundary-off-by-one", "seeded sampling", (
+        Edit(SAMPLER, "    drop = cumulative <= (1 - top_p.to(logits.dtype))[:, None]",
+             "    drop = cumulative < (1 - top_p.to(logits.dtype))[:, None]"),),
+        (FILTERS,), ("v11",),
+        "top-p keeps a token whose cumulative probability lands exactly on 1 - top_p"),
+    Mutant("v11-temperature-after-top-p", "seeded sampling", (
+        Edit(SAMPLER, "    scores = logits / scale[:, None].to(logits.dtype)\n",
+             "    scores = logits\n"),
+        Edit(SAMPLER, "    # min-p against the most likely token (which it never drops)\n",
+             "    scores = scores / scale[:, None].to(logits.dtype)\n"
+             "    # min-p against the most likely token (which it never drops)\n")),
+        (FILTERS,), ("v11",),
+        "the temperature divides the logits after top-k and top-p instead of before"),
+    Mutant("v11-top-k-drops-ties-and-one-more", "seeded sampling", (
+        Edit(SAMPLER, "gather(-1, (k.long() - 1)[:, None])",
+             "gather(-1, (k.long() - 2).clamp(min=0)[:, None])"),),
+        (FILTERS,), ("v11",),
+        "top-k's threshold is the (k-1)-th largest logit"),
+    Mutant("v11-seed-stream-keyed-by-lane", "seeded sampling", (
+        Edit(RUNNER, "        return logits, sampler.sample(logits, temperature, top_k, top_p, "
+                     "min_p, seed,\n                                      positions + 1)",
+             "        lanes = torch.arange(positions.shape[0], device=positions.device)\n"
+             "        return logits, sampler.sample(logits, temperature, top_k, top_p, min_p, "
+             "seed + lanes,\n                                      positions + 1)"),),
+        (SCHEDULE, GOLDEN), ("v11",),
+        "the decode draw's stream is keyed by the lane as well as the seed and position"),
+    Mutant("v11-prefill-draw-one-position-early", "seeded sampling", (
+        Edit(ENGINE, "[len(r.sequence) for r in batch.prefill]",
+             "[len(r.sequence) - 1 for r in batch.prefill]"),),
+        (PREEMPT, GOLDEN), ("v11",),
+        "a prefill's draw uses the stream of the last prompt token, not of the drawn one"),
+    Mutant("v11-decode-draw-outside-the-graph", "seeded sampling", (
+        Edit(ENGINE, "        drawn = [self.runner.drawn_for([r.id for r in batch.decode])] "
+                     "if batch.decode else []",
+             "        decode = batch.decode\n"
+             "        drawn = [self.runner.draw(logits[:len(decode)], [r.params for r in decode],\n"
+             "                                  [len(r.sequence) for r in decode])] "
+             "if decode else []"),),
+        (IN_GRAPH,), ("v11",),
+        "the running requests' tokens are drawn eagerly from the logits after the replay"),
+    Mutant("v11-unseeded-requests-share-a-seed", "seeded sampling", (
+        Edit(ENGINE, "seed=secrets.randbits(63))", "seed=0)"),),
+        (UNSEEDED,), ("v11",),
+        "a request without a seed gets seed 0, so every unseeded request draws alike"),
+]

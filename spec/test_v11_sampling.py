@@ -1,0 +1,288 @@
+"""v11_sampling: temperature, top-k, top-p and min-p, with per-request seeds no batch can disturb.
+
+What it introduces: GenerationParams' temperature (0 is greedy), top_k (0 is off), top_p (1 is
+off), min_p (0 is off) and seed (None: the engine picks one when the request arrives). A sampler
+part (implementations/v11_sampling/sampler.py, exported as `sampler`) applies the filters in
+Hugging Face's order, temperature, top-k, top-p, min-p, and draws by an exponential race:
+argmax p / E, E ~ Exp(1), with uniforms hashed from (seed, position of the drawn token, token id)
+as torchlet.contract.GenerationParams spells out. vLLM applies min-p before top-k and top-p;
+Hugging Face is the oracle here, so its order holds. The draw runs on the device, inside the
+captured decode step: a lane's settings are decode buffers like its token and position.
+
+Why v10 needs it: every earlier version can only take the argmax, and a serving engine that can
+only argmax is not one.
+
+Core principle: a seeded draw depends on nothing but the request. Its tokens equal the oracle's
+(Hugging Face's float64 logits, its warpers, the contract's stream, spec/support/sampling_oracle.py)
+alone, in any batch, at any position and slot, arriving mid-run, and after a preemption under a
+tight pool, whose recompute draws the same numbers again. The filters equal Hugging Face's on
+random logits, ties included; the draws follow the filtered distribution by a chi-square test
+and never pick a filtered token. temperature=0, and top_k=1 at any temperature, are greedy.
+
+Files to compare: implementations/v11_sampling/{sampler,runner,engine}.py against
+implementations/v08_paged_gqa_py/{runner,buffers}.py (captured_step, fields) and
+implementations/v03_request_states/engine.py (_choose, the greedy choice it replaces).
+
+Tradeoff left visible: every step sorts each lane's logits twice (top-k, then top-p on Hugging
+Face's ascending order) and hashes a uniform per vocabulary entry, greedy lanes included, so the
+step has one shape whatever its lanes ask. On CPU these engine specs run in float64, where v09's
+layers fall back to PyTorch, so they do not wait on the Triton interpreter; the kernels under
+sampling run in the GPU specs.
+"""
+from __future__ import annotations
+
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+
+import implementations
+from spec.support import sampling_oracle as oracle
+from spec.support.hypothesis_profiles import engine_settings
+from spec.support.models import tiny_checkpoint
+from spec.support.prompts import screened
+from spec.support.replay_watch import ModelWatch
+from spec.support.snapshots import GoldenSamples, render_samples
+from torchlet.contract import SAMPLING, GenerationParams, RequestError
+
+pytestmark = pytest.mark.needs(SAMPLING)
+
+FIXTURE = "tiny_llama"
+DTYPE = torch.float64  # v09's layers run PyTorch in float64: no interpreter on CPU
+
+
+def params_of(settings: oracle.Settings, seed: int | None, n: int = oracle.HORIZON):
+    return GenerationParams(max_new_tokens=n, temperature=settings.temperature,
+                            top_k=settings.top_k, top_p=settings.top_p, min_p=settings.min_p,
+                            seed=seed)
+
+
+@pytest.fixture(scope="module")
+def engine(impl):
+    return impl.build(tiny_checkpoint(FIXTURE), dtype=DTYPE, max_decode_slots=4)
+
+
+@pytest.fixture(scope="module")
+def tight(impl):
+    """Four lanes over a pool too small for four requests: preemptions happen."""
+    return impl.build(tiny_checkpoint(FIXTURE), dtype=DTYPE, max_decode_slots=4, block_size=4,
+                      num_blocks=14)
+
+
+def cases():
+    return oracle.golden_cases(FIXTURE)
+
+
+# -- the sampler: filters and draws -------------------------------------------------------------
+
+@st.composite
+def filter_cases(draw, vocab: int):
+    """Random logits (sometimes with ties: rounded, or all equal so top-p lands exactly on a
+    cumulative boundary) and settings, some of them off."""
+    kind = draw(st.sampled_from(["random", "rounded", "flat"]))
+    seed = draw(st.integers(0, 2 ** 16))
+    g = torch.Generator().manual_seed(seed)
+    logits = torch.randn(vocab, generator=g, dtype=torch.float64) * draw(st.sampled_from([1, 3]))
+    if kind == "rounded":
+        logits = torch.round(logits * 2) / 2
+    elif kind == "flat":
+        logits = torch.zeros(vocab, dtype=torch.float64)
+    settings = oracle.Settings(
+        temperature=draw(st.sampled_from([1.0, 0.5, 2.0]) | st.floats(0.05, 3.0)),
+        top_k=draw(st.sampled_from([0, 1]) | st.integers(0, vocab + 2)),
+        top_p=draw(st.sampled_from([1.0, 0.25, 0.5, 0.75]) | st.floats(0.01, 1.0)),
+        min_p=draw(st.sampled_from([0.0, 0.5]) | st.floats(0.0, 1.0)))
+    return logits, settings
+
+
+def settings_tensors(batch: list[oracle.Settings], dtype=torch.float64):
+    return (torch.tensor([s.temperature for s in batch], dtype=dtype),
+            torch.tensor([s.top_k for s in batch], dtype=torch.long),
+            torch.tensor([s.top_p for s in batch], dtype=dtype),
+            torch.tensor([s.min_p for s in batch], dtype=dtype))
+
+
+@given(st.integers(2, 48).flatmap(lambda v: st.lists(filter_cases(v), min_size=1, max_size=4)))
+def test_the_filters_equal_hugging_faces_warpers_row_by_row(impl, batch):
+    """Per row of a batch with mixed settings: the same tokens keep non-zero probability, with
+    the same renormalised probabilities, as Hugging Face's warpers in its order (float64)."""
+    logits = torch.stack([x for x, _ in batch])
+    ours = impl.package.sampler.filter_logits(logits, *settings_tensors([s for _, s in batch]))
+    for row, (x, s) in zip(ours, batch):
+        ref = oracle.hf_filter(x, s)
+        assert torch.equal(torch.isfinite(row), torch.isfinite(ref)), (x, s)
+        torch.testing.assert_close(row.softmax(-1), ref.softmax(-1), rtol=1e-12, atol=1e-12)
+
+
+DISTRIBUTION_LOGITS = torch.tensor([1.0, 0.5, 0.2, -1.0, 2.0, 0.0, -3.0, 0.7])
+FALSE_ALARM = 1e-6  # chance that a correct sampler fails one of these tests, per settings row
+
+
+@pytest.mark.parametrize("settings", [oracle.Settings(1.0), oracle.Settings(0.7, 5, 0.9, 0.0),
+                                      oracle.Settings(1.5, 0, 0.8, 0.1)], ids=str)
+def test_seeded_draws_follow_the_filtered_distribution_by_a_chi_square_test(impl, settings):
+    """40,000 draws on fixed logits, positions 0..39,999 of one seed and then one position of
+    40,000 seeds: Pearson's chi-square against the filtered distribution at a false-alarm rate
+    of 1e-6 (the seeds are fixed, so the test is deterministic); filtered tokens are never
+    drawn."""
+    n = 40_000
+    logits = DISTRIBUTION_LOGITS.repeat(n, 1)
+    probs = oracle.hf_filter(DISTRIBUTION_LOGITS.double(), settings).softmax(-1)
+    t, k, p, m = settings_tensors([settings] * n, torch.float32)
+    sampler = impl.package.sampler
+    for seed, position in ((torch.full((n,), 1234), torch.arange(n)),
+                           (torch.arange(n) * 7919, torch.full((n,), 17))):
+        tokens = sampler.sample(logits, t, k, p, m, seed, position)
+        counts = torch.bincount(tokens, minlength=len(probs)).double()
+        assert counts[probs == 0].sum() == 0, "a filtered token was drawn"
+        assert oracle.chi_square_p(counts, probs) > FALSE_ALARM, (counts, probs * n)
+
+
+def test_a_draw_depends_on_seed_and_position_only(impl):
+    """The same (seed, position) draws the same token from the same logits in any row of any
+    batch; another seed or position draws differently somewhere."""
+    g = torch.Generator().manual_seed(3)
+    logits = torch.randn(1, 64, generator=g).repeat(6, 1)
+    t, k, p, m = settings_tensors([oracle.Settings(1.0)] * 6, torch.float32)
+    sampler = impl.package.sampler
+    seeds = torch.tensor([5, 9, 5, 5, 9, 6])
+    positions = torch.tensor([3, 3, 3, 4, 3, 3])
+    for order in (torch.arange(6), torch.tensor([5, 4, 3, 2, 1, 0])):
+        tokens = sampler.sample(logits[order], t, k, p, m, seeds[order], positions[order])
+        by = dict(zip(order.tolist(), tokens.tolist()))
+        assert by[0] == by[2] and by[1] == by[4]
+    many = sampler.sample(logits.repeat(20, 1), *(x.repeat(20) for x in (t, k, p, m)),
+                          torch.arange(120), torch.zeros(120, dtype=torch.long))
+    assert len(set(many.tolist())) > 10  # seeds 0..119 at one position spread over the vocab
+
+
+# -- the engine ---------------------------------------------------------------------------------
+
+def test_temperature_zero_and_top_k_one_are_greedy(impl, engine):
+    """temperature=0 (whatever the other settings) and top_k=1 at any temperature give exactly
+    the oracle's greedy tokens, which every earlier version gives."""
+    picked = screened(FIXTURE)[:2]
+    prompts = [list(p) for p, _ in picked]
+    expected = [ref.tokens[:10] for _, ref in picked]
+    for params in (GenerationParams(max_new_tokens=10),
+                   GenerationParams(max_new_tokens=10, top_k=3, top_p=0.5, seed=1),
+                   GenerationParams(max_new_tokens=10, temperature=1.7, top_k=1, seed=2),
+                   GenerationParams(max_new_tokens=10, temperature=0.3, top_k=1)):
+        assert engine.generate(prompts, params) == expected, params
+
+
+def test_seeded_samples_equal_the_oracles_alone_and_in_one_batch(engine):
+    for prompt, settings, seed, tokens in cases():
+        assert engine.generate([list(prompt)], params_of(settings, seed)) == [list(tokens)]
+    # generate() takes one params for all; the step API gives each request its own
+    ids = [engine.add_request(list(p), params_of(s, seed)) for p, s, seed, _ in cases()]
+    while engine.has_unfinished():
+        engine.step()
+    assert [engine.output(i).tokens for i in ids] == [list(t) for *_, t in cases()]
+
+
+@st.composite
+def schedules(draw):
+    """Requests of the golden cases (repeats allowed), each with an arrival step, a length and
+    a position in its arrival's order."""
+    n = draw(st.integers(1, 6))
+    return [(draw(st.integers(0, len(cases()) - 1)), draw(st.integers(0, 8)),
+             draw(st.integers(1, oracle.HORIZON))) for _ in range(n)]
+
+
+def run_schedule(engine, schedule):
+    pending = sorted(enumerate(schedule), key=lambda e: e[1][1])
+    ids, step = {}, 0
+    while pending or engine.has_unfinished():
+        while pending and pending[0][1][1] <= step:
+            j, (case, _, n) = pending.pop(0)
+            prompt, settings, seed, _ = cases()[case]
+            ids[j] = engine.add_request(list(prompt), params_of(settings, seed, n))
+        engine.step()
+        step += 1
+    return {j: engine.output(i).tokens for j, i in ids.items()}
+
+
+@engine_settings()
+@given(schedule=schedules())
+def test_a_seeded_request_draws_the_oracles_tokens_under_any_schedule(tight, schedule):
+    """Any mix, arrival order and arrival step of seeded requests, over four lanes and a pool
+    that preempts: each request's tokens are the oracle's, cut at its length."""
+    before = tight.num_preemptions
+    out = run_schedule(tight, schedule)
+    for j, (case, _, n) in enumerate(schedule):
+        assert out[j] == list(cases()[case][3][:n]), (j, schedule, tight.num_preemptions - before)
+
+
+def test_preemption_happens_under_the_tight_pool_and_the_recompute_draws_the_same(tight):
+    """The schedule the property above relies on really preempts, and the preempted request's
+    tokens (recomputed from its whole sequence) are still the oracle's."""
+    before = tight.num_preemptions
+    out = run_schedule(tight, [(0, 0, 12), (1, 0, 12), (2, 0, 12), (3, 0, 12)])
+    assert tight.num_preemptions > before
+    assert [out[j] for j in range(4)] == [list(c[3]) for c in cases()]
+
+
+def test_a_lanes_settings_are_decode_buffers_and_the_draw_happens_in_the_replayed_step(
+        impl, engine):
+    """The step reads each lane's settings from decode_buffers(), and a replayed step runs no
+    model or sampler Python: the draw is inside the graph."""
+    prompt, settings, seed, tokens = cases()[1]
+    rid = engine.add_request(list(prompt), params_of(settings, seed))
+    engine.step()  # prefill: the lane gets its settings
+    engine.step()  # the first decode step of this bucket captures it
+    lane = engine.slot_of(rid)
+    buffers = engine.decode_buffers()
+    assert float(buffers["temperature"][lane]) == pytest.approx(settings.temperature)
+    assert int(buffers["top_k"][lane]) == settings.top_k
+    assert int(buffers["seed"][lane]) == seed
+    with ModelWatch(impl, also=(impl.package.sampler,)) as watch:
+        engine.step()
+    assert watch.model_calls == [] and watch.model_ops == [], sorted(set(watch.model_calls))
+    while engine.has_unfinished():
+        engine.step()
+    assert engine.output(rid).tokens == list(tokens)
+
+
+def test_different_seeds_draw_differently_and_unseeded_requests_still_sample(engine):
+    prompt, settings, _, _ = cases()[3]
+    seeded = [engine.generate([list(prompt)], params_of(settings, seed))[0] for seed in (1, 2, 3)]
+    assert len({tuple(t) for t in seeded}) == 3
+    unseeded = engine.generate([list(prompt)] * 4, params_of(settings, None))
+    assert len({tuple(t) for t in unseeded}) > 1
+
+
+BAD = [("temperature", -0.5), ("temperature", float("nan")), ("temperature", float("inf")),
+       ("top_p", 0.0), ("top_p", 1.5), ("top_p", float("nan")), ("top_k", -1), ("top_k", 2.5),
+       ("min_p", -0.1), ("min_p", 1.01), ("seed", 1.5), ("seed", "7"), ("seed", True)]
+
+
+@pytest.mark.parametrize("name,value", BAD, ids=[f"{n}={v!r}" for n, v in BAD])
+def test_a_bad_setting_is_refused_by_name_and_queues_nothing(engine, name, value):
+    params = GenerationParams(**{"max_new_tokens": 4, "temperature": 1.0, name: value})
+    with pytest.raises(RequestError, match=name):
+        engine.add_request([5, 6, 7], params)
+    with pytest.raises(RequestError, match=name):
+        engine.generate([[5, 6], [7, 8]], params)
+    assert not engine.has_unfinished()
+    assert engine.total_cached_tokens() == 0
+
+
+# -- the golden file ----------------------------------------------------------------------------
+
+@pytest.fixture
+def golden(snapshot):
+    return snapshot.use_extension(GoldenSamples)
+
+
+def test_oracle_samples_match_the_golden_file(golden):
+    """The oracle writes the golden file: `pytest -k oracle_samples --snapshot-update`."""
+    assert render_samples(cases()) == golden(name=FIXTURE)
+
+
+def test_seeded_samples_match_the_golden_file(request, engine, golden):
+    if request.config.getoption("--snapshot-update"):
+        pytest.skip("only the oracle writes the golden file")
+    made = [(p, s, seed, engine.generate([list(p)], params_of(s, seed))[0])
+            for p, s, seed, _ in cases()]
+    assert render_samples(made) == golden(name=FIXTURE)
