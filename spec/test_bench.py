@@ -15,8 +15,9 @@ never typed in. These specs check the counts and the arithmetic, never a timing.
 
 Files to compare: torchlet/bench/run.py (building an engine), torchlet/bench/drive.py (driving
 it), torchlet/bench/floor.py (the floor), torchlet/bench/workloads.py (nano-vllm's draw),
-torchlet/bench/doc.py (the doc from the JSON); spec/test_build_options.py checks what the bench
-reads of each version (OPTIONS, KERNELS).
+torchlet/bench/doc.py (the doc from the JSON), torchlet/bench/main_job.py (one chat prompt
+against Hugging Face generate); spec/test_build_options.py checks what the bench reads of each
+version (OPTIONS, KERNELS).
 
 Tradeoff left visible: CPU timings on a shared 2-core machine are noisy, and versions without the
 step API serve requests one at a time (generate() can't give each request its own length), so
@@ -260,3 +261,57 @@ def test_without_a_shared_prefix_the_prefix_cache_finds_nothing(tmp_path):
     cached = list(rows.values())[-1]
     assert cached["prefix_queried_tokens"] > 0 and cached["prefix_hit_tokens"] == 0
 
+
+
+@pytest.fixture(scope="module")
+def main_job_run(tmp_path_factory):
+    """`bench main-job` on a tiny checkpoint saved by Hugging Face, with its tokenizer: the
+    result file and the printed table."""
+    from spec.support.hf_dirs import save_tiny
+
+    model, out = tmp_path_factory.mktemp("chat"), tmp_path_factory.mktemp("main-job")
+    save_tiny(model, "qwen2", tokenizer=True, seed=3)
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed), contextlib.redirect_stderr(io.StringIO()):
+        assert main(["bench", "main-job", "--model", str(model), "--rounds", "1",
+                     "--max-new-tokens", "4", "--quiet", "--out", str(out)]) == 0
+    return json.loads((out / "main-job.json").read_text()), printed.getvalue()
+
+
+def test_main_job_times_hf_and_the_default_version_on_the_same_greedy_tokens(main_job_run):
+    from torchlet.cli import default_version
+
+    result, table = main_job_run
+    default = default_version(implementations.discover(), "cpu").name
+    assert result["workload"]["default_version"] == default
+    hf, mine = result["rows"]
+    assert (hf["version"], mine["version"]) == ("HF transformers generate", default)
+    assert "error" not in hf and "error" not in mine, result["rows"]
+    assert hf["output_tokens"] == mine["output_tokens"] == len(hf["token_ids"]) == 4
+    assert mine["token_ids"] == hf["token_ids"] and mine["same_ids_as_hf"] is True
+    assert mine["vs_hf"] == pytest.approx(mine["tok_s_median"] / hf["tok_s_median"])
+    assert len(mine["tok_s"]) == 1 and mine["tok_s_median"] == mine["tok_s"][0]  # one round
+    assert result["command"].startswith("torchlet bench main-job --out ")
+    assert "--rounds 1" in result["command"] and "--max-new-tokens 4" in result["command"]
+    for row in (hf, mine):
+        assert f"{row['vs_hf']:.2f}" in table.splitlines()[2 + result["rows"].index(row)]
+
+
+def test_main_job_refuses_zero_rounds_in_one_line(capsys):
+    assert main(["bench", "main-job", "--rounds", "0", "--quiet"]) == 1
+    err = capsys.readouterr().err
+    assert err.strip() == "torchlet: error: --rounds must be at least 1, got 0"
+
+
+def test_the_report_shows_the_main_job_with_its_command_and_the_cpu_target(main_job_run,
+                                                                           tmp_path):
+    result, _ = main_job_run
+    results = tmp_path / "results"
+    results.mkdir()
+    (results / "main-job.json").write_text(json.dumps(result))
+    doc = tmp_path / "docs" / "benchmarks.md"
+    assert main(["bench", "report", "--results", str(results), "--doc", str(doc)]) == 0
+    text = doc.read_text()
+    mine = result["rows"][1]
+    assert result["command"] in text and f"| {mine['tok_s_median']:.1f} |" in text
+    assert f"The default version ({mine['version']}) ≥ 1.5x HF generate's tokens/s: **" in text

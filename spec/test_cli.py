@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import signal
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -95,10 +96,18 @@ def fake(name, triton):
     return SimpleNamespace(name=name, uses_triton=triton)
 
 
-def test_the_default_version_on_a_cpu_is_the_newest_without_triton():
+def test_the_default_version_is_the_newest_and_on_a_cpu_serves_without_kernels_or_graphs():
     versions = [fake("v00", False), fake("v08", False), fake("v09", True), fake("v10", True)]
-    assert cli.default_version(versions, "cpu").name == "v08"
+    assert cli.default_version(versions, "cpu").name == "v10"
     assert cli.default_version(versions, "cuda").name == "v10"
+    import implementations
+    newest = implementations.discover()[-1]
+    assert cli.serving_options(newest, "cpu") == {"use_graphs": False}
+    assert cli.serving_options(newest, "cuda") == {}
+    assert "kernels off" in cli.run_mode(newest, "cpu", {"use_graphs": False}, interpret=False)
+    with cli.kernels_off("cpu", interpret=False):
+        assert os.environ["TRITON_INTERPRET"] == "0"  # what TritonDecoder.on_triton reads
+    assert os.environ.get("TRITON_INTERPRET") == "1"  # the specs' setting, given back
 
 
 def test_the_stream_decoder_holds_back_half_a_character():

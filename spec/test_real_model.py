@@ -15,19 +15,22 @@ Files to compare: spec/support/real_model.py (what is cached per worker), torchl
 (the conversion) and any version's engine.
 
 Which versions: v00 (the architecture on real weights) and the version the CLI serves with by
-default here (on a CPU the newest without Triton); the versions between are held to v00 token
-for token on the tiny fixtures. A learner's tree (--impl-root) runs every version it has.
-Tradeoff left visible: a full-recompute version pays seconds here; Triton versions are skipped on
-a CPU, where the interpreter would take minutes.
+default here (the newest; on a CPU it serves as the CLI does: Triton kernels on their PyTorch
+path, graphs off), the versions between are held to v00 token for token on the tiny fixtures. A
+learner's tree (--impl-root) runs every version it has.
+Tradeoff left visible: a full-recompute version pays seconds here; a version whose kernels would
+run in the interpreter on a CPU (v09, v10 of a learner's tree) is skipped: that takes minutes.
 """
 from __future__ import annotations
+
+import os
 
 import pytest
 import torch
 
 import implementations
 from spec.support import real_model as rm
-from torchlet.cli import default_version
+from torchlet.cli import default_version, serving_options
 from torchlet.contract import GENERATE, GenerationParams
 from torchlet.engines import build_sized
 
@@ -45,7 +48,8 @@ def served_here(impl) -> bool:
 
 @pytest.fixture(scope="module")
 def engine(impl):
-    if impl.uses_triton and not torch.cuda.is_available():
+    if impl.uses_triton and not torch.cuda.is_available() and \
+            os.environ.get("TRITON_INTERPRET") == "1":  # spec/support/kernel_mode.py's choice
         pytest.skip(f"{impl.name} runs Triton kernels; the CPU interpreter is too slow for 135M")
     if not served_here(impl) and not impl.package.__name__.startswith("torchlet_tree_"):
         pytest.skip("the real model runs on v00 and on the CLI's default version only")
@@ -53,7 +57,8 @@ def engine(impl):
     longest = max(len(rm.chat_ids(p)) for p in rm.CHAT_PROMPTS) + rm.NEW_TOKENS
     # sized to the prompts: buffers for the model's whole context (8192) cost minutes on a CPU
     return build_sized(impl, rm.checkpoint(), device=device, dtype=torch.float32,
-                       max_model_len=longest, max_running=len(rm.CHAT_PROMPTS))
+                       max_model_len=longest, max_running=len(rm.CHAT_PROMPTS),
+                       **serving_options(impl, device))
 
 
 @pytest.fixture(scope="module")

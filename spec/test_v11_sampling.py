@@ -41,6 +41,7 @@ from spec.support import sampling_oracle as oracle
 from spec.support.hypothesis_profiles import engine_settings
 from spec.support.models import tiny_checkpoint
 from spec.support.prompts import screened
+from spec.support.block_watch import StepLog
 from spec.support.replay_watch import ModelWatch
 from spec.support.snapshots import GoldenSamples, render_samples
 from torchlet.contract import SAMPLING, GenerationParams, RequestError
@@ -48,6 +49,8 @@ from torchlet.contract import SAMPLING, GenerationParams, RequestError
 pytestmark = pytest.mark.needs(SAMPLING)
 
 FIXTURE = "tiny_llama"
+VOCAB = tiny_checkpoint(FIXTURE).config.vocab_size
+SETTINGS = {"temperature", "top_k", "top_p", "min_p", "seed"}
 DTYPE = torch.float64  # v09's layers run PyTorch in float64: no interpreter on CPU
 
 
@@ -214,6 +217,19 @@ def test_a_seeded_request_draws_the_oracles_tokens_under_any_schedule(tight, sch
         assert out[j] == list(cases()[case][3][:n]), (j, schedule, tight.num_preemptions - before)
 
 
+def test_greedy_and_seeded_requests_decoded_together_each_get_the_oracles_tokens(engine):
+    """A greedy request in the lowest lane and seeded ones after it: the step must sample for
+    them (and take the argmax for the greedy lane) whichever lane comes first."""
+    prompt, ref = screened(FIXTURE)[0]
+    greedy = engine.add_request(list(prompt), GenerationParams(max_new_tokens=oracle.HORIZON))
+    engine.step()
+    seeded = [engine.add_request(list(p), params_of(s, seed)) for p, s, seed, _ in cases()[:2]]
+    while engine.has_unfinished():
+        engine.step()
+    assert engine.output(greedy).tokens == ref.tokens[:oracle.HORIZON]
+    assert [engine.output(i).tokens for i in seeded] == [list(c[3]) for c in cases()[:2]]
+
+
 def test_preemption_happens_under_the_tight_pool_and_the_recompute_draws_the_same(tight):
     """The schedule the property above relies on really preempts, and the preempted request's
     tokens (recomputed from its whole sequence) are still the oracle's."""
@@ -223,25 +239,44 @@ def test_preemption_happens_under_the_tight_pool_and_the_recompute_draws_the_sam
     assert [out[j] for j in range(4)] == [list(c[3]) for c in cases()]
 
 
-def test_a_lanes_settings_are_decode_buffers_and_the_draw_happens_in_the_replayed_step(
+def test_a_sampling_step_reads_the_lanes_settings_and_draws_inside_the_replayed_graph(
         impl, engine):
-    """The step reads each lane's settings from decode_buffers(), and a replayed step runs no
-    model or sampler Python: the draw is inside the graph."""
+    """The step reads each lane's settings from sampling_buffers() (watched from outside: the
+    value each tensor held when an op first read it), and a replayed step runs no model or
+    sampler Python: the draw is inside the graph."""
     prompt, settings, seed, tokens = cases()[1]
     rid = engine.add_request(list(prompt), params_of(settings, seed))
     engine.step()  # prefill: the lane gets its settings
     engine.step()  # the first decode step of this bucket captures it
     lane = engine.slot_of(rid)
-    buffers = engine.decode_buffers()
-    assert float(buffers["temperature"][lane]) == pytest.approx(settings.temperature)
-    assert int(buffers["top_k"][lane]) == settings.top_k
-    assert int(buffers["seed"][lane]) == seed
-    with ModelWatch(impl, also=(impl.package.sampler,)) as watch:
+    with StepLog(engine.sampling_buffers(), VOCAB) as log, \
+            ModelWatch(impl, also=(impl.package.sampler,)) as watch:
         engine.step()
+    assert set(log.read) == set(SETTINGS), f"the step read only {sorted(log.read)}"
+    assert float(log.read["temperature"][lane]) == pytest.approx(settings.temperature)
+    assert int(log.read["top_k"][lane]) == settings.top_k
+    assert int(log.read["seed"][lane]) == seed
     assert watch.model_calls == [] and watch.model_ops == [], sorted(set(watch.model_calls))
     while engine.has_unfinished():
         engine.step()
     assert engine.output(rid).tokens == list(tokens)
+
+
+def test_a_step_whose_lanes_are_all_greedy_reads_no_settings_and_runs_no_sampler(impl):
+    """The greedy graphs: the argmax, neither the settings nor the sampler's code (graphs off
+    here, so the step's Python is visible)."""
+    engine = impl.build(tiny_checkpoint(FIXTURE), dtype=DTYPE, use_graphs=False)
+    prompt, ref = screened(FIXTURE)[0]
+    rid = engine.add_request(list(prompt), GenerationParams(max_new_tokens=4))
+    engine.step()
+    with StepLog(engine.sampling_buffers(), VOCAB) as log, \
+            ModelWatch(impl, also=(impl.package.sampler,)) as watch:
+        engine.step()
+    assert log.read == {} and not [c for c in watch.model_calls if "sample" in c or
+                                   "filter" in c or "uniform" in c], watch.model_calls
+    while engine.has_unfinished():
+        engine.step()
+    assert engine.output(rid).tokens == ref.tokens[:4]
 
 
 def test_different_seeds_draw_differently_and_unseeded_requests_still_sample(engine):
@@ -286,3 +321,19 @@ def test_seeded_samples_match_the_golden_file(request, engine, golden):
     made = [(p, s, seed, engine.generate([list(p)], params_of(s, seed))[0])
             for p, s, seed, _ in cases()]
     assert render_samples(made) == golden(name=FIXTURE)
+
+
+@pytest.mark.gpu
+def test_on_cuda_the_replayed_step_draws_the_oracles_seeded_tokens(impl):
+    """On a GPU, in float32, the draws run inside the captured CUDA graph, on the compiled
+    kernels: each seeded request still draws the oracle's tokens (the golden cases are screened
+    to survive float32-sized error), alone and four at once."""
+    engine = impl.build(tiny_checkpoint(FIXTURE), device="cuda", dtype=torch.float32,
+                        max_decode_slots=4)
+    for prompt, settings, seed, tokens in cases()[:1]:
+        assert engine.generate([list(prompt)], params_of(settings, seed)) == [list(tokens)]
+    ids = [engine.add_request(list(p), params_of(s, seed)) for p, s, seed, _ in cases()]
+    while engine.has_unfinished():
+        engine.step()
+    assert [engine.output(i).tokens for i in ids] == [list(t) for *_, t in cases()]
+    assert sum(b["replays"] for b in engine.graph_stats().values()) > 0

@@ -230,3 +230,15 @@ def test_the_cache_off_is_v11s_engine(impl):
         rows, _ = meter_prefill(engine, prompt, GenerationParams(max_new_tokens=1))
         assert rows == [[9] * CKPT.config.num_layers]
     assert engine.prefix_cache_stats() == {"queried_tokens": 0, "hit_tokens": 0, "evictions": 0}
+
+
+@pytest.mark.gpu
+def test_on_cuda_shared_prefixes_still_give_the_oracles_tokens(impl):
+    """On a GPU, in float32, with the paged kernels and graphs: the schedule that shares,
+    preempts and evicts gives every request the oracle's tokens."""
+    engine = impl.build(CKPT, device="cuda", dtype=torch.float32, block_size=BLOCK,
+                        max_decode_slots=4, num_blocks=11)
+    made = [request(c, cut, 8) for cut in (0, 2, 4) for c in range(len(cases()))]
+    assert run(engine, [(0, p, q) for p, q, _ in made]) == [e for *_, e in made]
+    stats = engine.prefix_cache_stats()
+    assert stats["hit_tokens"] > 0 and engine.num_preemptions > 0

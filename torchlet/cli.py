@@ -9,6 +9,7 @@ Ctrl-C during those slow imports is caught like any other."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import importlib.util
 import os
@@ -37,23 +38,24 @@ def resolve_device(name: str | None) -> str:
 
 
 def default_version(versions, device: str):
-    """The newest version that runs natively on `device`: on a CPU, Triton kernels would run in
-    the interpreter, which is for specs, not for serving."""
+    """The newest version. On a CPU it serves with its Triton kernels off (their layers take
+    the PyTorch path: the interpreter is for specs) and its CPU graph stand-in off (eager is
+    faster there): see serving_options and kernels_off."""
     from torchlet.contract import UnknownVersionError
 
-    native = [v for v in versions if device.startswith("cuda") or not v.uses_triton]
-    if not native:
-        raise UnknownVersionError(f"no version runs natively on {device}")
-    return native[-1]
+    if not versions:
+        raise UnknownVersionError(f"no version to run on {device}")
+    return versions[-1]
 
 
-def pick_version(name: str | None, root: str | None, device: str, need: str | None = None):
+def pick_version(name: str | None, root: str | None, device: str, need: str | None = None,
+                 interpret: bool = False):
     """The version --impl names, else the default for the device; with `need` (a capability the
-    flags ask for, e.g. sampling) and no --impl, the newest version that has it. On a CPU that
-    one runs with its Triton kernels off: its layers take their PyTorch path."""
-    if not device.startswith("cuda") and (name or not need):
+    flags ask for, e.g. sampling) and no --impl, the newest version that has it. interpret: on a
+    CPU, run Triton kernels in the interpreter (slow; the specs' way)."""
+    if interpret and not device.startswith("cuda"):
         # must be set before any @triton.jit runs, i.e. before versions are imported
-        os.environ.setdefault("TRITON_INTERPRET", "1")
+        os.environ["TRITON_INTERPRET"] = "1"
     import implementations
 
     from torchlet.contract import UnknownVersionError
@@ -69,13 +71,41 @@ def pick_version(name: str | None, root: str | None, device: str, need: str | No
     return default_version(implementations.discover(root), device)
 
 
-def run_mode(version, device: str) -> str:
+def serving_options(version, device: str) -> dict:
+    """On a CPU, graphs off where a version has them: its graph stand-in replays a recorded tape
+    of ops, which checks the graph contract in the specs but is slower than eager here."""
+    if device.startswith("cuda") or not any(o.name == "use_graphs" for o in version.options):
+        return {}
+    return {"use_graphs": False}
+
+
+@contextlib.contextmanager
+def kernels_off(device: str, interpret: bool):
+    """On a CPU, Triton layers take their PyTorch path (they read TRITON_INTERPRET when called)
+    unless --triton-interpret asks for the interpreter."""
+    if device.startswith("cuda") or interpret:
+        yield
+        return
+    before = os.environ.get("TRITON_INTERPRET")
+    os.environ["TRITON_INTERPRET"] = "0"
+    try:
+        yield
+    finally:
+        if before is None:
+            del os.environ["TRITON_INTERPRET"]
+        else:
+            os.environ["TRITON_INTERPRET"] = before
+
+
+def run_mode(version, device: str, options: dict, interpret: bool) -> str:
     """How the version runs here, for the banner."""
-    if device.startswith("cuda") or not version.uses_triton:
-        return ""
-    if os.environ.get("TRITON_INTERPRET") == "1":
-        return ", Triton kernels in the interpreter"
-    return ", Triton kernels off: PyTorch layers"
+    mode = []
+    if version.uses_triton and not device.startswith("cuda"):
+        mode.append("Triton kernels in the interpreter" if interpret else
+                    "Triton kernels off (PyTorch layers)")
+    if options.get("use_graphs") is False:
+        mode.append("graphs off")
+    return "".join(f", {m}" for m in mode)
 
 
 SAMPLING_FLAGS = ("temperature", "top_k", "top_p", "min_p", "seed")
@@ -136,7 +166,8 @@ def run_generate(args) -> int:
 
     device = resolve_device(args.device)
     version = pick_version(args.impl, args.impl_root, device,
-                           need="sampling" if sampling_asked(args) else None)
+                           need="sampling" if sampling_asked(args) else None,
+                           interpret=args.triton_interpret)
     if sampling_asked(args) and "sampling" not in version.capabilities:
         raise TorchletError(f"{version.name} decodes greedily: --temperature {args.temperature} "
                             f"needs a version with the sampling capability (v11 and later), or "
@@ -150,25 +181,28 @@ def run_generate(args) -> int:
     tokenizer = load_tokenizer(model_dir)
     ids = prompt_ids(tokenizer, args.prompt, chat=not args.no_chat)
     needed = len(ids) + args.max_new_tokens
+    serving = serving_options(version, device)
     engine = build_sized(version, checkpoint, device=device, dtype=resolve_dtype(args.dtype, device),
                          max_model_len=needed if needed <= checkpoint.config.max_position else None,
-                         max_running=1)
+                         max_running=1, **serving)
     params = GenerationParams(max_new_tokens=args.max_new_tokens,
                               eos_token_ids=stop_ids(tokenizer, checkpoint.config.eos_token_ids),
                               **{f: getattr(args, f) for f in SAMPLING_FLAGS})
     how = "greedy" if params.greedy else (
         f"sampling t={params.temperature} top-k={params.top_k} top-p={params.top_p} "
         f"min-p={params.min_p} seed={params.seed if params.seed is not None else 'random'}")
-    print(f"[{version.name} on {device}{run_mode(version, device)}, {model_dir.name}, "
+    mode = run_mode(version, device, serving, args.triton_interpret)
+    print(f"[{version.name} on {device}{mode}, {model_dir.name}, "
           f"prompt {len(ids)} tokens, {how}]", file=sys.stderr, flush=True)
 
     decoder = StreamDecoder(tokenizer)
     start = time.perf_counter()
     first = None
-    for token in engine.stream(ids, params):
-        first = first or time.perf_counter()
-        sys.stdout.write(decoder.push(token))
-        sys.stdout.flush()
+    with kernels_off(device, args.triton_interpret):
+        for token in engine.stream(ids, params):
+            first = first or time.perf_counter()
+            sys.stdout.write(decoder.push(token))
+            sys.stdout.flush()
     end = time.perf_counter()
     sys.stdout.write(decoder.flush() + "\n")
     n = len(decoder.ids)
@@ -199,8 +233,8 @@ def add_generate(subparsers) -> None:
     p = subparsers.add_parser("generate", help="answer one chat message, streaming the tokens")
     p.add_argument("prompt", help="the user message")
     p.add_argument("--impl", default=None,
-                   help="version to run, e.g. v00 or v00_full_recompute (default: the newest "
-                        "that runs natively here; on a CPU the newest without Triton kernels)")
+                   help="version to run, e.g. v00 or v00_full_recompute (default: the newest; "
+                        "on a CPU with its Triton kernels and graph stand-in off)")
     p.add_argument("--impl-root", default=None,
                    help="tree of versions to take --impl from (default: implementations/)")
     p.add_argument("--model", default=None,
@@ -212,6 +246,9 @@ def add_generate(subparsers) -> None:
                    help="auto: float32 on CPU, bfloat16 on CUDA")
     p.add_argument("--no-chat", action="store_true",
                    help="send the prompt as it is, without the chat template")
+    p.add_argument("--triton-interpret", action="store_true",
+                   help="on a CPU, run a version's Triton kernels in Triton's interpreter (slow: "
+                        "the specs' way) instead of their PyTorch path")
     p.add_argument("--stats", action="store_true",
                    help="at the end, also print the prefix cache's hit rate and counts (versions "
                         "with prefix_cache, v12 and later)")

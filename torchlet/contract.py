@@ -511,9 +511,13 @@ class SamplingEngine(PagedEngine, Protocol):
     """Capability `sampling` (v11): requests may set GenerationParams' temperature, top_k,
     top_p, min_p and seed; the package exports `sampler` (the Sampler protocol). A seeded
     request's tokens depend on nothing but its prompt, its params and the model: not on the
-    batch, its lane, its arrival or a preemption. decode_buffers() adds "temperature", "top_k",
-    "top_p", "min_p" and "seed": each lane's settings, read by the captured step, which draws
-    the lanes' tokens on the device."""
+    batch, its lane, its arrival or a preemption. The captured decode step draws the lanes'
+    tokens on the device; a step whose lanes are all greedy may take the argmax alone."""
+
+    def sampling_buffers(self) -> dict[str, torch.Tensor]:
+        """"temperature", "top_k", "top_p", "min_p", "seed": each lane's settings, in the static
+        tensors a sampling decode step reads besides decode_buffers()."""
+        ...
 
 
 # Build options and kernels: what a harness may ask of a version by contract name, so that it

@@ -23,9 +23,15 @@ class GraphedRunner(StaticRunner):
         """StaticRunner's arguments, and use_graphs=False to run the same step eagerly."""
         super().__init__(checkpoint, device, dtype, max_len, num_slots, poison_inactive_lanes,
                          **options)
-        self.graphs = GraphRunner(self.captured_step, self.buffers.tensors,
-                                  buckets=default_buckets(self.num_slots),
-                                  constants=(self.weights, self.cache.kv), enabled=use_graphs)
+        self.use_graphs = use_graphs
+        self.graphs = self.make_graphs(self.captured_step)
+
+    def make_graphs(self, step, inputs=None) -> GraphRunner:
+        """Graphs of `step` over `inputs` (the decode buffers unless given), one per bucket of
+        lanes."""
+        inputs = self.buffers.tensors if inputs is None else inputs
+        return GraphRunner(step, inputs, buckets=default_buckets(self.num_slots),
+                           constants=(self.weights, self.cache.kv), enabled=self.use_graphs)
 
     def captured_step(self, *buffers) -> torch.Tensor:
         """What a graph holds: v06's eager decode step over these lanes, to float logits."""
@@ -40,4 +46,8 @@ class GraphedRunner(StaticRunner):
         graph's output tensor, which the next replay overwrites (decode() indexes out a copy).
         The inputs are the static buffers, already written."""
         in_use = self.lanes_in_use()
-        return self.graphs.run(max(in_use) + 1 if in_use else 1)
+        return self.step_graphs().run(max(in_use) + 1 if in_use else 1)
+
+    def step_graphs(self) -> GraphRunner:
+        """The graphs this step replays: the one set here."""
+        return self.graphs

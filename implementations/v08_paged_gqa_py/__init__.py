@@ -18,7 +18,7 @@ from ..v07_cuda_graph import CAPABILITIES as PREVIOUS
 from ..v07_cuda_graph import graphs
 from . import metadata, paged_attention
 from .block_pool import BlockPool, PoolExhausted
-from .buffers import PagedDecodeBuffers
+from .buffers import DecodeBuffers, PagedDecodeBuffers
 from .cache import PagedCache
 from .engine import PAGED_OPTIONS, PagedEngine, build, paged_build
 from .model import PagedDecoder, layers
@@ -29,6 +29,6 @@ OPTIONS = PAGED_OPTIONS  # the options build takes (engine.py)
 # The decode attention the model calls, for a harness to time alone (torchlet bench kernel).
 KERNELS = {PAGED_DECODE_ATTENTION: paged_attention.paged_decode_attention}
 
-__all__ = ["CAPABILITIES", "BlockPool", "PagedCache", "PagedDecodeBuffers", "PagedDecoder",
+__all__ = ["CAPABILITIES", "BlockPool", "DecodeBuffers", "PagedCache", "PagedDecodeBuffers", "PagedDecoder",
            "PagedEngine", "PagedRunner", "PoolExhausted", "paged_build", "build", "graphs",
            "layers", "metadata", "paged_attention"]

@@ -10,13 +10,10 @@ from .block_pool import NULL_BLOCK
 
 class PagedDecodeBuffers(DecodeBuffers):
     def __init__(self, num_lanes: int, max_blocks: int, device):
-        super().__init__(num_lanes, device, self.fields(max_blocks))
-
-    def fields(self, max_blocks: int) -> dict:
-        """name -> (shape of one lane's entry, dtype), in the order the decode step takes them."""
-        return {"token_ids": ((), torch.long), "positions": ((), torch.long),
-                "block_tables": ((max_blocks,), torch.int32), "context_lens": ((), torch.int32),
-                "slot_mapping": ((), torch.long)}
+        super().__init__(num_lanes, device, {
+            "token_ids": ((), torch.long), "positions": ((), torch.long),
+            "block_tables": ((max_blocks,), torch.int32), "context_lens": ((), torch.int32),
+            "slot_mapping": ((), torch.long)})
 
     def fill_lanes(self, lanes: dict) -> None:
         """lanes: lane -> (token id, position, block table, new token's slot). Idle lanes get an

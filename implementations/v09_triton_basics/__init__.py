@@ -10,7 +10,7 @@ everything earlier versions hold."""
 from torchlet.contract import TRITON_BASICS
 
 from ..v08_paged_gqa_py import CAPABILITIES as PREVIOUS
-from ..v08_paged_gqa_py import (KERNELS, OPTIONS, BlockPool, PagedCache, PagedDecodeBuffers,
+from ..v08_paged_gqa_py import (KERNELS, OPTIONS, BlockPool, DecodeBuffers, PagedCache, PagedDecodeBuffers,
                                 PagedEngine, PagedRunner, PoolExhausted, paged_build, graphs,
                                 metadata, paged_attention)
 from . import kernels
@@ -19,6 +19,6 @@ from .model import TritonDecoder, layers
 
 CAPABILITIES = PREVIOUS + (TRITON_BASICS,)
 
-__all__ = ["CAPABILITIES", "BlockPool", "PagedCache", "PagedDecodeBuffers", "PagedEngine",
+__all__ = ["CAPABILITIES", "BlockPool", "DecodeBuffers", "PagedCache", "PagedDecodeBuffers", "PagedEngine",
            "PagedRunner", "PoolExhausted", "TritonDecoder", "paged_build", "build", "graphs",
            "kernels", "layers", "metadata", "paged_attention"]

@@ -10,7 +10,7 @@ scheduler and paged metadata."""
 from torchlet.contract import PAGED_DECODE_ATTENTION, TRITON_PAGED
 
 from ..v09_triton_basics import CAPABILITIES as PREVIOUS
-from ..v09_triton_basics import (OPTIONS, BlockPool, PagedCache, PagedDecodeBuffers, PagedEngine,
+from ..v09_triton_basics import (OPTIONS, BlockPool, DecodeBuffers, PagedCache, PagedDecodeBuffers, PagedEngine,
                                  PagedRunner, PoolExhausted, paged_build, graphs, kernels, metadata,
                                  paged_attention)
 from . import paged_kernels
@@ -21,6 +21,6 @@ CAPABILITIES = PREVIOUS + (TRITON_PAGED,)
 # The Triton decode attention, in place of v08's PyTorch one (torchlet bench kernel times it).
 KERNELS = {PAGED_DECODE_ATTENTION: paged_kernels.paged_decode_attention}
 
-__all__ = ["CAPABILITIES", "BlockPool", "PagedCache", "PagedDecodeBuffers", "PagedEngine",
+__all__ = ["CAPABILITIES", "BlockPool", "DecodeBuffers", "PagedCache", "PagedDecodeBuffers", "PagedEngine",
            "PagedRunner", "PoolExhausted", "TritonPagedDecoder", "paged_build", "build", "graphs",
            "kernels", "layers", "metadata", "paged_attention", "paged_kernels"]

@@ -19,6 +19,18 @@ from .runner import SamplingRunner
 class SamplingEngine(PagedEngine):
     samples = True  # check_request accepts sampling settings
 
+    def sampling_buffers(self) -> dict[str, torch.Tensor]:
+        """The lanes' settings, by name: what a sampling step reads besides decode_buffers()."""
+        return dict(self.runner.settings.device_tensors)
+
+    def graph_stats(self) -> dict[int, dict[str, int]]:
+        """v07's counts, over both sets of graphs: the sampling ones and the greedy ones."""
+        stats = super().graph_stats()
+        for bucket, counts in self.runner.greedy_graphs.stats().items():
+            for name, n in counts.items():
+                stats[bucket][name] += n
+        return stats
+
     def _enqueue(self, prompt: list[int], params: GenerationParams) -> int:
         if params.seed is None:
             params = dataclasses.replace(params, seed=secrets.randbits(63))

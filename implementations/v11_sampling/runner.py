@@ -1,7 +1,11 @@
 """v10's runner with the sampler inside the captured decode step. Each lane's settings
-(temperature, top_k, top_p, min_p, seed) are decode buffers like its token and position: written
-on the host when the lane is handed to a request, copied with the step's other inputs, read by
-the graph. A replay returns the logits and each lane's drawn token."""
+(temperature, top_k, top_p, min_p, seed) live in static buffers of their own beside the decode
+buffers: written when the lane is handed to a request, read by the graph. A replay returns the
+logits and each lane's drawn token.
+
+A step whose lanes are all greedy replays a second set of graphs that takes the argmax and
+reads no settings: the sampler's sorts and hashes over the vocabulary would cost a step that
+samples nothing (on a CPU, a fifth of it)."""
 from __future__ import annotations
 
 from typing import Hashable, Sequence
@@ -10,7 +14,7 @@ import torch
 
 from torchlet.contract import GenerationParams
 
-from ..v10_triton_paged_gqa import PagedDecodeBuffers, PagedRunner
+from ..v10_triton_paged_gqa import DecodeBuffers, PagedRunner
 from . import sampler
 
 # name -> (shape of one lane's entry, dtype): what a lane asks of the sampler
@@ -24,23 +28,17 @@ def settings_of(params: GenerationParams) -> dict:
             "min_p": params.min_p, "seed": params.seed & (2 ** 63 - 1)}
 
 
-class SamplingBuffers(PagedDecodeBuffers):
-    def fields(self, max_blocks: int) -> dict:
-        """v08's paged inputs, then the lanes' sampling settings."""
-        return {**super().fields(max_blocks), **SETTINGS}
-
-    def set_settings(self, lane: int, params: GenerationParams) -> None:
-        """The lane's settings, on the host: every step's write copies them over with the rest.
-        They stay while the lane's request runs; an idle lane's are never read back."""
-        for name, value in settings_of(params).items():
-            self.host_np[name][lane] = value
-
-
 class SamplingRunner(PagedRunner):
     drawn: torch.Tensor | None = None  # the last decode step's token per lane
 
-    def make_buffers(self) -> SamplingBuffers:
-        return SamplingBuffers(self.num_slots, self.max_blocks(self.cache.max_len), self.device)
+    def __init__(self, *args, **kwargs):
+        """PagedRunner's arguments. Its graphs are made again: the sampling step takes the
+        settings too."""
+        super().__init__(*args, **kwargs)
+        self.settings = DecodeBuffers(self.num_slots, self.device, SETTINGS)
+        self.graphs = self.make_graphs(self.captured_step,
+                                       self.buffers.tensors + self.settings.tensors)
+        self.greedy_graphs = self.make_graphs(self.greedy_step)
 
     def captured_step(self, token_ids, positions, block_tables, context_lens, slot_mapping,
                       temperature, top_k, top_p, min_p, seed):
@@ -51,14 +49,31 @@ class SamplingRunner(PagedRunner):
         return logits, sampler.sample(logits, temperature, top_k, top_p, min_p, seed,
                                       positions + 1)
 
+    def greedy_step(self, *buffers):
+        """The step for lanes that are all greedy: v10's logits and their argmax."""
+        logits = super().captured_step(*buffers)
+        return logits, logits.argmax(dim=-1)
+
+    def step_graphs(self):
+        """The sampling graphs if a lane in use samples (read from the settings' host copy: no
+        device read), else the greedy ones."""
+        temperature = self.settings.host_np["temperature"]
+        if any(temperature[lane] > 0 for lane in self.lanes_in_use()):
+            return self.graphs
+        return self.greedy_graphs
+
     def decode_step(self, *buffers) -> torch.Tensor:
         """The graph's logits, as v10's decode returns them; the draws are kept in `drawn`."""
         logits, self.drawn = super().decode_step(*buffers)
         return logits
 
     def set_settings(self, request_id: Hashable, params: GenerationParams) -> None:
-        """Give the request's lane its sampling settings (after prefill handed it the lane)."""
-        self.buffers.set_settings(self.cache.slot_of(request_id), params)
+        """Give the request's lane its sampling settings (after prefill handed it the lane): on
+        the host, then that lane's entries copied over; they stay while the request runs."""
+        lane = self.cache.slot_of(request_id)
+        for name, value in settings_of(params).items():
+            self.settings.host_np[name][lane] = value
+            self.settings.device_tensors[name][lane].copy_(self.settings.host[name][lane])
 
     def drawn_for(self, request_ids: Sequence[Hashable]) -> torch.Tensor:
         """The tokens the last decode step drew for these requests' lanes, on the device."""
@@ -67,7 +82,9 @@ class SamplingRunner(PagedRunner):
     def draw(self, logits: torch.Tensor, params: Sequence[GenerationParams],
              positions: Sequence[int]) -> torch.Tensor:
         """Eager draws for rows outside the graph (prefill): the same sampler, settings made
-        into tensors here."""
+        into tensors here; the argmax alone when no row samples."""
+        if all(p.greedy for p in params):
+            return logits.argmax(dim=-1)
         columns = zip(*(settings_of(p).values() for p in params))
         settings = [torch.tensor(c, dtype=dtype, device=logits.device)
                     for c, (_, dtype) in zip(columns, SETTINGS.values())]

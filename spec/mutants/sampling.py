@@ -11,8 +11,9 @@ FILTERS = f"{PAGE}::test_the_filters_equal_hugging_faces_warpers_row_by_row"
 SCHEDULE = f"{PAGE}::test_a_seeded_request_draws_the_oracles_tokens_under_any_schedule"
 GOLDEN = f"{PAGE}::test_seeded_samples_equal_the_oracles_alone_and_in_one_batch"
 PREEMPT = f"{PAGE}::test_preemption_happens_under_the_tight_pool_and_the_recompute_draws_the_same"
-IN_GRAPH = (f"{PAGE}::test_a_lanes_settings_are_decode_buffers_and_the_draw_happens_in_the_"
-            f"replayed_step")
+IN_GRAPH = (f"{PAGE}::test_a_sampling_step_reads_the_lanes_settings_and_draws_inside_the_"
+            f"replayed_graph")
+MIXED = f"{PAGE}::test_greedy_and_seeded_requests_decoded_together_each_get_the_oracles_tokens"
 UNSEEDED = f"{PAGE}::test_different_seeds_draw_differently_and_unseeded_requests_still_sample"
 
 MUTANTS = [
@@ -56,6 +57,12 @@ MUTANTS = [
              "if decode else []"),),
         (IN_GRAPH,), ("v11",),
         "the running requests' tokens are drawn eagerly from the logits after the replay"),
+    Mutant("v11-sampling-lanes-replay-the-greedy-graph", "seeded sampling", (
+        Edit(RUNNER, "        if any(temperature[lane] > 0 for lane in self.lanes_in_use()):",
+             "        if any(temperature[lane] > 0 for lane in self.lanes_in_use()[:1]):"),),
+        (MIXED,), ("v11",),
+        "the fast path's check reads only the first lane: a batch whose later lanes sample "
+        "takes the argmax for them"),
     Mutant("v11-unseeded-requests-share-a-seed", "seeded sampling", (
         Edit(ENGINE, "seed=secrets.randbits(63))", "seed=0)"),),
         (UNSEEDED,), ("v11",),

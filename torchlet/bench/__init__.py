@@ -1,5 +1,6 @@
 """`torchlet bench`: what each version buys, measured through the engine contract.
 
+    torchlet bench main-job       one chat prompt: the default version against HF generate
     torchlet bench cpu            every CPU version on a small workload (32 requests, 10..100)
     torchlet bench gpu-workload   nano-vllm's 256-request workload on a Qwen2.5-0.5B-shaped model
     torchlet bench decode         one decode step: ms and GB/s, batch x context
@@ -10,13 +11,15 @@
 Each run prints a table and writes DIR/KIND.json and DIR/KIND.png (default bench-results/).
 """
 # The package: this parser; commands.py, what each subcommand does; run.py and drive.py, one
-# version built and driven through the contract; micro.py, the decode step and the kernel alone;
-# workloads.py, floor.py, hf.py, the requests, the floor and the HF baseline; report.py, doc.py
-# and targets.py, the JSON, charts and docs/benchmarks.md.
+# version built and driven through the contract; main_job.py, the user's one prompt; micro.py,
+# the decode step and the kernel alone; workloads.py, floor.py, hf.py, the requests, the floor
+# and the HF baseline; report.py, doc.py and targets.py, the JSON, charts and docs/benchmarks.md.
 from __future__ import annotations
 
 import argparse
 import importlib
+
+from torchlet.cli import DTYPES  # the standard library only, like this module
 
 SHAPES = ("qwen2.5-0.5b", "cpu")
 
@@ -25,6 +28,21 @@ def add_commands(subparsers) -> None:
     bench = subparsers.add_parser("bench", help="measure versions: tok/s, latency, memory",
                                   description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = bench.add_subparsers(dest="bench", metavar="KIND", required=True)
+
+    p = _parser(sub, "main-job", _lazy("run_main_job"),
+                "one chat prompt: the version `torchlet generate` picks here vs HF generate",
+                versions_help="comma-separated versions to time besides the default one, e.g. "
+                              "v06,v12 (Triton versions on a CPU with their kernels off)")
+    p.add_argument("--prompt", default="What is the capital of France?", help="the user message")
+    p.add_argument("--model", default=None, help="a Hugging Face checkpoint directory with its "
+                                                 "tokenizer (default: SmolLM2-135M-Instruct)")
+    p.add_argument("--max-new-tokens", type=int, default=64)
+    p.add_argument("--rounds", type=int, default=5, help="timed runs of each, interleaved")
+    p.add_argument("--device", default=None, help="default: cuda if there is one, else cpu")
+    p.add_argument("--dtype", choices=DTYPES, default="auto",
+                   help="auto: float32 on CPU, bfloat16 on CUDA (as torchlet generate)")
+    p.add_argument("--threads", type=int, default=None,
+                   help="torch threads (default: torch's own, as torchlet generate runs)")
 
     p = _parser(sub, "cpu", _lazy("run_cpu"), "every CPU version on a small seeded workload")
     p.add_argument("--requests", type=int, default=32)
@@ -80,10 +98,10 @@ def add_commands(subparsers) -> None:
     p.set_defaults(run=_lazy("run_report"), bench_parser=p)
 
 
-def _parser(sub, name, run, help_text):
+def _parser(sub, name, run, help_text, versions_help="comma-separated, e.g. v00,v02 (default: "
+                                                    "all that fit the benchmark)"):
     p = sub.add_parser(name, help=help_text)
-    p.add_argument("--versions", default=None, help="comma-separated, e.g. v00,v02 (default: all "
-                                                    "that fit the benchmark)")
+    p.add_argument("--versions", default=None, help=versions_help)
     p.add_argument("--impl-root", default=None, help="tree of versions (default: implementations/)")
     p.add_argument("--out", default="bench-results", help="where KIND.json and KIND.png go")
     p.add_argument("--quiet", action="store_true", help="no progress bars")

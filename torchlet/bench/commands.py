@@ -115,6 +115,14 @@ def report(kind: str, args, payload: dict, device: str) -> None:
     log(f"wrote {path} and {path.with_suffix('.png')}")
 
 
+def run_main_job(args) -> int:
+    from .main_job import measure
+
+    payload, device = measure(args, log)
+    report("main-job", args, payload, device)
+    return 0
+
+
 def run_cpu(args) -> int:
     from .run import Job, ModelSpec, run_jobs
     from .workloads import CPU_MODEL, cpu_workload, with_shared_prefix

