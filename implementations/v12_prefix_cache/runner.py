@@ -33,7 +33,7 @@ class PrefixRunner(SamplingRunner):
         if not self.prefix_cache:
             return super().prefill(request_ids, prompts)
         self.check_prefill(request_ids, prompts)
-        hits = [self.cache.assign_cached(r, list(p)) for r, p in zip(request_ids, prompts)]
+        hits = [self.cache.assign_cached(r, p) for r, p in zip(request_ids, prompts)]
         rows = [p[h:] for p, h in zip(prompts, hits)]
         indptr, ids = self.ragged_inputs(rows)
         positions = torch.tensor([h + j for h, row in zip(hits, rows) for j in range(len(row))],
@@ -46,13 +46,15 @@ class PrefixRunner(SamplingRunner):
         hidden = self.model.forward_prefill_cached(self.weights, ids, positions, indptr, mapping,
                                                    context, self.cache.kv)
         for r, p in zip(request_ids, prompts):
-            self.cache.seal(r, list(p))
+            self.cache.seal(r, p)
         return self.last_logits(hidden, indptr)
 
     def decode(self, request_ids: Sequence[Hashable], sequences: Sequence[Sequence[int]]):
-        """v11's decode step; then the blocks it filled are sealed."""
+        """v11's decode step; then the blocks it filled are sealed (only a request whose token
+        count reached a block boundary has a new full block)."""
         logits = super().decode(request_ids, sequences)
         if self.prefix_cache:
             for r, seq in zip(request_ids, sequences):
-                self.cache.seal(r, list(seq))
+                if len(seq) % self.block_size == 0:
+                    self.cache.seal(r, seq)
         return logits

@@ -64,6 +64,7 @@ class StepLog(TorchDispatchMode):
         self.read: dict[str, torch.Tensor] = {}
         self.stores: list[Store] = []
         self.gathers: list[tuple[int, list[int]]] = []  # (cache storage, slots read by index)
+        self.prefill_caches: set[int] = set()  # storages of the caches a prefill stored into
         self.logits_from: list[frozenset] = []
         self.nan_logits = 0
 
@@ -77,8 +78,8 @@ class StepLog(TorchDispatchMode):
             if s in self.buffers and s not in written_ids:  # copying new values in is no read
                 name, whole = self.buffers[s]
                 self.read.setdefault(name, whole.detach().clone())
-        if not written and self.stores:  # a read, by slots, of a cache a prefill stored into
-            stored = {storage(st.target) for st in self.stores if "slot_mapping" not in st.source}
+        if not written and self.prefill_caches:  # a read, by slots, of a cache a prefill wrote
+            stored = self.prefill_caches
             index = [t for t in inputs if t.dim() == 1 and not t.is_floating_point()
                      and t.dtype != torch.bool]
             caches = [s for t, s in zip(inputs, places) if s in stored and t.is_floating_point()]
@@ -92,6 +93,8 @@ class StepLog(TorchDispatchMode):
                 for target in (t for t in written if t.is_floating_point()):
                     self.stores.append(Store(target, index[0][0].tolist(),
                                              self.marks.get(index[0][1], frozenset())))
+                    if "slot_mapping" not in self.stores[-1].source:
+                        self.prefill_caches.add(storage(target))
         out = func(*args, **kwargs)
         marks = frozenset().union(*(self.marks.get(s, frozenset()) for s in places))
         in_storages = set(places)
