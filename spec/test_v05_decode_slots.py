@@ -45,6 +45,7 @@ import implementations
 from spec.support import strategies as sts
 from spec.support.allocations import OpLog
 from spec.support.hypothesis_profiles import engine_settings
+from spec.support.kernel_calls import AtenCalls
 from spec.support.lanes import LaneTracker
 from spec.support.meter import TokenMeter
 from spec.support.models import tiny_checkpoint
@@ -253,6 +254,20 @@ def test_a_decode_pass_feeds_every_slot_however_few_requests_run(impl):
     (rows,) = meter.passes()
     assert len(set(rows)) == 1
     assert_decode_lanes(impl, rows[0], slots=4, in_use=1)  # v05: 4 rows per layer, 3 idle
+
+
+def test_a_pass_computes_the_rotations_cos_and_sin_once_for_all_its_layers(impl):
+    """Every layer turns q and k by the same positions: one cos and one sin per pass, where v02
+    computes both in each layer, for q and again for k. Seen as the aten ops the step dispatches
+    (a replayed CPU graph dispatches its recorded ops again)."""
+    assert CFG.num_layers > 1, "one layer could not tell once per pass from once per layer"
+    engine = impl.build(CKPT, max_decode_slots=2)
+    engine.add_request(PROMPT, GenerationParams(max_new_tokens=4))
+    engine.add_request(PROMPT[:3], GenerationParams(max_new_tokens=4))
+    engine.step()  # both prefills: one pass
+    with AtenCalls() as calls:
+        engine.step()  # one decode pass over both lanes
+    assert (calls.counts["cos"], calls.counts["sin"]) == (1, 1), dict(calls.counts)
 
 
 def test_idle_lanes_carry_garbage_when_poisoned_yet_the_active_logits_are_unchanged(impl):

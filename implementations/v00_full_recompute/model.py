@@ -46,13 +46,18 @@ def rope_cos_sin(positions: torch.Tensor, head_dim: int, theta: float, dtype: to
     return angles.cos().to(dtype), angles.sin().to(dtype)
 
 
-def apply_rope(x: torch.Tensor, positions: torch.Tensor, theta: float) -> torch.Tensor:
-    """Rotate each head of x [tokens, heads, head_dim]: the first and second halves of the head
-    dimension are the real and imaginary parts (Hugging Face's rotate_half layout)."""
-    cos, sin = rope_cos_sin(positions, x.shape[-1], theta, x.dtype)
+def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """x [tokens, heads, head_dim] turned by the angles whose cos and sin [tokens, head_dim]
+    rope_cos_sin gives: the first and second halves of the head dimension are the real and
+    imaginary parts (Hugging Face's rotate_half layout)."""
     cos, sin = cos[:, None, :], sin[:, None, :]
     x1, x2 = x.chunk(2, dim=-1)
     return x * cos + torch.cat([-x2, x1], dim=-1) * sin
+
+
+def apply_rope(x: torch.Tensor, positions: torch.Tensor, theta: float) -> torch.Tensor:
+    """Rotate each head of x [tokens, heads, head_dim] by its row's position."""
+    return rotate(x, *rope_cos_sin(positions, x.shape[-1], theta, x.dtype))
 
 
 def linear(x: torch.Tensor, w: Mapping[str, torch.Tensor], name: str) -> torch.Tensor:

@@ -31,6 +31,8 @@ class RaggedDecoder:
     Weights = Weights
     rms_norm = staticmethod(v00.rms_norm)
     apply_rope = staticmethod(v00.apply_rope)
+    rope_cos_sin = staticmethod(v00.rope_cos_sin)
+    rotate = staticmethod(v00.rotate)
     linear = staticmethod(v00.linear)
     causal_attention = staticmethod(v00.causal_attention)
     mlp = staticmethod(v00.mlp)

@@ -141,17 +141,11 @@ def _rope_kernel(x_ptr, cos_ptr, sin_ptr, out_ptr, n_heads, half,
 
 
 @torch.library.custom_op(f"{_NS}::apply_rope", mutates_args=())
-def _rope_op(x: torch.Tensor, positions: torch.Tensor, theta: float) -> torch.Tensor:
+def _rope_op(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
     tokens, heads, head_dim = x.shape
     out = torch.empty_like(x)
     if tokens == 0:
         return out
-    # The angles' cos/sin come from PyTorch, with v00's formula: the GPU's fast sin/cos lose
-    # accuracy at the large angles of late positions, and this keeps parity with v00 exact.
-    inv_freq = 1.0 / theta ** (torch.arange(0, head_dim, 2, device=x.device,
-                                            dtype=torch.float32) / head_dim)
-    angles = positions.float()[:, None] * inv_freq[None, :]
-    cos, sin = angles.cos().contiguous(), angles.sin().contiguous()
     block_h = min(triton.next_power_of_2(heads), 16)
     _rope_kernel[(tokens, triton.cdiv(heads, block_h))](
         x, cos, sin, out, heads, head_dim // 2,
@@ -160,22 +154,43 @@ def _rope_op(x: torch.Tensor, positions: torch.Tensor, theta: float) -> torch.Te
 
 
 @_rope_op.register_fake
-def _(x, positions, theta):
+def _(x, cos, sin):
     return torch.empty_like(x)
+
+
+def rope_cos_sin(positions: torch.Tensor, head_dim: int, theta: float):
+    """cos and sin [tokens, head_dim / 2], float32, of the angles position * theta^(-2i/head_dim):
+    what rotate reads. From PyTorch, with v00's formula: the GPU's fast sin/cos lose accuracy at
+    the large angles of late positions, and this keeps parity with v00 exact."""
+    inv_freq = 1.0 / theta ** (torch.arange(0, head_dim, 2, device=positions.device,
+                                            dtype=torch.float32) / head_dim)
+    angles = positions.float()[:, None] * inv_freq[None, :]
+    return angles.cos().contiguous(), angles.sin().contiguous()
+
+
+def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """x [tokens, heads, head_dim] turned by the angles whose cos and sin rope_cos_sin gives, in
+    Hugging Face's rotate_half layout: one kernel."""
+    check_tensor("x", x)
+    check(x.dim() == 3, f"x must be [tokens, heads, head_dim], got shape {tuple(x.shape)}")
+    check(x.shape[-1] % 2 == 0 and x.shape[-1] > 0,
+          f"head_dim must be even and positive, got {x.shape[-1]}")
+    for name, t in (("cos", cos), ("sin", sin)):
+        check(t.shape == (x.shape[0], x.shape[-1] // 2) and t.dtype == torch.float32
+              and t.is_contiguous() and t.device == x.device,
+              f"{name} must be contiguous float32 [tokens={x.shape[0]}, head_dim/2="
+              f"{x.shape[-1] // 2}] on {x.device}, got {t.dtype} {tuple(t.shape)} on {t.device}")
+    return _rope_op(x, cos, sin)
 
 
 def apply_rope(x: torch.Tensor, positions: torch.Tensor, theta: float) -> torch.Tensor:
     """Rotate each head of x [tokens, heads, head_dim] by position * theta^(-2i/head_dim),
     in Hugging Face's rotate_half layout (the same results as v00's apply_rope)."""
-    check_tensor("x", x)
-    check(x.dim() == 3, f"x must be [tokens, heads, head_dim], got shape {tuple(x.shape)}")
-    check(x.shape[-1] % 2 == 0 and x.shape[-1] > 0,
-          f"head_dim must be even and positive, got {x.shape[-1]}")
     check(positions.shape == (x.shape[0],) and not positions.is_floating_point(),
           f"positions must be integer [tokens={x.shape[0]}], got {positions.dtype} "
           f"{tuple(positions.shape)}")
     check(positions.device == x.device, f"positions on {positions.device}, x on {x.device}")
-    return _rope_op(x, positions, float(theta))
+    return rotate(x, *rope_cos_sin(positions, x.shape[-1], float(theta)))
 
 
 # --- SwiGLU --------------------------------------------------------------------------------

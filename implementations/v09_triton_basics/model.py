@@ -9,8 +9,8 @@ The fusion changes the shape of the layer loop. v08 writes each layer as x + att
 h + mlp(norm(h)): every residual add is a pass over the stream, and the norm right after it reads
 the sum again. Here each add happens inside the next norm (add_rms_norm returns the normalized
 sum and the sum): the attention output joins the stream in the post-attention norm, the MLP output
-in the next layer's input norm, and the last MLP output in the final norm. forward_layers holds
-that loop once, in place of v05's; the ragged, prefill and decode passes differ only in their
+in the next layer's input norm, and the last MLP output in the final norm. layer_loop holds that
+loop once, in place of v05's; the ragged, prefill and decode passes differ only in their
 attention.
 
 The kernels take float32, float16 and bfloat16 on a GPU; on CPU only float32, and only under
@@ -64,9 +64,11 @@ class TritonDecoder(PagedDecoder):
 
     def apply_rope(self, x: torch.Tensor, positions: torch.Tensor, theta: float) -> torch.Tensor:
         """Rotate each head of x [tokens, heads, head_dim] in the rotate_half layout: one
-        kernel."""
+        kernel, its cos and sin computed once per pass."""
         if self.on_triton(x):
-            return kernels.apply_rope(x, positions, theta)
+            cos, sin = self.per_pass(positions, ("half", x.shape[-1], theta),
+                                     lambda: kernels.rope_cos_sin(positions, x.shape[-1], theta))
+            return kernels.rotate(x, cos, sin)
         return super().apply_rope(x, positions, theta)
 
     def swiglu(self, gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
@@ -93,7 +95,7 @@ class TritonDecoder(PagedDecoder):
                                       w["post_attention_layernorm.weight"], config.rms_eps)
         return h + self.mlp(normed, w)
 
-    def forward_layers(self, weights: Weights, x: torch.Tensor, attend) -> torch.Tensor:
+    def layer_loop(self, weights: Weights, x: torch.Tensor, attend) -> torch.Tensor:
         """Embedded rows x through every layer and the final norm, each residual add fused into
         the norm after it. attend(h, i) is layer i's attention output on its normed input h."""
         eps = weights.config.rms_eps

@@ -29,3 +29,17 @@ class KernelCalls(TorchDispatchMode):
 
     def names(self) -> set[str]:
         return set(self.counts)
+
+
+class AtenCalls(TorchDispatchMode):
+    """`with AtenCalls() as calls: ...`, then `calls.counts["cos"]`: how many times each aten op
+    (by its name without overload) was dispatched, replayed CPU graph ops included."""
+
+    def __init__(self):
+        super().__init__()
+        self.counts: Counter[str] = Counter()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if getattr(func, "namespace", None) == "aten":
+            self.counts[func._opname] += 1
+        return func(*args, **(kwargs or {}))
