@@ -15,6 +15,12 @@ class Request:
     tokens: list[int] = field(default_factory=list)
     state: RequestState = RequestState.WAITING
     finish_reason: FinishReason | None = None
+    # The prompt as outputs show it: copied once, since it never changes, where copying it for
+    # every output cost each step a pass over every running request's prompt.
+    shown_prompt: list[int] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self):
+        self.shown_prompt = list(self.prompt)
 
     @property
     def sequence(self) -> list[int]:
@@ -38,6 +44,7 @@ class Request:
         self.state, self.finish_reason = RequestState.FINISHED, reason
 
     def output(self) -> RequestOutput:
-        """A copy: what callers hold never changes under them."""
-        return RequestOutput(self.id, list(self.prompt), list(self.tokens), self.state,
+        """A copy: what callers hold never changes under them (the engine never writes the
+        prompt list that outputs share)."""
+        return RequestOutput(self.id, self.shown_prompt, list(self.tokens), self.state,
                              self.finish_reason)

@@ -93,7 +93,11 @@ class SlotRunner:
         logits = self.decode_step(*self.decode_inputs(request_ids, sequences))
         for r in request_ids:
             self.cache.set_tokens(r, self.cache.num_tokens(r) + 1)
-        return logits[[self.cache.slot_of(r) for r in request_ids]]
+        return self.lane_rows(logits, request_ids)
+
+    def lane_rows(self, t: torch.Tensor, request_ids: Sequence[Hashable]) -> torch.Tensor:
+        """The rows of t [lanes, ...] that these requests' lanes hold, in their order."""
+        return t[[self.cache.slot_of(r) for r in request_ids]]
 
     def decode_step(self, token_ids, positions, active) -> torch.Tensor:
         """One slot-shaped pass: float logits [slots, vocab]."""

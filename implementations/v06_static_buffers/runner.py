@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Hashable, Sequence
 
+import torch
+
 from ..v05_decode_slots import SlotRunner
 from .buffers import DecodeBuffers
 
@@ -24,3 +26,14 @@ class StaticRunner(SlotRunner):
                  for r, seq in zip(request_ids, sequences, strict=True)}
         self.buffers.write(lanes, self.poison, self.config.vocab_size, self.cache.max_len)
         return self.buffers.tensors
+
+    def lane_rows(self, t: torch.Tensor, request_ids: Sequence[Hashable]) -> torch.Tensor:
+        """v05's rows, the lane numbers staged as the inputs are: indexing with a Python list
+        copies it from pageable memory, which makes the host wait for the GPU to finish the
+        step; from pinned memory the copy waits for nothing."""
+        lanes = torch.tensor([self.cache.slot_of(r) for r in request_ids], dtype=torch.long)
+        if t.device.type != "cuda":
+            return t[lanes]
+        # The pinned block is not reused before the copy is done (the caching host allocator
+        # records the copy's stream).
+        return t.index_select(0, lanes.pin_memory().to(t.device, non_blocking=True))

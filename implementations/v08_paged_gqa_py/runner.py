@@ -123,4 +123,4 @@ class PagedRunner(GraphedRunner):
             if not self.reserve_decode(r):
                 raise RequestError(f"no free block for request {r!r}'s next token")
         logits = self.decode_step(*self.decode_inputs(request_ids, sequences))
-        return logits[[self.cache.slot_of(r) for r in request_ids]]
+        return self.lane_rows(logits, request_ids)

@@ -77,7 +77,7 @@ class SamplingRunner(PagedRunner):
 
     def drawn_for(self, request_ids: Sequence[Hashable]) -> torch.Tensor:
         """The tokens the last decode step drew for these requests' lanes, on the device."""
-        return self.drawn[[self.cache.slot_of(r) for r in request_ids]]
+        return self.lane_rows(self.drawn, request_ids)
 
     def draw(self, logits: torch.Tensor, params: Sequence[GenerationParams],
              positions: Sequence[int]) -> torch.Tensor:

@@ -17,11 +17,11 @@ from ..v11_sampling import (KERNELS, BlockPool, PoolExhausted, graphs, kernels, 
                             paged_attention, paged_kernels, sampler)
 from .block_pool import PrefixBlockPool
 from .cache import PrefixCache
-from .engine import OPTIONS, PrefixEngine, build
-from .model import layers
+from .engine import OPTIONS, PrefixEngine, build, prefix_build
+from .model import PrefixDecoder, layers
 
 CAPABILITIES = PREVIOUS + (PREFIX_CACHE,)
 
 __all__ = ["CAPABILITIES", "KERNELS", "OPTIONS", "BlockPool", "PoolExhausted", "PrefixBlockPool",
-           "PrefixCache", "PrefixEngine", "build", "graphs", "kernels", "layers", "metadata",
-           "paged_attention", "paged_kernels", "sampler"]
+           "PrefixCache", "PrefixDecoder", "PrefixEngine", "build", "graphs", "kernels", "layers", "metadata",
+           "paged_attention", "paged_kernels", "prefix_build", "sampler"]

@@ -30,9 +30,14 @@ PREFIX_OPTIONS = (
 OPTIONS = PREVIOUS_OPTIONS + PREFIX_OPTIONS
 
 
-def build(checkpoint: Checkpoint, *, prefix_cache: bool = True,
-          block_hash: Callable | None = None, **options):
-    """v11's build and options, over the prefix-cache runner: prefix_cache=False turns the cache
-    off, block_hash replaces the hash of a block (its parent's hash and its token ids)."""
+def prefix_build(version: str, model, checkpoint: Checkpoint, *, prefix_cache: bool = True,
+                 block_hash: Callable | None = None, **options):
+    """v11's build and options, over the prefix-cache runner calling `model` (a decoder):
+    prefix_cache=False turns the cache off, block_hash replaces the hash of a block (its parent's
+    hash and its token ids). version names the build in its refusals."""
     runner = partial(PrefixRunner, prefix_cache=prefix_cache, block_hash=block_hash)
-    return paged_build("v12", runner, PrefixEngine, checkpoint, model=layers, **options)
+    return paged_build(version, runner, PrefixEngine, checkpoint, model=model, **options)
+
+
+# This version's build: the prefix cache over this version's decoder.
+build = partial(prefix_build, "v12", layers)

@@ -1,6 +1,7 @@
 """Where the CPU specs run Triton kernels: under the interpreter only for the pages of the
-versions that write kernels (test_v09_*, test_v10_*: kernels, and the engine running on them)
-and the specs marked `kernels`, run against a version that writes kernels itself. Every other
+versions that write kernels (test_v09_*, test_v10_*, test_v13_*: kernels, and the engine running
+on them), each against its own version, and the specs marked `kernels` of other pages, run
+against a version that writes kernels itself. Every other
 spec runs the layers' PyTorch path: the inherited specs of v09 and v10 (v00's parity, v05's lanes, v08's pool, ...), and every spec
 of a later version, which calls those same kernels unchanged. Shared objects are tested once:
 the kernels by the specs written for them, and on a GPU by every spec of every version (GPU
@@ -62,9 +63,19 @@ def before(item) -> None:
     impl = item.callspec.params.get("impl") if hasattr(item, "callspec") else None
     own = impl is None or not impl.uses_triton or writes_triton(impl)
     kernels = item.get_closest_marker("kernels") is not None
+    if own and impl is not None and impl.uses_triton and foreign_kernel_page(item, impl):
+        own = False  # another kernel-writing version's page: its kernels, not this version's
     interpret = impl is None or not impl.uses_triton or (
         own and (kernels or page_writes_triton(item, impl)))
     os.environ["TRITON_INTERPRET"] = "1" if interpret else "0"
     if not own and kernels:
         pytest.skip(f"{impl.name} runs its predecessors' Triton kernels unchanged: on CPU they "
                     f"are checked with the versions that write them (on a GPU, here too)")
+
+
+def foreign_kernel_page(item, impl) -> bool:
+    """Whether the item's page is that of an earlier version that writes kernels: a later
+    version that writes kernels of its own (v10, v13) still calls those unchanged."""
+    match = PAGE.match(Path(str(item.fspath)).name)
+    return (bool(match) and not impl.name.startswith(match.group(1) + "_")
+            and page_writes_triton(item, impl))

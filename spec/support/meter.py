@@ -8,7 +8,8 @@ with a TorchDispatchMode, below any nn.Module, so it works on engines built from
 A k_proj weight has shape [num_kv_heads * head_dim, hidden]. That shape is not unique in a
 checkpoint (v_proj has it too), so the meter recognises a k_proj weight by its values: it asserts
 that each layer's k_proj differs from every other tensor of that shape, then matches an operand
-of that shape (or its transpose) by equality, in the operand's own dtype.
+of that shape (or its transpose) by equality, in the operand's own dtype. A version that stacks
+q, k and v into one matrix (v13) multiplies by the stack: its middle rows are the k_proj.
 """
 from __future__ import annotations
 
@@ -30,6 +31,8 @@ class TokenMeter(TorchDispatchMode):
         super().__init__()
         cfg = checkpoint.config
         self.shape = (cfg.num_kv_heads * cfg.head_dim, cfg.hidden_size)
+        self.q_rows = cfg.num_heads * cfg.head_dim
+        self.packed = (self.q_rows + 2 * self.shape[0], cfg.hidden_size)
         self.num_layers = cfg.num_layers
         self.k_proj = [checkpoint.tensors[f"model.layers.{i}.self_attn.k_proj.weight"]
                        for i in range(cfg.num_layers)]
@@ -45,8 +48,10 @@ class TokenMeter(TorchDispatchMode):
         w = operand[0] if operand.dim() == 3 and operand.shape[0] == 1 else operand
         if w.dim() != 2:
             return None
-        if tuple(w.shape) == self.shape[::-1]:
+        if w.shape[1] != self.shape[1] and w.shape[0] == self.shape[1]:
             w = w.T
+        if tuple(w.shape) == self.packed:  # [q | k | v] stacked (v13): k_proj is its middle
+            w = w[self.q_rows:self.q_rows + self.shape[0]]
         elif tuple(w.shape) != self.shape:
             return None
         for i, k in enumerate(self.k_proj):

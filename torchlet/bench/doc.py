@@ -52,7 +52,8 @@ NOTES = {
     "decode": "Each cell prefills B requests of `context` tokens, then times pure decode steps "
               "(the step stats are checked: no prefill row, all B requests decoding). Bytes per "
               "step = every weight once + B x context x KV bytes per token; GPU ms/step is kernel "
-              "time from the torch profiler, the rest of ms/step is the GPU waiting on the host.",
+              "time from the torch profiler, the rest of ms/step is the GPU waiting on the host; "
+              "kernels/step counts the kernels it launched (a replayed graph's one by one).",
     "kernel": "The same K/V, scattered over randomly ordered blocks for the paged kernel and "
               "contiguous [B, KV heads, context, head_dim] for SDPA (enable_gqa). Bytes = K + V "
               "once, q in and out once; max abs diff compares the two outputs.",
@@ -112,9 +113,24 @@ def section(kind: str, result: dict | None, assets: str) -> list[str]:
     if kind == "main-job":
         from .targets import main_job_lines
         out += [*main_job_lines(result), ""]
+    if kind == "decode":
+        out += top_kernel_lines(result["rows"])
     if "floor" in result:
         out += ["Floor of this run's workload:", "", "```", *result["floor"]["lines"], "```", ""]
     out += [f"![{kind}]({assets}/{kind}.png)", ""]
+    return out
+
+
+def top_kernel_lines(rows: list[dict]) -> list[str]:
+    """The kernels that took the most device time in a step, per profiled cell of batch 1 and 64."""
+    out = []
+    for r in rows:
+        if r.get("top_kernels") and r["batch"] in (1, 64):
+            out += [f"Top kernels by GPU time, {r['version']}, batch {r['batch']}, context "
+                    f"{r['context']} ({r['kernels_per_step']:.0f} kernels per step):", "",
+                    "| kernel | ms/step | launches/step |", "|---|---|---|"]
+            out += [f"| `{name}` | {ms:.4f} | {n:g} |" for name, ms, n in r["top_kernels"]]
+            out.append("")
     return out
 
 

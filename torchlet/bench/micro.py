@@ -58,8 +58,9 @@ def decode_step_bench(version, checkpoint, batch: int, context: int, *, device: 
     decode(steps)
     sync(device)
     ms = (time.perf_counter() - start) * 1e3 / steps
-    gpu_ms = device_ms_per_step(lambda: decode(profile_steps), profile_steps) \
-        if device.startswith("cuda") and profile_steps else None
+    profiled = device_profile(lambda: decode(profile_steps), profile_steps) \
+        if device.startswith("cuda") and profile_steps else {}
+    gpu_ms = profiled.get("gpu_ms_per_step")
     elem = torch.finfo(dtype).bits // 8
     mean_context = context + warmup + 1 + steps / 2
     moved = weight_bytes(checkpoint.config, elem) + batch * mean_context * \
@@ -68,22 +69,42 @@ def decode_step_bench(version, checkpoint, batch: int, context: int, *, device: 
         engine.abort(i)
     return {"version": version.name, "batch": batch, "context": context, "ms_per_step": ms,
             "gpu_ms_per_step": gpu_ms, "host_ms_per_step": None if gpu_ms is None else ms - gpu_ms,
+            "kernels_per_step": profiled.get("kernels_per_step"),
+            "top_kernels": profiled.get("top_kernels"),
             "bytes_per_step": moved, "gb_s": moved / ms / 1e6,
             "pct_bound": 100 * moved / (ms / 1e3) / bandwidth, "build_options": options}
 
 
-def device_ms_per_step(run, steps: int) -> float | None:
-    """Kernel time the device spent per step (torch profiler), against which the wall time per
-    step shows how long the GPU waited on the host."""
+def device_profile(run, steps: int, top: int = 8) -> dict:
+    """What the device did per step (torch profiler): kernel time, against which the wall time
+    per step shows how long the GPU waited on the host; kernels launched (a replayed graph's
+    kernels are counted one by one); and the kernels that took the most time, as
+    [name, ms per step, launches per step]."""
+    from collections import defaultdict
+
+    from torch.autograd import DeviceType
     from torch.profiler import ProfilerActivity, profile
 
     try:
         with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
             run()
             torch.cuda.synchronize()
-        return sum(e.self_device_time_total for e in prof.key_averages()) / 1e3 / steps
-    except Exception:  # noqa: BLE001  (a profiler that can't run leaves the column empty)
-        return None
+        per_name: dict[str, list[float]] = defaultdict(lambda: [0.0, 0])
+        busy = 0.0
+        for e in prof.events():
+            if e.device_type != DeviceType.CUDA:
+                continue
+            busy += e.device_time_total / 1e3 / steps
+            if not e.name.startswith(("Memcpy", "Memset")):
+                per_name[e.name][0] += e.device_time_total / 1e3 / steps
+                per_name[e.name][1] += 1 / steps
+        ranked = sorted(per_name.items(), key=lambda kv: -kv[1][0])
+        return {"gpu_ms_per_step": busy,
+                "kernels_per_step": sum(n for _, n in per_name.values()),
+                "top_kernels": [[name[:80], round(ms, 4), round(n, 2)]
+                                for name, (ms, n) in ranked[:top]]}
+    except Exception:  # noqa: BLE001  (a profiler that can't run leaves the columns empty)
+        return {}
 
 
 def kernel_bench(version, batch: int, context: int, *, heads: int, kv_heads: int, head_dim: int,

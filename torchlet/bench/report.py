@@ -47,6 +47,7 @@ DECODE_COLUMNS = [
     ("context", lambda r: str(r["context"])),
     ("ms/step", lambda r: _num(".3f")(r.get("ms_per_step"))),
     ("GPU ms/step", lambda r: _num(".3f")(r.get("gpu_ms_per_step"))),
+    ("kernels/step", lambda r: _num(",.0f")(r.get("kernels_per_step"))),
     ("MB/step", lambda r: _num(",.1f")(r.get("bytes_per_step") and r["bytes_per_step"] / 1e6)),
     ("GB/s", lambda r: _num(",.1f")(r.get("gb_s"))),
     ("% of bound", lambda r: _num(".1f")(r.get("pct_bound"))),

@@ -1,0 +1,138 @@
+"""Triton kernels over the fused projections' outputs. Both read one row of a packed GEMM output
+and do what v09 did with its pieces after three (or two) GEMMs:
+
+- rope_split: a row of qkv = [q heads | k heads | v heads] (the output of the one q/k/v GEMM)
+  becomes q and k rotated at the row's position and v copied, each contiguous: one kernel where
+  v09 ran one for q and one for k, and the heads needed no split since each GEMM wrote its own.
+- swiglu_packed: a row of gate_up = [gate | up] becomes silu(gate) * up, as v09's swiglu.
+
+Same arithmetic as v09's kernels (float32 inside, the model dtype at the same rounding points), so
+the tokens equal v12's. Checks and custom ops as in v09 (kernels.py): one op per launch.
+"""
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from ..v12_prefix_cache import kernels
+
+ELEMENTWISE_BLOCK, check, check_tensor = kernels.ELEMENTWISE_BLOCK, kernels.check, kernels.check_tensor
+
+_NS = __name__.replace(".", "_")
+
+
+# --- RoPE and the head split ---------------------------------------------------------------
+
+@triton.jit
+def _rope_split_kernel(qkv_ptr, cos_ptr, sin_ptr, q_ptr, k_ptr, v_ptr, n_q, n_kv, half,
+                       BLOCK_H: tl.constexpr, BLOCK_HALF: tl.constexpr):
+    token = tl.program_id(0).to(tl.int64)
+    heads = tl.program_id(1) * BLOCK_H + tl.arange(0, BLOCK_H)  # over q, then k, then v heads
+    cols = tl.arange(0, BLOCK_HALF)
+    col_mask = cols < half
+    cos = tl.load(cos_ptr + token * half + cols, mask=col_mask, other=0.0)
+    sin = tl.load(sin_ptr + token * half + cols, mask=col_mask, other=0.0)
+    width = 2 * half
+    n_heads = n_q + 2 * n_kv
+    mask = (heads[:, None] < n_heads) & col_mask[None, :]
+    src = token * n_heads * width + heads[:, None] * width + cols[None, :]
+    x1 = tl.load(qkv_ptr + src, mask=mask, other=0.0)
+    x2 = tl.load(qkv_ptr + src + half, mask=mask, other=0.0)
+    a, b = x1.to(tl.float32), x2.to(tl.float32)
+    turned = (heads < n_q + n_kv)[:, None]  # q and k heads turn; v heads are copied as they are
+    out1 = tl.where(turned, (a * cos[None, :] - b * sin[None, :]).to(x1.dtype), x1)
+    out2 = tl.where(turned, (b * cos[None, :] + a * sin[None, :]).to(x1.dtype), x2)
+    is_q = (heads < n_q)[:, None]
+    is_k = ((heads >= n_q) & (heads < n_q + n_kv))[:, None]
+    q_off = token * n_q * width + heads[:, None] * width + cols[None, :]
+    k_off = token * n_kv * width + (heads[:, None] - n_q) * width + cols[None, :]
+    v_off = token * n_kv * width + (heads[:, None] - n_q - n_kv) * width + cols[None, :]
+    tl.store(q_ptr + q_off, out1, mask=mask & is_q)
+    tl.store(q_ptr + q_off + half, out2, mask=mask & is_q)
+    tl.store(k_ptr + k_off, out1, mask=mask & is_k)
+    tl.store(k_ptr + k_off + half, out2, mask=mask & is_k)
+    is_v = ~(is_q | is_k)
+    tl.store(v_ptr + v_off, out1, mask=mask & is_v)
+    tl.store(v_ptr + v_off + half, out2, mask=mask & is_v)
+
+
+@torch.library.custom_op(f"{_NS}::rope_split", mutates_args=())
+def _rope_split_op(qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, n_q: int,
+                   n_kv: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    tokens = qkv.shape[0]
+    head_dim = qkv.shape[1] // (n_q + 2 * n_kv)
+    q = qkv.new_empty(tokens, n_q, head_dim)
+    k = qkv.new_empty(tokens, n_kv, head_dim)
+    v = qkv.new_empty(tokens, n_kv, head_dim)
+    if tokens == 0:
+        return q, k, v
+    n_heads = n_q + 2 * n_kv
+    block_h = min(triton.next_power_of_2(n_heads), 16)
+    _rope_split_kernel[(tokens, triton.cdiv(n_heads, block_h))](
+        qkv, cos, sin, q, k, v, n_q, n_kv, head_dim // 2,
+        BLOCK_H=block_h, BLOCK_HALF=triton.next_power_of_2(head_dim // 2))
+    return q, k, v
+
+
+@_rope_split_op.register_fake
+def _(qkv, cos, sin, n_q, n_kv):
+    head_dim = qkv.shape[1] // (n_q + 2 * n_kv)
+    return (qkv.new_empty(qkv.shape[0], n_q, head_dim), qkv.new_empty(qkv.shape[0], n_kv, head_dim),
+            qkv.new_empty(qkv.shape[0], n_kv, head_dim))
+
+
+def rope_split(qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, n_q: int, n_kv: int):
+    """qkv [tokens, (n_q + 2 n_kv) * head_dim] -> q [tokens, n_q, head_dim] and k [tokens, n_kv,
+    head_dim] turned by the angles whose cos and sin [tokens, head_dim / 2] (float32) v09's
+    rope_cos_sin gives, and v [tokens, n_kv, head_dim] as it is."""
+    check_tensor("qkv", qkv)
+    check(qkv.dim() == 2, f"qkv must be [tokens, columns], got shape {tuple(qkv.shape)}")
+    check(n_q > 0 and n_kv > 0 and qkv.shape[1] % (n_q + 2 * n_kv) == 0,
+          f"qkv's {qkv.shape[1]} columns are not {n_q} q + 2 x {n_kv} kv heads of one width")
+    head_dim = qkv.shape[1] // (n_q + 2 * n_kv)
+    check(head_dim % 2 == 0, f"head_dim must be even, got {head_dim}")
+    for name, t in (("cos", cos), ("sin", sin)):
+        check(t.shape == (qkv.shape[0], head_dim // 2) and t.dtype == torch.float32
+              and t.is_contiguous() and t.device == qkv.device,
+              f"{name} must be contiguous float32 [tokens={qkv.shape[0]}, head_dim/2="
+              f"{head_dim // 2}] on {qkv.device}, got {t.dtype} {tuple(t.shape)} on {t.device}")
+    return _rope_split_op(qkv, cos, sin, int(n_q), int(n_kv))
+
+
+# --- SwiGLU over [gate | up] ---------------------------------------------------------------
+
+@triton.jit
+def _swiglu_packed_kernel(gate_up_ptr, out_ptr, n, width, BLOCK: tl.constexpr):
+    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    row, col = offs // width, offs % width
+    gate = tl.load(gate_up_ptr + row * 2 * width + col, mask=mask, other=0.0)
+    up = tl.load(gate_up_ptr + row * 2 * width + width + col, mask=mask, other=0.0)
+    g = gate.to(tl.float32)
+    silu = (g * tl.sigmoid(g)).to(gate.dtype)  # rounded before the product, as v09's swiglu
+    tl.store(out_ptr + offs, (silu.to(tl.float32) * up.to(tl.float32)).to(gate.dtype), mask=mask)
+
+
+@torch.library.custom_op(f"{_NS}::swiglu_packed", mutates_args=())
+def _swiglu_packed_op(gate_up: torch.Tensor) -> torch.Tensor:
+    width = gate_up.shape[1] // 2
+    out = gate_up.new_empty(gate_up.shape[0], width)
+    n = out.numel()
+    if n:
+        _swiglu_packed_kernel[(triton.cdiv(n, ELEMENTWISE_BLOCK),)](
+            gate_up, out, n, width, BLOCK=ELEMENTWISE_BLOCK)
+    return out
+
+
+@_swiglu_packed_op.register_fake
+def _(gate_up):
+    return gate_up.new_empty(gate_up.shape[0], gate_up.shape[1] // 2)
+
+
+def swiglu_packed(gate_up: torch.Tensor) -> torch.Tensor:
+    """gate_up [rows, 2 * width] = [gate | up] -> silu(gate) * up [rows, width]."""
+    check_tensor("gate_up", gate_up)
+    check(gate_up.dim() == 2 and gate_up.shape[1] % 2 == 0,
+          f"gate_up must be [rows, 2 * width], got shape {tuple(gate_up.shape)}")
+    return _swiglu_packed_op(gate_up)

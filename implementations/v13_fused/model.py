@@ -1,0 +1,113 @@
+"""The decoder with fewer, larger kernels. Three places in a layer read one input and launch
+several kernels where one would do:
+
+- q, k and v are three GEMMs over the same normed rows: here one GEMM over their weights stacked
+  ([q | k | v] rows, packed once at load), whose output row is [q heads | k heads | v heads];
+- RoPE then ran one kernel for q and one for k: here one kernel (rope_split) turns q and k and
+  lays out v, straight from the packed row;
+- gate and up are two GEMMs over the same rows: here one over [gate | up], and SwiGLU reads both
+  halves of its output row (swiglu_packed).
+
+A prefill's attention was scores, a mask, a softmax and a second product, each a kernel, for
+every request in every layer: here one fused call (torch's scaled_dot_product_attention, flash
+attention on a GPU) per request. With a cached prefix a request's rows are the last of its
+context, so its causal mask is aligned to the bottom right. In float64, the specs' reference
+dtype, attention stays v12's (whose softmax runs in float32), so float64 logits equal v12's.
+
+FusedDecoder is v12's PrefixDecoder with those functions overridden; the passes that call them
+are v12's and earlier. Layer tensors keyed by Hugging Face's names (the Layers contract, as the
+specs hand them in) still take v12's functions."""
+from __future__ import annotations
+
+from typing import Mapping
+
+import torch
+
+from torchlet.contract import Checkpoint, ModelConfig
+
+from ..v12_prefix_cache import PrefixDecoder, kernels
+from . import fused_kernels
+
+__all__ = ["FusedDecoder", "PackedWeights", "layers"]
+
+QKV, GATE_UP = "self_attn.qkv_proj", "mlp.gate_up_proj"
+PACKED = {QKV: ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"),
+          GATE_UP: ("mlp.gate_proj", "mlp.up_proj")}
+
+
+class PackedWeights(PrefixDecoder.Weights):
+    """v00's weights with each layer's q/k/v and gate/up matrices (and biases) stacked into one."""
+
+    @classmethod
+    def from_checkpoint(cls, ckpt: Checkpoint, device="cpu", dtype=torch.float32):
+        weights = super().from_checkpoint(ckpt, device, dtype)
+        for layer in weights.layers:
+            for packed, parts in PACKED.items():
+                for kind in ("weight", "bias"):
+                    if f"{parts[0]}.{kind}" in layer:
+                        layer[f"{packed}.{kind}"] = torch.cat(
+                            [layer.pop(f"{p}.{kind}") for p in parts])
+        return weights
+
+
+class FusedDecoder(PrefixDecoder):
+    """v12's decoder, its projections, RoPE and prefill attention fused."""
+
+    Weights = PackedWeights
+
+    def project_qkv(self, x: torch.Tensor, w: Mapping[str, torch.Tensor]):
+        """Phase 1 as one GEMM; q, k and v are its column blocks, each made contiguous (the
+        kernels read whole rows). HF-named tensors: v12's three GEMMs."""
+        if f"{QKV}.weight" not in w:
+            return super().project_qkv(x, w)
+        q_width = w["self_attn.o_proj.weight"].shape[1]
+        kv_width = (w[f"{QKV}.weight"].shape[0] - q_width) // 2
+        qkv = self.linear(x, w, QKV)
+        return tuple(t.contiguous() for t in qkv.split([q_width, kv_width, kv_width], dim=-1))
+
+    def qkv_heads(self, x: torch.Tensor, positions: torch.Tensor, w: Mapping[str, torch.Tensor],
+                  config: ModelConfig):
+        """Phases 1-4: one GEMM, then one kernel for RoPE and the heads (rope_split), the
+        angles' cos and sin once per pass as v09's apply_rope has them."""
+        if f"{QKV}.weight" not in w or not self.on_triton(x):
+            return super().qkv_heads(x, positions, w, config)
+        d, theta = config.head_dim, config.rope_theta
+        cos, sin = self.per_pass(positions, ("half", d, theta),
+                                 lambda: kernels.rope_cos_sin(positions, d, theta))
+        q, k, v = fused_kernels.rope_split(self.linear(x, w, QKV), cos, sin, config.num_heads,
+                                           config.num_kv_heads)
+        return self.group_queries(q, config.num_kv_heads), k, v
+
+    def mlp(self, x: torch.Tensor, w: Mapping[str, torch.Tensor]) -> torch.Tensor:
+        """down(swiglu(gate, up)) with gate and up from one GEMM."""
+        if f"{GATE_UP}.weight" not in w:
+            return super().mlp(x, w)
+        return self.linear(self.swiglu_packed(self.linear(x, w, GATE_UP)), w, "mlp.down_proj")
+
+    def swiglu_packed(self, gate_up: torch.Tensor) -> torch.Tensor:
+        """silu(gate) * up of each row [gate | up]: one kernel, or v09's swiglu on the halves."""
+        if self.on_triton(gate_up):
+            return fused_kernels.swiglu_packed(gate_up)
+        gate, up = gate_up.chunk(2, dim=-1)
+        return self.swiglu(gate, up)
+
+    def causal_attention(self, qg: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        """v01_1's causal attention of T queries (the last T of S positions) as one fused call:
+        qg [T, KV, G, D] over k, v [S, KV, D] -> [T, KV, G, D]. Query head kv * G + g reads KV
+        head kv, as enable_gqa has it."""
+        if qg.dtype == torch.float64:  # the specs' reference dtype keeps v12's maths exactly
+            return super().causal_attention(qg, k, v)
+        t, kv_heads, group, d = qg.shape
+        s = k.shape[0]
+        q = qg.reshape(t, kv_heads * group, d).transpose(0, 1)[None]
+        keys, values = k.transpose(0, 1)[None], v.transpose(0, 1)[None]
+        if s == t:
+            mask = {"is_causal": True}  # aligned to the top left, which is the bottom right here
+        else:
+            mask = {"attn_mask": torch.ones(t, s, dtype=torch.bool, device=q.device).tril(s - t)}
+        out = torch.nn.functional.scaled_dot_product_attention(q, keys, values, enable_gqa=True,
+                                                               **mask)
+        return out[0].transpose(0, 1).reshape(t, kv_heads, group, d)
+
+
+layers = FusedDecoder()

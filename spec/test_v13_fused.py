@@ -1,0 +1,209 @@
+"""v13_fused: fewer, larger kernels, the same tokens.
+
+What it introduces: packed weights (each layer's q/k/v matrices stacked into one, and gate/up
+into one, at load) and the kernels that read the packed outputs: rope_split turns q and k by RoPE
+and lays out the heads of all three straight from the q/k/v GEMM's row; swiglu_packed reads both
+halves of the gate/up GEMM's row. A prefill's attention is one fused call per request
+(scaled_dot_product_attention), its causal mask aligned to the bottom right when a cached prefix
+comes first.
+
+Why v12 needs it: a decode step is a chain of small launches. v12 runs seven GEMMs a layer, three
+of them over the same normed rows and two over the next, then one RoPE kernel for q and another
+for k; and every prefill materializes each request's scores, mask and softmax in every layer.
+
+Core principle: fusion changes how many kernels run, never what they compute. The packed path's
+logits equal v12's (float64, on the tiny fixtures, with and without a cached prefix) and its
+tokens equal the oracle's (the shared golden specs); each kernel equals a float64 reference
+within its dtype's tolerance, v copied bit for bit. That the work really is fused is read from
+the dispatched ops: a decode pass multiplies by four matrices a layer where v12 multiplied by
+seven, and a prefill runs one attention op per request and layer, no softmax.
+
+Files to compare: implementations/v13_fused/{model,fused_kernels}.py against
+implementations/v09_triton_basics/{model,kernels}.py and implementations/v01_1_split_gqa/model.py
+(causal_attention).
+
+Tradeoff left visible: packing happens at load, so the layer tensors a v13 engine holds are no
+longer Hugging Face's names (the Layers contract's functions still take HF-named tensors, and
+then run v12's way); and the kernels still return new tensors, so q, k and v are written once
+more after the GEMM.
+"""
+from __future__ import annotations
+
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+
+import implementations
+from spec.support import kernel_reference as ref
+from spec.support.hypothesis_profiles import engine_settings
+from spec.support.kernel_calls import AtenCalls
+from spec.support.kernel_targets import TARGETS, Target
+from spec.support.models import tiny_checkpoint
+from spec.support.tolerances import assert_close
+from torchlet.contract import FUSED, GenerationParams
+
+pytestmark = pytest.mark.needs(FUSED)
+
+FIXTURES = ("tiny_qwen2", "tiny_llama")
+PROMPTS = [[17, 5, 300, 42, 99, 8, 250, 3, 9], [4, 4, 4, 4, 4], list(range(40, 61))]
+seeds = st.integers(0, 2**32 - 1)
+MATMULS = ("linear", "matmul", "mm", "addmm")
+
+
+@pytest.fixture(scope="module")
+def fused(impl):
+    return impl.package.fused_kernels
+
+
+@pytest.fixture(scope="module")
+def v12():
+    return implementations.load("v12_prefix_cache")
+
+
+def kernel_inputs(target: Target, seed: int, tokens: int, n_q: int, n_kv: int, half: int):
+    gen = torch.Generator().manual_seed(seed)
+    qkv = target.randn(gen, tokens, (n_q + 2 * n_kv) * 2 * half)
+    positions = torch.randint(0, 32768, (tokens,), generator=gen).to(target.device)
+    return qkv, positions
+
+
+# --- the kernels -------------------------------------------------------------------------------
+
+@pytest.mark.kernels
+@pytest.mark.parametrize("target", TARGETS)
+@engine_settings()
+@given(tokens=st.integers(1, 5), n_kv=st.integers(1, 4), group=st.integers(1, 5),
+       half=st.one_of(st.sampled_from([1, 32, 64]), st.integers(1, 40)),
+       theta=st.sampled_from([10000.0, 1000000.0]), seed=seeds)
+def test_rope_split_turns_q_and_k_like_the_reference_and_copies_v(impl, fused, target, tokens,
+                                                                  n_kv, group, half, theta, seed):
+    n_q = n_kv * group
+    qkv, positions = kernel_inputs(target, seed, tokens, n_q, n_kv, half)
+    cos, sin = impl.package.kernels.rope_cos_sin(positions, 2 * half, theta)
+    q, k, v = fused.rope_split(qkv, cos, sin, n_q, n_kv)
+    heads = qkv.view(tokens, n_q + 2 * n_kv, 2 * half)
+    assert_close(q, ref.rope(heads[:, :n_q], positions, theta), "q")
+    assert_close(k, ref.rope(heads[:, n_q:n_q + n_kv], positions, theta), "k")
+    assert torch.equal(v, heads[:, n_q + n_kv:]), "v must be copied as it is"
+    assert q.is_contiguous() and k.is_contiguous() and v.is_contiguous()
+
+
+@pytest.mark.kernels
+@pytest.mark.parametrize("target", TARGETS)
+@engine_settings()
+@given(rows=st.integers(1, 4), width=st.one_of(st.sampled_from([1, 1536, 4864]),
+                                               st.integers(1, 1100)), seed=seeds)
+def test_swiglu_packed_is_silu_of_the_first_half_times_the_second(fused, target, rows, width,
+                                                                  seed):
+    gen = torch.Generator().manual_seed(seed)
+    gate_up = target.randn(gen, rows, 2 * width, scale=4.0)
+    gate, up = gate_up.chunk(2, dim=-1)
+    assert_close(fused.swiglu_packed(gate_up), ref.swiglu(gate, up), "swiglu_packed")
+
+
+@pytest.mark.kernels
+def test_the_fused_kernels_refuse_bad_input_with_a_message_that_says_why(impl, fused):
+    cos, sin = impl.package.kernels.rope_cos_sin(torch.arange(2), 8, 10000.0)
+    with pytest.raises(ValueError, match="contiguous"):
+        fused.rope_split(torch.randn(48, 2).t(), cos, sin, 4, 1)
+    with pytest.raises(ValueError, match="heads"):
+        fused.rope_split(torch.randn(2, 47), cos, sin, 4, 1)
+    with pytest.raises(ValueError, match="cos"):
+        fused.rope_split(torch.randn(2, 48), cos[:1].contiguous(), sin, 4, 1)
+    with pytest.raises(ValueError, match="2 \\* width"):
+        fused.swiglu_packed(torch.randn(2, 7))
+    with pytest.raises(ValueError, match="float32|dtype"):
+        fused.swiglu_packed(torch.ones(2, 8, dtype=torch.int64))
+
+
+@pytest.mark.kernels
+def test_under_fake_tensors_each_fused_op_promises_what_it_returns(impl, fused):
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    here = Target("cuda" if torch.cuda.is_available() else "cpu", torch.float32)
+    qkv, positions = kernel_inputs(here, 0, 3, 4, 2, 4)
+    cos, sin = impl.package.kernels.rope_cos_sin(positions, 8, 10000.0)
+    gate_up = here.randn(torch.Generator().manual_seed(1), 3, 10)
+    calls = {"rope_split": lambda t: fused.rope_split(t["qkv"], t["cos"], t["sin"], 4, 2),
+             "swiglu_packed": lambda t: (fused.swiglu_packed(t["gate_up"]),)}
+    real = dict(qkv=qkv, cos=cos, sin=sin, gate_up=gate_up)
+    with FakeTensorMode(allow_non_fake_inputs=False) as mode:
+        fake = {n: mode.from_tensor(t) for n, t in real.items()}
+        promised = {name: call(fake) for name, call in calls.items()}
+    for name, call in calls.items():
+        got = call(real)
+        assert [(tuple(t.shape), t.dtype) for t in promised[name]] == \
+            [(tuple(t.shape), t.dtype) for t in got], name
+
+
+# --- the engine: the same numbers, fewer ops ---------------------------------------------------
+
+@pytest.mark.parametrize("fixture", FIXTURES)
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["float64", "float32"])
+def test_the_packed_path_gives_v12s_logits_and_tokens_with_and_without_a_cached_prefix(
+        impl, v12, fixture, dtype):
+    """Run twice: the second run's prompts find their leading blocks cached, so their prefill
+    attends from the bottom right of a longer context. In float64 the fused attention steps
+    aside (v12's softmax runs in float32) and the logits agree to float64's rounding; in float32
+    it runs, and they agree to float32's."""
+    ckpt = tiny_checkpoint(fixture)
+    params = GenerationParams(max_new_tokens=6)
+    mine = impl.build(ckpt, dtype=dtype, block_size=4, use_graphs=False)
+    theirs = v12.build(ckpt, dtype=dtype, block_size=4, use_graphs=False)
+    for _ in range(2):
+        assert mine.generate(PROMPTS, params) == theirs.generate(PROMPTS, params)
+    assert mine.prefix_cache_stats()["hit_tokens"] > 0, "the second run found nothing cached"
+    tol = dict(rtol=1e-10, atol=1e-10) if dtype == torch.float64 else dict(rtol=1e-4, atol=1e-4)
+    for prompt in PROMPTS:
+        torch.testing.assert_close(mine.logits(prompt).double(), theirs.logits(prompt).double(),
+                                   **tol)
+
+
+class GemmOutputs(AtenCalls):
+    """The output widths of the matrix products a step runs, in order. Under inference mode a
+    linear or a matmul reaches the dispatcher as itself, not as the mm it runs."""
+
+    def __init__(self):
+        super().__init__()
+        self.widths: list[int] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = super().__torch_dispatch__(func, types, args, kwargs)
+        if getattr(func, "namespace", None) == "aten" and func._opname in MATMULS:
+            self.widths.append(out.shape[-1])
+        return out
+
+
+def decode_step_widths(version, ckpt) -> list[int]:
+    engine = version.build(ckpt, max_decode_slots=2, use_graphs=False)
+    engine.add_request(PROMPTS[0], GenerationParams(max_new_tokens=4))
+    engine.step()  # the prefill
+    with GemmOutputs() as calls:
+        engine.step()
+    return calls.widths
+
+
+def test_a_decode_pass_multiplies_by_four_matrices_a_layer_where_v12_multiplied_by_seven(
+        impl, v12):
+    ckpt = tiny_checkpoint("tiny_qwen2")
+    c = ckpt.config
+    q, kv = c.num_heads * c.head_dim, c.num_kv_heads * c.head_dim
+    layer = [q + 2 * kv, c.hidden_size, 2 * c.intermediate_size, c.hidden_size]
+    assert decode_step_widths(impl, ckpt) == layer * c.num_layers + [c.vocab_size]
+    unfused = [q, kv, kv, c.hidden_size, c.intermediate_size, c.intermediate_size, c.hidden_size]
+    assert decode_step_widths(v12, ckpt) == unfused * c.num_layers + [c.vocab_size]
+
+
+def test_a_prefill_runs_one_attention_op_per_request_and_layer_and_no_softmax(impl):
+    """In float32 on CPU the fused call is one aten op (flash attention for CPU); v12 ran an
+    einsum, a mask and a softmax for each."""
+    ckpt = tiny_checkpoint("tiny_qwen2")
+    engine = impl.build(ckpt, dtype=torch.float32, use_graphs=False)
+    for prompt in PROMPTS[:2]:
+        engine.add_request(prompt, GenerationParams(max_new_tokens=2))
+    with AtenCalls() as calls:
+        engine.step()  # both prefills, one pass
+    attention = {n: k for n, k in calls.counts.items() if "scaled_dot_product" in n}
+    assert sum(attention.values()) == 2 * ckpt.config.num_layers, dict(calls.counts)
+    assert calls.counts["softmax"] + calls.counts["_softmax"] == 0, dict(calls.counts)
