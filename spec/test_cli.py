@@ -7,7 +7,8 @@ prints the answer as the tokens come, then tokens/s.
 
 Core principle: implementations see token ids only; text, tokenizers and checkpoint formats stay
 in the harness (torchlet/cli.py, torchlet/text.py, torchlet/checkpoints.py). The default version
-is the newest that runs natively here: on a CPU, the newest without Triton kernels.
+is the fastest measured for the main job: the newest on a GPU; on a CPU the newest without a
+paged cache (its gathers cost a CPU more than they save for one request), graph stand-in off.
 
 Files to compare: torchlet/cli.py and torchlet/text.py.
 
@@ -92,14 +93,17 @@ def test_model_dir_runs_a_checkpoint_saved_by_hugging_face(capsys, tmp_path, fam
     assert "tokens/s" in err
 
 
-def fake(name, triton):
-    return SimpleNamespace(name=name, uses_triton=triton)
+def fake(name, triton, paged=False):
+    return SimpleNamespace(name=name, uses_triton=triton,
+                           capabilities=("generate", "paged_kv") if paged else ("generate",))
 
 
-def test_the_default_version_is_the_newest_and_on_a_cpu_serves_without_kernels_or_graphs():
-    versions = [fake("v00", False), fake("v08", False), fake("v09", True), fake("v10", True)]
-    assert cli.default_version(versions, "cpu").name == "v10"
+def test_the_default_is_the_newest_on_a_gpu_and_the_newest_unpaged_on_a_cpu_without_graphs():
+    versions = [fake("v00", False), fake("v07", False), fake("v08", False, paged=True),
+                fake("v10", True, paged=True)]
+    assert cli.default_version(versions, "cpu").name == "v07"
     assert cli.default_version(versions, "cuda").name == "v10"
+    assert cli.default_version(versions[2:], "cpu").name == "v10"  # none unpaged: the newest
     import implementations
     newest = implementations.discover()[-1]
     assert cli.serving_options(newest, "cpu") == {"use_graphs": False}

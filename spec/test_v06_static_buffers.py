@@ -167,3 +167,30 @@ def test_decode_logits_equal_v05s_step_after_step(impl, v05):
         torch.testing.assert_close(logits[1], logits[0])
         for k, r in enumerate(seqs):
             seqs[r] = seqs[r] + [int(logits[0][k].argmax())]
+
+
+# --- on a GPU: the host waits once per step ----------------------------------------------------
+
+@pytest.mark.gpu
+def test_a_cuda_decode_step_makes_the_host_wait_once_for_its_tokens(impl):
+    """Static buffers are staged in pinned memory and copied without waiting, and the rows the
+    step hands back are picked the same way: the one synchronizing operation left is reading
+    the new tokens back. Counted by CUDA's sync debug mode (it warns at each synchronizing
+    call it knows)."""
+    import warnings
+
+    engine = impl.build(CKPT, device="cuda", max_decode_slots=4)
+    ids = [engine.add_request(p, GenerationParams(max_new_tokens=8)) for p in (PROMPT, [5, 6, 7])]
+    for _ in range(3):  # both prefilled, then decode steps (graphs captured, where there are)
+        engine.step()
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("warn")
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            engine.step()
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    syncs = [str(w.message) for w in caught if "called a synchronizing" in str(w.message)]
+    assert engine.last_step_stats().num_decode_tokens == len(ids)
+    assert len(syncs) == 1, syncs

@@ -207,3 +207,51 @@ def test_a_prefill_runs_one_attention_op_per_request_and_layer_and_no_softmax(im
     attention = {n: k for n, k in calls.counts.items() if "scaled_dot_product" in n}
     assert sum(attention.values()) == 2 * ckpt.config.num_layers, dict(calls.counts)
     assert calls.counts["softmax"] + calls.counts["_softmax"] == 0, dict(calls.counts)
+
+
+# --- on a GPU: the kernels a decode step launches ----------------------------------------------
+
+KERNELS_PER_LAYER = 12  # 2 norms, 4 GEMMs (+1 for a split-K reduction), RoPE, store, attention,
+#                         SwiGLU, and one to spare; v12 launched 15 (docs/perf-notes.md)
+
+
+def deeper(ckpt, times: int):
+    """The checkpoint with its layers repeated `times` over: what it adds to a step is per layer."""
+    from dataclasses import replace
+
+    n = ckpt.config.num_layers
+    tensors = {k: v for k, v in ckpt.tensors.items() if not k.startswith("model.layers.")}
+    for name, t in ckpt.tensors.items():
+        if name.startswith("model.layers."):
+            i, rest = name.split(".", 3)[2:]
+            for r in range(times):
+                tensors[f"model.layers.{int(i) + r * n}.{rest}"] = t.clone()
+    return type(ckpt)(replace(ckpt.config, num_layers=n * times), tensors)
+
+
+def kernels_per_decode_step(impl, ckpt) -> float:
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+
+    engine = impl.build(ckpt, device="cuda", dtype=torch.bfloat16, max_decode_slots=2)
+    engine.add_request(PROMPTS[0], GenerationParams(max_new_tokens=16))
+    for _ in range(4):
+        engine.step()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(3):
+            engine.step()
+        torch.cuda.synchronize()
+    return sum(1 for e in prof.events() if e.device_type == DeviceType.CUDA
+               and not e.name.startswith(("Memcpy", "Memset"))) / 3
+
+
+@pytest.mark.gpu
+def test_a_replayed_decode_step_launches_at_most_the_budgeted_kernels_per_layer(impl):
+    """Counted by the profiler (a replayed graph's kernels one by one) on the model and on the
+    model with its layers repeated: the difference is what each layer launches."""
+    ckpt = tiny_checkpoint("tiny_qwen2")
+    shallow, deep = kernels_per_decode_step(impl, ckpt), kernels_per_decode_step(impl, deeper(ckpt, 3))
+    per_layer = (deep - shallow) / (2 * ckpt.config.num_layers)
+    assert per_layer <= KERNELS_PER_LAYER, (shallow, deep, per_layer)
+    assert shallow - per_layer * ckpt.config.num_layers <= 30, "the step's fixed part grew"

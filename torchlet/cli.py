@@ -38,13 +38,20 @@ def resolve_device(name: str | None) -> str:
 
 
 def default_version(versions, device: str):
-    """The newest version. On a CPU it serves with its Triton kernels off (their layers take
-    the PyTorch path: the interpreter is for specs) and its CPU graph stand-in off (eager is
-    faster there): see serving_options and kernels_off."""
-    from torchlet.contract import UnknownVersionError
+    """On a GPU, the newest version. On a CPU, the newest whose cache is not paged: for the main
+    job, one request, the gathers through block tables cost a CPU more than paging saves
+    (`torchlet bench main-job --versions v05,v06,v07,v08` on the 2-core CPU machine, 2026-12-01:
+    v07 35.4 tokens/s, v08 32.1, v13 30.8, Hugging Face 33.2). It serves with its CPU graph
+    stand-in off (serving_options). Flags that need a later capability (sampling) pick the
+    newest version that has it (pick_version)."""
+    from torchlet.contract import PAGED_KV, UnknownVersionError
 
     if not versions:
         raise UnknownVersionError(f"no version to run on {device}")
+    if not device.startswith("cuda"):
+        contiguous = [v for v in versions if PAGED_KV not in v.capabilities]
+        if contiguous:
+            return contiguous[-1]
     return versions[-1]
 
 
@@ -234,7 +241,7 @@ def add_generate(subparsers) -> None:
     p.add_argument("prompt", help="the user message")
     p.add_argument("--impl", default=None,
                    help="version to run, e.g. v00 or v00_full_recompute (default: the newest; "
-                        "on a CPU with its Triton kernels and graph stand-in off)")
+                        "on a CPU the newest without a paged cache, its graph stand-in off)")
     p.add_argument("--impl-root", default=None,
                    help="tree of versions to take --impl from (default: implementations/)")
     p.add_argument("--model", default=None,

@@ -22,6 +22,7 @@ from __future__ import annotations
 from typing import Mapping
 
 import torch
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from torchlet.contract import Checkpoint, ModelConfig
 
@@ -31,6 +32,10 @@ from . import fused_kernels
 __all__ = ["FusedDecoder", "PackedWeights", "layers"]
 
 QKV, GATE_UP = "self_attn.qkv_proj", "mlp.gate_up_proj"
+# Not cuDNN's: it builds a plan for every new (queries, keys) shape, tens of milliseconds each,
+# and every prompt length is a new shape (measured on the H200: the 256-request workload took
+# 23 s with it, docs/perf-notes.md).
+BACKENDS = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
 PACKED = {QKV: ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"),
           GATE_UP: ("mlp.gate_proj", "mlp.up_proj")}
 
@@ -105,8 +110,9 @@ class FusedDecoder(PrefixDecoder):
             mask = {"is_causal": True}  # aligned to the top left, which is the bottom right here
         else:
             mask = {"attn_mask": torch.ones(t, s, dtype=torch.bool, device=q.device).tril(s - t)}
-        out = torch.nn.functional.scaled_dot_product_attention(q, keys, values, enable_gqa=True,
-                                                               **mask)
+        with sdpa_kernel(BACKENDS):
+            out = torch.nn.functional.scaled_dot_product_attention(q, keys, values,
+                                                                   enable_gqa=True, **mask)
         return out[0].transpose(0, 1).reshape(t, kv_heads, group, d)
 
 
