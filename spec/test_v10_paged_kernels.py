@@ -19,9 +19,13 @@ compared before and after.
 Files to compare: implementations/v10_triton_paged_gqa/paged_kernels.py against
 implementations/v08_paged_gqa_py/paged_attention.py (paged_decode_attention, store_kv).
 
-Tradeoff left visible: one program walks a whole context, so a batch of few long requests leaves
-most of the GPU idle (splitting the context across programs, "flash-decoding", is the next step);
-tiles are padded to 16 rows for tl.dot, so a GQA group of 7 computes 16 rows of scores; a bad
+A batch of few request x KV head pairs (fewer than the GPU's SMs) has each context split into
+chunks, one program each (flash-decoding), and the last program of a pair to finish combines the
+partials: checked with contexts over many chunks (several combine steps), a context of 0 beside
+split ones, and calls back to back (the arrival counters start each launch at 0).
+
+Tradeoff left visible: chunks are sized for the longest context a table can hold, so a table
+much longer than its context leaves most splits empty; tiles are padded to 16 rows for tl.dot, so a GQA group of 7 computes 16 rows of scores; a bad
 slot is not checked, since a check would need a host sync that breaks graph capture.
 """
 from __future__ import annotations
@@ -119,6 +123,29 @@ def test_a_padding_row_with_context_zero_gives_zeros(paged, target):
     out = attend(paged, batch)
     assert torch.equal(out[1], torch.zeros_like(out[1]))
     assert_close(out[0], expected(batch)[0], "attention beside a padding row")
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_a_split_context_beside_a_padding_row_combines_its_chunks_and_the_row_stays_zero(
+        paged, target):
+    """Two pairs over tables of 5,000 tokens: each context is cut into about 80 chunks of one
+    tile, more partials than one combine step takes."""
+    batch = ref.paged_batch(target, torch.Generator().manual_seed(4), [4999, 300], block_size=64,
+                            kv_heads=1, group=2, head_dim=4)
+    batch.context_lens[1] = 0
+    out = attend(paged, batch)
+    assert torch.equal(out[1], torch.zeros_like(out[1]))
+    assert_close(out[0], expected(batch)[0], "attention over many chunks")
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_split_launches_back_to_back_each_give_the_reference(paged, target):
+    """Each launch's last programs reset the counters that tell them they are last; a launch
+    that found them non-zero would combine early, or never."""
+    for seed, lens in enumerate(([130, 1], [64, 65, 200], [129])):
+        batch = ref.paged_batch(target, torch.Generator().manual_seed(10 + seed), lens,
+                                block_size=16, kv_heads=2, group=2, head_dim=4, pad_blocks=2)
+        assert_close(attend(paged, batch), expected(batch), f"launch {seed}")
 
 
 def test_decode_attention_refuses_bad_tables_and_head_counts(paged):
