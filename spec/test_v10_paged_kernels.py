@@ -20,9 +20,10 @@ Files to compare: implementations/v10_triton_paged_gqa/paged_kernels.py against
 implementations/v08_paged_gqa_py/paged_attention.py (paged_decode_attention, store_kv).
 
 A batch of few request x KV head pairs (fewer than the GPU's SMs) has each context split into
-chunks, one program each (flash-decoding), and the last program of a pair to finish combines the
-partials: checked with contexts over many chunks (several combine steps), a context of 0 beside
-split ones, and calls back to back (the arrival counters start each launch at 0).
+chunks, one program each (flash-decoding), and a second launch combines each pair's
+partials: checked with contexts over many chunks (several combine steps), a
+context of 0 beside split ones, contexts ending on either side of a chunk's edge, and tables
+longer than their contexts.
 
 Tradeoff left visible: chunks are sized for the longest context a table can hold, so a table
 much longer than its context leaves most splits empty; tiles are padded to 16 rows for tl.dot, so a GQA group of 7 computes 16 rows of scores; a bad
@@ -129,9 +130,10 @@ def test_a_padding_row_with_context_zero_gives_zeros(paged, target):
 def test_a_split_context_beside_a_padding_row_combines_its_chunks_and_the_row_stays_zero(
         paged, target):
     """Two pairs over tables of 5,000 tokens: each context is cut into about 80 chunks of one
-    tile, more partials than one combine step takes."""
+    tile; at head_dim 128 a combine step takes 8 of their partials, so the running max moves
+    from step to step and the sums before it must be rescaled."""
     batch = ref.paged_batch(target, torch.Generator().manual_seed(4), [4999, 300], block_size=64,
-                            kv_heads=1, group=2, head_dim=4)
+                            kv_heads=1, group=2, head_dim=128)
     batch.context_lens[1] = 0
     out = attend(paged, batch)
     assert torch.equal(out[1], torch.zeros_like(out[1]))
@@ -139,13 +141,13 @@ def test_a_split_context_beside_a_padding_row_combines_its_chunks_and_the_row_st
 
 
 @pytest.mark.parametrize("target", TARGETS)
-def test_split_launches_back_to_back_each_give_the_reference(paged, target):
-    """Each launch's last programs reset the counters that tell them they are last; a launch
-    that found them non-zero would combine early, or never."""
-    for seed, lens in enumerate(([130, 1], [64, 65, 200], [129])):
+def test_split_contexts_of_every_length_against_their_chunks_give_the_reference(paged, target):
+    """Tables of 512 tokens or more, few pairs: contexts that end inside a chunk, on its last
+    token, on the next one's first, and tables longer than their context (empty chunks)."""
+    for seed, lens in enumerate(([600, 1], [512, 513, 200], [767, 768, 769])):
         batch = ref.paged_batch(target, torch.Generator().manual_seed(10 + seed), lens,
-                                block_size=16, kv_heads=2, group=2, head_dim=4, pad_blocks=2)
-        assert_close(attend(paged, batch), expected(batch), f"launch {seed}")
+                                block_size=16, kv_heads=2, group=2, head_dim=4, pad_blocks=8)
+        assert_close(attend(paged, batch), expected(batch), f"contexts {lens}")
 
 
 def test_decode_attention_refuses_bad_tables_and_head_counts(paged):

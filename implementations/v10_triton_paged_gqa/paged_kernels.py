@@ -34,26 +34,31 @@ def _pad(n: int) -> int:
 
 # Split-K ("flash-decoding"): with one program per request x KV head, a small batch leaves most
 # of the GPU idle (batch 1 with 2 KV heads runs 2 programs on 132 SMs). Below one such pair per
-# SM, each request's context is cut into chunks of whole BLOCK_N tiles, one program each, for
-# about PROGRAMS_PER_SM programs per SM. From one pair per SM up, splitting measured slower on an
-# H200 (batch 32 x 8 KV heads, context 4096: 206 us split in 2 against 191 us unsplit): the
-# partials and their combine cost more than the extra parallelism gains.
+# SM, and for tables of at least MIN_SPLIT_CONTEXT tokens, each request's context is cut into
+# chunks of whole BLOCK_N tiles, one program each, for about PROGRAMS_PER_SM programs per SM; a
+# second launch (_combine_kernel) merges each pair's partials. Two launches, so that no program
+# ever waits on or reads from another within one (a one-launch version whose last program to
+# arrive combined, through atomic counters, gave wrong logits once in an H200 graph replay).
+# From one pair per SM up, splitting measured slower on an H200 (batch 32 x 8 KV heads, context
+# 4096: 206 us split in 2 against 191 us unsplit): the partials and their combine cost more than
+# the extra parallelism gains.
 PROGRAMS_PER_SM = 2
+# Below this a program walks at most 8 tiles: the split saves less than its second launch costs.
+MIN_SPLIT_CONTEXT = 8 * 64
 # The SM count the interpreter plans for (an H200's), so CPU runs take the GPU's split path.
 DEFAULT_SMS = 132
-# Most floats of partials the combine loads per step (128 registers a thread at 4 warps). Each
-# step waits out an L2 round trip, but the tile's registers are taken from the whole kernel:
-# it shrinks to the next power of 2 of the splits, so a launch of few splits keeps its occupancy.
+# Most floats of partials the combine loads per step (128 registers a thread at 4 warps); the
+# tile shrinks to the next power of 2 of the splits.
 COMBINE_FLOATS = 16384
 
 
 @triton.jit
 def _paged_decode_kernel(
-        q_ptr, k_ptr, v_ptr, tables_ptr, lens_ptr, out_ptr, part_ptr, count_ptr, scale,
+        q_ptr, k_ptr, v_ptr, tables_ptr, lens_ptr, out_ptr, part_ptr, scale,
         q_sb, q_sh, cache_sblock, cache_stok, cache_shead, tables_sb, out_sb, out_sh,
         block_size, group, head_dim, chunk,
         BLOCK_G: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr,
-        SPLIT: tl.constexpr, BLOCK_S: tl.constexpr, PRECISION: tl.constexpr):
+        SPLIT: tl.constexpr, PRECISION: tl.constexpr):
     # One program = one request x one KV head (x one chunk of its context when SPLIT), with all
     # `group` query heads that share it: each K/V tile is read from memory once and used for the
     # whole group.
@@ -97,69 +102,66 @@ def _paged_decode_kernel(
         acc = acc * rescale[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PRECISION)
         m = m_new
 
-    out_ptrs = out_ptr + b * out_sb + heads[:, None] * out_sh + d[None, :]
     if SPLIT:
-        # The partial goes to scratch rows [group, head_dim + 2] = (acc | m | l), one per split;
-        # the last program of this request x KV head to finish combines them all, so a
-        # single launch does both halves and no program ever waits on another.
-        splits = tl.num_programs(2)
+        # The chunk's partial goes to scratch rows [group, head_dim + 2] = (acc | m | l), one
+        # per split; _combine_kernel, the next launch, merges them. A chunk at or past the
+        # context writes nothing: the combine reads only the splits that hold tokens.
         row = head_dim + 2
-        mine = (b * tl.num_programs(1) + kv_head) * splits * group * row
-        part = part_ptr + mine + tl.program_id(2) * group * row + g * row
-        if lo < context:  # the combine reads only the splits that hold tokens
+        part = (part_ptr + ((b * tl.num_programs(1) + kv_head) * tl.num_programs(2)
+                            + tl.program_id(2)) * group * row + g * row)
+        if lo < context:
             tl.store(part[:, None] + d[None, :], acc, mask=q_mask)
             tl.store(part + head_dim, m, mask=g < group)
             tl.store(part + head_dim + 1, l, mask=g < group)
-        # The barrier puts every thread's stores before the one thread's atomic, whose release
-        # (acq_rel, GPU scope) then publishes them all; the last program's acquire makes the
-        # other programs' partials visible to it.
-        tl.debug_barrier()
-        counter = count_ptr + b * tl.num_programs(1) + kv_head
-        arrived = tl.atomic_add(counter, 1, sem="acq_rel", scope="gpu")
-        tl.debug_barrier()
-        if arrived == splits - 1:
-            # Back to 0 for the next launch (a graph replay): no memset is ever needed.
-            tl.store(counter, 0)
-            s = tl.arange(0, BLOCK_S)
-            big_m = tl.full([BLOCK_G], float("-inf"), tl.float32)
-            big_l = tl.zeros([BLOCK_G], tl.float32)
-            big_acc = tl.zeros([BLOCK_G, BLOCK_D], tl.float32)
-            # BLOCK_S partials per step: their loads are all in flight at once, where one per
-            # step would wait out an L2 round trip for each split. A table sized for the
-            # longest request (or the model's limit) can leave most chunks past this context:
-            # they hold nothing, so they are neither written nor read.
-            live_splits = tl.minimum(tl.cdiv(context, chunk), splits)
-            for first in range(0, live_splits, BLOCK_S):
-                rows = (part_ptr + mine + (first + s)[:, None] * (group * row)
-                        + g[None, :] * row)                                           # [S, G]
-                ml_mask = ((first + s) < live_splits)[:, None] & (g < group)[None, :]
-                # .cg reads L2, where the other SMs' stores landed, never a stale L1 line.
-                m_s = tl.load(rows + head_dim, mask=ml_mask, other=float("-inf"),
-                              cache_modifier=".cg")
-                l_s = tl.load(rows + head_dim + 1, mask=ml_mask, other=0.0, cache_modifier=".cg")
-                acc_s = tl.load(rows[:, :, None] + d[None, None, :],
-                                mask=ml_mask[:, :, None] & (d < head_dim)[None, None, :],
-                                other=0.0, cache_modifier=".cg")                      # [S, G, D]
-                m_new = tl.maximum(big_m, tl.max(m_s, axis=0))
-                # Until a split with tokens is seen the max is still -inf, and -inf - -inf is
-                # NaN: measure from 0 then, so that those empty splits weigh exp(-inf) = 0.
-                m_ref = tl.where(m_new == float("-inf"), 0.0, m_new)
-                w = tl.exp(m_s - m_ref[None, :])                                      # [S, G]
-                rescale = tl.exp(big_m - m_ref)
-                big_l = big_l * rescale + tl.sum(w * l_s, axis=0)
-                big_acc = big_acc * rescale[:, None] + tl.sum(w[:, :, None] * acc_s, axis=0)
-                big_m = m_new
-            # A context of 0 leaves every split empty, so l = 0: write zeros, not NaN.
-            out = big_acc / tl.where(big_l > 0, big_l, 1.0)[:, None]
-            tl.store(out_ptrs, out.to(out_ptr.dtype.element_ty), mask=q_mask)
     else:
         # A context of 0 (a padding row of a fixed-size batch) leaves l = 0: write zeros, not NaN.
         out = acc / tl.where(l > 0, l, 1.0)[:, None]
-        tl.store(out_ptrs, out.to(out_ptr.dtype.element_ty), mask=q_mask)
+        tl.store(out_ptr + b * out_sb + heads[:, None] * out_sh + d[None, :],
+                 out.to(out_ptr.dtype.element_ty), mask=q_mask)
+
+
+@triton.jit
+def _combine_kernel(part_ptr, lens_ptr, out_ptr, out_sb, out_sh, group, head_dim, chunk,
+                    splits, BLOCK_G: tl.constexpr, BLOCK_D: tl.constexpr,
+                    BLOCK_S: tl.constexpr):
+    # One program = one request x one KV head: the online softmax again, over its chunks'
+    # partials (each a max m, a sum l and an accumulator) instead of over tokens.
+    b = tl.program_id(0).to(tl.int64)
+    kv_head = tl.program_id(1)
+    g = tl.arange(0, BLOCK_G)
+    d = tl.arange(0, BLOCK_D)
+    s = tl.arange(0, BLOCK_S)
+    row = head_dim + 2
+    mine = part_ptr + (b * tl.num_programs(1) + kv_head) * splits * group * row
+    live_splits = tl.minimum(tl.cdiv(tl.load(lens_ptr + b), chunk), splits)
+    big_m = tl.full([BLOCK_G], float("-inf"), tl.float32)
+    big_l = tl.zeros([BLOCK_G], tl.float32)
+    big_acc = tl.zeros([BLOCK_G, BLOCK_D], tl.float32)
+    for first in range(0, live_splits, BLOCK_S):
+        rows = mine + (first + s)[:, None] * (group * row) + g[None, :] * row          # [S, G]
+        ml_mask = ((first + s) < live_splits)[:, None] & (g < group)[None, :]
+        m_s = tl.load(rows + head_dim, mask=ml_mask, other=float("-inf"))
+        l_s = tl.load(rows + head_dim + 1, mask=ml_mask, other=0.0)
+        acc_s = tl.load(rows[:, :, None] + d[None, None, :],
+                        mask=ml_mask[:, :, None] & (d < head_dim)[None, None, :], other=0.0)
+        m_new = tl.maximum(big_m, tl.max(m_s, axis=0))
+        # A group row with no tokens yet keeps max -inf, and -inf - -inf is NaN: measure from 0
+        # there, so that empty partials weigh exp(-inf) = 0.
+        m_ref = tl.where(m_new == float("-inf"), 0.0, m_new)
+        w = tl.exp(m_s - m_ref[None, :])                                               # [S, G]
+        rescale = tl.exp(big_m - m_ref)
+        big_l = big_l * rescale + tl.sum(w * l_s, axis=0)
+        big_acc = big_acc * rescale[:, None] + tl.sum(w[:, :, None] * acc_s, axis=0)
+        big_m = m_new
+    heads = kv_head * group + g
+    q_mask = (g < group)[:, None] & (d < head_dim)[None, :]
+    # A context of 0 leaves every split empty, so l = 0: write zeros, not NaN.
+    out = big_acc / tl.where(big_l > 0, big_l, 1.0)[:, None]
+    tl.store(out_ptr + b * out_sb + heads[:, None] * out_sh + d[None, :],
+             out.to(out_ptr.dtype.element_ty), mask=q_mask)
 
 
 _SMS: dict[torch.device, int] = {}
-_COUNTERS: dict[torch.device, torch.Tensor] = {}
 
 
 def _num_sms(device: torch.device) -> int:
@@ -175,28 +177,13 @@ def _plan_splits(work: int, max_context: int, sms: int) -> tuple[int, int]:
     tokens. Only shapes go in, never context_lens, so a captured graph's launch fits every
     replay; chunks are whole tiles, and none lies wholly past max_context."""
     tiles = triton.cdiv(max_context, BLOCK_N)
-    splits = 1 if work >= sms else max(1, min(triton.cdiv(PROGRAMS_PER_SM * sms, work), tiles))
+    if work >= sms or max_context < MIN_SPLIT_CONTEXT:
+        return 1, max_context
+    splits = max(1, min(triton.cdiv(PROGRAMS_PER_SM * sms, work), tiles))
     if splits == 1:
         return 1, max_context
     chunk = triton.cdiv(tiles, splits) * BLOCK_N
     return triton.cdiv(max_context, chunk), chunk
-
-
-def _arrival_counters(device: torch.device, sms: int) -> torch.Tensor:
-    """Zeroed int32 counters, one per request x KV head of a split launch (it splits only below
-    `sms` pairs). Cached per device and zeroed once: each launch's last programs put them back
-    to 0, so a launch costs no memset. Launches that share them must not overlap, i.e. run on
-    one stream (as the engine's steps and graph replays do)."""
-    counters = _COUNTERS.get(device)
-    if counters is None:
-        counters = torch.zeros(sms, dtype=torch.int32, device=device)
-        if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
-            # A capture only records the memset, so these would not be zero before a replay:
-            # keep them to this graph, which zeroes them on each replay (one extra launch).
-            # A call before the capture (the usual warm-up) caches real ones instead.
-            return counters
-        _COUNTERS[device] = counters
-    return counters
 
 
 @torch.library.custom_op(f"{_NS}::paged_decode_attention", mutates_args=())
@@ -214,22 +201,23 @@ def _paged_decode_op(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
     block_g, block_d = _pad(group), _pad(head_dim)
     # The combine's [S, G, D] tile of partials: all the splits at once where they fit.
     block_s = min(triton.next_power_of_2(splits), max(1, COMBINE_FLOATS // (block_g * block_d)))
+    part = out  # the SPLIT=False kernel writes no partials
     if splits > 1:
         # torch.empty launches nothing and is capture-safe: a graph keeps its own scratch.
         part = torch.empty(batch * kv_heads * splits * group * (head_dim + 2),
                            dtype=torch.float32, device=q.device)
-        counters = _arrival_counters(q.device, sms)
-    else:
-        part = counters = out  # never touched: the SPLIT=False kernel has no partials
     _paged_decode_kernel[(batch, kv_heads, splits)](
-        q, k_cache, v_cache, block_tables, context_lens, out, part, counters, scale,
+        q, k_cache, v_cache, block_tables, context_lens, out, part, scale,
         q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
         block_tables.stride(0), out.stride(0), out.stride(1),
         block_size, group, head_dim, chunk,
         BLOCK_G=block_g, BLOCK_D=block_d, BLOCK_N=BLOCK_N, SPLIT=splits > 1,
-        BLOCK_S=block_s,
         # float32 tl.dot defaults to TF32 on the GPU (10-bit mantissa); ask for full precision.
         PRECISION="ieee" if q.dtype == torch.float32 else "tf32")
+    if splits > 1:
+        _combine_kernel[(batch, kv_heads)](
+            part, context_lens, out, out.stride(0), out.stride(1), group, head_dim, chunk,
+            splits, BLOCK_G=block_g, BLOCK_D=block_d, BLOCK_S=block_s)
     return out
 
 
