@@ -27,12 +27,15 @@ class DecodeBuffers:
         self.host_np = {name: t.numpy() for name, t in self.host.items()}
         # What the decode pass takes, in field order: the same tensors at every step.
         self.tensors = tuple(self.device_tensors.values())
+        # Marks the end of the last copies out of the pinned host tensors (GPU only).
+        self._copied = torch.cuda.Event() if pin else None
 
     def write(self, lanes: dict[int, tuple], poison: torch.Generator | None = None,
               vocab: int = 1, max_len: int = 1) -> None:
         """lanes: slot -> what its lane carries (see fill_lanes). Every lane's token id and
         position start as zeros, or garbage when poisoned; then one copy per buffer to the
         device, in place."""
+        self._wait_for_last_copies()
         h = self.host
         if poison is None:
             h["token_ids"].zero_()
@@ -43,6 +46,16 @@ class DecodeBuffers:
         self.fill_lanes(lanes)
         for name, t in self.device_tensors.items():
             t.copy_(h[name], non_blocking=True)
+        if self._copied is not None:
+            self._copied.record()
+
+    def _wait_for_last_copies(self) -> None:
+        """The host tensors are rewritten in place, so the copies of the last write must have
+        left them first: nothing else makes a caller wait for them (the kv_cache API's decode
+        returns without reading anything back). A step that read its tokens back has waited
+        already, so the query is true and nothing synchronizes."""
+        if self._copied is not None and not self._copied.query():
+            self._copied.synchronize()
 
     def fill_lanes(self, lanes: dict[int, tuple[int, int]]) -> None:
         """lanes: slot -> (token id, position), written on the host; no other lane is active."""
