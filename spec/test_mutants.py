@@ -57,7 +57,8 @@ def test_every_mutant_is_listed_in_the_table_with_its_property_and_version():
 # sampling and v12's prefix cache.
 PROPERTIES = ("token parity", "no history recompute", "slot stability", "graph replay",
               "block table invariants", "block allocator", "bad-input atomicity",
-              "seeded sampling", "prefix cache")
+              "seeded sampling", "prefix cache", "rotation once per pass", "fusion",
+              "split decode attention")
 
 
 def test_every_named_property_has_at_least_three_mutants():

@@ -30,8 +30,7 @@ Attend = Callable[[torch.Tensor, int], torch.Tensor]  # (normed input h, layer i
 class SlotDecoder(CachedDecoder):
     """v02's decoder plus the slot-shaped decode pass and the prefill into slots."""
 
-    def __init__(self):
-        self._pass_values = None  # inside forward_layers: {key: (positions, value)}
+    _pass_values = None  # inside forward_layers (one_pass): {key: (positions, value)}
 
     @contextmanager
     def one_pass(self):

@@ -35,7 +35,12 @@ class DecodeBuffers:
         """lanes: slot -> what its lane carries (see fill_lanes). Every lane's token id and
         position start as zeros, or garbage when poisoned; then one copy per buffer to the
         device, in place."""
-        self._wait_for_last_copies()
+        # The host tensors are rewritten in place, so the last write's copies must have left
+        # them: nothing else makes a caller wait (the kv_cache API's decode reads nothing
+        # back). A step that read its tokens back has waited already, so the query is true
+        # and nothing synchronizes.
+        if self._copied is not None and not self._copied.query():
+            self._copied.synchronize()
         h = self.host
         if poison is None:
             h["token_ids"].zero_()
@@ -48,14 +53,6 @@ class DecodeBuffers:
             t.copy_(h[name], non_blocking=True)
         if self._copied is not None:
             self._copied.record()
-
-    def _wait_for_last_copies(self) -> None:
-        """The host tensors are rewritten in place, so the copies of the last write must have
-        left them first: nothing else makes a caller wait for them (the kv_cache API's decode
-        returns without reading anything back). A step that read its tokens back has waited
-        already, so the query is true and nothing synchronizes."""
-        if self._copied is not None and not self._copied.query():
-            self._copied.synchronize()
 
     def fill_lanes(self, lanes: dict[int, tuple[int, int]]) -> None:
         """lanes: slot -> (token id, position), written on the host; no other lane is active."""

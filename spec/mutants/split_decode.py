@@ -13,6 +13,10 @@ MUTANTS = [
         Edit(KERNELS, "    live_splits = tl.minimum(tl.cdiv(tl.load(lens_ptr + b), chunk), splits)",
              "    live_splits = tl.minimum(tl.cdiv(tl.load(lens_ptr + b), chunk), splits) - 1"),),
         (MANY, EDGES), ("v10",), "the combine leaves out the chunk that holds the newest tokens"),
+    Mutant("v10-split-chunks-overlap-by-a-token", "split decode attention", (
+        Edit(KERNELS, "        hi = tl.minimum(lo + chunk, context)",
+             "        hi = tl.minimum(lo + chunk + 1, context)"),),
+        (MANY, EDGES), ("v10",), "each chunk also scores the next chunk's first token"),
     Mutant("v10-split-combine-forgets-to-rescale", "split decode attention", (
         Edit(KERNELS, "        big_acc = big_acc * rescale[:, None] + tl.sum(w[:, :, None] * acc_s, axis=0)",
              "        big_acc = big_acc + tl.sum(w[:, :, None] * acc_s, axis=0)"),),

@@ -148,7 +148,7 @@ def floor_section() -> list[str]:
 def targets_section(results: dict[str, dict]) -> list[str]:
     from .targets import verdicts
     lines = verdicts(results)
-    return ["## Targets for v10 on the H200", "", *lines, ""]
+    return ["## Targets on the H200 (the newest version in each run)", "", *lines, ""]
 
 
 def write_doc(results: Path, doc: Path | None = None) -> Path:

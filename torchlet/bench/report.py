@@ -147,8 +147,10 @@ def environment(device: str) -> dict:
     if device.startswith("cuda"):
         env["gpu"] = torch.cuda.get_device_name(torch.device(device))
     try:
-        env["commit"] = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
-                                       text=True, cwd=Path(__file__).parent, timeout=10).stdout.strip()
+        # -dirty: the tree that ran differs from the commit (a copy sent to a GPU machine, say)
+        env["commit"] = subprocess.run(["git", "describe", "--always", "--dirty"],
+                                       capture_output=True, text=True, cwd=Path(__file__).parent,
+                                       timeout=10).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         pass
     return env

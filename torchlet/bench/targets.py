@@ -1,4 +1,4 @@
-"""The issue's first bar for v10 on the H200, judged from the recorded results: met, or missed by
+"""The issue's first bar for the newest version on the H200, judged from the recorded results: met, or missed by
 how much, with where the time goes (device time against host time per step)."""
 from __future__ import annotations
 
@@ -7,6 +7,8 @@ WORKLOAD_PCT_FLOOR = 35.0   # ... as a share of the physical floor
 KERNEL_PCT_BOUND = 70.0     # paged decode attention at B=64, context 4096, % of bandwidth
 BATCH1_STEP_MS = 1.0        # a batch-1 decode step with graph replay
 MAIN_JOB_VS_HF = 1.5        # the CPU main job: the default version's tokens/s over HF generate's
+KERNELS_PER_STEP = 300      # kernels a batch-1 decode step launches
+GPU_BUSY_PCT = 90.0         # GPU busy share of a decode step at batch 256, context 1024
 
 
 def _on_gpu(result: dict | None) -> bool:
@@ -23,9 +25,9 @@ def _judge(what: str, measured: float, target: float, unit: str, at_most: bool) 
             f"{'≤' if at_most else '≥'} {target:g}{unit}.")
 
 
-def _v10(rows: list[dict]) -> dict | None:
-    ok = [r for r in rows if "error" not in r and r.get("version", "").startswith("v10")]
-    return ok[-1] if ok else None
+def _newest(rows: list[dict]) -> dict | None:
+    ok = [r for r in rows if "error" not in r and not r.get("version", "").startswith("HF")]
+    return max(ok, key=lambda r: r["version"]) if ok else None
 
 
 def _split(row: dict) -> str:
@@ -36,7 +38,7 @@ def _split(row: dict) -> str:
 
 
 def workload_lines(result: dict | None, decode: dict | None) -> list[str]:
-    row = _v10(result["rows"]) if _on_gpu(result) else None
+    row = _newest(result["rows"]) if _on_gpu(result) else None
     if row is None:
         return ["- nano-vllm workload ≤ 2.0 s and ≥ 35% of the floor: not measured on the GPU yet "
                 "(`torchlet bench gpu-workload --hf-baseline`)."]
@@ -74,7 +76,19 @@ def decode_lines(result: dict | None) -> list[str]:
     r = min(rows, key=lambda x: x["context"])
     line = _judge(f"batch-1 decode step ({r['version']}, context {r['context']})",
                   r["ms_per_step"], BATCH1_STEP_MS, " ms", True)
-    return [line, f"  - {_split(r)}."]
+    out = [line, f"  - {_split(r)}."]
+    if r.get("kernels_per_step") is not None:
+        out.append(_judge("kernels per batch-1 decode step", r["kernels_per_step"],
+                          KERNELS_PER_STEP, "", True))
+    busy = [x for x in result["rows"] if "error" not in x and x["batch"] == 256
+            and x["context"] == 1024 and x.get("gpu_ms_per_step")]
+    if busy:
+        b = busy[-1]
+        out.append(_judge("GPU busy share of a decode step at batch 256, context 1024",
+                          100 * b["gpu_ms_per_step"] / b["ms_per_step"], GPU_BUSY_PCT, "%", False))
+    else:
+        out.append("- GPU busy share at batch 256, context 1024: not in this decode run.")
+    return out
 
 
 def main_job_lines(result: dict) -> list[str]:
