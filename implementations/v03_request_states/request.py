@@ -1,7 +1,6 @@
 """A request and its lifecycle. State lives on the request, so the scheduler reads like prose."""
 from __future__ import annotations
 
-import copy
 from dataclasses import dataclass, field
 
 from torchlet.contract import FinishReason, GenerationParams, RequestOutput, RequestState
