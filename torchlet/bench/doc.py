@@ -56,7 +56,9 @@ NOTES = {
               "kernels/step counts the kernels it launched (a replayed graph's one by one).",
     "kernel": "The same K/V, scattered over randomly ordered blocks for the paged kernel and "
               "contiguous [B, KV heads, context, head_dim] for SDPA (enable_gqa). Bytes = K + V "
-              "once, q in and out once; max abs diff compares the two outputs.",
+              "once, q in and out once; max abs diff compares the two outputs. Timed `graph`: "
+              "each call captured in a CUDA graph and its replays timed, as the engine runs it; "
+              "`eager`: the calls themselves, host checks and launches included.",
 }
 
 PREFIX_NOTE = ("Prefix hit rate: of the prompt tokens a version with prefix_cache looked up in its "

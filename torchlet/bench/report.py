@@ -55,6 +55,7 @@ DECODE_COLUMNS = [
 KERNEL_COLUMNS = [
     ("batch", lambda r: str(r["batch"])),
     ("context", lambda r: str(r["context"])),
+    ("timed", lambda r: r.get("timing", "eager")),
     ("paged ms", lambda r: _num(".4f")(r.get("paged_ms"))),
     ("SDPA ms", lambda r: _num(".4f")(r.get("sdpa_ms"))),
     ("paged GB/s", lambda r: _num(",.1f")(r.get("paged_gb_s"))),
