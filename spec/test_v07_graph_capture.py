@@ -196,6 +196,20 @@ def test_replay_refuses_a_fresh_tensor_in_place_of_the_captured_input(impl, ckpt
         graph.replay()
 
 
+def test_replay_refuses_a_constant_whose_data_moved(impl, ckpt):
+    """Constants (weights, caches) are checked by where their data lives: one given new storage
+    after capture (set_) would leave the graph reading the old memory."""
+    graphs = impl.package.graphs
+    fn, w = layer_step(impl, ckpt)
+    x, positions = torch.randn(TOKENS, ckpt.config.hidden_size), torch.arange(TOKENS)
+    graph = graphs.capture(fn, (x, positions), constants=w)
+    graph.replay()
+    name = sorted(w)[0]
+    w[name].set_(w[name].clone())
+    with pytest.raises(graphs.GraphCaptureError, match="constant .* moved"):
+        graph.replay()
+
+
 def test_capture_refuses_a_tensor_that_is_neither_a_static_input_nor_a_constant(impl):
     graphs = impl.package.graphs
     x, bias = torch.randn(4, 3), torch.randn(3)

@@ -21,6 +21,11 @@ CPU_REPLAY = ("        self._pinned.check(inputs)\n"
               "        env: list = [None] * self._n_slots")
 
 MUTANTS = [
+    Mutant("v07-constants-unchecked-at-replay", "graph replay", (
+        Edit(GRAPHS, "        if not moved and tuple(t.data_ptr() for t in self.external[n:]) != self.constant_ptrs:",
+             "        if False:"),),
+        (f"{CAPTURE}::test_replay_refuses_a_constant_whose_data_moved",), ("v07",),
+        "a replay checks its static inputs only: a weight given new storage goes unnoticed"),
     Mutant("v07-eager-step-counted-as-replay", "graph replay", (
         Edit(GRAPHS, RUN_REPLAY,
              '        self._counts[bucket]["replays"] += 1\n'
