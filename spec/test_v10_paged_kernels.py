@@ -116,28 +116,22 @@ def test_slots_past_the_context_never_reach_the_output(paged, target):
     assert_close(out, expected(batch), "partial-page attention")
 
 
+# One program per pair over a short table; and two pairs over tables of 5,000 tokens, each
+# context cut into about 80 chunks of one tile: at head_dim 128 a combine step takes 8 of their
+# partials, so the running max moves from step to step and the sums before it must be rescaled.
+PADDING_CASES = {"one-program": ([5, 1], 4, 8, 3), "split": ([4999, 300], 64, 128, 4)}
+
+
 @pytest.mark.parametrize("target", TARGETS)
-def test_a_padding_row_with_context_zero_gives_zeros(paged, target):
-    batch = ref.paged_batch(target, torch.Generator().manual_seed(3), [5, 1], block_size=4,
-                            kv_heads=1, group=2, head_dim=8)
+@pytest.mark.parametrize("case", PADDING_CASES)
+def test_a_padding_row_with_context_zero_gives_zeros(paged, target, case):
+    lens, block_size, head_dim, seed = PADDING_CASES[case]
+    batch = ref.paged_batch(target, torch.Generator().manual_seed(seed), lens,
+                            block_size=block_size, kv_heads=1, group=2, head_dim=head_dim)
     batch.context_lens[1] = 0
     out = attend(paged, batch)
     assert torch.equal(out[1], torch.zeros_like(out[1]))
     assert_close(out[0], expected(batch)[0], "attention beside a padding row")
-
-
-@pytest.mark.parametrize("target", TARGETS)
-def test_a_split_context_beside_a_padding_row_combines_its_chunks_and_the_row_stays_zero(
-        paged, target):
-    """Two pairs over tables of 5,000 tokens: each context is cut into about 80 chunks of one
-    tile; at head_dim 128 a combine step takes 8 of their partials, so the running max moves
-    from step to step and the sums before it must be rescaled."""
-    batch = ref.paged_batch(target, torch.Generator().manual_seed(4), [4999, 300], block_size=64,
-                            kv_heads=1, group=2, head_dim=128)
-    batch.context_lens[1] = 0
-    out = attend(paged, batch)
-    assert torch.equal(out[1], torch.zeros_like(out[1]))
-    assert_close(out[0], expected(batch)[0], "attention over many chunks")
 
 
 @pytest.mark.parametrize("target", TARGETS)

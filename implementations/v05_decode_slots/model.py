@@ -13,6 +13,7 @@ about eight small kernels a layer fewer in each decode step."""
 from __future__ import annotations
 
 from contextlib import contextmanager
+from functools import partial
 from typing import Callable
 
 import torch
@@ -57,7 +58,7 @@ class SlotDecoder(CachedDecoder):
                      dtype: torch.dtype):
         """v00's cos and sin [tokens, head_dim], once per pass."""
         return self.per_pass(positions, ("cos_sin", head_dim, theta, dtype),
-                             lambda: CachedDecoder.rope_cos_sin(positions, head_dim, theta, dtype))
+                             partial(super().rope_cos_sin, positions, head_dim, theta, dtype))
 
     def apply_rope(self, x: torch.Tensor, positions: torch.Tensor, theta: float) -> torch.Tensor:
         """v00's rotation, its cos and sin from rope_cos_sin."""

@@ -29,6 +29,6 @@ OPTIONS = PAGED_OPTIONS  # the options build takes (engine.py)
 # The decode attention the model calls, for a harness to time alone (torchlet bench kernel).
 KERNELS = {PAGED_DECODE_ATTENTION: paged_attention.paged_decode_attention}
 
-__all__ = ["CAPABILITIES", "BlockPool", "DecodeBuffers", "PagedCache", "PagedDecodeBuffers", "PagedDecoder",
-           "PagedEngine", "PagedRunner", "PoolExhausted", "paged_build", "build", "graphs",
-           "layers", "metadata", "paged_attention"]
+__all__ = ["CAPABILITIES", "BlockPool", "DecodeBuffers", "PagedCache", "PagedDecodeBuffers",
+           "PagedDecoder", "PagedEngine", "PagedRunner", "PoolExhausted", "paged_build", "build",
+           "graphs", "layers", "metadata", "paged_attention"]

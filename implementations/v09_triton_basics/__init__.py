@@ -10,15 +10,15 @@ everything earlier versions hold."""
 from torchlet.contract import TRITON_BASICS
 
 from ..v08_paged_gqa_py import CAPABILITIES as PREVIOUS
-from ..v08_paged_gqa_py import (KERNELS, OPTIONS, BlockPool, DecodeBuffers, PagedCache, PagedDecodeBuffers,
-                                PagedEngine, PagedRunner, PoolExhausted, paged_build, graphs,
-                                metadata, paged_attention)
+from ..v08_paged_gqa_py import (KERNELS, OPTIONS, BlockPool, DecodeBuffers, PagedCache,
+                                PagedDecodeBuffers, PagedEngine, PagedRunner, PoolExhausted,
+                                paged_build, graphs, metadata, paged_attention)
 from . import kernels
 from .engine import build
 from .model import TritonDecoder, layers
 
 CAPABILITIES = PREVIOUS + (TRITON_BASICS,)
 
-__all__ = ["CAPABILITIES", "BlockPool", "DecodeBuffers", "PagedCache", "PagedDecodeBuffers", "PagedEngine",
-           "PagedRunner", "PoolExhausted", "TritonDecoder", "paged_build", "build", "graphs",
-           "kernels", "layers", "metadata", "paged_attention"]
+__all__ = ["CAPABILITIES", "BlockPool", "DecodeBuffers", "PagedCache", "PagedDecodeBuffers",
+           "PagedEngine", "PagedRunner", "PoolExhausted", "TritonDecoder", "paged_build", "build",
+           "graphs", "kernels", "layers", "metadata", "paged_attention"]

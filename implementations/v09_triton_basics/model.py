@@ -21,6 +21,7 @@ functions this class overrides: same maths, no kernel.
 from __future__ import annotations
 
 import os
+from functools import partial
 from typing import Mapping
 
 import torch
@@ -66,10 +67,14 @@ class TritonDecoder(PagedDecoder):
         """Rotate each head of x [tokens, heads, head_dim] in the rotate_half layout: one
         kernel, its cos and sin computed once per pass."""
         if self.on_triton(x):
-            cos, sin = self.per_pass(positions, ("half", x.shape[-1], theta),
-                                     lambda: kernels.rope_cos_sin(positions, x.shape[-1], theta))
-            return kernels.rotate(x, cos, sin)
+            return kernels.rotate(x, *self.kernel_cos_sin(positions, x.shape[-1], theta))
         return super().apply_rope(x, positions, theta)
+
+    def kernel_cos_sin(self, positions: torch.Tensor, head_dim: int, theta: float):
+        """The cos and sin [tokens, head_dim / 2] (float32) the RoPE kernel reads, once per
+        pass."""
+        return self.per_pass(positions, ("half", head_dim, theta),
+                             partial(kernels.rope_cos_sin, positions, head_dim, theta))
 
     def swiglu(self, gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
         """silu(gate) * up: one kernel instead of silu, then a multiply."""

@@ -26,7 +26,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from torchlet.contract import Checkpoint, ModelConfig
 
-from ..v12_prefix_cache import PrefixDecoder, kernels
+from ..v12_prefix_cache import PrefixDecoder
 from . import fused_kernels
 
 __all__ = ["FusedDecoder", "PackedWeights", "layers"]
@@ -61,24 +61,24 @@ class FusedDecoder(PrefixDecoder):
     Weights = PackedWeights
 
     def project_qkv(self, x: torch.Tensor, w: Mapping[str, torch.Tensor]):
-        """Phase 1 as one GEMM; q, k and v are its column blocks, each made contiguous (the
-        kernels read whole rows). HF-named tensors: v12's three GEMMs."""
+        """Phase 1 as one GEMM; q, k and v are its column blocks, made contiguous where the
+        kernels read them (whole rows). HF-named tensors: v12's three GEMMs."""
         if f"{QKV}.weight" not in w:
             return super().project_qkv(x, w)
         q_width = w["self_attn.o_proj.weight"].shape[1]
         kv_width = (w[f"{QKV}.weight"].shape[0] - q_width) // 2
-        qkv = self.linear(x, w, QKV)
-        return tuple(t.contiguous() for t in qkv.split([q_width, kv_width, kv_width], dim=-1))
+        q, k, v = self.linear(x, w, QKV).split([q_width, kv_width, kv_width], dim=-1)
+        if self.on_triton(x):
+            return q.contiguous(), k.contiguous(), v.contiguous()
+        return q, k, v
 
     def qkv_heads(self, x: torch.Tensor, positions: torch.Tensor, w: Mapping[str, torch.Tensor],
                   config: ModelConfig):
         """Phases 1-4: one GEMM, then one kernel for RoPE and the heads (rope_split), the
-        angles' cos and sin once per pass as v09's apply_rope has them."""
+        angles' cos and sin once per pass as v09's apply_rope has them (kernel_cos_sin)."""
         if f"{QKV}.weight" not in w or not self.on_triton(x):
             return super().qkv_heads(x, positions, w, config)
-        d, theta = config.head_dim, config.rope_theta
-        cos, sin = self.per_pass(positions, ("half", d, theta),
-                                 lambda: kernels.rope_cos_sin(positions, d, theta))
+        cos, sin = self.kernel_cos_sin(positions, config.head_dim, config.rope_theta)
         q, k, v = fused_kernels.rope_split(self.linear(x, w, QKV), cos, sin, config.num_heads,
                                            config.num_kv_heads)
         return self.group_queries(q, config.num_kv_heads), k, v

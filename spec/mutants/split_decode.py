@@ -4,8 +4,7 @@ from spec.mutants import Edit, Mutant
 
 KERNELS = "v10_triton_paged_gqa/paged_kernels.py"
 PAGE = "spec/test_v10_paged_kernels.py"
-MANY = (f"{PAGE}::test_a_split_context_beside_a_padding_row_combines_its_chunks_and_the_row_"
-        f"stays_zero")
+MANY = f"{PAGE}::test_a_padding_row_with_context_zero_gives_zeros"
 EDGES = f"{PAGE}::test_split_contexts_of_every_length_against_their_chunks_give_the_reference"
 
 MUTANTS = [
