@@ -16,6 +16,7 @@ crash in one run would end the others. A version with no spec module yet is skip
 That the reference passes is the rest of the suite.
 """
 import ast
+import functools
 import inspect
 import time
 
@@ -78,7 +79,7 @@ def test_every_spec_of_a_version_fails_against_its_pristine_stubs(version, stub_
 
 def _function(module, qualname: str):
     """The plain function behind a module-level name or a method: unwrapped from staticmethod,
-    classmethod, property, functools.wraps decorators and triton.jit."""
+    classmethod, property, cached_property, functools.wraps decorators and triton.jit."""
     obj = module
     for part in qualname.split("."):
         obj = inspect.getattr_static(obj, part)
@@ -86,6 +87,8 @@ def _function(module, qualname: str):
         obj = obj.__func__
     if isinstance(obj, property):
         obj = obj.fget
+    if isinstance(obj, functools.cached_property):
+        obj = obj.func
     obj = getattr(obj, "fn", obj)  # a triton JITFunction keeps the Python function here
     return inspect.unwrap(obj)
 

@@ -117,7 +117,7 @@ def test_slots_past_the_context_never_reach_the_output(paged, target):
 
 
 # One program per pair over a short table; and two pairs over tables of 5,000 tokens, each
-# context cut into about 80 chunks of one tile: at head_dim 128 a combine step takes 8 of their
+# context cut into about 40 chunks of one tile: at head_dim 128 a combine step takes 8 of their
 # partials, so the running max moves from step to step and the sums before it must be rescaled.
 PADDING_CASES = {"one-program": ([5, 1], 4, 8, 3), "split": ([4999, 300], 64, 128, 4)}
 

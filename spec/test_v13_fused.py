@@ -37,8 +37,8 @@ from hypothesis import strategies as st
 import implementations
 from spec.support import kernel_reference as ref
 from spec.support.hypothesis_profiles import engine_settings
-from spec.support.kernel_calls import AtenCalls
-from spec.support.kernel_targets import TARGETS, Target
+from spec.support.kernel_calls import AtenCalls, KernelCalls
+from spec.support.kernel_targets import INTERPRETED, TARGETS, Target, interpreted
 from spec.support.models import tiny_checkpoint
 from spec.support.tolerances import assert_close
 from torchlet.contract import FUSED, GenerationParams
@@ -54,6 +54,11 @@ MATMULS = ("linear", "matmul", "mm", "addmm")
 @pytest.fixture(scope="module")
 def fused(impl):
     return impl.package.fused_kernels
+
+
+@pytest.fixture(scope="module")
+def context_kernel(impl):
+    return impl.package.context_attention
 
 
 @pytest.fixture(scope="module")
@@ -102,8 +107,48 @@ def test_swiglu_packed_is_silu_of_the_first_half_times_the_second(fused, target,
     assert_close(fused.swiglu_packed(gate_up), ref.swiglu(gate, up), "swiglu_packed")
 
 
+def context_batch(target: Target, seed: int, requests, kv_heads: int, group: int, head_dim: int,
+                  block_size: int):
+    """requests: (rows, cached tokens before them) each. A paged cache (pages in random order,
+    NaN outside every context), each request's context slots, and ragged queries."""
+    gen = torch.Generator().manual_seed(seed)
+    contexts = [rows + cached for rows, cached in requests]
+    batch = ref.paged_batch(target, gen, contexts, block_size=block_size, kv_heads=kv_heads,
+                            group=group, head_dim=head_dim)
+    slots = [ref.table_slots(t, n, block_size) for t, n in zip(batch.block_tables, contexts)]
+    rows = [r for r, _ in requests]
+    q = target.randn(gen, sum(rows), kv_heads * group, head_dim)
+    return batch, q, rows, slots
+
+
+def indptr(lengths, device) -> torch.Tensor:
+    return torch.tensor([0] + list(lengths), device=device).cumsum(0)
+
+
 @pytest.mark.kernels
-def test_the_fused_kernels_refuse_bad_input_with_a_message_that_says_why(impl, fused):
+@pytest.mark.parametrize("target", TARGETS)
+@engine_settings()
+@given(requests=st.lists(st.tuples(st.integers(1, 70), st.integers(0, 70)), min_size=1,
+                         max_size=3),
+       kv_heads=st.integers(1, 3), group=st.integers(1, 3),
+       head_dim=st.one_of(st.sampled_from([64]), st.integers(1, 24)),
+       block_size=st.sampled_from([1, 4, 16]), seed=seeds)
+def test_context_attention_gives_each_row_the_softmax_over_its_context_up_to_its_position(
+        context_kernel, target, requests, kv_heads, group, head_dim, block_size, seed):
+    """Rows come last in their context (a cached prefix first), so each sees the prefix and the
+    rows before it; the cache's pages lie in random order and hold NaN outside the contexts."""
+    batch, q, rows, slots = context_batch(target, seed, requests, kv_heads, group, head_dim,
+                                          block_size)
+    out = context_kernel.context_attention(
+        q, batch.k_cache, batch.v_cache, indptr(rows, q.device), torch.cat(slots),
+        indptr([len(s) for s in slots], q.device), max(len(s) for s in slots), batch.scale)
+    assert_close(out, ref.context_attention(q, batch.k_cache, batch.v_cache, rows, slots,
+                                            batch.scale), "context_attention")
+
+
+@pytest.mark.kernels
+def test_the_fused_kernels_refuse_bad_input_with_a_message_that_says_why(impl, fused,
+                                                                        context_kernel):
     cos, sin = impl.package.kernels.rope_cos_sin(torch.arange(2), 8, 10000.0)
     with pytest.raises(ValueError, match="contiguous"):
         fused.rope_split(torch.randn(48, 2).t(), cos, sin, 4, 1)
@@ -115,19 +160,35 @@ def test_the_fused_kernels_refuse_bad_input_with_a_message_that_says_why(impl, f
         fused.swiglu_packed(torch.randn(2, 7))
     with pytest.raises(ValueError, match="float32|dtype"):
         fused.swiglu_packed(torch.ones(2, 8, dtype=torch.int64))
+    batch, q, rows, slots = context_batch(Target("cpu", torch.float32), 0, [(3, 2)], 2, 2, 8, 4)
+    good = dict(q=q, k_cache=batch.k_cache, v_cache=batch.v_cache, row_indptr=indptr(rows, "cpu"),
+                context_slots=slots[0], context_indptr=indptr([5], "cpu"), max_context=5,
+                scale=batch.scale)
+    for change, message in ((dict(q=q[:, :3]), "share"), (dict(q=q.half()), "cache is|k_cache is"),
+                            (dict(context_slots=slots[0].int()), "context_slots must"),
+                            (dict(row_indptr=indptr([3, 0], "cpu")), "requests \\+ 1"),
+                            (dict(q=q.transpose(1, 2)), "contiguous last")):
+        with pytest.raises(ValueError, match=message):
+            context_kernel.context_attention(**{**good, **change})
 
 
 @pytest.mark.kernels
-def test_under_fake_tensors_each_fused_op_promises_what_it_returns(impl, fused):
+def test_under_fake_tensors_each_fused_op_promises_what_it_returns(impl, fused, context_kernel):
     from torch._subclasses.fake_tensor import FakeTensorMode
 
     here = Target("cuda" if torch.cuda.is_available() else "cpu", torch.float32)
     qkv, positions = kernel_inputs(here, 0, 3, 4, 2, 4)
     cos, sin = impl.package.kernels.rope_cos_sin(positions, 8, 10000.0)
     gate_up = here.randn(torch.Generator().manual_seed(1), 3, 10)
+    batch, q, rows, slots = context_batch(here, 2, [(3, 2), (1, 0)], 2, 2, 8, 4)
     calls = {"rope_split": lambda t: fused.rope_split(t["qkv"], t["cos"], t["sin"], 4, 2),
-             "swiglu_packed": lambda t: (fused.swiglu_packed(t["gate_up"]),)}
-    real = dict(qkv=qkv, cos=cos, sin=sin, gate_up=gate_up)
+             "swiglu_packed": lambda t: (fused.swiglu_packed(t["gate_up"]),),
+             "context_attention": lambda t: (context_kernel.context_attention(
+                 t["q"], t["k_cache"], t["v_cache"], t["rows"], t["slots"], t["contexts"], 5,
+                 batch.scale),)}
+    real = dict(qkv=qkv, cos=cos, sin=sin, gate_up=gate_up, q=q, k_cache=batch.k_cache,
+                v_cache=batch.v_cache, rows=indptr(rows, here.device), slots=torch.cat(slots),
+                contexts=indptr([5, 1], here.device))
     with FakeTensorMode(allow_non_fake_inputs=False) as mode:
         fake = {n: mode.from_tensor(t) for n, t in real.items()}
         promised = {name: call(fake) for name, call in calls.items()}
@@ -139,14 +200,23 @@ def test_under_fake_tensors_each_fused_op_promises_what_it_returns(impl, fused):
 
 # --- the engine: the same numbers, fewer ops ---------------------------------------------------
 
-@pytest.mark.parametrize("fixture", FIXTURES)
-@pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["float64", "float32"])
+INTERPRETER = pytest.mark.skipif(not INTERPRETED, reason="CPU kernels need TRITON_INTERPRET=1")
+
+
+@pytest.mark.parametrize("fixture,dtype,path", [
+    *[pytest.param(f, torch.float64, "torch", id=f"{f}-float64") for f in FIXTURES],
+    *[pytest.param(f, torch.float32, "kernels", id=f"{f}-float32-kernels", marks=INTERPRETER)
+      for f in FIXTURES],
+    pytest.param("tiny_llama", torch.float32, "torch", id="tiny_llama-float32-torch")])
 def test_the_packed_path_gives_v12s_logits_and_tokens_with_and_without_a_cached_prefix(
-        impl, v12, fixture, dtype):
+        impl, v12, fixture, dtype, path, monkeypatch):
     """Run twice: the second run's prompts find their leading blocks cached, so their prefill
     attends from the bottom right of a longer context. In float64 the fused attention steps
     aside (v12's softmax runs in float32) and the logits agree to float64's rounding; in float32
-    it runs, and they agree to float32's."""
+    it runs, and they agree to float32's: one SDPA call a request without the kernels, one
+    context_attention launch a layer with them."""
+    if path == "torch":
+        monkeypatch.setenv("TRITON_INTERPRET", "0")
     ckpt = tiny_checkpoint(fixture)
     params = GenerationParams(max_new_tokens=6)
     mine = impl.build(ckpt, dtype=dtype, block_size=4, use_graphs=False)
@@ -195,18 +265,40 @@ def test_a_decode_pass_multiplies_by_four_matrices_a_layer_where_v12_multiplied_
     assert decode_step_widths(v12, ckpt) == unfused * c.num_layers + [c.vocab_size]
 
 
-def test_a_prefill_runs_one_attention_op_per_request_and_layer_and_no_softmax(impl):
-    """In float32 on CPU the fused call is one aten op (flash attention for CPU); v12 ran an
-    einsum, a mask and a softmax for each."""
-    ckpt = tiny_checkpoint("tiny_qwen2")
-    engine = impl.build(ckpt, dtype=torch.float32, use_graphs=False)
-    for prompt in PROMPTS[:2]:
+def prefill_calls(impl, prompts, *modules):
+    """The aten ops and the ops of `modules` that one prefill pass of these prompts dispatches."""
+    engine = impl.build(tiny_checkpoint("tiny_qwen2"), dtype=torch.float32, use_graphs=False)
+    for prompt in prompts:
         engine.add_request(prompt, GenerationParams(max_new_tokens=2))
-    with AtenCalls() as calls:
-        engine.step()  # both prefills, one pass
-    attention = {n: k for n, k in calls.counts.items() if "scaled_dot_product" in n}
-    assert sum(attention.values()) == 2 * ckpt.config.num_layers, dict(calls.counts)
-    assert calls.counts["softmax"] + calls.counts["_softmax"] == 0, dict(calls.counts)
+    with AtenCalls() as aten, KernelCalls(*modules) as kernels:
+        engine.step()  # every prefill, one pass
+    return aten.counts, kernels.counts
+
+
+def test_without_its_kernels_a_prefill_runs_one_attention_op_per_request_and_layer(impl,
+                                                                                   monkeypatch):
+    """In float32 on a CPU the fused call is one aten op (flash attention for CPU); v12 ran an
+    einsum, a mask and a softmax for each."""
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    calls, _ = prefill_calls(impl, PROMPTS[:2])
+    attention = {n: k for n, k in calls.items() if "scaled_dot_product" in n}
+    layers = tiny_checkpoint("tiny_qwen2").config.num_layers
+    assert sum(attention.values()) == 2 * layers, dict(calls)
+    assert calls["softmax"] + calls["_softmax"] == 0, dict(calls)
+
+
+@interpreted
+def test_with_its_kernels_a_prefill_attends_in_one_op_a_layer_and_gathers_no_context(
+        impl, context_kernel):
+    """One context_attention a layer whatever the requests, and no index op reads K/V out of
+    the cache: one prompt and three dispatch as many index ops (the embedding's and the last
+    rows')."""
+    layers = tiny_checkpoint("tiny_qwen2").config.num_layers
+    one, one_kernel = prefill_calls(impl, PROMPTS[:1], context_kernel)
+    three, three_kernel = prefill_calls(impl, PROMPTS, context_kernel)
+    assert one_kernel["context_attention"] == three_kernel["context_attention"] == layers
+    assert one["index"] == three["index"], (dict(one), dict(three))
+    assert not any("scaled_dot_product" in n or "softmax" in n for n in three), dict(three)
 
 
 # --- on a GPU: the kernels a decode step launches ----------------------------------------------

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Hashable, Sequence
 
+import numpy as np
 import torch
 
 from torchlet.contract import Checkpoint, RequestError, flatten
@@ -97,7 +98,14 @@ class SlotRunner:
 
     def lane_rows(self, t: torch.Tensor, request_ids: Sequence[Hashable]) -> torch.Tensor:
         """The rows of t [lanes, ...] that these requests' lanes hold, in their order."""
-        return t[[self.cache.slot_of(r) for r in request_ids]]
+        return t.index_select(0, self.lane_index(request_ids).to(t.device))
+
+    def lane_index(self, request_ids: Sequence[Hashable]) -> torch.Tensor:
+        """The requests' lanes, in their order: a long tensor on the host. Made through numpy:
+        torch makes a tensor of a Python list (or indexes with one) element by element, which at
+        hundreds of lanes cost more than the rest of the indexing."""
+        lanes = np.fromiter(map(self.cache.slot_of, request_ids), np.int64, len(request_ids))
+        return torch.from_numpy(lanes)
 
     def decode_step(self, token_ids, positions, active) -> torch.Tensor:
         """One slot-shaped pass: float logits [slots, vocab]."""

@@ -28,12 +28,12 @@ class StaticRunner(SlotRunner):
         return self.buffers.tensors
 
     def lane_rows(self, t: torch.Tensor, request_ids: Sequence[Hashable]) -> torch.Tensor:
-        """v05's rows, the lane numbers staged as the inputs are: indexing with a Python list
-        copies it from pageable memory, which makes the host wait for the GPU to finish the
-        step; from pinned memory the copy waits for nothing."""
+        """v05's rows, the lane numbers staged as the inputs are: v05 copies them over from
+        pageable memory, which makes the host wait for the GPU to finish the step; from pinned
+        memory the copy waits for nothing."""
         if t.device.type != "cuda":
             return super().lane_rows(t, request_ids)
-        lanes = torch.tensor([self.cache.slot_of(r) for r in request_ids], dtype=torch.long)
         # The pinned block is not reused before the copy is done (the caching host allocator
         # records the copy's stream).
-        return t.index_select(0, lanes.pin_memory().to(t.device, non_blocking=True))
+        lanes = self.lane_index(request_ids).pin_memory()
+        return t.index_select(0, lanes.to(t.device, non_blocking=True))

@@ -12,6 +12,7 @@ may read it freely and padded writes have somewhere harmless to go.
 from __future__ import annotations
 
 from collections import deque
+from typing import Sequence
 
 import torch
 
@@ -129,6 +130,12 @@ class BlockPool:
     def table(self, request_id: int) -> list[int]:
         """A copy of the request's block table: physical block of each logical block."""
         return list(self._tables[request_id])
+
+    def table_view(self, request_id: int) -> Sequence[int]:
+        """The request's block table itself, not a copy, for a reader that only looks and does
+        not keep it (a decode step reads every running request's table); it grows with the
+        request."""
+        return self._tables[request_id]
 
     def num_tokens(self, request_id: int) -> int:
         return self._tokens[request_id]

@@ -2,6 +2,7 @@
 length and the slot its new token's K/V goes to. Allocated once, written in place."""
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 from ..v07_cuda_graph import DecodeBuffers
@@ -14,6 +15,11 @@ class PagedDecodeBuffers(DecodeBuffers):
             "token_ids": ((), torch.long), "positions": ((), torch.long),
             "block_tables": ((max_blocks,), torch.int32), "context_lens": ((), torch.int32),
             "slot_mapping": ((), torch.long)})
+        # Each lane's padded table as last written, and the table it was written from. A table
+        # changes only when its request takes a block or the lane changes hands, so a step
+        # converts only those rows from lists; the rest are copied over as one array.
+        self._rows = np.full((num_lanes, max_blocks), NULL_BLOCK, dtype=np.int32)
+        self._row_tables: list[list[int] | None] = [None] * num_lanes
 
     def fill_lanes(self, lanes: dict) -> None:
         """lanes: lane -> (token id, position, block table, new token's slot). Idle lanes get an
@@ -22,9 +28,17 @@ class PagedDecodeBuffers(DecodeBuffers):
         h["block_tables"].fill_(NULL_BLOCK)
         h["context_lens"].zero_()
         h["slot_mapping"].fill_(NULL_BLOCK)  # slot 0 lies in the null block
-        for lane, (token, position, table, slot) in lanes.items():
-            n["token_ids"][lane] = token
-            n["positions"][lane] = position
-            n["block_tables"][lane, :len(table)] = table
-            n["context_lens"][lane] = position + 1
-            n["slot_mapping"][lane] = slot
+        if not lanes:
+            return
+        # One numpy assignment per field, all lanes at once (as v06 writes its fields).
+        rows = np.fromiter(lanes, np.intp, len(lanes))
+        tokens, positions, tables, slots = zip(*lanes.values())
+        n["token_ids"][rows], n["positions"][rows] = tokens, positions
+        n["context_lens"][rows] = n["positions"][rows] + 1
+        n["slot_mapping"][rows] = slots
+        for lane, table in zip(lanes, tables):
+            if self._row_tables[lane] != table:
+                self._rows[lane] = NULL_BLOCK
+                self._rows[lane, :len(table)] = table
+                self._row_tables[lane] = list(table)  # the caller's list may grow
+        n["block_tables"][rows] = self._rows[rows]

@@ -65,6 +65,10 @@ class PagedCache:
     def total_tokens(self) -> int:
         return sum(self.pool.num_tokens(r) for r in self._lane)
 
+    def slots_in_use(self) -> list[int]:
+        """The lanes held, one per request (v05's name for them)."""
+        return list(self._lane.values())
+
     def items(self):
         """(request id, lane, cached tokens) of every held lane."""
         return [(r, s, self.pool.num_tokens(r)) for r, s in self._lane.items()]

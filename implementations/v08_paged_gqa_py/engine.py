@@ -35,9 +35,12 @@ class PagedEngine(GraphEngine):
         if batch is None:
             return None
         decode = list(batch.decode)
-        while decode and self.runner.blocks_for_decode([r.id for r in decode]) > \
-                self.runner.pool.num_free:
+        # Counted once and then less each victim's block: recounting every request per victim
+        # made a step of n preemptions cost n passes over the running requests.
+        needed = self.runner.blocks_for_decode([r.id for r in decode])
+        while decode and needed > self.runner.pool.num_free:
             victim = decode.pop()  # the running request admitted last
+            needed -= self.runner.blocks_for_decode([victim.id])
             self.runner.cache.free(victim.id)
             preempt(self.scheduler, victim)
             self.num_preemptions += 1

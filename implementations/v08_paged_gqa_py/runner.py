@@ -4,6 +4,7 @@ token (reserve_decode: a new block only when its last one is full), then replays
 step, which stores and reads K/V through the lanes' block tables."""
 from __future__ import annotations
 
+from functools import cached_property
 from typing import Hashable, Sequence
 
 import torch
@@ -52,16 +53,15 @@ class PagedRunner(GraphedRunner):
                                                  context_lens, slot_mapping, self.cache.kv)
         return self.model.lm_head(self.weights, hidden).float()
 
-    @property
+    @cached_property
     def pool(self):
+        """The cache's block pool, which it keeps for life: looked up once, since a step reads
+        it several times per request."""
         return self.cache.pool
 
     @property
     def num_slots(self) -> int:
         return self.cache.num_lanes
-
-    def lanes_in_use(self) -> list[int]:
-        return [s for _, s, _ in self.cache.items()]
 
     def can_prefill(self, sequences: Sequence[Sequence[int]]) -> bool:
         """Whether lanes and blocks are free for all of these sequences now."""
@@ -108,7 +108,7 @@ class PagedRunner(GraphedRunner):
         lanes = {}
         for r, seq in zip(request_ids, sequences, strict=True):
             position = len(seq) - 1
-            lanes[self.cache.slot_of(r)] = (seq[-1], position, self.pool.table(r),
+            lanes[self.cache.slot_of(r)] = (seq[-1], position, self.pool.table_view(r),
                                             self.pool.slot(r, position))
         self.buffers.write(lanes, self.poison, self.config.vocab_size, self.cache.max_len)
         return self.buffers.tensors

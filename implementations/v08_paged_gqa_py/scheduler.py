@@ -8,6 +8,7 @@ tokens; when it is admitted again its whole sequence is prefilled anew (recomput
 tokens are exactly what they would have been."""
 from __future__ import annotations
 
+import itertools
 from collections import deque
 
 from torchlet.contract import RequestError, RequestState
@@ -50,7 +51,7 @@ class PagedAdmission:
         free = pool.num_free - self.runner.blocks_for_decode([r.id for r in running])
         lanes = self.runner.cache.num_free()
         count = 0
-        for request in list(waiting)[:self.inner.admit(waiting, running)]:
+        for request in itertools.islice(waiting, self.inner.admit(waiting, running)):
             needed = pool.blocks_needed(len(request.sequence))
             if count == lanes or needed > free:
                 break

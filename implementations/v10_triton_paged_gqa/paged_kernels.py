@@ -21,7 +21,10 @@ check = v09_kernels.check  # v09's input checks: one line error each
 # dims and pages are padded with masked rows rather than refused.
 MIN_DOT = 16
 # Context tokens one loop iteration scores: a tile may span several pages (or part of one).
-BLOCK_N = 64
+# 128 measured faster than 64 at every batch and context tried on an H200 (in-graph, bf16, GQA
+# 14:2: batch 64 x 4,096 went from 59 to 45 us, batch 256 x 1,024 from 47 to 38 us; 256 was
+# slower at batch 256), docs/perf-notes.md.
+BLOCK_N = 128
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 _NS = __name__.replace(".", "_")
 
@@ -43,8 +46,8 @@ def _pad(n: int) -> int:
 # 4096: 206 us split in 2 against 191 us unsplit): the partials and their combine cost more than
 # the extra parallelism gains.
 PROGRAMS_PER_SM = 2
-# Below this a program walks at most 8 tiles: the split saves less than its second launch costs.
-MIN_SPLIT_CONTEXT = 8 * 64
+# Below this a program walks at most 4 tiles: the split saves less than its second launch costs.
+MIN_SPLIT_CONTEXT = 512
 # The SM count the interpreter plans for (an H200's), so CPU runs take the GPU's split path.
 DEFAULT_SMS = 132
 # Most floats of partials the combine loads per step (128 registers a thread at 4 warps); the
@@ -221,9 +224,12 @@ def _paged_decode_op(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
     return out
 
 
-@_paged_decode_op.register_fake
-def _(q, k_cache, v_cache, block_tables, context_lens, scale):
+def shaped_like_q(q, *_):
+    """What an attention op over q [rows, heads, head_dim] promises: a tensor like q."""
     return torch.empty_like(q)
+
+
+_paged_decode_op.register_fake(shaped_like_q)
 
 
 def _check_cache(k_cache: torch.Tensor, v_cache: torch.Tensor, dtype, device) -> None:
@@ -236,6 +242,22 @@ def _check_cache(k_cache: torch.Tensor, v_cache: torch.Tensor, dtype, device) ->
         check(c.device == device, f"{name} is on {c.device}, the inputs on {device}")
 
 
+def check_queries(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+                  rows: str) -> None:
+    """q [rows, heads, head_dim] against the paged caches it attends over: dtypes, devices,
+    layouts, head_dim, and query heads that share the KV heads evenly."""
+    check(q.dtype in DTYPES, f"q must be float32, float16 or bfloat16, got {q.dtype}")
+    check(q.dim() == 3 and q.stride(-1) == 1,
+          f"q must be [{rows}, heads, head_dim] with a contiguous last dimension, got shape "
+          f"{tuple(q.shape)} strides {q.stride()}")
+    _check_cache(k_cache, v_cache, q.dtype, q.device)
+    heads, head_dim, kv_heads = q.shape[1], q.shape[2], k_cache.shape[2]
+    check(k_cache.shape[3] == head_dim,
+          f"cache head_dim {k_cache.shape[3]} differs from q's {head_dim}")
+    check(heads % kv_heads == 0,
+          f"{heads} query heads cannot share {kv_heads} KV heads evenly (GQA needs a multiple)")
+
+
 def paged_decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                            block_tables: torch.Tensor, context_lens: torch.Tensor,
                            scale: float) -> torch.Tensor:
@@ -243,17 +265,8 @@ def paged_decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
     tokens that block_tables [B, max_blocks] (int32, padded with the null block 0) names.
     Query head h reads KV head h // (heads / kv_heads). -> [B, heads, head_dim]; a row with
     context 0 gives zeros."""
-    check(q.dtype in DTYPES, f"q must be float32, float16 or bfloat16, got {q.dtype}")
-    check(q.dim() == 3 and q.stride(-1) == 1,
-          f"q must be [B, heads, head_dim] with a contiguous last dimension, got shape "
-          f"{tuple(q.shape)} strides {q.stride()}")
-    _check_cache(k_cache, v_cache, q.dtype, q.device)
-    batch, heads, head_dim = q.shape
-    kv_heads = k_cache.shape[2]
-    check(k_cache.shape[3] == head_dim,
-          f"cache head_dim {k_cache.shape[3]} differs from q's {head_dim}")
-    check(heads % kv_heads == 0,
-          f"{heads} query heads cannot share {kv_heads} KV heads evenly (GQA needs a multiple)")
+    check_queries(q, k_cache, v_cache, "B")
+    batch = q.shape[0]
     for name, t in (("block_tables", block_tables), ("context_lens", context_lens)):
         check(t.dtype == torch.int32, f"{name} must be int32, got {t.dtype}")
         check(t.device == q.device, f"{name} is on {t.device}, q on {q.device}")

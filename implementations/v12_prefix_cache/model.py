@@ -27,11 +27,17 @@ class PrefixDecoder(TritonPagedDecoder):
             w, (k_cache, v_cache) = weights.layers[i], kv[i]
             qg, k, v = self.qkv_heads(h, positions, w, config)
             self.store_kv(k, v, k_cache, v_cache, slot_mapping)
-            keys, values = k_cache.flatten(0, 1), v_cache.flatten(0, 1)
-            out = torch.cat([self.causal_attention(qg[a:b], keys[slots], values[slots])
-                             for (a, b), slots in zip(self.spans(indptr), context)])
-            return self.output_projection(out, w)
+            return self.output_projection(
+                self.attend_context(qg, k_cache, v_cache, indptr, context), w)
         return self.forward_layers(weights, weights.embed[token_ids], attend)
+
+    def attend_context(self, qg: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+                       indptr: torch.Tensor, context: list[torch.Tensor]) -> torch.Tensor:
+        """Each request's rows qg[a:b] [rows, KV, G, D], the last of its context, attend over
+        that context's K/V, gathered from the caches by its slots context[r]."""
+        keys, values = k_cache.flatten(0, 1), v_cache.flatten(0, 1)
+        return torch.cat([self.causal_attention(qg[a:b], keys[slots], values[slots])
+                          for (a, b), slots in zip(self.spans(indptr), context)])
 
 
 layers = PrefixDecoder()

@@ -27,7 +27,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from torchlet.contract import Checkpoint, ModelConfig
 
 from ..v12_prefix_cache import PrefixDecoder
-from . import fused_kernels
+from . import context_attention, fused_kernels
 
 __all__ = ["FusedDecoder", "PackedWeights", "layers"]
 
@@ -95,6 +95,22 @@ class FusedDecoder(PrefixDecoder):
             return fused_kernels.swiglu_packed(gate_up)
         gate, up = gate_up.chunk(2, dim=-1)
         return self.swiglu(gate, up)
+
+    def attend_context(self, qg: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+                       indptr: torch.Tensor, context: list[torch.Tensor]) -> torch.Tensor:
+        """Every request's rows over its context in one kernel that reads the cache by slots
+        (context_attention), the slots concatenated once per pass; elsewhere v12's gathers and
+        one causal_attention call per request."""
+        if not self.on_triton(qg):
+            return super().attend_context(qg, k_cache, v_cache, indptr, context)
+        rows, slots, starts = self.per_pass(indptr, ("context",), lambda: (
+            indptr.long(), torch.cat(context),
+            torch.tensor([0] + [len(c) for c in context], device=indptr.device).cumsum(0)))
+        t, kv_heads, group, d = qg.shape
+        out = context_attention.context_attention(
+            qg.reshape(t, kv_heads * group, d), k_cache, v_cache, rows, slots, starts,
+            max((len(c) for c in context), default=0), d ** -0.5)
+        return out.view(qg.shape)
 
     def causal_attention(self, qg: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         """v01_1's causal attention of T queries (the last T of S positions) as one fused call:

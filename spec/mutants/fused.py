@@ -1,15 +1,19 @@
-"""Fusion (v13): fewer, larger kernels, the same numbers. The first mutant undoes a fusion and
-keeps every number right, so only the spec that reads the dispatched matrix products notices; the
-others compute something else in a fused kernel or call."""
+"""Fusion (v13): fewer, larger kernels, the same numbers. Two mutants undo a fusion and keep every
+number right, so only the specs that read the dispatched ops notice; the others compute something
+else in a fused kernel or call."""
 from spec.mutants import Edit, Mutant
 
 MODEL = "v13_fused/model.py"
 KERNELS = "v13_fused/fused_kernels.py"
+CONTEXT_KERNEL = "v13_fused/context_attention.py"
 PAGE = "spec/test_v13_fused.py"
 GEMMS = f"{PAGE}::test_a_decode_pass_multiplies_by_four_matrices_a_layer_where_v12_multiplied_by_seven"
 SAME = f"{PAGE}::test_the_packed_path_gives_v12s_logits_and_tokens_with_and_without_a_cached_prefix"
 ROPE = f"{PAGE}::test_rope_split_turns_q_and_k_like_the_reference_and_copies_v"
 SWIGLU = f"{PAGE}::test_swiglu_packed_is_silu_of_the_first_half_times_the_second"
+CONTEXT = (f"{PAGE}::test_context_attention_gives_each_row_the_softmax_over_its_context_up_to_its_"
+           "position")
+ONE_OP = f"{PAGE}::test_with_its_kernels_a_prefill_attends_in_one_op_a_layer_and_gathers_no_context"
 
 MUTANTS = [
     Mutant("v13-gate-and-up-left-apart", "fusion", (
@@ -32,4 +36,20 @@ MUTANTS = [
         Edit(KERNELS, "    up = tl.load(gate_up_ptr + row * 2 * width + width + col, mask=mask, other=0.0)",
              "    up = tl.load(gate_up_ptr + row * 2 * width + col, mask=mask, other=0.0)"),),
         (SWIGLU,), ("v13",), "swiglu_packed multiplies silu(gate) by gate"),
+    Mutant("v13-prefill-attention-per-request-again", "fusion", (
+        Edit(MODEL, "        if not self.on_triton(qg):\n            return super().attend_context",
+             "        if True:\n            return super().attend_context"),),
+        (ONE_OP,), ("v13",),
+        "a prefill gathers each request's context and attends per request: the same numbers"),
+    Mutant("v13-context-attention-aligned-top-left", "fusion", (
+        Edit(CONTEXT_KERNEL, "        position = context - rows + m", "        position = m"),),
+        (CONTEXT, SAME), ("v13",),
+        "after a cached prefix, row j sees keys 0..j instead of the prefix and the rows before it"),
+    Mutant("v13-context-attention-reads-kv-head-0", "fusion", (
+        Edit(CONTEXT_KERNEL, "        kv_head = head // group", "        kv_head = head * 0"),),
+        (CONTEXT,), ("v13",), "every query head reads the first KV head"),
+    Mutant("v13-context-attention-tile-bounded-by-its-first-row", "fusion", (
+        Edit(CONTEXT_KERNEL, "context - rows + first + BLOCK_M)", "context - rows + first + 1)"),),
+        (CONTEXT,), ("v13",),
+        "a program stops at its first row's position: its later rows miss their last keys"),
 ]

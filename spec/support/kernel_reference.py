@@ -44,12 +44,15 @@ def attention_over(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: flo
     return torch.einsum("hn,nhd->hd", probs, v)
 
 
+def table_slots(table: torch.Tensor, n: int, block_size: int) -> torch.Tensor:
+    """The flat cache rows (block * block_size + offset) of the first n tokens a table names."""
+    p = torch.arange(n, device=table.device)
+    return table.long()[p // block_size] * block_size + p % block_size
+
+
 def gather(cache: torch.Tensor, table: torch.Tensor, n: int) -> torch.Tensor:
     """The first n tokens a block table names, token by token: [n, KV, D]."""
-    block_size = cache.shape[1]
-    p = torch.arange(n, device=cache.device)
-    slots = table.long()[p // block_size] * block_size + p % block_size
-    return cache.flatten(0, 1)[slots]
+    return cache.flatten(0, 1)[table_slots(table, n, cache.shape[1])]
 
 
 def paged_decode_attention(q, k_cache, v_cache, block_tables, context_lens, scale):
@@ -59,6 +62,21 @@ def paged_decode_attention(q, k_cache, v_cache, block_tables, context_lens, scal
         if n:
             out[b] = attention_over(q[b], gather(k_cache, block_tables[b], n),
                                     gather(v_cache, block_tables[b], n), scale)
+    return out
+
+
+def context_attention(q, k_cache, v_cache, rows: list[int], contexts: list[torch.Tensor], scale):
+    """Ragged rows q [T, H, D], request r's rows[r] rows the last of its context, whose slots
+    (flat cache rows, in position order) are contexts[r]: row j sees the keys up to its own
+    position len(contexts[r]) - rows[r] + j. [T, H, D] float64."""
+    keys, values = k_cache.flatten(0, 1), v_cache.flatten(0, 1)
+    out = torch.empty(q.shape, dtype=torch.float64, device=q.device)
+    first = 0
+    for n, slots in zip(rows, contexts):
+        for j in range(n):
+            seen = slots[:len(slots) - n + j + 1]
+            out[first + j] = attention_over(q[first + j], keys[seen], values[seen], scale)
+        first += n
     return out
 
 
