@@ -4,6 +4,8 @@ from __future__ import annotations
 
 WORKLOAD_SECONDS = 2.0      # nano-vllm workload, wall time
 WORKLOAD_PCT_FLOOR = 35.0   # ... as a share of the physical floor
+WORKLOAD_VS_HF = 89.0       # ... against HF generate's wall time in the same run
+PREFILL_STEPS_SECONDS = 0.5  # ... the steps with prefill rows, summed
 KERNEL_PCT_BOUND = 70.0     # paged decode attention at B=64, context 4096, % of bandwidth
 BATCH1_STEP_MS = 1.0        # a batch-1 decode step with graph replay
 MAIN_JOB_VS_HF = 1.5        # the CPU main job: the default version's tokens/s over HF generate's
@@ -44,6 +46,14 @@ def workload_lines(result: dict | None, decode: dict | None) -> list[str]:
                 "(`torchlet bench gpu-workload --hf-baseline`)."]
     out = [_judge("nano-vllm workload wall time", row["wall_s"], WORKLOAD_SECONDS, " s", True),
            _judge("share of the physical floor", row["pct_floor"], WORKLOAD_PCT_FLOOR, "%", False)]
+    if row.get("vs_hf") is not None:
+        out.append(_judge("ratio to HF generate, same run", row["vs_hf"], WORKLOAD_VS_HF, "x",
+                          False))
+    else:
+        out.append("- ratio to HF generate: not measured in this run (`--hf-baseline`).")
+    if row.get("prefill_step_s") is not None:
+        out.append(_judge("steps with prefill rows, within the workload", row["prefill_step_s"],
+                          PREFILL_STEPS_SECONDS, " s", True))
     if row["wall_s"] > WORKLOAD_SECONDS and row.get("prefill_step_s") is not None:
         decode_steps = row["steps"] - row.get("prefill_steps", 0)
         out.append(f"  - Where the time goes: {row['prefill_step_s']:.2f} s in steps with prefill "
