@@ -160,6 +160,21 @@ class BlockPool:
         block = self._tables[request_id][position // self.block_size]
         return block * self.block_size + position % self.block_size
 
+    def slots(self, request_id: int, start: int, count: int) -> list[int]:
+        """slot() of positions start .. start + count - 1, a block's run at a time: a prefill
+        asks for thousands, and a call per token cost it milliseconds."""
+        if count <= 0:
+            return []
+        if start < 0 or start + count > self._tokens[request_id]:
+            raise IndexError(f"request {request_id} has {self._tokens[request_id]} tokens, "
+                             f"no position {start if start < 0 else start + count - 1}")
+        table, size, out = self._tables[request_id], self.block_size, []
+        for i in range(start // size, (start + count - 1) // size + 1):
+            offset = table[i] * size - i * size  # position p of logical block i: offset + p
+            out.extend(range(offset + max(start, i * size),
+                             offset + min(start + count, (i + 1) * size)))
+        return out
+
     # --- memory accounting ---------------------------------------------------------------------
 
     def kv_bytes(self, request_id: int, config: ModelConfig, dtype: torch.dtype) -> int:

@@ -91,7 +91,7 @@ class PagedCache:
                 v[block].fill_(float("nan"))
 
     def slots(self, request_id: Hashable, start: int, count: int) -> list[int]:
-        return [self.pool.slot(request_id, p) for p in range(start, start + count)]
+        return self.pool.slots(request_id, start, count)
 
     def held_bytes(self, request_id: Hashable) -> int:
         """K/V bytes the request's blocks hold: blocks * block_size tokens' worth."""

@@ -85,7 +85,7 @@ class PagedRunner(GraphedRunner):
             self.cache.assign(r, len(p))
             slots += self.cache.slots(r, 0, len(p))
         indptr, ids = self.ragged_inputs(prompts)
-        mapping = torch.tensor(slots, dtype=torch.long, device=self.device)
+        mapping = self.host_longs(slots).to(self.device)
         hidden = self.model.forward_prefill_paged(self.weights, ids, indptr, mapping, self.cache.kv)
         return self.last_logits(hidden, indptr)
 

@@ -36,13 +36,12 @@ class PrefixRunner(SamplingRunner):
         hits = [self.cache.assign_cached(r, p) for r, p in zip(request_ids, prompts)]
         rows = [p[h:] for p, h in zip(prompts, hits)]
         indptr, ids = self.ragged_inputs(rows)
-        positions = torch.tensor([h + j for h, row in zip(hits, rows) for j in range(len(row))],
-                                 dtype=torch.long, device=self.device)
-        mapping = torch.tensor([s for r, p, h in zip(request_ids, prompts, hits)
-                                for s in self.cache.slots(r, h, len(p) - h)],
-                               dtype=torch.long, device=self.device)
-        context = [torch.tensor(self.cache.slots(r, 0, len(p)), dtype=torch.long,
-                                device=self.device) for r, p in zip(request_ids, prompts)]
+        positions = self.host_longs([q for h, p in zip(hits, prompts)
+                                     for q in range(h, len(p))]).to(self.device)
+        # Every request's slots in one copy, viewed per request; its rows store to the last.
+        slots = [s for r, p in zip(request_ids, prompts) for s in self.cache.slots(r, 0, len(p))]
+        context = list(self.host_longs(slots).to(self.device).split([len(p) for p in prompts]))
+        mapping = torch.cat([c[h:] for c, h in zip(context, hits)])
         hidden = self.model.forward_prefill_cached(self.weights, ids, positions, indptr, mapping,
                                                    context, self.cache.kv)
         for r, p in zip(request_ids, prompts):
