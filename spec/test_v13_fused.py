@@ -3,9 +3,10 @@
 What it introduces: packed weights (each layer's q/k/v matrices stacked into one, and gate/up
 into one, at load) and the kernels that read the packed outputs: rope_split turns q and k by RoPE
 and lays out the heads of all three straight from the q/k/v GEMM's row; swiglu_packed reads both
-halves of the gate/up GEMM's row. A prefill's attention is one fused call per request
-(scaled_dot_product_attention), its causal mask aligned to the bottom right when a cached prefix
-comes first.
+halves of the gate/up GEMM's row. A prefill's attention is one kernel a layer for all its
+requests (context_attention), which reads each request's context from the paged cache by its
+slots, its causal mask aligned to the bottom right when a cached prefix comes first; without
+Triton, one fused call per request (scaled_dot_product_attention).
 
 Why v12 needs it: a decode step is a chain of small launches. v12 runs seven GEMMs a layer, three
 of them over the same normed rows and two over the next, then one RoPE kernel for q and another
@@ -16,16 +17,21 @@ logits equal v12's (float64, on the tiny fixtures, with and without a cached pre
 tokens equal the oracle's (the shared golden specs); each kernel equals a float64 reference
 within its dtype's tolerance, v copied bit for bit. That the work really is fused is read from
 the dispatched ops: a decode pass multiplies by four matrices a layer where v12 multiplied by
-seven, and a prefill runs one attention op per request and layer, no softmax.
+seven, and a prefill runs one attention op a layer (one per request and layer without Triton),
+no softmax, and gathers no context.
 
 Files to compare: implementations/v13_fused/{model,fused_kernels}.py against
 implementations/v09_triton_basics/{model,kernels}.py and implementations/v01_1_split_gqa/model.py
-(causal_attention).
+(causal_attention); implementations/v13_fused/context_attention.py against
+implementations/v10_triton_paged_gqa/paged_kernels.py (the decode kernel it extends to many rows)
+and implementations/v12_prefix_cache/model.py (attend_context).
 
 Tradeoff left visible: packing happens at load, so the layer tensors a v13 engine holds are no
 longer Hugging Face's names (the Layers contract's functions still take HF-named tensors, and
-then run v12's way); and the kernels still return new tensors, so q, k and v are written once
-more after the GEMM.
+then run v12's way); the kernels still return new tensors, so q, k and v are written once more
+after the GEMM; and context_attention runs a program per query head, so a GQA group reads each
+K/V tile once per head (from L2), and its grid is planned for the longest context, so the
+programs past a shorter request's rows start only to end.
 """
 from __future__ import annotations
 

@@ -8,9 +8,11 @@ several kernels where one would do:
 - gate and up are two GEMMs over the same rows: here one over [gate | up], and SwiGLU reads both
   halves of its output row (swiglu_packed).
 
-A prefill's attention was scores, a mask, a softmax and a second product, each a kernel, for
-every request in every layer: here one fused call (torch's scaled_dot_product_attention, flash
-attention on a GPU) per request. With a cached prefix a request's rows are the last of its
+A prefill's attention was, for every request in every layer, two gathers of its context out of
+the cache, then scores, a mask, a softmax and a second product, each a kernel: here one Triton
+kernel a layer for all the pass's requests, which reads each context from the cache by its slots
+(context_attention.py); where Triton does not run, one fused call per request (torch's
+scaled_dot_product_attention). With a cached prefix a request's rows are the last of its
 context, so its causal mask is aligned to the bottom right. In float64, the specs' reference
 dtype, attention stays v12's (whose softmax runs in float32), so float64 logits equal v12's.
 

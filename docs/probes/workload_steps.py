@@ -1,0 +1,42 @@
+"""nano-vllm's workload on one version, step by step: each step's prefill and decode rows and its
+wall time (the first 40 steps), then the decode steps' times by batch size. Built as
+`torchlet bench gpu-workload` builds it, after the same warm-up."""
+import collections
+import sys
+import time
+
+import torch
+
+import implementations
+from torchlet.bench.drive import warm_up
+from torchlet.bench.workloads import QWEN25_05B, nano_vllm_workload, random_checkpoint
+
+device, dtype = "cuda", torch.bfloat16
+ckpt = random_checkpoint(QWEN25_05B, 0, device=device, dtype=dtype)
+version = implementations.load(sys.argv[1] if len(sys.argv) > 1 else "v13_fused")
+engine = version.build(ckpt, device=device, dtype=dtype, max_decode_slots=256,
+                       max_step_tokens=16384, max_model_len=2011, num_blocks=17423)
+workload = nano_vllm_workload()
+warm_up(engine, workload, True)
+torch.cuda.synchronize()
+start = time.perf_counter()
+for i, prompt in enumerate(workload.prompts):
+    engine.add_request(list(prompt), workload.params(i))
+print(f"add_request x {len(workload.prompts)}: {(time.perf_counter() - start) * 1e3:.1f} ms")
+steps = []
+while engine.has_unfinished():
+    before = time.perf_counter()
+    engine.step()
+    stats = engine.last_step_stats()
+    steps.append((stats.num_prefill_tokens, stats.num_decode_tokens,
+                  (time.perf_counter() - before) * 1e3))
+print(f"wall {time.perf_counter() - start:.3f} s")
+for i, (prefill, decode, ms) in enumerate(steps[:40]):
+    print(f"step {i}: {prefill} prefill rows, {decode} decode rows, {ms:.1f} ms")
+by_batch = collections.defaultdict(list)
+for prefill, decode, ms in steps:
+    if not prefill:
+        by_batch[decode // 32 * 32].append(ms)
+for batch, times in sorted(by_batch.items()):
+    print(f"decode rows {batch}-{batch + 31}: {len(times)} steps, median "
+          f"{sorted(times)[len(times) // 2]:.2f} ms")
