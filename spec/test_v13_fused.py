@@ -210,10 +210,12 @@ INTERPRETER = pytest.mark.skipif(not INTERPRETED, reason="CPU kernels need TRITO
 
 
 @pytest.mark.parametrize("fixture,dtype,path", [
+    pytest.param("tiny_llama", torch.float32, "torch", id="tiny_llama-float32-torch"),
     *[pytest.param(f, torch.float64, "torch", id=f"{f}-float64") for f in FIXTURES],
-    *[pytest.param(f, torch.float32, "kernels", id=f"{f}-float32-kernels", marks=INTERPRETER)
-      for f in FIXTURES],
-    pytest.param("tiny_llama", torch.float32, "torch", id="tiny_llama-float32-torch")])
+    # The kernels' own specs cover their maths; this one, their place in the engine, on the
+    # fixture whose cached prefixes moved its logits most (tiny_qwen2 missed a top-left mask).
+    pytest.param("tiny_llama", torch.float32, "kernels", id="tiny_llama-float32-kernels",
+                 marks=INTERPRETER)])
 def test_the_packed_path_gives_v12s_logits_and_tokens_with_and_without_a_cached_prefix(
         impl, v12, fixture, dtype, path, monkeypatch):
     """Run twice: the second run's prompts find their leading blocks cached, so their prefill
