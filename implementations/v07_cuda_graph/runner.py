@@ -1,7 +1,7 @@
 """v06's runner with the decode step captured as a graph, once per bucket of lanes, and replayed
-afterwards: CUDA graphs on a GPU (every bucket at the first decode step), graphs.CpuGraph on a CPU
-(each bucket at its first step). The graph holds the whole step, LM
-head included, so a replay returns logits. Prefill stays eager and dynamic.
+afterwards: CUDA graphs on a GPU (every bucket at the first decode step), graphs.CpuGraph on a
+CPU (each bucket at its first step). The graph holds the whole step, LM head included, so a
+replay returns logits. Prefill stays eager and dynamic.
 
 A step needs the lanes 0 .. (highest slot in use); the bucket is the smallest of 1, 2, 4, ... up
 to the slot count that covers them. Slots are handed out lowest first, so few running requests
