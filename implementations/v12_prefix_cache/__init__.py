@@ -23,5 +23,5 @@ from .model import PrefixDecoder, layers
 CAPABILITIES = PREVIOUS + (PREFIX_CACHE,)
 
 __all__ = ["CAPABILITIES", "KERNELS", "OPTIONS", "BlockPool", "PoolExhausted", "PrefixBlockPool",
-           "PrefixCache", "PrefixDecoder", "PrefixEngine", "build", "graphs", "kernels", "layers", "metadata",
-           "paged_attention", "paged_kernels", "prefix_build", "sampler"]
+           "PrefixCache", "PrefixDecoder", "PrefixEngine", "build", "graphs", "kernels", "layers",
+           "metadata", "paged_attention", "paged_kernels", "prefix_build", "sampler"]

@@ -17,7 +17,7 @@ from ..v12_prefix_cache import CAPABILITIES as PREVIOUS
 from ..v12_prefix_cache import (KERNELS, BlockPool, PoolExhausted, PrefixBlockPool, PrefixCache,
                                 graphs, kernels, metadata, paged_attention, paged_kernels,
                                 sampler)
-from . import fused_kernels
+from . import context_attention, fused_kernels
 from .engine import OPTIONS, PrefixEngine, build
 from .model import FusedDecoder, PackedWeights, layers
 
@@ -25,5 +25,5 @@ CAPABILITIES = PREVIOUS + (FUSED,)
 
 __all__ = ["CAPABILITIES", "KERNELS", "OPTIONS", "BlockPool", "FusedDecoder", "PackedWeights",
            "PoolExhausted", "PrefixBlockPool", "PrefixCache", "PrefixEngine", "build",
-           "fused_kernels", "graphs", "kernels", "layers", "metadata", "paged_attention",
-           "paged_kernels", "sampler"]
+           "context_attention", "fused_kernels", "graphs", "kernels", "layers", "metadata",
+           "paged_attention", "paged_kernels", "sampler"]

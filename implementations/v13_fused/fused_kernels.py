@@ -17,7 +17,8 @@ import triton.language as tl
 
 from ..v12_prefix_cache import kernels
 
-ELEMENTWISE_BLOCK, check, check_tensor = kernels.ELEMENTWISE_BLOCK, kernels.check, kernels.check_tensor
+ELEMENTWISE_BLOCK, check = kernels.ELEMENTWISE_BLOCK, kernels.check
+check_tensor = kernels.check_tensor
 
 _NS = __name__.replace(".", "_")
 
