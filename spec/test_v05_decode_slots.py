@@ -151,6 +151,7 @@ def assert_decode_lanes(impl, lanes: int, slots: int, in_use: int):
 
 # --- under random arrival schedules -------------------------------------------------------------
 
+@pytest.mark.one_step_per_call
 @given(schedule=sts.arrival_schedules(VOCAB, max_len=MAX_LEN), slots=st.integers(1, 4))
 @engine_settings()
 def test_for_any_arrival_schedule_a_request_keeps_one_unshared_slot_newcomers_taking_the_lowest(
@@ -220,6 +221,7 @@ def test_a_freed_slot_goes_to_the_next_request_lowest_slot_first(impl):
     assert [engine.slot_of(i) for i in (late2, late1)] == [0, 1]  # the lowest, not the first freed
 
 
+@pytest.mark.one_step_per_call
 def test_the_lane_slot_of_names_feeds_its_requests_token_and_its_kv_rows_stay_put(impl):
     """slot_of() checked against the passes themselves, while requests leave from below others
     (a finish, then an abort) and newcomers fill the freed slots. In float32, so v09 and v10 run

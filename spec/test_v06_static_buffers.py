@@ -97,6 +97,7 @@ def drive(engine, schedule, on_step=None) -> list[int]:
     return ids
 
 
+@pytest.mark.one_step_per_call
 @given(schedule=sts.arrival_schedules(VOCAB, max_len=MAX_LEN), slots=st.integers(1, 4))
 @engine_settings()
 def test_every_decode_step_reads_the_same_buffers_written_in_place_without_allocating(
@@ -120,6 +121,7 @@ def v05():
     return implementations.load("v05_decode_slots")
 
 
+@pytest.mark.one_step_per_call
 def test_a_decode_step_writes_in_place_where_v05_allocated_its_inputs(impl, v05):
     steps = {}
     for version in (impl, v05):

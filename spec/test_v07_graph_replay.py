@@ -153,6 +153,7 @@ def test_a_replayed_decode_step_runs_none_of_the_models_python_code(steady):
             f"decode step {step} ran model code: {sorted(set(watch.model_calls))}"
 
 
+@pytest.mark.one_step_per_call
 def test_a_replayed_decode_step_dispatches_no_op_from_the_model_yet_does_the_steps_work(steady):
     (_, replayed), (_, eager) = steady
     for step, (watch, eager_watch) in enumerate(zip(replayed, eager)):
@@ -162,6 +163,7 @@ def test_a_replayed_decode_step_dispatches_no_op_from_the_model_yet_does_the_ste
         assert len(watch.ops) >= len(eager_watch.model_ops) > 0, f"decode step {step}"
 
 
+@pytest.mark.one_step_per_call
 def test_with_graphs_off_every_decode_step_runs_the_models_python_code(steady):
     # The other side of the two specs above: the watch sees the model when it runs.
     _, (_, eager) = steady

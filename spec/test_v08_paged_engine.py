@@ -151,6 +151,7 @@ def tight_runs(draw):
 
 # --- block tables during real generation ------------------------------------------------------
 
+@pytest.mark.one_step_per_call
 @given(run=tight_runs())
 @engine_settings()
 def test_block_tables_and_metadata_stay_consistent_at_every_step_of_any_arrival_schedule(impl,
@@ -184,6 +185,7 @@ def test_a_scripted_exhaustion_preempts_and_every_request_still_gets_its_solo_to
     assert stats["num_free"] == stats["num_usable"] and engine.block_tables() == {}
 
 
+@pytest.mark.one_step_per_call
 @pytest.mark.parametrize("use_graphs", [True, False], ids=["graphs", "eager"])
 def test_with_unowned_blocks_poisoned_no_live_request_sees_a_nan_through_preemption_and_reuse(
         impl, use_graphs):
@@ -207,6 +209,7 @@ def test_with_unowned_blocks_poisoned_no_live_request_sees_a_nan_through_preempt
         assert engine.output(i).tokens == solo(tuple(prompt), SCRIPT_PARAMS)
 
 
+@pytest.mark.one_step_per_call
 @given(run=tight_runs())
 @engine_settings()
 def test_on_a_tight_pool_any_arrival_schedule_gets_its_solo_tokens_and_frees_every_block(impl,
@@ -247,6 +250,7 @@ def test_a_request_whose_recompute_could_exceed_the_step_budget_is_refused_when_
 
 # --- memory accounting ------------------------------------------------------------------------
 
+@pytest.mark.one_step_per_call
 def test_kv_bytes_are_the_blocks_a_request_holds_and_never_more_than_its_tokens_need(impl):
     block_size, per_token = 4, bytes_per_token(F64)
     engine = impl.build(CKPT, dtype=F64, **SCRIPT_POOL)
@@ -287,6 +291,7 @@ def allocated_bytes(build):
                        for op in log.ops for shape, dtype in op.fresh)
 
 
+@pytest.mark.one_step_per_call
 def test_on_the_same_workload_a_pool_sized_to_its_peak_allocates_a_tenth_of_v07s_reservation(
         impl):
     """v07 allocates max_position rows of K/V per decode slot at build, used or not: measured

@@ -139,6 +139,7 @@ def meter_prefill(engine, prompt, params):
     return rows, engine.output(rid).tokens
 
 
+@pytest.mark.one_step_per_call
 def test_a_prefill_feeds_every_layer_only_the_tokens_the_cache_lacks(impl):
     """A second request with the first's 9-token prompt plus 3 tokens finds 2 blocks (8
     tokens) cached and computes 4 rows at every layer; stats count them."""
@@ -156,6 +157,7 @@ def test_a_prefill_feeds_every_layer_only_the_tokens_the_cache_lacks(impl):
     assert off.generate([first + [11, 12, 13]], GenerationParams(max_new_tokens=3)) == [tokens]
 
 
+@pytest.mark.one_step_per_call
 def test_a_prompt_the_cache_holds_whole_still_computes_its_last_token(impl):
     """8 tokens, two full blocks, all cached by an earlier request: the prefill computes the
     last block (the hit stops before the last token) and its first token has logits; a prompt
@@ -190,6 +192,7 @@ def test_requests_with_a_common_prefix_read_the_same_blocks_for_it_and_their_own
         engine.step()
 
 
+@pytest.mark.one_step_per_call
 def test_two_requests_admitted_in_one_step_with_one_prefix_both_compute_it(impl):
     """Stated, not hidden: a block is registered once its K/V is written, so the same prefix
     prefilled twice in one step is computed twice; the next request then finds it."""

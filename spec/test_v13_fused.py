@@ -283,6 +283,7 @@ def prefill_calls(impl, prompts, *modules):
     return aten.counts, kernels.counts
 
 
+@pytest.mark.one_step_per_call
 def test_without_its_kernels_a_prefill_runs_one_attention_op_per_request_and_layer(impl,
                                                                                    monkeypatch):
     """In float32 on a CPU the fused call is one aten op (flash attention for CPU); v12 ran an
@@ -295,6 +296,7 @@ def test_without_its_kernels_a_prefill_runs_one_attention_op_per_request_and_lay
     assert calls["softmax"] + calls["_softmax"] == 0, dict(calls)
 
 
+@pytest.mark.one_step_per_call
 @interpreted
 def test_with_its_kernels_a_prefill_attends_in_one_op_a_layer_and_gathers_no_context(
         impl, context_kernel):

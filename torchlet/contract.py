@@ -38,11 +38,12 @@ TRITON_PAGED = "triton_paged"           # v10: Triton paged decode attention + K
 SAMPLING = "sampling"                   # v11: temperature, top-k, top-p, min-p and seeds
 PREFIX_CACHE = "prefix_cache"           # v12: shared prompt prefixes, reference-counted blocks
 FUSED = "fused"                         # v13: one GEMM for q/k/v and for gate/up, fused attention
+OVERLAP = "overlap"                     # v14: the next decode launched before a step's read-back
 
 ALL_CAPABILITIES = (
     GENERATE, RAGGED_BATCH, SPLIT_GQA, KV_CACHE, REQUEST_STATES, CONTINUOUS_BATCHING,
     DECODE_SLOTS, STATIC_BUFFERS, GRAPH_REPLAY, PAGED_KV, TRITON_BASICS, TRITON_PAGED, SAMPLING,
-    PREFIX_CACHE, FUSED,
+    PREFIX_CACHE, FUSED, OVERLAP,
 )
 
 

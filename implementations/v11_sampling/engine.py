@@ -37,8 +37,13 @@ class SamplingEngine(PagedEngine):
         return super()._enqueue(prompt, params)
 
     def _choose(self, batch, logits: torch.Tensor) -> list[int]:
-        """Decode rows first (their draws from the graph), then prefill rows (drawn here, each
-        lane given its request's settings for the steps to come); one read back to the host."""
+        """The draws, read back to the host at once."""
+        return self._draws(batch, logits).tolist()
+
+    def _draws(self, batch, logits: torch.Tensor) -> torch.Tensor:
+        """Each request's token on the device, in batch.requests order: decode rows first (their
+        draws from the graph), then prefill rows (drawn here, each lane given its request's
+        settings for the steps to come)."""
         drawn = [self.runner.drawn_for([r.id for r in batch.decode])] if batch.decode else []
         if batch.prefill:
             for r in batch.prefill:
@@ -46,7 +51,7 @@ class SamplingEngine(PagedEngine):
             drawn.append(self.runner.draw(logits[len(batch.decode):],
                                           [r.params for r in batch.prefill],
                                           [len(r.sequence) for r in batch.prefill]))
-        return torch.cat(drawn).tolist()
+        return torch.cat(drawn)
 
 
 # v10's options, over this version's runner and engine, with v10's model functions.

@@ -19,9 +19,11 @@ from .block_pool import PrefixBlockPool
 from .cache import PrefixCache
 from .engine import OPTIONS, PrefixEngine, build, prefix_build
 from .model import PrefixDecoder, layers
+from .runner import PrefixRunner
 
 CAPABILITIES = PREVIOUS + (PREFIX_CACHE,)
 
 __all__ = ["CAPABILITIES", "KERNELS", "OPTIONS", "BlockPool", "PoolExhausted", "PrefixBlockPool",
-           "PrefixCache", "PrefixDecoder", "PrefixEngine", "build", "graphs", "kernels", "layers",
-           "metadata", "paged_attention", "paged_kernels", "prefix_build", "sampler"]
+           "PrefixCache", "PrefixDecoder", "PrefixEngine", "PrefixRunner", "build", "graphs",
+           "kernels", "layers", "metadata", "paged_attention", "paged_kernels", "prefix_build",
+           "sampler"]

@@ -31,12 +31,14 @@ OPTIONS = PREVIOUS_OPTIONS + PREFIX_OPTIONS
 
 
 def prefix_build(version: str, model, checkpoint: Checkpoint, *, prefix_cache: bool = True,
-                 block_hash: Callable | None = None, **options):
+                 block_hash: Callable | None = None, runner_class=PrefixRunner,
+                 engine_class=PrefixEngine, **options):
     """v11's build and options, over the prefix-cache runner calling `model` (a decoder):
     prefix_cache=False turns the cache off, block_hash replaces the hash of a block (its parent's
-    hash and its token ids). version names the build in its refusals."""
-    runner = partial(PrefixRunner, prefix_cache=prefix_cache, block_hash=block_hash)
-    return paged_build(version, runner, PrefixEngine, checkpoint, model=model, **options)
+    hash and its token ids). version names the build in its refusals; a later version passes
+    its own runner_class and engine_class (a PrefixRunner's and PrefixEngine's subclasses)."""
+    runner = partial(runner_class, prefix_cache=prefix_cache, block_hash=block_hash)
+    return paged_build(version, runner, engine_class, checkpoint, model=model, **options)
 
 
 # This version's build: the prefix cache over this version's decoder.

@@ -52,8 +52,12 @@ class PrefixRunner(SamplingRunner):
         """v11's decode step; then the blocks it filled are sealed (only a request whose token
         count reached a block boundary has a new full block)."""
         logits = super().decode(request_ids, sequences)
+        self.seal_filled(request_ids, sequences)
+        return logits
+
+    def seal_filled(self, request_ids: Sequence[Hashable], sequences: Sequence[Sequence[int]]):
+        """Seal the block each request's last token filled, if it filled one."""
         if self.prefix_cache:
             for r, seq in zip(request_ids, sequences):
                 if len(seq) % self.block_size == 0:
                     self.cache.seal(r, seq)
-        return logits

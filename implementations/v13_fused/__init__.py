@@ -15,8 +15,8 @@ from torchlet.contract import FUSED
 
 from ..v12_prefix_cache import CAPABILITIES as PREVIOUS
 from ..v12_prefix_cache import (KERNELS, BlockPool, PoolExhausted, PrefixBlockPool, PrefixCache,
-                                graphs, kernels, metadata, paged_attention, paged_kernels,
-                                sampler)
+                                PrefixRunner, graphs, kernels, metadata, paged_attention,
+                                paged_kernels, prefix_build, sampler)
 from . import context_attention, fused_kernels
 from .engine import OPTIONS, PrefixEngine, build
 from .model import FusedDecoder, PackedWeights, layers
@@ -24,6 +24,6 @@ from .model import FusedDecoder, PackedWeights, layers
 CAPABILITIES = PREVIOUS + (FUSED,)
 
 __all__ = ["CAPABILITIES", "KERNELS", "OPTIONS", "BlockPool", "FusedDecoder", "PackedWeights",
-           "PoolExhausted", "PrefixBlockPool", "PrefixCache", "PrefixEngine", "build",
-           "context_attention", "fused_kernels", "graphs", "kernels", "layers", "metadata",
-           "paged_attention", "paged_kernels", "sampler"]
+           "PoolExhausted", "PrefixBlockPool", "PrefixCache", "PrefixEngine", "PrefixRunner",
+           "build", "context_attention", "fused_kernels", "graphs", "kernels", "layers",
+           "metadata", "paged_attention", "paged_kernels", "prefix_build", "sampler"]

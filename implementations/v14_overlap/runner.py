@@ -1,0 +1,77 @@
+"""v13's runner, able to decode a token it has not read back: the step after a decode is
+launched with each lane's token id copied on the device from the draws that made it, at the
+position after the request's known tokens."""
+from __future__ import annotations
+
+from typing import Callable, Hashable, Sequence
+
+import torch
+
+from ..v13_fused import PrefixRunner
+
+
+class Unread(Sequence):
+    """A request's tokens and one more drawn but not read back: it counts that token, and its
+    last item is a placeholder the step's device copy replaces (a copy of the tokens would cost
+    a pass over the whole context a request and step)."""
+
+    def __init__(self, known: Sequence[int]):
+        self.known = known
+
+    def __len__(self) -> int:
+        return len(self.known) + 1
+
+    def __getitem__(self, index):
+        if index in (-1, len(self.known)):
+            return 0
+        return self.known[index]
+
+
+class OverlapRunner(PrefixRunner):
+    fed: torch.Tensor | None = None  # the token ids the decode being set up reads on the device
+
+    def decode_ahead(self, request_ids: Sequence[Hashable], sequences: Sequence[Sequence[int]],
+                     fed: torch.Tensor) -> torch.Tensor:
+        """Decode, for each request, the token fed[i] (on the device, drawn by the step before
+        and not yet read back) at position len(sequences[i]); returns the tokens this step
+        draws, on the device. The blocks it fills are sealed once the fed tokens are known
+        (seal_filled)."""
+        self.fed = fed
+        try:
+            self.decode(request_ids, [Unread(s) for s in sequences])
+        finally:
+            self.fed = None
+        return self.drawn_for(request_ids)
+
+    def decode_inputs(self, request_ids: Sequence[Hashable], sequences: Sequence[Sequence[int]]):
+        """v13's buffers; ahead of a read-back, the lanes' token ids are then copied from the
+        draws on the device."""
+        buffers = super().decode_inputs(request_ids, sequences)
+        if self.fed is not None:
+            lanes = self.lane_index(request_ids)
+            if self.device.type == "cuda":
+                lanes = lanes.pin_memory()
+            buffers[0].index_copy_(0, lanes.to(self.device, non_blocking=True), self.fed)
+        return buffers
+
+    def seal_filled(self, request_ids: Sequence[Hashable], sequences: Sequence[Sequence[int]]):
+        """v12's sealing, except for a step ahead of its read-back: a block's hash needs its
+        tokens, so the engine seals it once they are read."""
+        if self.fed is None:
+            super().seal_filled(request_ids, sequences)
+
+    def start_read(self, tokens: torch.Tensor) -> Callable[[], list[int]]:
+        """Start copying tokens to the host; returns the wait for them, as ints. On a GPU the
+        copy goes to pinned memory behind an event: work launched after it does not delay it,
+        where tolist() would wait for the whole stream."""
+        host = torch.empty(tokens.shape, dtype=tokens.dtype, pin_memory=tokens.is_cuda)
+        host.copy_(tokens, non_blocking=True)
+        copied = torch.cuda.Event() if tokens.is_cuda else None
+        if copied is not None:
+            copied.record()
+
+        def wait() -> list[int]:
+            if copied is not None:
+                copied.synchronize()
+            return host.tolist()
+        return wait
