@@ -30,16 +30,15 @@ PREFIX_OPTIONS = (
 OPTIONS = PREVIOUS_OPTIONS + PREFIX_OPTIONS
 
 
-def prefix_build(version: str, model, checkpoint: Checkpoint, *, prefix_cache: bool = True,
-                 block_hash: Callable | None = None, runner_class=PrefixRunner,
-                 engine_class=PrefixEngine, **options):
-    """v11's build and options, over the prefix-cache runner calling `model` (a decoder):
-    prefix_cache=False turns the cache off, block_hash replaces the hash of a block (its parent's
-    hash and its token ids). version names the build in its refusals; a later version passes
-    its own runner_class and engine_class (a PrefixRunner's and PrefixEngine's subclasses)."""
+def prefix_build(version: str, runner_class, engine_class, model, checkpoint: Checkpoint, *,
+                 prefix_cache: bool = True, block_hash: Callable | None = None, **options):
+    """v11's build and options, an engine_class over a runner_class (PrefixEngine and
+    PrefixRunner, or subclasses) calling `model` (a decoder): prefix_cache=False turns the cache
+    off, block_hash replaces the hash of a block (its parent's hash and its token ids). version
+    names the build in its refusals."""
     runner = partial(runner_class, prefix_cache=prefix_cache, block_hash=block_hash)
     return paged_build(version, runner, engine_class, checkpoint, model=model, **options)
 
 
 # This version's build: the prefix cache over this version's decoder.
-build = partial(prefix_build, "v12", layers)
+build = partial(prefix_build, "v12", PrefixRunner, PrefixEngine, layers)

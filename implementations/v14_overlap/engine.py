@@ -105,12 +105,9 @@ OVERLAP_OPTIONS = (
 OPTIONS = PREVIOUS_OPTIONS + OVERLAP_OPTIONS
 
 
-def overlap_build(checkpoint: Checkpoint, *, overlap: bool = True, **options):
+def build(checkpoint: Checkpoint, *, overlap: bool = True, **options):
     """v13's build and options over the overlapping runner and engine; overlap=False runs each
     step in order, as v13 does."""
     engine = partial(OverlapEngine, overlap=overlap)
-    return prefix_build("v14", layers, checkpoint, runner_class=OverlapRunner,
-                        engine_class=engine, **options)
+    return prefix_build("v14", OverlapRunner, engine, layers, checkpoint, **options)
 
-
-build = overlap_build

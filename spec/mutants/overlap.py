@@ -1,0 +1,65 @@
+"""Overlap (v14): the next decode runs ahead of the host's read-back, never ahead of what the
+host knows. Each mutant keeps the tokens of a plain run right or breaks them only in the case
+it names, so the specs that watch the step ahead from outside must notice."""
+from spec.mutants import Edit, Mutant
+
+ENGINE = "v14_overlap/engine.py"
+RUNNER = "v14_overlap/runner.py"
+PAGE = "spec/test_v14_overlap.py"
+STORED = f"{PAGE}::test_when_a_step_returns_the_next_decode_has_stored_each_requests_last_token"
+FED = f"{PAGE}::test_the_decode_ahead_feeds_each_lane_its_requests_last_token_at_the_next_position"
+ORDER = f"{PAGE}::test_a_step_copies_its_tokens_out_before_it_writes_the_next_decodes_inputs"
+LAST = f"{PAGE}::test_a_request_at_its_last_token_gets_no_decode_ahead"
+STOPPED = f"{PAGE}::test_a_request_stopped_by_a_stop_token_or_aborted_leaves_the_others_their_tokens"
+TIGHT = f"{PAGE}::test_on_a_tight_poisoned_pool_any_arrival_schedule_gets_its_solo_tokens"
+SEALED = f"{PAGE}::test_a_block_filled_by_a_decode_ahead_is_sealed_and_spares_a_later_prefill_its_rows"
+
+PROPERTY = "overlap"
+V14 = ("v14",)
+
+MUTANTS = [
+    Mutant("v14-ahead-fed-the-placeholder", PROPERTY, (
+        Edit(RUNNER, "        if self.fed is not None:\n            lanes =",
+             "        if False:\n            lanes ="),),
+        (FED, STORED), V14,
+        "the decode ahead reads the placeholder token id, not the token the step drew"),
+    Mutant("v14-tokens-read-after-the-step-ahead", PROPERTY, (
+        Edit(ENGINE, "        read = self.runner.start_read(tokens)\n"
+                     "        self.ahead = self._decode_ahead(batch, tokens)\n",
+             "        self.ahead = self._decode_ahead(batch, tokens)\n"
+                     "        read = self.runner.start_read(tokens)\n"),),
+        (ORDER,), V14,
+        "the tokens are copied out after the next decode is launched: on a GPU the wait waits "
+        "for it too; the same tokens"),
+    Mutant("v14-tokens-read-by-tolist", PROPERTY, (
+        Edit(RUNNER, "        host = torch.empty(tokens.shape, dtype=tokens.dtype, "
+                     "pin_memory=tokens.is_cuda)\n",
+             "        return tokens.tolist\n"
+             "        host = torch.empty(tokens.shape, dtype=tokens.dtype, "
+             "pin_memory=tokens.is_cuda)\n"),),
+        (ORDER,), V14,
+        "the read-back is tolist() when asked: after the step ahead, which it waits for on a GPU"),
+    Mutant("v14-ahead-for-a-requests-last-token-too", PROPERTY, (
+        Edit(ENGINE, "if len(r.tokens) + 1 < r.params.max_new_tokens]",
+             "if len(r.tokens) + 1 <= r.params.max_new_tokens]"),),
+        (LAST,), V14,
+        "a request whose next token is its last still gets a decode ahead, a row for nothing"),
+    Mutant("v14-ahead-rows-taken-in-order", PROPERTY, (
+        Edit(ENGINE, "        if len(requests) == len(self.requests):\n",
+             "        if True:  # the first rows, whoever left\n"
+             "            return self.tokens[:len(requests)]\n"
+             "        if len(requests) == len(self.requests):\n"),),
+        (STOPPED, TIGHT), V14,
+        "after a request stops or is aborted, the others take the first rows of the step ahead"),
+    Mutant("v14-ahead-blocks-never-sealed", PROPERTY, (
+        Edit(ENGINE, "            self.runner.seal_filled([r.id for r in running], "
+                     "[r.sequence for r in running])\n",
+             "            pass  # sealed by nobody\n"),),
+        (SEALED,), V14,
+        "a block a decode ahead fills is never sealed: a later prompt recomputes it"),
+    Mutant("v14-ahead-blocks-sealed-at-launch", PROPERTY, (
+        Edit(RUNNER, "        if self.fed is None:\n            super().seal_filled",
+             "        if True:\n            super().seal_filled"),),
+        (SEALED,), V14,
+        "a block is sealed when the decode ahead is launched: its hash reads the placeholder"),
+]
