@@ -35,6 +35,7 @@ from spec.support import strategies as sts
 from spec.support.allocations import OpLog, storage
 from spec.support.hypothesis_profiles import engine_settings
 from spec.support.models import tiny_checkpoint
+from spec.support.overlap import overlaps
 from torchlet.contract import STATIC_BUFFERS, GenerationParams
 
 pytestmark = pytest.mark.needs(STATIC_BUFFERS)
@@ -195,4 +196,6 @@ def test_a_cuda_decode_step_makes_the_host_wait_once_for_its_tokens(impl):
         torch.cuda.set_sync_debug_mode("default")
     syncs = [str(w.message) for w in caught if "called a synchronizing" in str(w.message)]
     assert engine.last_step_stats().num_decode_tokens == len(ids)
-    assert len(syncs) == 1, syncs
+    # From v14 the read-back waits on an event recorded right after the tokens' copy, which
+    # waits for nothing launched after it and which this mode does not count: no sync at all.
+    assert len(syncs) == (0 if overlaps(impl) else 1), syncs

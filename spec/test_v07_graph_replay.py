@@ -25,6 +25,7 @@ from hypothesis import given
 from spec.support import strategies as sts
 from spec.support.hypothesis_profiles import engine_settings
 from spec.support.models import tiny_checkpoint
+from spec.support.overlap import unread
 from spec.support.replay_watch import CudaStepWatch, ModelWatch
 from torchlet.contract import GRAPH_REPLAY, GenerationParams
 
@@ -207,7 +208,9 @@ def test_cuda_steady_state_step_is_one_graph_launch_and_no_eager_model_kernel(im
     _, replayed = steady_state(graphed, lambda: CudaStepWatch(impl))
     for step, watch in enumerate(replayed):
         assert watch.launches.graphs == 1, f"decode step {step}: {watch.launches.calls}"
-        assert watch.launches.kernels <= HOST_KERNELS, f"decode step {step}: {watch.launches.calls}"
+        # From v14 a step also copies its draws into the next step's token ids (index_copy_).
+        assert watch.launches.kernels <= HOST_KERNELS + unread(impl), \
+            f"decode step {step}: {watch.launches.calls}"
         assert not watch.model.model_calls and not watch.model.model_ops, \
             f"decode step {step} ran model code: {sorted(set(watch.model.model_calls))}"
     eager = impl.build(CKPT, device="cuda", max_decode_slots=8, use_graphs=False)
