@@ -106,9 +106,10 @@ def test_the_default_is_the_newest_on_a_gpu_and_the_newest_unpaged_on_a_cpu_with
     assert cli.default_version(versions[2:], "cpu").name == "v10"  # none unpaged: the newest
     import implementations
     newest = implementations.discover()[-1]
-    assert cli.serving_options(newest, "cpu") == {"use_graphs": False}
+    assert cli.serving_options(newest, "cpu") == {"use_graphs": False, "overlap": False}
     assert cli.serving_options(newest, "cuda") == {}
-    assert "kernels off" in cli.run_mode(newest, "cpu", {"use_graphs": False}, interpret=False)
+    mode = cli.run_mode(newest, "cpu", cli.serving_options(newest, "cpu"), interpret=False)
+    assert "kernels off" in mode and "graphs off" in mode and "steps in order" in mode
     with cli.kernels_off("cpu", interpret=False):
         assert os.environ["TRITON_INTERPRET"] == "0"  # what TritonDecoder.on_triton reads
     assert os.environ.get("TRITON_INTERPRET") == "1"  # the specs' setting, given back

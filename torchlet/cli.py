@@ -80,10 +80,14 @@ def pick_version(name: str | None, root: str | None, device: str, need: str | No
 
 def serving_options(version, device: str) -> dict:
     """On a CPU, graphs off where a version has them: its graph stand-in replays a recorded tape
-    of ops, which checks the graph contract in the specs but is slower than eager here."""
-    if device.startswith("cuda") or not any(o.name == "use_graphs" for o in version.options):
+    of ops, which checks the graph contract in the specs but is slower than eager here. And the
+    step in order where a version would launch the next decode ahead (v14): a CPU runs each op
+    as it is dispatched, so the overlap buys nothing there, and a token would be shown only
+    after the next one is computed."""
+    names = {o.name for o in version.options}
+    if device.startswith("cuda"):
         return {}
-    return {"use_graphs": False}
+    return {name: False for name in ("use_graphs", "overlap") if name in names}
 
 
 @contextlib.contextmanager
@@ -112,6 +116,8 @@ def run_mode(version, device: str, options: dict, interpret: bool) -> str:
                     "Triton kernels off (PyTorch layers)")
     if options.get("use_graphs") is False:
         mode.append("graphs off")
+    if options.get("overlap") is False:
+        mode.append("steps in order")
     return "".join(f", {m}" for m in mode)
 
 

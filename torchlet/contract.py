@@ -567,3 +567,13 @@ class PrefixCacheEngine(SamplingEngine, Protocol):
         """queried_tokens (prompt tokens looked up), hit_tokens (of them, found cached and not
         computed) and evictions (cached blocks taken for other tokens), since build."""
         ...
+
+
+# Capability `overlap` (v14): build(..., overlap=True). step() launches the next step's decode
+# for every running request that may continue (all but those whose next token is their last)
+# before it reads its own tokens back; the decode ahead takes each lane's token id on the device.
+# Outputs are v13's. Between steps a running request has cached all its tokens, its last one
+# included (num_cached_tokens counts one more than v13's), unless the pool lacked the blocks for
+# a step ahead, which the next step then runs in order. A request that stops at a stop token, or
+# is aborted, has had one row computed ahead that nothing reads; its blocks are freed as before.
+# overlap=False runs v13's step. No method is added.

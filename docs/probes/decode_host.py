@@ -1,7 +1,8 @@
-"""Host time of v13 decode steps at 256 lanes on this CPU: 256 requests of ~1,000-token prompts
-(tiny_qwen2, float32, graphs off, Triton off), the graphs' run replaced by its own first output,
-so that what a step still costs is the engine's, scheduler's and runner's Python. Medians of 5 x
-20 steps, then `--profile` for a cProfile of 20."""
+"""Host time of decode steps at 256 lanes on this CPU, of v13 or of the version named (e.g.
+`v14_overlap`): 256 requests of ~1,000-token prompts (tiny_qwen2, float32, graphs off, Triton
+off), the graphs' run replaced by its own first output, so that what a step still costs is the
+engine's, scheduler's and runner's Python. Medians of 5 x 20 steps, then `--profile` for a
+cProfile of 20."""
 import cProfile
 import os
 import pstats
@@ -20,7 +21,8 @@ from torchlet.contract import GenerationParams  # noqa: E402
 torch.set_num_threads(1)
 ckpt = tiny_checkpoint("tiny_qwen2")
 ckpt = type(ckpt)(replace(ckpt.config, max_position=2048), ckpt.tensors)
-engine = implementations.load("v13_fused").build(
+version = next((a for a in sys.argv[1:] if a.startswith("v")), "v13_fused")
+engine = implementations.load(version).build(
     ckpt, dtype=torch.float32, max_decode_slots=256, use_graphs=False, max_model_len=1300,
     max_step_tokens=300000)
 rng = random.Random(0)

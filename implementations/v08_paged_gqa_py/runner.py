@@ -118,9 +118,12 @@ class PagedRunner(GraphedRunner):
         """Each request's last token at position len - 1; float logits [B, vocab]. Reserves the
         token's room first (RequestError if the pool is out of blocks: the engine preempts
         before it gets here)."""
+        return self.lane_rows(self.decode_lanes(request_ids, sequences), request_ids)
+
+    def decode_lanes(self, request_ids: Sequence[Hashable], sequences: Sequence[Sequence[int]]):
+        """decode's step, its logits left as the graph gives them: [lanes, vocab] by lane."""
         self.check_decode(request_ids, sequences)
         for r in request_ids:
             if not self.reserve_decode(r):
                 raise RequestError(f"no free block for request {r!r}'s next token")
-        logits = self.decode_step(*self.decode_inputs(request_ids, sequences))
-        return self.lane_rows(logits, request_ids)
+        return self.decode_step(*self.decode_inputs(request_ids, sequences))

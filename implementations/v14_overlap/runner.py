@@ -34,11 +34,12 @@ class OverlapRunner(PrefixRunner):
                      fed: torch.Tensor) -> torch.Tensor:
         """Decode, for each request, the token fed[i] (on the device, drawn by the step before
         and not yet read back) at position len(sequences[i]); returns the tokens this step
-        draws, on the device. The blocks it fills are sealed once the fed tokens are known
-        (seal_filled)."""
+        draws, on the device. Its logits are left in the graph's output (nothing reads them),
+        and the blocks it fills unsealed: their hashes need the fed tokens, so the engine
+        seals them (seal_filled) once it has read them."""
         self.fed = fed
         try:
-            self.decode(request_ids, [Unread(s) for s in sequences])
+            self.decode_lanes(request_ids, [Unread(s) for s in sequences])
         finally:
             self.fed = None
         return self.drawn_for(request_ids)
@@ -53,12 +54,6 @@ class OverlapRunner(PrefixRunner):
                 lanes = lanes.pin_memory()
             buffers[0].index_copy_(0, lanes.to(self.device, non_blocking=True), self.fed)
         return buffers
-
-    def seal_filled(self, request_ids: Sequence[Hashable], sequences: Sequence[Sequence[int]]):
-        """v12's sealing, except for a step ahead of its read-back: a block's hash needs its
-        tokens, so the engine seals it once they are read."""
-        if self.fed is None:
-            super().seal_filled(request_ids, sequences)
 
     def start_read(self, tokens: torch.Tensor) -> Callable[[], list[int]]:
         """Start copying tokens to the host; returns the wait for them, as ints. On a GPU the

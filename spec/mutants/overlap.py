@@ -58,8 +58,8 @@ MUTANTS = [
         (SEALED,), V14,
         "a block a decode ahead fills is never sealed: a later prompt recomputes it"),
     Mutant("v14-ahead-blocks-sealed-at-launch", PROPERTY, (
-        Edit(RUNNER, "        if self.fed is None:\n            super().seal_filled",
-             "        if True:\n            super().seal_filled"),),
+        Edit(RUNNER, "            self.decode_lanes(request_ids, [Unread(s) for s in sequences])",
+             "            self.decode(request_ids, [Unread(s) for s in sequences])"),),
         (SEALED,), V14,
         "a block is sealed when the decode ahead is launched: its hash reads the placeholder"),
 ]
