@@ -86,13 +86,13 @@ class OverlapEngine(PrefixEngine):
         """Launch the next decode of the requests whose token this step is not their last, fed
         these tokens on the device; None (the next step runs in order) when none may continue,
         or when their next tokens need more blocks than are free (v08's preemption decides)."""
-        rows = [i for i, r in enumerate(batch.requests)
-                if len(r.tokens) + 1 < r.params.max_new_tokens]
-        requests = [batch.requests[i] for i in rows]
+        everyone = batch.requests  # a new list at each read
+        rows = [i for i, r in enumerate(everyone) if len(r.tokens) + 1 < r.params.max_new_tokens]
+        requests = everyone if len(rows) == len(everyone) else [everyone[i] for i in rows]
         ids = [r.id for r in requests]
         if not ids or self.runner.blocks_for_decode(ids) > self.runner.pool.num_free:
             return None
-        if len(rows) < len(batch.requests):
+        if requests is not everyone:
             tokens = pick(tokens, rows)
         drawn = self.runner.decode_ahead(ids, [r.sequence for r in requests], tokens)
         return Ahead(requests, drawn)

@@ -16,13 +16,13 @@ class Unread(Sequence):
     a pass over the whole context a request and step)."""
 
     def __init__(self, known: Sequence[int]):
-        self.known = known
+        self.known, self.length = known, len(known) + 1
 
     def __len__(self) -> int:
-        return len(self.known) + 1
+        return self.length
 
     def __getitem__(self, index):
-        if index in (-1, len(self.known)):
+        if index in (-1, self.length - 1):
             return 0
         return self.known[index]
 
