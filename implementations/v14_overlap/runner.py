@@ -30,6 +30,7 @@ class Unread(Sequence):
 class OverlapRunner(PrefixRunner):
     fed: torch.Tensor | None = None  # the token ids the decode being set up reads on the device
 
+    @torch.inference_mode()
     def decode_ahead(self, request_ids: Sequence[Hashable], sequences: Sequence[Sequence[int]],
                      fed: torch.Tensor) -> torch.Tensor:
         """Decode, for each request, the token fed[i] (on the device, drawn by the step before
