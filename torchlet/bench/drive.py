@@ -72,7 +72,9 @@ def run_steps(engine, workload: Workload, device: str, progress: bool) -> dict:
     while engine.has_unfinished():
         before = time.perf_counter()
         outputs = engine.step()
-        now = time.perf_counter()  # step() hands back host token ids: the device is done
+        # step() hands back host token ids: its own work is done (from v14 the next step's
+        # decode may still run on the device, and is timed with the step that reads it)
+        now = time.perf_counter()
         stats = engine.last_step_stats()
         steps += 1
         if steps > limit:
