@@ -26,10 +26,16 @@ from hypothesis import strategies as st
 from hypothesis.stateful import (RuleBasedStateMachine, initialize, invariant, precondition, rule,
                                  run_state_machine_as_test)
 
+from spec.support.shared_parts import skip_unless_first_with
 from spec.support.paged_strategies import pool_shapes
 from torchlet.contract import PAGED_KV, ModelConfig, RequestError, TorchletError
 
 pytestmark = pytest.mark.needs(PAGED_KV)
+
+
+@pytest.fixture(autouse=True)
+def tested_once(impl):
+    skip_unless_first_with(impl, "BlockPool")
 
 
 # --- exact block ids, in the style of vLLM's block pool tests ---------------------------------
