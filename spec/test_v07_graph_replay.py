@@ -22,6 +22,7 @@ import pytest
 import torch
 from hypothesis import given
 
+from spec.support import scenarios
 from spec.support import strategies as sts
 from spec.support.hypothesis_profiles import engine_settings
 from spec.support.models import tiny_checkpoint
@@ -37,14 +38,7 @@ GPU_TOLERANCE = dict(rtol=1e-4, atol=1e-4)  # cuBLAS may pick other kernels insi
 
 
 def run_schedule(engine, schedule):
-    ids = []
-    for gap, prompt, params in schedule:
-        for _ in range(gap):
-            engine.step()
-        ids.append(engine.add_request(prompt, params))
-    while engine.has_unfinished():
-        engine.step()
-    return [engine.output(i).tokens for i in ids]
+    return [engine.output(i).tokens for i in scenarios.run_schedule(engine, schedule)]
 
 
 def changing_batches(engine, rounds=12):

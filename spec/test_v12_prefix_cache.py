@@ -40,6 +40,7 @@ from spec.support.hypothesis_profiles import engine_settings
 from spec.support.meter import TokenMeter
 from spec.support.models import tiny_checkpoint
 from spec.support.prompts import screened
+from spec.support.scenarios import run_schedule
 from torchlet.contract import PREFIX_CACHE, GenerationParams, RequestState
 
 pytestmark = pytest.mark.needs(PREFIX_CACHE)
@@ -89,14 +90,7 @@ def engines(impl):
 
 def run(engine, schedule):
     """schedule: [(steps to wait, prompt, params)]; returns each request's tokens."""
-    ids = []
-    for wait, prompt, params in schedule:
-        for _ in range(wait):
-            engine.step()
-        ids.append(engine.add_request(prompt, params))
-    while engine.has_unfinished():
-        engine.step()
-    return [engine.output(i).tokens for i in ids]
+    return [engine.output(i).tokens for i in run_schedule(engine, schedule)]
 
 
 @st.composite

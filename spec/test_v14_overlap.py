@@ -48,6 +48,7 @@ import implementations
 from spec.support.hypothesis_profiles import engine_settings
 from spec.support.meter import TokenMeter
 from spec.support.models import tiny_checkpoint
+from spec.support.scenarios import run_schedule
 from spec.test_v08_paged_engine import solo, tight_runs
 from torchlet.contract import OVERLAP, GenerationParams, RequestState
 
@@ -194,13 +195,7 @@ def test_on_a_tight_poisoned_pool_any_arrival_schedule_gets_its_solo_tokens(impl
     tokens and every block comes free."""
     schedule, pool = run
     engine = impl.build(CKPT, dtype=F64, poison_free_blocks=True, **pool)
-    ids = []
-    for gap, prompt, params in schedule:
-        for _ in range(gap):
-            engine.step()
-        ids.append(engine.add_request(prompt, params))
-    while engine.has_unfinished():
-        engine.step()
+    ids = run_schedule(engine, schedule)
     for i, (_, prompt, params) in zip(ids, schedule):
         assert engine.output(i).tokens == solo(tuple(prompt), params)
     stats = engine.pool_stats()

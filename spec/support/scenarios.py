@@ -18,3 +18,16 @@ def late_arrival(engine):
         stats = engine.last_step_stats()
         ran.append((stats.decode_ids, stats.prefill_ids))
     return a, b, ran
+
+
+def run_schedule(engine, schedule) -> list[int]:
+    """schedule: [(steps to run before adding, prompt, params)]; then steps until every request
+    is done. Returns the requests' ids, in schedule order."""
+    ids = []
+    for gap, prompt, params in schedule:
+        for _ in range(gap):
+            engine.step()
+        ids.append(engine.add_request(prompt, params))
+    while engine.has_unfinished():
+        engine.step()
+    return ids
