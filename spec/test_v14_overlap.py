@@ -100,6 +100,19 @@ def test_when_a_step_returns_the_next_decode_has_stored_each_requests_last_token
                 engine.abort(i)
 
 
+def test_with_overlap_off_each_step_runs_in_order_as_v13s_does(impl):
+    """overlap=False: after a step the running requests have cached all but their last token,
+    the decode buffers hold the step's own inputs, and the tokens are the same."""
+    ahead, in_order = build(impl), build(impl, overlap=False)
+    a_ids, o_ids = started(ahead), started(in_order)
+    fed = in_order.decode_buffers()["token_ids"]
+    for a, o in zip(a_ids, o_ids):
+        out = in_order.output(o)
+        assert out.tokens == ahead.output(a).tokens
+        assert in_order.num_cached_tokens(o) == len(out.prompt) + len(out.tokens) - 1
+        assert int(fed[in_order.slot_of(o)]) == out.tokens[-2]  # fed by this step, not the next
+
+
 def test_the_decode_ahead_feeds_each_lane_its_requests_last_token_at_the_next_position(impl):
     """decode_buffers() after a step hold the inputs of the decode launched ahead: each running
     request's lane carries the token the step just returned, at the position after the tokens

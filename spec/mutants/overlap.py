@@ -12,6 +12,7 @@ ORDER = f"{PAGE}::test_a_step_copies_its_tokens_out_before_it_writes_the_next_de
 LAST = f"{PAGE}::test_a_request_at_its_last_token_gets_no_decode_ahead"
 STOPPED = f"{PAGE}::test_a_request_stopped_by_a_stop_token_or_aborted_leaves_the_others_their_tokens"
 TIGHT = f"{PAGE}::test_on_a_tight_poisoned_pool_any_arrival_schedule_gets_its_solo_tokens"
+OFF = f"{PAGE}::test_with_overlap_off_each_step_runs_in_order_as_v13s_does"
 SEALED = f"{PAGE}::test_a_block_filled_by_a_decode_ahead_is_sealed_and_spares_a_later_prefill_its_rows"
 
 PROPERTY = "overlap"
@@ -62,4 +63,7 @@ MUTANTS = [
              "            self.decode(request_ids, [Unread(s) for s in sequences])"),),
         (SEALED,), V14,
         "a block is sealed when the decode ahead is launched: its hash reads the placeholder"),
+    Mutant("v14-overlap-off-ignored", PROPERTY, (
+        Edit(ENGINE, "        self.overlap = overlap\n", "        self.overlap = True\n"),),
+        (OFF,), V14, "overlap=False still launches the next decode ahead"),
 ]
