@@ -114,12 +114,14 @@ def test_with_overlap_off_each_step_runs_in_order_as_v13s_does(impl):
 
 
 def test_the_decode_ahead_feeds_each_lane_its_requests_last_token_at_the_next_position(impl):
-    """decode_buffers() after a step hold the inputs of the decode launched ahead: each running
-    request's lane carries the token the step just returned, at the position after the tokens
-    before it."""
+    """decode_buffers() after a step, the tensors they were at build, hold the inputs of the
+    decode launched ahead: each running request's lane carries the token the step just
+    returned, at the position after the tokens before it."""
     engine = build(impl)
+    at_build = {name: t.data_ptr() for name, t in engine.decode_buffers().items()}
     ids = started(engine)
     buffers = engine.decode_buffers()
+    assert {name: t.data_ptr() for name, t in buffers.items()} == at_build  # written in place
     for i in ids:
         out, lane = engine.output(i), engine.slot_of(i)
         known = len(out.prompt) + len(out.tokens)
