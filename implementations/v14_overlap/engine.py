@@ -57,7 +57,8 @@ class OverlapEngine(PrefixEngine):
         if not self.overlap:
             return super().step()
         ahead, self.ahead = self.ahead, None
-        # A step launched ahead has taken its blocks: v08's preemption is for the others.
+        # The requests of a decode launched ahead hold their next tokens' blocks already:
+        # only a step run in order may need v08's preemption.
         batch = self._schedule() if ahead is None else self.scheduler.schedule()
         if batch is None:
             return []
