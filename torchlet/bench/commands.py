@@ -73,10 +73,12 @@ def rates(args) -> tuple[float, float]:
     return args.bandwidth or H200_BANDWIDTH, args.flops or H200_BF16_FLOPS
 
 
-def select_versions(args, device: str, need: str | None = None, newest: bool = False):
+def select_versions(args, device: str, need: str | None = None, newest: bool = False,
+                    kernels_off: bool = False):
     """Versions named by --versions, or by default every version that can build an engine, has
     `need`, and runs natively on `device` (on a CPU, Triton versions would run in the
-    interpreter, which is for specs)."""
+    interpreter, which is for specs), or, with kernels_off, runs on its Triton layers' PyTorch
+    path there."""
     import implementations
     from .run import load_version
 
@@ -85,7 +87,7 @@ def select_versions(args, device: str, need: str | None = None, newest: bool = F
     root = Path(args.impl_root).resolve() if args.impl_root else implementations.REFERENCE_ROOT
     found = [v for v in implementations.discover(root)
              if hasattr(v.package, "build") and (need is None or need in v.capabilities)
-             and (device.startswith("cuda") or not v.uses_triton)]
+             and (device.startswith("cuda") or kernels_off or not v.uses_triton)]
     if not found:
         raise TorchletError(f"no version fits this benchmark on {device}")
     return found[-1:] if newest else found
@@ -128,7 +130,7 @@ def run_cpu(args) -> int:
     from .workloads import CPU_MODEL, cpu_workload, with_shared_prefix
 
     device_of(args)  # sets the Triton interpreter and the threads before versions load
-    versions = select_versions(args, "cpu")
+    versions = select_versions(args, "cpu", kernels_off=True)  # run_job turns them off
     if args.model:
         from torchlet.checkpoints import load_hf_dir
         model, config = ModelSpec(hf_dir=str(Path(args.model).resolve())), load_hf_dir(args.model).config

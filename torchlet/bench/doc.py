@@ -44,7 +44,10 @@ NOTES = {
            "through stream() (mode `stream`), since generate() can't give each request its own "
            "length. TTFT counts from the moment every request was queued, so a one-at-a-time "
            "server's TTFT includes the queue. Steps of a `stream` run are forward passes, one per "
-           "token. Peak memory: {memory}.",
+           "token. Triton versions run their layers' PyTorch path (`Triton kernels off`), as `torchlet "
+           "generate` runs them on a CPU: the interpreter is for the specs. Each version is built "
+           "with its defaults (v07's CPU graph stand-in on, v14's overlap on). Peak memory: "
+           "{memory}.",
     "gpu-workload": "All 256 requests are queued at time 0 after a one-request warm-up; eos is "
                     "ignored, so every request makes exactly the tokens it asks for. % of floor = "
                     "floor / wall time. The HF baseline runs length-sorted, left-padded batches of "

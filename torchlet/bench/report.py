@@ -26,7 +26,8 @@ def _split(row):
 # (header, how to read a cell from a row)
 WORKLOAD_COLUMNS = [
     ("version", lambda r: r["version"]),
-    ("mode", lambda r: r.get("mode", "")),
+    ("mode", lambda r: r.get("mode", "") + (", Triton kernels off" if r.get("kernels_off")
+                                             else "")),
     ("wall s", lambda r: _num(".2f")(r.get("wall_s"))),
     ("CPU s", lambda r: _num(".2f")(r.get("cpu_s"))),
     ("output tok/s", lambda r: _num(",.1f")(r.get("output_tok_s"))),

@@ -15,6 +15,7 @@ from typing import Any
 
 import torch
 
+from torchlet import cli
 from torchlet.contract import BLOCK_SIZE, MAX_LEN, NUM_BLOCKS, PREFIX_CACHE, REQUEST_STATES
 
 from .drive import (check_counts, run_generate, run_steps, run_stream, sync,  # noqa: F401
@@ -111,12 +112,16 @@ def run_job(job: Job) -> dict:
                                    job.workload, job.named)
     stepwise = REQUEST_STATES in version.capabilities
     mode = "step" if stepwise else ("generate" if job.generate_batch else "stream")
-    warm_up(engine, job.workload, stepwise)
-    cached = PREFIX_CACHE in version.capabilities
-    before = engine.prefix_cache_stats() if cached else None
-    runner = {"step": run_steps, "stream": run_stream, "generate": run_generate}[mode]
-    cpu_start = time.process_time()
-    row = runner(engine, job.workload, job.device, job.progress)
+    # On a CPU, Triton layers run their PyTorch path, as torchlet generate runs them: the
+    # interpreter is for the specs, and timing it would time the interpreter.
+    kernels_off = version.uses_triton and not cuda
+    with cli.kernels_off(job.device, interpret=False):
+        warm_up(engine, job.workload, stepwise)
+        cached = PREFIX_CACHE in version.capabilities
+        before = engine.prefix_cache_stats() if cached else None
+        runner = {"step": run_steps, "stream": run_stream, "generate": run_generate}[mode]
+        cpu_start = time.process_time()
+        row = runner(engine, job.workload, job.device, job.progress)
     # Host CPU seconds of the run: on a shared machine, less disturbed by other work than wall
     # time (with one thread, wall time minus this is mostly time spent waiting for a core).
     row["cpu_s"] = time.process_time() - cpu_start
@@ -131,7 +136,8 @@ def run_job(job: Job) -> dict:
         torch.cuda.empty_cache()
     check_counts(row, job.workload)
     row["total_tok_s"] = (job.workload.prompt_tokens + row["output_tokens"]) / row["wall_s"]
-    return {"version": version.name, "mode": mode, "device": job.device, "dtype": job.dtype,
+    return {"version": version.name, "mode": mode, "kernels_off": kernels_off,
+            "device": job.device, "dtype": job.dtype,
             "build_options": options, "requests": job.workload.num_requests,
             "prompt_tokens": job.workload.prompt_tokens,
             "expected_output_tokens": job.workload.output_tokens,
