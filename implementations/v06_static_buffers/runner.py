@@ -28,12 +28,15 @@ class StaticRunner(SlotRunner):
         return self.buffers.tensors
 
     def lane_rows(self, t: torch.Tensor, request_ids: Sequence[Hashable]) -> torch.Tensor:
-        """v05's rows, the lane numbers staged as the inputs are: v05 copies them over from
-        pageable memory, which makes the host wait for the GPU to finish the step; from pinned
-        memory the copy waits for nothing."""
-        if t.device.type != "cuda":
-            return super().lane_rows(t, request_ids)
+        """v05's rows, the lane numbers staged as the inputs are (staged)."""
+        return t.index_select(0, self.staged(self.lane_index(request_ids)))
+
+    def staged(self, host: torch.Tensor) -> torch.Tensor:
+        """A small host tensor (an index) on the device, copied as the inputs are: v05 copies
+        from pageable memory, which makes the host wait for the GPU to finish the step; from
+        pinned memory the copy waits for nothing."""
+        if self.device.type != "cuda":
+            return host.to(self.device)
         # The pinned block is not reused before the copy is done (the caching host allocator
         # records the copy's stream).
-        lanes = self.lane_index(request_ids).pin_memory()
-        return t.index_select(0, lanes.to(t.device, non_blocking=True))
+        return host.pin_memory().to(self.device, non_blocking=True)

@@ -20,15 +20,6 @@ from ..v13_fused import PrefixEngine, layers, prefix_build
 from .runner import OverlapRunner
 
 
-def pick(tokens: torch.Tensor, rows: list[int]) -> torch.Tensor:
-    """tokens[rows], the rows' index staged in pinned memory on a GPU: from pageable memory the
-    copy would make the host wait for the stream."""
-    index = torch.tensor(rows)
-    if tokens.is_cuda:
-        index = index.pin_memory()
-    return tokens.index_select(0, index.to(tokens.device, non_blocking=True))
-
-
 @dataclass
 class Ahead:
     """A decode launched before the step before it was read back: its requests in row order,
@@ -36,12 +27,13 @@ class Ahead:
     requests: list
     tokens: torch.Tensor
 
-    def tokens_for(self, requests: list) -> torch.Tensor:
-        """The rows of these requests (a subsequence: those still running), in their order."""
+    def rows_of(self, requests: list) -> list[int] | None:
+        """The rows of these requests (a subsequence: those still running), in their order;
+        None when they are all of them."""
         if len(requests) == len(self.requests):
-            return self.tokens
+            return None
         row = {r.id: i for i, r in enumerate(self.requests)}
-        return pick(self.tokens, [row[r.id] for r in requests])
+        return [row[r.id] for r in requests]
 
 
 class OverlapEngine(PrefixEngine):
@@ -77,11 +69,17 @@ class OverlapEngine(PrefixEngine):
         from the decode launched ahead, if one was, the admitted ones' from their prefill."""
         if ahead is None:
             return self._draws(batch, self._forward(batch))
-        tokens = [ahead.tokens_for(batch.decode)] if batch.decode else []
+        tokens = [self._pick(ahead.tokens, ahead.rows_of(batch.decode))] if batch.decode else []
         if batch.prefill:
             prefill = dataclasses.replace(batch, decode=[])
             tokens.append(self._draws(prefill, self._forward(prefill)))
         return tokens[0] if len(tokens) == 1 else torch.cat(tokens)
+
+    def _pick(self, tokens: torch.Tensor, rows: list[int] | None) -> torch.Tensor:
+        """tokens[rows] (all of them for None), the index staged as the decode inputs are."""
+        if rows is None:
+            return tokens
+        return tokens.index_select(0, self.runner.staged(self.runner.host_longs(rows)))
 
     def _decode_ahead(self, batch, tokens: torch.Tensor) -> Ahead | None:
         """Launch the next decode of the requests whose token this step is not their last, fed
@@ -94,7 +92,7 @@ class OverlapEngine(PrefixEngine):
         if not ids or self.runner.blocks_for_decode(ids) > self.runner.pool.num_free:
             return None
         if requests is not everyone:
-            tokens = pick(tokens, rows)
+            tokens = self._pick(tokens, rows)
         drawn = self.runner.decode_ahead(ids, [r.sequence for r in requests], tokens)
         return Ahead(requests, drawn)
 

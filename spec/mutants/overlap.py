@@ -20,8 +20,8 @@ V14 = ("v14",)
 
 MUTANTS = [
     Mutant("v14-ahead-fed-the-placeholder", PROPERTY, (
-        Edit(RUNNER, "        if self.fed is not None:\n            lanes =",
-             "        if False:\n            lanes ="),),
+        Edit(RUNNER, "            buffers[0].index_copy_(0, *self.fed)\n",
+             "            pass  # the placeholder stays\n"),),
         (FED, STORED), V14,
         "the decode ahead reads the placeholder token id, not the token the step drew"),
     Mutant("v14-tokens-read-after-the-step-ahead", PROPERTY, (
@@ -33,11 +33,9 @@ MUTANTS = [
         "the tokens are copied out after the next decode is launched: on a GPU the wait waits "
         "for it too; the same tokens"),
     Mutant("v14-tokens-read-by-tolist", PROPERTY, (
-        Edit(RUNNER, "        host = torch.empty(tokens.shape, dtype=tokens.dtype, "
-                     "pin_memory=tokens.is_cuda)\n",
+        Edit(RUNNER, "        buffer, copied = self.read_back\n",
              "        return tokens.tolist\n"
-             "        host = torch.empty(tokens.shape, dtype=tokens.dtype, "
-             "pin_memory=tokens.is_cuda)\n"),),
+             "        buffer, copied = self.read_back\n"),),
         (ORDER,), V14,
         "the read-back is tolist() when asked: after the step ahead, which it waits for on a GPU"),
     Mutant("v14-ahead-for-a-requests-last-token-too", PROPERTY, (
@@ -48,7 +46,7 @@ MUTANTS = [
     Mutant("v14-ahead-rows-taken-in-order", PROPERTY, (
         Edit(ENGINE, "        if len(requests) == len(self.requests):\n",
              "        if True:  # the first rows, whoever left\n"
-             "            return self.tokens[:len(requests)]\n"
+             "            return list(range(len(requests)))\n"
              "        if len(requests) == len(self.requests):\n"),),
         (STOPPED, TIGHT), V14,
         "after a request stops or is aborted, the others take the first rows of the step ahead"),

@@ -114,7 +114,7 @@ def run_job(job: Job) -> dict:
     mode = "step" if stepwise else ("generate" if job.generate_batch else "stream")
     # On a CPU, Triton layers run their PyTorch path, as torchlet generate runs them: the
     # interpreter is for the specs, and timing it would time the interpreter.
-    kernels_off = version.uses_triton and not cuda
+    pytorch_layers = version.uses_triton and not cuda
     with cli.kernels_off(job.device, interpret=False):
         warm_up(engine, job.workload, stepwise)
         cached = PREFIX_CACHE in version.capabilities
@@ -136,7 +136,7 @@ def run_job(job: Job) -> dict:
         torch.cuda.empty_cache()
     check_counts(row, job.workload)
     row["total_tok_s"] = (job.workload.prompt_tokens + row["output_tokens"]) / row["wall_s"]
-    return {"version": version.name, "mode": mode, "kernels_off": kernels_off,
+    return {"version": version.name, "mode": mode, "kernels_off": pytorch_layers,
             "device": job.device, "dtype": job.dtype,
             "build_options": options, "requests": job.workload.num_requests,
             "prompt_tokens": job.workload.prompt_tokens,
