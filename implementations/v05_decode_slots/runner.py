@@ -103,7 +103,11 @@ class SlotRunner:
 
     def lane_rows(self, t: torch.Tensor, request_ids: Sequence[Hashable]) -> torch.Tensor:
         """The rows of t [lanes, ...] that these requests' lanes hold, in their order."""
-        return t.index_select(0, self.lane_index(request_ids).to(t.device))
+        return t.index_select(0, self.staged(self.lane_index(request_ids)))
+
+    def staged(self, host: torch.Tensor) -> torch.Tensor:
+        """A small host tensor (an index) on the device."""
+        return host.to(self.device)
 
     def lane_index(self, request_ids: Sequence[Hashable]) -> torch.Tensor:
         """The requests' lanes, in their order: a long tensor on the host. Made through numpy:

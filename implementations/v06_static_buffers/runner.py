@@ -27,16 +27,12 @@ class StaticRunner(SlotRunner):
         self.buffers.write(lanes, self.poison, self.config.vocab_size, self.cache.max_len)
         return self.buffers.tensors
 
-    def lane_rows(self, t: torch.Tensor, request_ids: Sequence[Hashable]) -> torch.Tensor:
-        """v05's rows, the lane numbers staged as the inputs are (staged)."""
-        return t.index_select(0, self.staged(self.lane_index(request_ids)))
-
     def staged(self, host: torch.Tensor) -> torch.Tensor:
-        """A small host tensor (an index) on the device, copied as the inputs are: v05 copies
-        from pageable memory, which makes the host wait for the GPU to finish the step; from
-        pinned memory the copy waits for nothing."""
+        """v05's copy of a small host tensor (an index: the lanes' rows), staged as the inputs
+        are: v05 copies from pageable memory, which makes the host wait for the GPU to finish
+        the step; from pinned memory the copy waits for nothing."""
         if self.device.type != "cuda":
-            return host.to(self.device)
+            return super().staged(host)
         # The pinned block is not reused before the copy is done (the caching host allocator
         # records the copy's stream).
         return host.pin_memory().to(self.device, non_blocking=True)
