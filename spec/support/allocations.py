@@ -16,7 +16,6 @@ from dataclasses import dataclass
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils._pytree import tree_flatten
 
 aten = torch.ops.aten
 # lift_fresh returns the very tensor torch.tensor() made outside the mode: fresh, though it
@@ -27,6 +26,21 @@ LOOKUPS = {aten.index.Tensor, aten.embedding.default, aten.index_select.default}
 
 def storage(t: torch.Tensor) -> int:
     return t.untyped_storage().data_ptr()
+
+
+def tensors_in(value) -> list[torch.Tensor]:
+    """The tensors in an op's arguments or results (nested tuples and lists): a hand-rolled
+    tree_flatten, which costs most of a watched step otherwise."""
+    if isinstance(value, torch.Tensor):
+        return [value]
+    found = []
+    if type(value) in (tuple, list):
+        for v in value:
+            if isinstance(v, torch.Tensor):
+                found.append(v)
+            elif type(v) in (tuple, list):
+                found += tensors_in(v)
+    return found
 
 
 @dataclass(frozen=True)
@@ -59,7 +73,7 @@ class OpLog(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        inputs = [t for t in tree_flatten((args, kwargs))[0] if isinstance(t, torch.Tensor)]
+        inputs = tensors_in((args, tuple(kwargs.values())))
         reads = frozenset(storage(t) for t in inputs)
         writes = frozenset(storage(t) for t in self._written(func, args, kwargs))
         if func in LOOKUPS and self.table_shape and tuple(args[0].shape) == self.table_shape:
@@ -68,7 +82,7 @@ class OpLog(TorchDispatchMode):
             # clone() inside dispatch runs without this mode, so it is not logged
             self.lookups.append(Lookup(storage(index), index.detach().clone(), len(self.ops)))
         out = func(*args, **kwargs)
-        results = [t for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor)]
+        results = tensors_in(out)
         fresh = tuple((tuple(t.shape), t.dtype) for t in results
                       if func in LIFTS or storage(t) not in reads)
         self.ops.append(Op(str(func), reads, writes, fresh))
@@ -81,7 +95,7 @@ class OpLog(TorchDispatchMode):
             if arg.alias_info is None or not arg.alias_info.is_write:
                 continue
             value = kwargs.get(arg.name) if arg.kwarg_only or i >= len(args) else args[i]
-            written += [t for t in tree_flatten(value)[0] if isinstance(t, torch.Tensor)]
+            written += tensors_in(value)
         return written
 
     def last_write_to(self, tensors) -> int | None:

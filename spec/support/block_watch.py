@@ -34,7 +34,7 @@ from dataclasses import dataclass
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from spec.support.allocations import LIFTS, OpLog, storage
+from spec.support.allocations import LIFTS, OpLog, storage, tensors_in
 from torchlet.contract import PrefixCacheEngine, RequestState
 
 NULL_BLOCK = 0
@@ -70,7 +70,7 @@ class StepLog(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        inputs = _tensors((args, tuple(kwargs.values())))
+        inputs = tensors_in((args, tuple(kwargs.values())))
         places = [storage(t) for t in inputs]
         written = OpLog._written(func, args, kwargs) if func._schema.is_mutable else []
         written_ids = {storage(t) for t in written}
@@ -98,28 +98,13 @@ class StepLog(TorchDispatchMode):
         out = func(*args, **kwargs)
         marks = frozenset().union(*(self.marks.get(s, frozenset()) for s in places))
         in_storages = set(places)
-        for t in _tensors(out):
+        for t in tensors_in(out):
             if func in LIFTS or storage(t) not in in_storages:  # fresh: computed from its inputs
                 self.marks[storage(t)] = frozenset() if func in LIFTS else marks
                 if t.is_floating_point() and t.dim() >= 1 and t.shape[-1] == self.vocab:
                     self.logits_from.append(self.marks[storage(t)])
                     self.nan_logits += bool(torch.isnan(t).any())
         return out
-
-
-def _tensors(value) -> list[torch.Tensor]:
-    """The tensors in an op's arguments or results (nested tuples and lists): a hand-rolled
-    tree_flatten, which costs most of a watched step otherwise."""
-    if isinstance(value, torch.Tensor):
-        return [value]
-    found = []
-    if type(value) in (tuple, list):
-        for v in value:
-            if isinstance(v, torch.Tensor):
-                found.append(v)
-            elif type(v) in (tuple, list):
-                found += _tensors(v)
-    return found
 
 
 class BlockWatch:

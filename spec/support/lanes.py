@@ -20,11 +20,10 @@ from dataclasses import dataclass, field
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils._pytree import tree_flatten
 
 from torchlet.contract import ModelConfig, RequestState
 
-from .allocations import LOOKUPS, Lookup, OpLog, storage
+from .allocations import LOOKUPS, Lookup, OpLog, storage, tensors_in
 
 aten = torch.ops.aten
 
@@ -92,8 +91,8 @@ class LaneLog(TorchDispatchMode):
         if not written:
             return
         tokens = len(self.lookups[-1].ids) if self.lookups else None
-        index = [t for t in tree_flatten((args, kwargs))[0] if isinstance(t, torch.Tensor)
-                 and t.dim() == 1 and t.dtype in INDEX_DTYPES]
+        index = [t for t in tensors_in((args, tuple(kwargs.values())))
+                 if t.dim() == 1 and t.dtype in INDEX_DTYPES]
         is_store = len(index) == 1 and len(index[0]) == tokens
         for t in written:
             s = storage(t)
