@@ -21,13 +21,14 @@ from torchlet.contract import GenerationParams  # noqa: E402
 torch.set_num_threads(1)
 ckpt = tiny_checkpoint("tiny_qwen2")
 ckpt = type(ckpt)(replace(ckpt.config, max_position=2048), ckpt.tensors)
+LENGTHS = (100, 150) if "--short" in sys.argv else (950, 1050)
 version = next((a for a in sys.argv[1:] if a.startswith("v")), "v13_fused")
 engine = implementations.load(version).build(
     ckpt, dtype=torch.float32, max_decode_slots=256, use_graphs=False, max_model_len=1300,
     max_step_tokens=300000)
 rng = random.Random(0)
 for _ in range(256):
-    engine.add_request([rng.randrange(3, 500) for _ in range(rng.randint(950, 1050))],
+    engine.add_request([rng.randrange(3, 500) for _ in range(rng.randint(*LENGTHS))],
                        GenerationParams(max_new_tokens=200))
 while True:  # admissions and prefills, until all 256 decode in one step
     engine.step()

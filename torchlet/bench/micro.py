@@ -35,8 +35,10 @@ def decode_step_bench(version, checkpoint, batch: int, context: int, *, device: 
     total = warmup + steps + profile_steps + 2 + batch
     prompts = tuple(tuple(rng.randrange(vocab) for _ in range(context)) for _ in range(batch))
     workload = Workload(f"decode-B{batch}-ctx{context}", prompts, (total,) * batch)
+    # A step's budget holds a whole prompt beside every decode row: a scheduler that does not
+    # split prompts would otherwise never admit the second one.
     wishes = {**wishes, MAX_RUNNING: batch,
-              MAX_STEP_TOKENS: max(context, wishes.get(MAX_STEP_TOKENS) or 0)}
+              MAX_STEP_TOKENS: max(context + batch, wishes.get(MAX_STEP_TOKENS) or 0)}
     engine, options = build_engine(version, checkpoint, device, dtype, wishes, workload, named)
     ids = [engine.add_request(list(p), GenerationParams(max_new_tokens=total, ignore_eos=True))
            for p in prompts]
