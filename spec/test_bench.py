@@ -319,3 +319,19 @@ def test_the_report_shows_the_main_job_with_its_command_and_the_cpu_target(main_
     mine = result["rows"][1]
     assert result["command"] in text and f"| {mine['tok_s_median']:.1f} |" in text
     assert f"The default version ({mine['version']}) ≥ 1.5x HF generate's tokens/s: **" in text
+
+
+def test_the_decode_targets_judge_the_newest_version_of_the_run():
+    from torchlet.bench.targets import decode_lines
+
+    def row(version, batch, context, ms, gpu_ms):
+        return {"version": version, "batch": batch, "context": context, "ms_per_step": ms,
+                "gpu_ms_per_step": gpu_ms, "host_ms_per_step": ms - gpu_ms,
+                "kernels_per_step": 250}
+    result = {"environment": {"gpu": "NVIDIA H200"}, "rows": [
+        row("v13_fused", 1, 128, 1.4, 0.9), row("v13_fused", 256, 1024, 4.0, 2.0),
+        row("v14_overlap", 1, 128, 0.95, 0.9), row("v14_overlap", 256, 1024, 2.5, 2.4),
+        row("v13_fused", 1, 64, 1.3, 0.9)]}  # a smaller context of an older version
+    text = "\n".join(decode_lines(result))
+    assert "batch-1 decode step (v14_overlap, context 128): **met**, 0.95 ms" in text
+    assert "batch 256, context 1024: **met**, 96%" in text

@@ -55,7 +55,8 @@ NOTES = {
     "decode": "Each cell prefills B requests of `context` tokens, then times pure decode steps "
               "(the step stats are checked: no prefill row, all B requests decoding). Bytes per "
               "step = every weight once + B x context x KV bytes per token; GPU ms/step is kernel "
-              "time from the torch profiler, the rest of ms/step is the GPU waiting on the host; "
+              "time from the torch profiler, the rest of ms/step is time with no kernel "
+              "running (the GPU waiting on the host, or the gaps between a graph's kernels); "
               "kernels/step counts the kernels it launched (a replayed graph's one by one).",
     "kernel": "The same K/V, scattered over randomly ordered blocks for the paged kernel and "
               "contiguous [B, KV heads, context, head_dim] for SDPA (enable_gqa). Bytes = K + V "

@@ -36,7 +36,7 @@ def _split(row: dict) -> str:
     if row.get("gpu_ms_per_step") is None:
         return f"{row['ms_per_step']:.3f} ms/step (device time not measured)"
     return (f"{row['ms_per_step']:.3f} ms/step = {row['gpu_ms_per_step']:.3f} ms of kernels + "
-            f"{row['host_ms_per_step']:.3f} ms of the GPU waiting on the host")
+            f"{row['host_ms_per_step']:.3f} ms with no kernel running")
 
 
 def workload_lines(result: dict | None, decode: dict | None) -> list[str]:
@@ -79,18 +79,21 @@ def kernel_lines(result: dict | None) -> list[str]:
 
 
 def decode_lines(result: dict | None) -> list[str]:
-    rows = [r for r in (result or {}).get("rows", []) if "error" not in r and r["batch"] == 1]
-    if not _on_gpu(result) or not rows:
+    newest = _newest((result or {}).get("rows", []))
+    rows = [r for r in (result or {}).get("rows", []) if "error" not in r
+            and r["version"] == (newest or {}).get("version")]
+    ones = [r for r in rows if r["batch"] == 1]
+    if not _on_gpu(result) or not ones:
         return ["- Batch-1 decode step with graph replay ≤ 1.0 ms: not measured on the GPU yet "
                 "(`torchlet bench decode`)."]
-    r = min(rows, key=lambda x: x["context"])
+    r = min(ones, key=lambda x: x["context"])
     line = _judge(f"batch-1 decode step ({r['version']}, context {r['context']})",
                   r["ms_per_step"], BATCH1_STEP_MS, " ms", True)
     out = [line, f"  - {_split(r)}."]
     if r.get("kernels_per_step") is not None:
         out.append(_judge("kernels per batch-1 decode step", r["kernels_per_step"],
                           KERNELS_PER_STEP, "", True))
-    busy = [x for x in result["rows"] if "error" not in x and x["batch"] == 256
+    busy = [x for x in rows if x["batch"] == 256
             and x["context"] == 1024 and x.get("gpu_ms_per_step")]
     if busy:
         b = busy[-1]
