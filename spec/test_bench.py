@@ -173,6 +173,16 @@ def test_decode_microbenchmark_times_only_pure_decode_steps(tmp_path):
     assert row["bytes_per_step"] > weight_bytes(json_config(tmp_path / "decode.json"), 4)
 
 
+def test_a_decode_cell_past_the_models_context_fails_with_its_reason_and_exit_status_1(tmp_path):
+    _, stepwise = two_versions()
+    assert main(["bench", "decode", "--device", "cpu", "--versions", stepwise, "--batches", "2",
+                 "--contexts", str(CPU_MODEL.max_position), "--steps", "2", "--warmup", "1",
+                 "--quiet", "--out", str(tmp_path)]) == 1
+    [row] = json.loads((tmp_path / "decode.json").read_text())["rows"]
+    assert row["error"].startswith(f"TorchletError: context {CPU_MODEL.max_position} + the ")
+    assert row["error"].endswith(f"exceed the model's {CPU_MODEL.max_position} positions")
+
+
 def json_config(path):
     from torchlet.contract import ModelConfig
     return ModelConfig(**json.loads(path.read_text())["model"])

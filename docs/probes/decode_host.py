@@ -63,4 +63,4 @@ if "--profile" in sys.argv:
     for _ in range(20):
         engine.step()
     profile.disable()
-    pstats.Stats(profile).sort_stats("tottime").print_stats(25)
+    pstats.Stats(profile).sort_stats("cumtime" if "--cumulative" in sys.argv else "tottime").print_stats(25)

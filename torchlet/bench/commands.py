@@ -238,7 +238,15 @@ def run_decode(args) -> int:
                 rows.append(row)
     report("decode", args, {"model": model_info(config), "bandwidth": bandwidth, "rows": rows},
            device)
-    return 0
+    return failed(rows)
+
+
+def failed(rows: list[dict]) -> int:
+    """1, with a line that says so, when a cell failed (its row holds the error); else 0."""
+    bad = sum("error" in r for r in rows)
+    if bad:
+        log(f"{bad} of {len(rows)} cells failed; their rows hold the error")
+    return int(bad > 0)
 
 
 def run_kernel(args) -> int:

@@ -33,6 +33,9 @@ def decode_step_bench(version, checkpoint, batch: int, context: int, *, device: 
     # Prefill may take up to `batch` steps (one prompt a step under a tight token budget), during
     # which the requests admitted first already decode: none may finish before the timing ends.
     total = warmup + steps + profile_steps + 2 + batch
+    if context + total > checkpoint.config.max_position:
+        raise TorchletError(f"context {context} + the {total} tokens a cell decodes exceed the "
+                            f"model's {checkpoint.config.max_position} positions")
     prompts = tuple(tuple(rng.randrange(vocab) for _ in range(context)) for _ in range(batch))
     workload = Workload(f"decode-B{batch}-ctx{context}", prompts, (total,) * batch)
     # A step's budget holds a whole prompt beside every decode row: a scheduler that does not

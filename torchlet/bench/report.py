@@ -198,13 +198,21 @@ def chart(kind: str, payload: dict, path: Path) -> None:
         fig.suptitle(payload["workload"]["describe"], fontsize=7, wrap=True)
     elif kind == "decode":
         fig, ax = plt.subplots(figsize=(7, 4.5))
-        for b in sorted({r["batch"] for r in rows}):
-            pts = sorted((r["context"], r["ms_per_step"]) for r in rows if r["batch"] == b)
-            ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=f"B={b}")
+        # A line per version and batch: colour by batch, the newest version solid.
+        versions = sorted({r["version"] for r in rows}, reverse=True)
+        batches = sorted({r["batch"] for r in rows})
+        for v in versions:
+            for i, b in enumerate(batches):
+                pts = sorted((r["context"], r["ms_per_step"]) for r in rows
+                             if r["batch"] == b and r["version"] == v)
+                ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o",
+                        color=f"C{i}", linestyle="-" if v == versions[0] else "--",
+                        label=f"{v} B={b}")
         ax.set_xscale("log", base=2)
         ax.set_xlabel("context tokens")
-        ax.set_ylabel("ms per decode step")
-        ax.legend()
+        ax.set_ylabel("ms per decode step (lower is better)")
+        if rows:
+            ax.legend(fontsize=7)
     else:
         fig, ax = plt.subplots(figsize=(9, 4.5))
         labels = [f"B={r['batch']}\nctx={r['context']}" for r in rows]
