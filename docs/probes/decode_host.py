@@ -2,7 +2,7 @@
 `v14_overlap`): 256 requests of ~1,000-token prompts (tiny_qwen2, float32, graphs off, Triton
 off), the graphs' run replaced by its own first output, so that what a step still costs is the
 engine's, scheduler's and runner's Python. Medians of 5 x 20 steps, then `--profile` for a
-cProfile of 20."""
+cProfile of 20 (by own time, or `--cumulative`); `--short`: prompts of 100-150 tokens."""
 import cProfile
 import os
 import pstats
