@@ -181,11 +181,24 @@ def chart(kind: str, payload: dict, path: Path) -> None:
         names = [r["version"] + ("" if r.get("mode") == "step" else f" ({r.get('mode')})")
                  for r in rows]
         for ax, key, label in ((axes[0], "output_tok_s", "output tokens/s (higher is better)"),
-                               (axes[1], "ttft_mean_ms", "mean time to first token, ms")):
-            ax.barh(names, [r.get(key) or 0 for r in rows], color="tab:blue")
+                               (axes[1], "ttft_mean_ms", "mean TTFT, ms (lower is better)")):
+            values = [r.get(key) for r in rows]
+            ax.barh(names, [v or 0 for v in values], color="tab:blue")
             ax.invert_yaxis()
             ax.set_xlabel(label)
-        axes[1].set_xscale("log")  # a one-at-a-time server's queue dwarfs a batched one
+            shown = [v for v in values if v]
+            # A one-at-a-time server's queue dwarfs a batched one: log scale when they differ
+            # by more than ten times; else from zero, so that bar lengths compare.
+            if shown and max(shown) > 10 * min(shown):
+                ax.set_xscale("log")
+            else:
+                ax.set_xlim(0, 1.25 * max(shown, default=1))
+                ax.xaxis.set_major_locator(plt.MaxNLocator(4))
+            ax.xaxis.set_major_formatter(plt.FuncFormatter(lambda x, _: f"{x:,.0f}"))
+            ax.xaxis.set_minor_formatter(plt.NullFormatter())
+            for y, v in enumerate(values):
+                ax.annotate(f" {v:,.0f}" if v else " n/a", (v or 0, y), va="center",
+                            fontsize=8, annotation_clip=False)
         fig.suptitle(f"{payload.get('workload', {}).get('describe', kind)}", fontsize=9)
     elif kind == "main-job":
         fig, ax = plt.subplots(figsize=(8, 0.5 * len(rows) + 1.6))
@@ -221,7 +234,10 @@ def chart(kind: str, payload: dict, path: Path) -> None:
                label=f"{rows[0]['version'] if rows else ''} paged")
         ax.bar([i + 0.2 for i in x], [r["sdpa_gb_s"] for r in rows], 0.4, label="torch SDPA")
         ax.set_xticks(list(x), labels, fontsize=7)
-        ax.set_ylabel("GB/s of K/V read")
+        if payload.get("bandwidth"):
+            ax.axhline(payload["bandwidth"] / 1e9, color="grey", linestyle=":",
+                       label=f"bound, {payload['bandwidth'] / 1e12:g} TB/s")
+        ax.set_ylabel("GB/s of K/V read (higher is better)")
         ax.legend()
     fig.tight_layout()
     fig.savefig(path, dpi=110)
