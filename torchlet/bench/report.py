@@ -115,7 +115,9 @@ def cells(kind: str, rows: list[dict]) -> tuple[list[str], list[list[str]]]:
     body = []
     for row in rows:
         if "error" in row:
-            body.append([row.get("version", "?"), f"failed: {row['error']}"] + [""] * (len(headers) - 2))
+            cell = "".join(f" {k}={row[k]}" for k in ("batch", "context") if k in row)
+            body.append([row.get("version", "?"), f"failed{cell}: {row['error']}"]
+                        + [""] * (len(headers) - 2))
         else:
             body.append([read(row) for _, read in chosen])
     return headers, body
