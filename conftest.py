@@ -24,7 +24,8 @@ torch.set_num_threads(1)
 
 import implementations  # noqa: E402
 from spec.support import hypothesis_profiles  # noqa: E402,F401  (registers the profiles)
-from spec.support import kernel_mode, overlap, owned_coverage, selection  # noqa: E402
+from spec.support import (kernel_mode, overlap, owned_coverage, selection,  # noqa: E402
+                          shared_parts)
 from torchlet.contract import ALL_CAPABILITIES  # noqa: E402
 
 
@@ -48,6 +49,9 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "mutants: a breakage of the reference its specs must notice")
     config.addinivalue_line("markers", "one_step_per_call: watches what one step() call runs; "
                                        "skipped where a step launches the next (spec/support/overlap.py)")
+    config.addinivalue_line("markers", "engine_parts: drives the engine's parts over random schedules; "
+                                       "on a CPU skipped for a version that adds kernels alone "
+                                       "(spec/support/shared_parts.py)")
     config.addinivalue_line("markers", "kernels: runs Triton kernels on CPU, so only for versions "
                                        "that write them (spec/support/kernel_mode.py)")
     if owned_coverage.wanted(config):
@@ -79,6 +83,7 @@ def pytest_generate_tests(metafunc):
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item):
     overlap.before(item)
+    shared_parts.before(item)
     kernel_mode.before(item)
 
 

@@ -109,6 +109,7 @@ class Lifecycle(RuleBasedStateMachine):
         assert self.engine.has_unfinished() == any(o.state is not F for o in self.seen.values())
 
 
+@pytest.mark.engine_parts
 def test_random_add_step_abort_sequences_make_only_legal_transitions(impl):
     run_state_machine_as_test(lambda: Lifecycle(impl), settings=engine_settings())
 

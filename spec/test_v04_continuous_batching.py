@@ -70,6 +70,7 @@ def solo():
 
 @given(schedule=sts.arrival_schedules(VOCAB, max_len=MAX_LEN), max_running=st.integers(1, 4),
        extra_budget=st.integers(0, 12))
+@pytest.mark.engine_parts
 @engine_settings()
 def test_for_any_arrival_schedule_each_request_gets_its_solo_tokens_within_the_limits(
         impl, solo, schedule, max_running, extra_budget):

@@ -151,6 +151,7 @@ def assert_decode_lanes(impl, lanes: int, slots: int, in_use: int):
 
 # --- under random arrival schedules -------------------------------------------------------------
 
+@pytest.mark.engine_parts
 @pytest.mark.one_step_per_call
 @given(schedule=sts.arrival_schedules(VOCAB, max_len=MAX_LEN), slots=st.integers(1, 4))
 @engine_settings()
@@ -166,6 +167,7 @@ def test_for_any_arrival_schedule_a_request_keeps_one_unshared_slot_newcomers_ta
         assert engine.slot_of(i) is None, "a finished request still holds a slot"
 
 
+@pytest.mark.engine_parts
 @given(schedule=sts.arrival_schedules(VOCAB, max_len=MAX_LEN), slots=st.integers(2, 4))
 @engine_settings()
 def test_garbage_in_the_idle_lanes_changes_no_requests_tokens(impl, schedule, slots):

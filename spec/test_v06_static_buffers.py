@@ -98,6 +98,7 @@ def drive(engine, schedule, on_step=None) -> list[int]:
     return ids
 
 
+@pytest.mark.engine_parts
 @pytest.mark.one_step_per_call
 @given(schedule=sts.arrival_schedules(VOCAB, max_len=MAX_LEN), slots=st.integers(1, 4))
 @engine_settings()
@@ -143,6 +144,7 @@ def test_a_decode_step_writes_in_place_where_v05_allocated_its_inputs(impl, v05)
 
 @given(schedule=sts.arrival_schedules(VOCAB, max_len=MAX_LEN), slots=st.integers(1, 4),
        poison=st.booleans())
+@pytest.mark.engine_parts
 @engine_settings()
 def test_for_any_arrival_schedule_the_tokens_equal_v05s(impl, v05, schedule, slots, poison):
     outputs = []

@@ -151,6 +151,7 @@ def tight_runs(draw):
 
 # --- block tables during real generation ------------------------------------------------------
 
+@pytest.mark.engine_parts
 @pytest.mark.one_step_per_call
 @given(run=tight_runs())
 @engine_settings()
@@ -209,6 +210,7 @@ def test_with_unowned_blocks_poisoned_no_live_request_sees_a_nan_through_preempt
         assert engine.output(i).tokens == solo(tuple(prompt), SCRIPT_PARAMS)
 
 
+@pytest.mark.engine_parts
 @pytest.mark.one_step_per_call
 @given(run=tight_runs())
 @engine_settings()
