@@ -345,3 +345,11 @@ def test_the_decode_targets_judge_the_newest_version_of_the_run():
     text = "\n".join(decode_lines(result))
     assert "batch-1 decode step (v14_overlap, context 128): **met**, 0.95 ms" in text
     assert "batch 256, context 1024: **met**, 96%" in text
+
+
+def test_a_result_names_the_commit_the_sender_gives_over_the_trees_own(monkeypatch):
+    from torchlet.bench.report import environment
+
+    assert environment("cpu")["commit"]  # this checkout's, from git
+    monkeypatch.setenv("TORCHLET_COMMIT", "b92a54a")
+    assert environment("cpu")["commit"] == "b92a54a"

@@ -150,8 +150,13 @@ def environment(device: str) -> dict:
            "load_average": round(os.getloadavg()[0], 2)}
     if device.startswith("cuda"):
         env["gpu"] = torch.cuda.get_device_name(torch.device(device))
+    # A copy of the tree sent to another machine may carry an older .git than the commit it
+    # holds: the sender names the commit in TORCHLET_COMMIT (docs/gpu.md).
+    if os.environ.get("TORCHLET_COMMIT"):
+        env["commit"] = os.environ["TORCHLET_COMMIT"]
+        return env
     try:
-        # -dirty: the tree that ran differs from the commit (a copy sent to a GPU machine, say)
+        # -dirty: the tree that ran differs from the commit
         env["commit"] = subprocess.run(["git", "describe", "--always", "--dirty"],
                                        capture_output=True, text=True, cwd=Path(__file__).parent,
                                        timeout=10).stdout.strip()
