@@ -23,6 +23,7 @@ import pytest
 import torch
 
 from spec.support.kernel_targets import INTERPRETED
+from spec.support.selection import impl_of
 
 
 @functools.lru_cache(maxsize=None)
@@ -60,7 +61,7 @@ def before(item) -> None:
     inherits its Triton kernels (versions without Triton run their own PyTorch ones)."""
     if torch.cuda.is_available() or not INTERPRETED:
         return
-    impl = item.callspec.params.get("impl") if hasattr(item, "callspec") else None
+    impl = impl_of(item)
     own = impl is None or not impl.uses_triton or writes_triton(impl)
     kernels = item.get_closest_marker("kernels") is not None
     if own and impl is not None and impl.uses_triton and foreign_kernel_page(item, impl):

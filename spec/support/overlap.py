@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 
 from torchlet.contract import OVERLAP
+from spec.support.selection import impl_of
 
 REASON = ("from v14 a step() call also launches the next step's decode: this spec watches one "
           "step's own work (see spec/test_v14_overlap.py)")
@@ -23,6 +24,6 @@ def unread(impl) -> int:
 
 
 def before(item) -> None:
-    impl = item.callspec.params.get("impl") if hasattr(item, "callspec") else None
+    impl = impl_of(item)
     if item.get_closest_marker("one_step_per_call") and overlaps(impl):
         pytest.skip(REASON)

@@ -32,6 +32,7 @@ import pytest
 import torch
 
 import implementations
+from spec.support.selection import impl_of
 
 ROOT = implementations.REFERENCE_ROOT
 HOOK = "__torchlet_entered__"
@@ -147,7 +148,7 @@ class OwnedCoverage:
 
     @pytest.hookimpl(hookwrapper=True)
     def pytest_runtest_protocol(self, item, nextitem):
-        impl = item.callspec.params.get("impl") if hasattr(item, "callspec") else None
+        impl = impl_of(item)
         self.context = getattr(impl, "name", "")
         yield
         self.context = ""

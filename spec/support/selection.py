@@ -17,6 +17,11 @@ from _pytest.mark.expression import Expression
 VERSION_WORD = re.compile(r"^v\d\d(?:_\d)?(?:_[a-z0-9_]+)?$")
 
 
+def impl_of(item):
+    """The version a collected spec runs against (its `impl` parameter), or None."""
+    return item.callspec.params.get("impl") if hasattr(item, "callspec") else None
+
+
 def versions_named(word: str, names: list[str]) -> set[str] | None:
     """The versions a -k word names, or None when it names none."""
     word = word.lower()
@@ -34,8 +39,7 @@ def select(config, items, names: list[str]) -> None:
     kept, dropped = [], []
     for item in items:
         words = KeywordMatcher.from_item(item)
-        impl = item.callspec.params.get("impl") if hasattr(item, "callspec") else None
-        version = getattr(impl, "name", None)
+        version = getattr(impl_of(item), "name", None)
 
         def match(word, **kwargs):
             named = versions_named(word, names)

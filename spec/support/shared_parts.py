@@ -19,6 +19,7 @@ import torch
 
 import implementations
 from torchlet.contract import TRITON_BASICS, TRITON_PAGED
+from spec.support.selection import impl_of
 
 KERNELS_ALONE = (TRITON_BASICS, TRITON_PAGED)  # capabilities whose idea is Triton kernels alone
 
@@ -51,7 +52,7 @@ def engine_source(impl) -> str | None:
 
 
 def before(item) -> None:
-    impl = item.callspec.params.get("impl") if hasattr(item, "callspec") else None
+    impl = impl_of(item)
     if impl is None or item.get_closest_marker("engine_parts") is None:
         return
     source = engine_source(impl)
