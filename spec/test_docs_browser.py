@@ -2,13 +2,14 @@
 
 What it introduces: headless Chromium, driven over the Chrome DevTools protocol
 (spec/support/cdp.py), clicking through the site the way a reader does: the version map, a
-version page, its compare view, and the switch between the side-by-side and unified views.
+version page, its compare view, and the switch between the side-by-side and unified views; and
+a spec link, served and opened as files, landing on the spec's line.
 Why the previous version needs it: spec/test_docs_site.py checks the HTML as text; only a browser
 shows that the pages load without console errors, that links are followed from a server and that
-the script's toggle really hides one view and shows the other.
+the script's toggle really hides one view and shows the other, and where a #L anchor scrolls to.
 Core principle: observe what a reader sees: navigation by clicks, visibility by computed style,
 errors from the browser's own console, screenshots as evidence.
-Files: spec/support/cdp.py, torchlet/docs/site.py (the toggle script).
+Files: spec/support/cdp.py, torchlet/docs/site.py (the toggle script, the source pages).
 Tradeoff left visible: it needs /usr/bin/chromium, so it is a separate step of .ci/run
 (`pytest -m browser spec/test_docs_browser.py`) and skips elsewhere; it checks one pair of
 versions, not every page.
@@ -40,9 +41,14 @@ class Quiet(SimpleHTTPRequestHandler):
 
 
 @pytest.fixture(scope="module")
-def served(tmp_path_factory):
-    site = tmp_path_factory.mktemp("site")
-    docs.build(site)
+def site(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("site")
+    docs.build(out)
+    return out
+
+
+@pytest.fixture(scope="module")
+def served(site):
     server = ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(Quiet, directory=site))
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
@@ -97,3 +103,21 @@ def test_a_reader_clicks_from_the_map_to_a_version_to_its_compare_and_switches_v
     if keep:
         for name in ("site-version.png", "site-compare.png"):
             shutil.copy(tmp_path / name, Path(keep) / name)
+
+
+def test_a_spec_link_opens_its_source_at_the_spec_line_highlighted_served_and_from_files(
+        site, served, browser):
+    version = next(n for n in implementations.version_names() if n.startswith("v08"))
+    for base in (served, site.as_uri()):
+        browser.goto(f"{base}/versions/{version}.html")
+        spec = browser.js("document.querySelector('#part-0 li').id")
+        browser.click_and_load("#part-0 li a")
+        assert browser.js("location.pathname").endswith(".py.html"), browser.js("location.href")
+        line = browser.js("location.hash").removeprefix("#")
+        row = f"document.getElementById({line!r})"
+        assert browser.js(f"{row}.cells[1].innerText").startswith(f"def {spec.split('.')[-1]}(")
+        assert abs(browser.js(f"{row}.getBoundingClientRect().top")) < 1, "not scrolled to the line"
+        shade = "getComputedStyle({}.cells[1]).backgroundColor"
+        assert browser.js(shade.format(row)) != browser.js(shade.format(f"{row}.nextSibling")), \
+            "the line is not highlighted"
+    assert browser.errors == []

@@ -6,8 +6,10 @@ compare for every adjacent pair of versions and for the first against the newest
 Why: the page contracts are spec module docstrings, which a reader otherwise sees only in an
 editor; generated from the executable specs, a page cannot claim what its specs do not check.
 Core principle: the site is a pure function of the tree: every page follows the contract (a
-missing section fails the build, naming the version and the section), every link resolves
-without a server, and two builds are byte-identical.
+missing section fails the build, naming the version and the section), every link resolves to a
+file of the site (the sources it links to are pages of it, with an id per line), so it works
+served or opened as files, a page lists as specs what pytest collects, and two builds are
+byte-identical.
 Files: torchlet/docs/{pages.py, compare.py, site.py, __init__.py}; spec/test_docs_browser.py
 opens the same site in a real browser.
 Tradeoff left visible: spec counts are test functions, not parametrizations, because counting
@@ -15,7 +17,12 @@ those needs pytest's collection; and the status shown is only as fresh as the la
 """
 from __future__ import annotations
 
+import functools
+import importlib
+import inspect
+import re
 import shutil
+from html import unescape
 from html.parser import HTMLParser
 from pathlib import Path
 from urllib.parse import urldefrag
@@ -71,6 +78,12 @@ def parsed(path: Path) -> Page:
     return Page(path.read_text(encoding="utf-8"))
 
 
+@pytest.fixture(scope="module")
+def html(site) -> dict[Path, Page]:
+    """Every page of the site, parsed once: resolved path -> Page."""
+    return {p.resolve(): parsed(p) for p in sorted(site.rglob("*.html"))}
+
+
 def test_every_version_has_a_page_with_the_five_sections(site):
     for name, page in zip(VERSIONS, version_pages()):
         html = parsed(site / "versions" / f"{name}.html")
@@ -80,40 +93,79 @@ def test_every_version_has_a_page_with_the_five_sections(site):
         assert html.h3.count("Core principle") == len(page.parts) >= 1
 
 
-def test_every_internal_link_and_anchor_resolves(site):
-    pages = {p.resolve(): parsed(p) for p in sorted(site.rglob("*.html"))}
+def test_every_link_resolves_to_a_file_in_the_site_and_every_anchor_to_an_id(site, html):
+    """A link out of the site 404s under `python -m http.server -d docs/_site`, and an anchor
+    into a .py file jumps nowhere, so every link stays inside the site, on a page that has it."""
+    root = site.resolve()
     checked = 0
-    for path, page in pages.items():
+    for path, page in html.items():
         for link in page.links:
             if link.startswith(("http:", "https:", "mailto:", "data:")):
                 continue
             target, frag = urldefrag(link)
             dest = (path.parent / target).resolve() if target else path
-            assert dest.exists(), f"{path.name}: broken link {link}"
-            if frag and dest.suffix == ".html":
-                assert frag in pages[dest].ids, f"{path.name}: no anchor #{frag} in {link}"
+            assert dest.is_relative_to(root) and dest.is_file(), \
+                f"{path.relative_to(root)}: {link} is not a file of the site"
+            if frag:
+                assert dest.suffix == ".html" and frag in html[dest].ids, \
+                    f"{path.relative_to(root)}: no element #{frag} in {link}"
             checked += 1
     assert checked > 100
 
 
-def test_every_version_page_and_compare_view_is_reachable_from_the_index(site):
+def spec_links(site: Path, version: str):
+    """(spec module, qualname, source page, line) of each spec a version page lists."""
+    text = (site / "versions" / f"{version}.html").read_text()
+    for section in text.split('<section id="part-')[1:]:
+        for qualname, href, line in re.findall(
+                r'<li id="([\w.]+)">.*?<a href="([^"#]+)#L(\d+)"', section):
+            yield Path(href).name.removesuffix(".html"), qualname, href, int(line)
+
+
+def test_a_spec_link_opens_the_spec_at_its_def_line(site):
+    for version in VERSIONS:
+        for module, qualname, href, line in spec_links(site, version):
+            source = (site / "versions" / href).read_text()
+            found = re.search(rf'<tr id="L{line}">.*?<pre>(.*?)</pre>', source)
+            assert found, f"{version}: {href} has no element #L{line}"
+            row = found.group(1)
+            name = qualname.split(".")[-1]
+            assert re.match(rf"\s*(async )?def {name}\(", unescape(row)), \
+                f"{version}: {module} line {line} is {row!r}, not the def of {name}"
+
+
+def test_no_fixture_or_helper_appears_as_a_spec(site):
+    """What a page lists as specs is what pytest collects: plain functions named test*. A fixture
+    (`tested_once`) is neither, whatever its name starts with."""
+    listed = 0
+    for version in VERSIONS:
+        for module, qualname, _, _ in spec_links(site, version):
+            obj = functools.reduce(getattr, qualname.split("."),
+                                   importlib.import_module(f"spec.{Path(module).stem}"))
+            assert inspect.isfunction(obj), \
+                f"{version}: {module}::{qualname} is a {type(obj).__name__}, not a spec"
+            listed += 1
+    assert listed > 200
+
+
+def test_every_version_page_and_compare_view_is_reachable_from_the_index(site, html):
     seen, todo = set(), [(site / "index.html").resolve()]
     while todo:
         path = todo.pop()
         if path in seen or path.suffix != ".html" or not path.is_relative_to(site.resolve()):
             continue
         seen.add(path)
-        todo += [(path.parent / urldefrag(link)[0]).resolve() for link in parsed(path).links
+        todo += [(path.parent / urldefrag(link)[0]).resolve() for link in html[path].links
                  if urldefrag(link)[0]]
-    assert seen == {p.resolve() for p in site.rglob("*.html")}
+    assert seen == set(html)
 
 
-def test_every_compare_page_lists_the_files_the_version_owns(site):
+def test_every_compare_page_lists_the_files_the_version_owns(site, html):
     for page in version_pages()[1:]:
         found = sorted((site / "compare").glob(f"*--{page.name}.html"))
         assert found, f"no compare page ends at {page.name}"
         for path in found:
-            text = "".join(parsed(path).text)
+            text = "".join(html[path.resolve()].text)
             for rel in page.owned:
                 assert rel in text, f"{path.name} does not list {rel}"
 

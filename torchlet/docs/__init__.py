@@ -23,7 +23,7 @@ def build(out: Path = DEFAULT_OUT, results: Path | None = None, spec_dir: Path =
 
     pages = version_pages(Path(spec_dir), Path(root))
     return write_site(Path(out), pages, load_results(results), load_benchmarks(bench_dir),
-                      Path(root), Path(spec_dir))
+                      Path(root))
 
 
 def _cmd_build(args) -> int:

@@ -91,17 +91,28 @@ def split_page(doc: str) -> tuple[str, dict[str, str]]:
     return " ".join(title.split()), {k: v.strip() for k, v in sections.items()}
 
 
+def _is_fixture(decorator: ast.expr) -> bool:
+    """`@pytest.fixture`, `@pytest.fixture(...)` or `@fixture`."""
+    d = decorator.func if isinstance(decorator, ast.Call) else decorator
+    return (d.attr if isinstance(d, ast.Attribute) else getattr(d, "id", None)) == "fixture"
+
+
+def _is_spec(node: ast.stmt) -> bool:
+    """A function pytest collects as a test: named test*, and not a fixture (pytest collects no
+    fixture, so an autouse `tested_once` is no spec, whatever its name starts with)."""
+    return (isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+            and node.name.startswith("test")
+            and not any(_is_fixture(d) for d in node.decorator_list))
+
+
 def read_specs(tree: ast.Module) -> list[Spec]:
     found = []
     for node in tree.body:
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name.startswith("test"):
+        if _is_spec(node):
             found.append(Spec(node.name, node.name, node.lineno, ast.get_docstring(node) or ""))
         elif isinstance(node, ast.ClassDef) and node.name.startswith("Test"):
-            for item in node.body:
-                if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)) \
-                        and item.name.startswith("test"):
-                    found.append(Spec(item.name, f"{node.name}.{item.name}", item.lineno,
-                                      ast.get_docstring(item) or ""))
+            found += [Spec(item.name, f"{node.name}.{item.name}", item.lineno,
+                           ast.get_docstring(item) or "") for item in node.body if _is_spec(item)]
     return found
 
 

@@ -1,11 +1,13 @@
 """Writing the site: index (the version map), one page per version, one compare page per pair.
 
-Every link is relative and every order sorted, and nothing depends on the clock, so the site
-opens from file:// and two builds of one tree are byte-identical."""
+Every link is relative and stays inside the site, every order is sorted, and nothing depends on
+the clock, so the site opens from file:// and from `python -m http.server -d DIR` alike, and two
+builds of one tree are byte-identical. The sources a page links to are pages of the site too
+(source/...py.html), each line with an id, because a link to the .py file in the tree is outside
+a served site (404) and a #L anchor into a plain text file jumps nowhere."""
 from __future__ import annotations
 
 import json
-import os
 import re
 from html import escape
 from pathlib import Path
@@ -23,6 +25,8 @@ td.n{color:#999;text-align:right;width:3em;user-select:none}td.del{background:#f
 td.ins{background:#e3f6e5}td.empty{background:#f4f4f4}tr.fold td{background:#eef;color:#556;text-align:center}
 tr.change{outline:2px solid transparent}tr.current{outline-color:#f90}
 body.js-sbs .view-uni,body.js-uni .view-sbs{display:none}.toggle{display:none}body.js .toggle{display:inline}
+table.src{width:100%;font:12px/1.35 ui-monospace,monospace}table.src td{border:0;padding:0 .4em}
+table.src td.n a{color:inherit;text-decoration:none}table.src tr:target td{background:#fff3b0}
 """
 
 # Without JavaScript both views are on the page; the script shows one at a time and adds
@@ -57,6 +61,30 @@ def prose(text: str) -> str:
 
 def compare_name(a: str, b: str) -> str:
     return f"{a}--{b}.html"
+
+
+def source_path(*parts: str) -> str:
+    """Where a source file's page lies in the site: source/spec/test_x.py.html,
+    source/implementations/VERSION/engine.py.html."""
+    return "/".join(("source", *parts)) + ".html"
+
+
+def source_html(path: str, label: str, text: str, version: str) -> str:
+    """One source file as rows with ids L1, L2, ... (each number links to its own line), so that
+    `path#L42` opens at line 42, which the CSS :target rule highlights."""
+    rows = "".join(f'<tr id="L{n}"><td class="n"><a href="#L{n}">{n}</a></td>'
+                   f'<td><pre>{escape(line, quote=False)}</pre></td></tr>'
+                   for n, line in enumerate(text.splitlines(), 1))
+    depth = path.count("/")
+    up = "../" * depth
+    nav = (f'<nav><a href="{up}index.html">version map</a>'
+           f'<a href="{up}versions/{version}.html">{version}</a></nav>')
+    return page(label, f'{nav}<h1>{escape(label)}</h1><table class="src">{rows}</table>', depth)
+
+
+def file_link(version: str, rel: str, text: str) -> str:
+    """A link from a page one level down (versions/, compare/) to a version's module file."""
+    return f'<a href="../{source_path("implementations", version, rel)}">{escape(text)}</a>'
 
 
 # ---------------------------------------------------------------- spec results and benchmarks
@@ -138,8 +166,7 @@ def version_status(p: VersionPage, results) -> str:
                      if counts.get(k))
 
 
-def version_html(p: VersionPage, prev: str | None, nxt: str | None, results,
-                 source_dir: str) -> str:
+def version_html(p: VersionPage, prev: str | None, nxt: str | None, results) -> str:
     nav = ['<a href="../index.html">version map</a>']
     if prev:
         nav.append(f'<a href="{prev}.html" rel="prev">← {prev}</a>')
@@ -149,7 +176,7 @@ def version_html(p: VersionPage, prev: str | None, nxt: str | None, results,
     out = [f"<nav>{''.join(nav)}</nav><h1>{p.name}</h1><p>{escape(p.idea)}</p>"
            f"<p>Capability it adds: <code>{escape(p.capability)}</code></p>"]
     for i, part in enumerate(p.parts):
-        src = f"{source_dir}/{part.path.name}"
+        src = "../" + source_path("spec", part.path.name)
         out.append(f'<section id="part-{i}"><h2>{escape(part.title)}</h2>'
                    f'<p>From <a href="{src}">spec/{part.path.name}</a></p>')
         for key, heading in SECTIONS:
@@ -162,10 +189,11 @@ def version_html(p: VersionPage, prev: str | None, nxt: str | None, results,
                        f'{prose(s.doc)}</li>')
         out.append("</ul></section>")
     out.append('<h2>Files</h2><p>Owned by this version:</p><ul>'
-               + "".join(f"<li>{escape(f)}</li>" for f in p.owned) + "</ul>")
+               + "".join(f"<li>{file_link(p.name, f, f)}</li>" for f in p.owned) + "</ul>")
     if p.inherited:
         out.append("<p>Taken from earlier versions:</p><ul>" + "".join(
-            f"<li>{escape(f)} (from {v})</li>" for f, v in sorted(p.inherited.items())) + "</ul>")
+            f"<li>{file_link(v, f, f)} (from {v})</li>" for f, v in sorted(p.inherited.items()))
+            + "</ul>")
     return page(p.name, "".join(out), 1)
 
 
@@ -176,7 +204,7 @@ def compare_html(a: str, b: str, diffs: list[compare.FileDiff], named: list[str]
         name = (f'<a href="#{compare.file_id(d.rel)}">{escape(d.rel)}</a>'
                 if d in shown else escape(d.rel))
         rows.append(f'<tr class="file {d.status}"><td>{name}</td><td>{d.status}</td>'
-                    f'<td>{d.owner}</td></tr>')
+                    f'<td>{file_link(d.owner, d.rel, d.owner)}</td></tr>')
     out = [f'<nav><a href="../index.html">version map</a><a href="../versions/{a}.html">{a}</a>'
            f'<a href="../versions/{b}.html">{b}</a></nav>',
            f"<h1>{a} → {b}</h1><p>Each side is the whole module set the version runs with: "
@@ -200,27 +228,31 @@ def compare_html(a: str, b: str, diffs: list[compare.FileDiff], named: list[str]
     return page(f"{a} → {b}", "".join(out), 1, script=True)
 
 
-def write_site(out: Path, pages: list[VersionPage], results, figures, root: Path,
-               spec_dir: Path) -> int:
+def write_site(out: Path, pages: list[VersionPage], results, figures, root: Path) -> int:
     """Writes every file of the site; returns how many pages it wrote."""
     out = Path(out)
-    (out / "versions").mkdir(parents=True, exist_ok=True)
-    (out / "compare").mkdir(parents=True, exist_ok=True)
     names = [p.name for p in pages]
     by_name = {p.name: p for p in pages}
     pairs = compare.pairs(names)
     files = {"style.css": CSS, "site.js": JS,
              "index.html": index_html(pages, results, figures, pairs)}
-    source_dir = Path(os.path.relpath(Path(spec_dir).resolve(), (out / "versions").resolve()))
     for i, p in enumerate(pages):
         prev = names[i - 1] if i else None
         nxt = names[i + 1] if i + 1 < len(names) else None
-        files[f"versions/{p.name}.html"] = version_html(p, prev, nxt, results,
-                                                        source_dir.as_posix())
+        files[f"versions/{p.name}.html"] = version_html(p, prev, nxt, results)
+        for part in p.parts:  # a page's sources: its spec modules and the files it owns
+            path = source_path("spec", part.path.name)
+            files[path] = source_html(path, f"spec/{part.path.name}", part.path.read_text(), p.name)
+        for rel in p.owned:
+            path = source_path("implementations", p.name, rel)
+            files[path] = source_html(path, f"{Path(root).name}/{p.name}/{rel}",
+                                      (Path(root) / p.name / rel).read_text(), p.name)
     for a, b in pairs:
         named = compare.named_files(b, [part.sections["files"] for part in by_name[b].parts])
         files[f"compare/{compare_name(a, b)}"] = compare_html(
             a, b, compare.file_diffs(a, b, root), named)
+    for rel in sorted({str(Path(rel).parent) for rel in files}):
+        (out / rel).mkdir(parents=True, exist_ok=True)
     for rel, text in sorted(files.items()):
         (out / rel).write_text(text, encoding="utf-8")
     return len(files) - 2
