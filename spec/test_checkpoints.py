@@ -14,18 +14,19 @@ un-permutation.
 Files to compare: torchlet/checkpoints.py, torchlet/gguf_model.py, torchlet/text.py.
 
 Tradeoff left visible: the converted SmolLM2 is stored dequantized in float32 (about 540 MB of
-cache) so that later loads are a plain safetensors read.
+cache) so that later loads are a plain safetensors read. The cache itself (keys, sharing, `torchlet
+cache`) is spec/test_model_cache.py's page.
 """
 from __future__ import annotations
 
 import json
-import os
 
 import pytest
 import torch
 
 import implementations
 from spec.support import real_model as rm
+from spec.support.gguf_files import llama_cpp_permute
 from spec.support.hf_dirs import save_tiny
 from torchlet import gguf_model
 from torchlet.checkpoints import load_hf_dir
@@ -151,26 +152,10 @@ def test_a_directory_without_a_tokenizer_is_named(broken):
         load_tokenizer(broken)
 
 
-def llama_cpp_permute(w: torch.Tensor, heads: int) -> torch.Tensor:
-    """What llama.cpp's converter does to q/k rows (convert_hf_to_gguf.py, LlamaModel.permute)."""
-    half = w.shape[0] // heads // 2
-    return w.reshape(heads, 2, half, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
-
-
 @pytest.mark.parametrize("heads", [9, 3])
 def test_unpermuting_inverts_llama_cpps_q_k_row_order(heads):
     w = torch.arange(heads * 64 * 2, dtype=torch.float32).reshape(heads * 64, 2)
     assert torch.equal(gguf_model.unpermute_rows(llama_cpp_permute(w, heads), heads), w)
-
-
-def test_the_conversion_cache_is_keyed_by_the_gguf_files_size_and_mtime(tmp_path, monkeypatch):
-    monkeypatch.setenv(gguf_model.CACHE_ENV, str(tmp_path / "cache"))
-    f = tmp_path / "model.gguf"
-    f.write_bytes(b"x" * 10)
-    first = gguf_model.converted_dir(f)
-    assert first.is_relative_to(tmp_path / "cache")
-    os.utime(f, ns=(0, 123456789))
-    assert gguf_model.converted_dir(f) != first
 
 
 @pytest.mark.real_model

