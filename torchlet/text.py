@@ -23,11 +23,20 @@ def load_tokenizer(path: str | Path):
         raise CheckpointError(f"{path}: cannot load its tokenizer: {e}") from None
 
 
-def prompt_ids(tokenizer, text: str, chat: bool = True) -> list[int]:
-    """Token ids of a user message, wrapped in the chat template when the tokenizer has one."""
-    if chat and getattr(tokenizer, "chat_template", None):
-        ids = tokenizer.apply_chat_template([{"role": "user", "content": text}],
-                                            add_generation_prompt=True, tokenize=True)
+def has_chat_template(tokenizer) -> bool:
+    return bool(getattr(tokenizer, "chat_template", None))
+
+
+def prompt_ids(tokenizer, text: str | list[dict], chat: bool = True) -> list[int]:
+    """Token ids of a user message, wrapped in the chat template when the tokenizer has one; or
+    of a whole conversation, a list of {"role", "content"} messages (system, user, assistant)
+    ending with the user's, which needs the template."""
+    if isinstance(text, list) and not (chat and has_chat_template(tokenizer)):
+        raise CheckpointError("a conversation needs a chat template, and this model's tokenizer "
+                              "has none")
+    if chat and has_chat_template(tokenizer):
+        messages = text if isinstance(text, list) else [{"role": "user", "content": text}]
+        ids = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
         # transformers 5 returns a BatchEncoding here, 4.x a plain list
         ids = ids["input_ids"] if hasattr(ids, "keys") else ids
         return [int(t) for t in ids]

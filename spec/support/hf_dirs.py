@@ -62,10 +62,30 @@ def byte_tokenizer():
     return fast
 
 
-def save_tiny(out: Path, family: str, *, tokenizer: bool = False, seed: int = 0, **overrides):
-    """Write a tiny checkpoint with save_pretrained; returns the HF model that wrote it."""
+def printable_only(model) -> None:
+    """Zeroes the output rows of every id but the byte tokenizer's printable ASCII characters
+    (an untied model): its greedy answers are then text a terminal shows as it is, and two
+    answers that differ in tokens differ on screen (a random model's bytes decode mostly to
+    U+FFFD). The largest of ~95 random logits is above the zeroed ones' 0."""
+    tokenizer = byte_tokenizer()
+    shown = [i for i in range(VOCAB)
+             if len(t := tokenizer.decode([i])) == 1 and t.isascii() and t.isprintable()]
+    hidden = torch.ones(VOCAB, dtype=torch.bool)
+    hidden[shown] = False
+    with torch.no_grad():
+        model.get_output_embeddings().weight[hidden] = 0.0
+
+
+def save_tiny(out: Path, family: str, *, tokenizer: bool = False, seed: int = 0,
+              printable: bool = False, **overrides):
+    """Write a tiny checkpoint with save_pretrained; returns the HF model that wrote it.
+    printable: answers in printable ASCII only (printable_only; a llama, whose output layer is
+    its own)."""
     eos = {"eos_token_id": SPECIALS.index("<|im_end|>")}
     model = hf_model(family, seed, **{**eos, **overrides})
+    if printable:
+        assert not model.config.tie_word_embeddings, "the output rows are the embeddings' too"
+        printable_only(model)
     model.save_pretrained(str(out))
     if tokenizer:
         byte_tokenizer().save_pretrained(str(out))
