@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 
-from torchlet.contract import BuildOption, TorchletError, UnknownVersionError
+from torchlet.contract import BuildOption, TorchletError, UnknownVersionError, check_build
 
 VERSION_DIR = re.compile(r"^v(\d\d)(?:_(\d))?_[a-z0-9_]+$")
 REFERENCE_ROOT = Path(__file__).resolve().parent
@@ -34,6 +34,9 @@ class Version:
         return any(c.startswith("triton") for c in self.capabilities)
 
     def build(self, checkpoint, **options):
+        """The package's build, once check_build has refused a bad device, dtype or option value
+        (here, once for every version, from what OPTIONS declares)."""
+        check_build(self.name, self.options, options)
         return self.package.build(checkpoint, **options)
 
     @property
@@ -93,11 +96,34 @@ def _package_name(root: Path) -> str:
     return alias
 
 
-def load(name: str, root: Path = REFERENCE_ROOT) -> Version:
+def require_versions(root: Path) -> list[str]:
+    """version_names(root), or an error saying why a tree holds none (a learner's --impl-root
+    that points one level too high or low would otherwise list no versions and no reason)."""
     names = version_names(root)
+    if not names:
+        raise UnknownVersionError(f"{root} holds no versions: a version is a package named "
+                                  f"vNN_name or vNN_M_name (e.g. v00_full_recompute) with an "
+                                  f"__init__.py, directly inside it")
+    return names
+
+
+def _short(name: str) -> str:
+    """v01_0_ragged_batch -> v01_0, v02_kv_cache -> v02: what a user types."""
+    major, minor = VERSION_DIR.match(name).groups()
+    return f"v{major}" + (f"_{minor}" if minor is not None else "")
+
+
+def load(name: str, root: Path = REFERENCE_ROOT) -> Version:
+    names = require_versions(root)
+    if not name.strip():
+        raise UnknownVersionError(f"the version name is empty; known versions: {', '.join(names)}")
     if name not in names:
         matches = [n for n in names if n.split("_")[0] == name or n.startswith(name + "_")]
-        if len(matches) != 1:
+        if len(matches) > 1:
+            shorts = [_short(n) for n in matches]
+            raise UnknownVersionError(f"ambiguous version {name!r}: {', '.join(shorts[:-1])} or "
+                                      f"{shorts[-1]} ({', '.join(matches)})")
+        if not matches:
             raise UnknownVersionError(
                 f"unknown version {name!r}; known versions: {', '.join(names)}")
         name = matches[0]

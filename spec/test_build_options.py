@@ -4,14 +4,17 @@ What it introduces: every version declares OPTIONS, a tuple of torchlet.contract
 (name, type, default, doc, role), the **options its build takes; a role (MAX_RUNNING,
 MAX_STEP_TOKENS, MAX_LEN, NUM_BLOCKS, BLOCK_SIZE) marks what a harness may size. A version with a
 paged decode attention declares it in KERNELS under PAGED_DECODE_ATTENTION; Version.options,
-option_for(role) and kernel(name) read them.
+option_for(role) and kernel(name) read them. Version.build checks what it is given, once for
+every version, before the package's build runs (contract.check_build): a device this machine
+lacks, a dtype that is no floating one, a declared option's value of another type or below its
+BuildOption.minimum, each refused in one line that names it.
 Why the previous version needs it: the benchmark used to guess option names from build
 signatures (a list of names the longest sequence might have, a retry when a build refused one)
 and imported a module named paged_kernels; a version that named things otherwise was sized wrong
 or not found, silently.
 Core principle: one declared list per build, read by the build's own refusal and by the harness;
 OPTIONS agrees with the build's signature wherever the signature names the option.
-Files: torchlet/contract.py (BuildOption, the roles, PAGED_DECODE_ATTENTION),
+Files: torchlet/contract.py (BuildOption, the roles, PAGED_DECODE_ATTENTION, check_build),
 implementations/__init__.py (Version), torchlet/bench/run.py (build_options),
 torchlet/bench/micro.py (kernel_bench), torchlet/engines.py (build_sized).
 Tradeoff left visible: `model`, which v08 to v10 take so that a later version can hand its model
@@ -117,3 +120,35 @@ def test_a_version_without_the_kernel_says_so_by_name():
     assert not version.has_kernel(PAGED_DECODE_ATTENTION)
     with pytest.raises(TorchletError, match="v99_fake declares no kernel 'paged_decode_attention'"):
         version.kernel(PAGED_DECODE_ATTENTION)
+
+
+def bad_values(option: BuildOption) -> list:
+    """Values of the wrong type or out of range for a declared option."""
+    if option.type is int:
+        low = [] if option.minimum is None else [option.minimum - 1, -1]
+        return [*low, True, 1.5, "4"] + ([] if option.default is None else [None])
+    if option.type is bool:
+        return [1, "yes", None]
+    return [5]  # a number where a callable or another object belongs
+
+
+@pytest.mark.needs(GENERATE)
+def test_a_bad_device_dtype_or_option_value_is_refused_in_one_line_naming_it(impl):
+    """Checked once for every version (Version.build, from OPTIONS): max_decode_slots=0 used to
+    mean the default, and a bool passed for an int."""
+    given = [("dtype", torch.int64), ("dtype", "float32"), ("device", "gpu")]
+    given += [(o.name, v) for o in impl.options for v in bad_values(o)]
+    for name, value in given:
+        with pytest.raises(TorchletError) as refused:
+            impl.build(CKPT, **{name: value})
+        message = str(refused.value)
+        assert name in message and "\n" not in message, (name, value, message)
+
+
+@pytest.mark.needs(GENERATE)
+def test_a_cuda_build_on_a_machine_without_cuda_is_one_torchlet_error(impl, monkeypatch):
+    """torch answers it with a bare AssertionError from deep inside the first tensor moved."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(TorchletError, match=r"^device='cuda': this machine has no CUDA GPU") as e:
+        impl.build(CKPT, device="cuda")
+    assert "\n" not in str(e.value)

@@ -177,3 +177,22 @@ def test_a_generate_interrupted_half_way_takes_back_what_it_queued(engine, fresh
         del engine.step
     assert_as_fresh(engine, "an interrupted generate")
     assert metered(engine) == fresh
+
+
+# Settings no step could run (the issue's: one eos id as Hugging Face writes it, a bool for an
+# int), refused naming the setting before anything is queued (spec/test_v03_request_isolation.py
+# draws them at random).
+MALFORMED = {"eos_token_ids": 2, "stop_token_ids": 5, "max_new_tokens": True, "ignore_eos": 1}
+
+
+def test_malformed_settings_are_refused_by_every_call_and_the_next_call_computes_as_if_fresh(
+        engine, fresh):
+    for name, value in MALFORMED.items():
+        bad = GenerationParams(**{name: value})
+        for call in (lambda: engine.add_request(GOOD, bad),
+                     lambda: engine.generate(GOODS, bad),
+                     lambda: next(iter(engine.stream(GOOD, bad)))):
+            with pytest.raises(RequestError, match=f"^{name} must be"):
+                call()
+            assert_as_fresh(engine, f"refusing {name}={value!r}")
+    assert metered(engine) == fresh

@@ -29,7 +29,7 @@ from spec.support.hypothesis_profiles import engine_settings
 from spec.support.meter import TokenMeter
 from spec.support.models import tiny_checkpoint
 from spec.support.overlap import unread
-from spec.support.scenarios import late_arrival
+from spec.support.scenarios import late_arrival, run_alone
 from torchlet.contract import (CONTINUOUS_BATCHING, DECODE_SLOTS, REQUEST_STATES, FinishReason,
                                GenerationParams, RequestError, RequestState)
 
@@ -119,13 +119,6 @@ PROMPT = [17, 5, 300, 42, 99, 8, 250]
 
 def first_tokens(engine, n=6):
     return engine.generate([PROMPT], GenerationParams(max_new_tokens=n))[0]
-
-
-def run_alone(engine, params):
-    request_id = engine.add_request(PROMPT, params)
-    while engine.has_unfinished():
-        engine.step()
-    return engine.output(request_id)
 
 
 def test_each_finish_reason_names_what_ended_the_request(impl):

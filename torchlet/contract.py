@@ -63,6 +63,11 @@ class UnknownVersionError(TorchletError, LookupError):
     """A version name the registry does not know."""
 
 
+class BuildError(TorchletError, TypeError):
+    """A build option refused: a value of the wrong type or out of range (a TypeError too, as
+    a build's refusal of an option it does not take is)."""
+
+
 @dataclass(frozen=True)
 class ModelConfig:
     """The architecture of a Qwen2/Llama-family decoder, in Hugging Face's terms."""
@@ -113,6 +118,15 @@ class GenerationParams:
     without it refuses them. The filters apply in Hugging Face's order: temperature, top-k,
     top-p, min-p. A seeded request draws the same tokens wherever and whenever it runs.
 
+    The types each setting takes, checked (check_params) when a request is added, before
+    anything is queued; a RequestError names the setting and the type otherwise:
+    max_new_tokens an int of at least 1; eos_token_ids and stop_token_ids token ids (ints), given
+    as any iterable of them (a list as Hugging Face writes it, a tuple, a set) and kept as the
+    tuple made of it here, once, which is what the engine reads: a one-shot iterator or a list
+    changed afterwards cannot reach a step. A bare int is refused (one id is written (2,) or
+    [2]). ignore_eos a bool; temperature, top_p and min_p real numbers, top_k an int, seed an
+    int or None (check_sampling gives their ranges). bool is not taken for an int.
+
     The random stream is part of the contract, so an oracle can predict a seeded draw. The
     token at position n of a request (prompt included) is argmax_t p_t / E_t, E_t = -log(u_t),
     with p the filtered distribution and u_t a function of (seed, n, t) alone: seed taken
@@ -130,6 +144,12 @@ class GenerationParams:
     top_p: float = 1.0          # 1: off
     min_p: float = 0.0          # 0: off
     seed: int | None = None     # None: a fresh seed per request
+
+    def __post_init__(self):
+        for name in ("eos_token_ids", "stop_token_ids"):
+            ids = getattr(self, name)
+            if _is_id_list(ids) and not isinstance(ids, tuple):
+                object.__setattr__(self, name, tuple(ids))  # frozen: set once, here
 
     @property
     def greedy(self) -> bool:
@@ -154,17 +174,20 @@ class FinishReason(enum.Enum):
     STOP = "stop"
     LENGTH = "length"
     ABORTED = "aborted"
+    ERROR = "error"     # its own work failed in a step (see StepEngine.step); error says how
 
 
 @dataclass
 class RequestOutput:
-    """A request as the step-wise API reports it (request_states and later)."""
+    """A request as the step-wise API reports it (request_states and later). error is set for
+    finish_reason ERROR alone: the exception that ended it, as "TypeError: message"."""
 
     request_id: int
     prompt: list[int]
     tokens: list[int] = field(default_factory=list)
     state: RequestState = RequestState.WAITING
     finish_reason: FinishReason | None = None
+    error: str | None = None
 
 
 def _kind(value: Any) -> str:
@@ -212,9 +235,7 @@ def check_request(prompt: Any, params: GenerationParams, config: ModelConfig, *,
     if bad:
         raise RequestError(
             f"token ids outside the vocabulary [0, {config.vocab_size}): {bad[:5]}")
-    if not isinstance(params.max_new_tokens, int) or params.max_new_tokens < 1:
-        raise RequestError(f"max_new_tokens must be at least 1, got {params.max_new_tokens!r}")
-    check_sampling(params)
+    check_params(params)
     if not sampling and not params.greedy:
         raise RequestError(f"temperature={params.temperature!r} asks for sampling, and this "
                            f"version decodes greedily (temperature=0): sampling needs a version "
@@ -231,19 +252,46 @@ def _is_real(value: Any) -> bool:
     return isinstance(value, numbers.Real) and not isinstance(value, bool)
 
 
+def _is_int(value: Any) -> bool:
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+def check_params(params: Any) -> None:
+    """Refuse settings no step could run, naming the setting and the type it takes (the
+    GenerationParams docstring lists them); a malformed one would otherwise fail at its first
+    token, inside a step."""
+    if not isinstance(params, GenerationParams):
+        raise RequestError(f"params must be a GenerationParams, got {_kind(params)}")
+    n = params.max_new_tokens
+    if not _is_int(n) or n < 1:
+        raise RequestError(f"max_new_tokens must be an int of at least 1, got {_kind(n)}")
+    for name in ("eos_token_ids", "stop_token_ids"):
+        ids = getattr(params, name)
+        if not isinstance(ids, tuple):  # what __post_init__ left: not a list of anything
+            hint = f" (one id is written ({ids},))" if _is_int(ids) else ""
+            raise RequestError(f"{name} must be a list or tuple of token ids (ints), "
+                               f"got {_kind(ids)}{hint}")
+        odd = [t for t in ids if not _is_int(t)]
+        if odd:
+            raise RequestError(f"{name} must hold token ids (ints), got {_kind(odd[0])}")
+    if not isinstance(params.ignore_eos, bool):
+        raise RequestError(f"ignore_eos must be True or False, got {_kind(params.ignore_eos)}")
+    check_sampling(params)
+
+
 def check_sampling(params: GenerationParams) -> None:
     """Refuse sampling settings outside their ranges, naming the setting."""
     t, k, p, m, seed = params.temperature, params.top_k, params.top_p, params.min_p, params.seed
     if not _is_real(t) or not math.isfinite(t) or t < 0:
         raise RequestError(f"temperature must be a finite number of at least 0 (0 is greedy), "
                            f"got {_kind(t)}")
-    if not isinstance(k, numbers.Integral) or isinstance(k, bool) or k < 0:
+    if not _is_int(k) or k < 0:
         raise RequestError(f"top_k must be an int of at least 0 (0 is off), got {_kind(k)}")
     if not _is_real(p) or not 0 < p <= 1:
         raise RequestError(f"top_p must be a number in (0, 1] (1 is off), got {_kind(p)}")
     if not _is_real(m) or not 0 <= m <= 1:
         raise RequestError(f"min_p must be a number in [0, 1] (0 is off), got {_kind(m)}")
-    if seed is not None and (not isinstance(seed, numbers.Integral) or isinstance(seed, bool)):
+    if seed is not None and not _is_int(seed):
         raise RequestError(f"seed must be an int or None, got {_kind(seed)}")
 
 
@@ -387,15 +435,25 @@ class CacheEngine(RaggedEngine, Protocol):
 class StepEngine(CacheEngine, Protocol):
     """Capability `request_states` (v03): the step-wise API. A request moves WAITING -> RUNNING ->
     FINISHED (or WAITING -> FINISHED when aborted, or when its first token already ends it); a
-    finished request's output never changes. generate and stream drive these same methods."""
+    finished request's output never changes. generate and stream drive these same methods.
+
+    A request fails alone. Its settings are checked when it is added, so a malformed one is
+    never queued; if its own work still raises inside a step (taking its token: a stop check
+    of a GenerationParams subclass, say), that request is finished with FinishReason.ERROR and
+    RequestOutput.error naming the exception, keeps the tokens it was given (the one being
+    taken included), and frees what it held (cache, lane, blocks) in that step, as any finished
+    request does. The step returns normally; the other requests and later steps go on as if it
+    had never been added. generate and stream of such a request raise RequestError naming the
+    cause (stream after yielding its tokens), chained to the exception."""
 
     def add_request(self, prompt: list[int], params: GenerationParams) -> int:
-        """Queue a request (WAITING); check_request's errors are raised here. Returns its id."""
+        """Queue a request (WAITING); check_request's errors are raised here, and then nothing
+        is queued. Returns its id."""
         ...
 
     def step(self) -> list[RequestOutput]:
         """Run one forward pass for what the scheduler picks; return a copy of the output of
-        every request it touched (admitted, given a token, or finished)."""
+        every request it touched (admitted, given a token, or finished, failed included)."""
         ...
 
     def output(self, request_id: int) -> RequestOutput:
@@ -538,14 +596,70 @@ ROLES = (MAX_RUNNING, MAX_STEP_TOKENS, MAX_LEN, NUM_BLOCKS, BLOCK_SIZE)
 @dataclass(frozen=True)
 class BuildOption:
     """One keyword build takes besides device and dtype: its name, the type of a value, what
-    build does without it (None: derived, as doc says) and, if the harness may size it, its role.
-    A build refuses, with TypeError, an option its OPTIONS don't name."""
+    build does without it (None: derived, as doc says), if the harness may size it, its role,
+    and for an int the least value it takes. A build refuses, with TypeError, an option its
+    OPTIONS don't name; check_build refuses a declared one's value of another type (bool is not
+    an int) or below its minimum, and None unless the default is None."""
 
     name: str
     type: type
     default: Any
     doc: str
     role: str | None = None
+    minimum: int | None = None
+
+    def refusal(self, value: Any) -> str | None:
+        """Why value is no value of this option, or None when it is one."""
+        if value is None and self.default is None:
+            return None
+        if self.type is int:
+            ok = _is_int(value) and (self.minimum is None or value >= self.minimum)
+            expected = "an int" + ("" if self.minimum is None else f" of at least {self.minimum}")
+        elif self.type is bool:
+            ok, expected = isinstance(value, bool), "True or False"
+        else:
+            ok, expected = isinstance(value, self.type), f"a {self.type.__name__}"
+        if ok:
+            return None
+        return (f"{self.name} must be {'None or ' if self.default is None else ''}{expected}, "
+                f"got {_kind(value)}")
+
+
+def check_device(device: Any) -> torch.device:
+    """The torch device a build is asked for, or a TorchletError saying why there is none here
+    (torch itself answers a CUDA device on a machine without one with a bare AssertionError)."""
+    try:
+        found = torch.device(device)
+    except (RuntimeError, TypeError):
+        raise TorchletError(f"device={device!r} is not a device torch knows "
+                            f"(cpu, cuda, cuda:1, ...)") from None
+    if found.type == "cuda":
+        if not torch.cuda.is_available():
+            raise TorchletError(f"device={device!r}: this machine has no CUDA GPU that torch can "
+                                f"use (torch.cuda.is_available() is False); build with "
+                                f"device='cpu'")
+        if found.index is not None and found.index >= torch.cuda.device_count():
+            raise TorchletError(f"device={device!r}: this machine has "
+                                f"{torch.cuda.device_count()} CUDA GPU(s), numbered from 0")
+    return found
+
+
+def check_build(version: str, declared: Sequence[BuildOption], options: Mapping[str, Any]
+                ) -> None:
+    """Refuse what a build of `version` is given before anything is built, each in one line
+    naming what it refuses: a device this machine lacks, a dtype that is no floating torch
+    dtype, a declared option's value (BuildOption.refusal). An option nobody declares is left
+    to the build, whose refusal names the ones it takes."""
+    if "device" in options:
+        check_device(options["device"])
+    dtype = options.get("dtype", torch.float32)
+    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+        raise BuildError(f"{version}: dtype must be a floating torch dtype (torch.float32, "
+                         f"torch.bfloat16, ...), got {_kind(dtype)}")
+    for option in declared:
+        why = option.refusal(options[option.name]) if option.name in options else None
+        if why is not None:
+            raise BuildError(f"{version}: {why}")
 
 
 # Kernels a version may declare in KERNELS, by name, with the signature each must have.

@@ -102,9 +102,12 @@ class StepEngine(CacheEngine):
         prompts = [self._checked(p, params) for p in check_prompts(prompts)]  # all, then queue
         ids = [self._enqueue(p, params) for p in prompts]
         try:
-            while not all(self.requests[i].finished for i in ids):
+            requests = [self.requests[i] for i in ids]
+            while not all(r.finished for r in requests):
                 self.step()
-            return [self.requests[i].tokens for i in ids]
+                for r in requests:  # a failed one fails the call at once
+                    r.raise_if_failed()
+            return [r.tokens for r in requests]
         finally:  # interrupted half way too: nothing of this call stays queued or cached
             for i in ids:
                 self.abort(i)
@@ -119,6 +122,7 @@ class StepEngine(CacheEngine):
                     sent += 1
                     yield request.tokens[sent - 1]
                 if request.finished:
+                    request.raise_if_failed()
                     return
                 self.step()
         finally:  # a stream dropped half way stops its request

@@ -3,7 +3,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from torchlet.contract import FinishReason, GenerationParams, RequestOutput, RequestState
+from torchlet.contract import (FinishReason, GenerationParams, RequestError, RequestOutput,
+                               RequestState)
 
 
 @dataclass
@@ -14,6 +15,8 @@ class Request:
     tokens: list[int] = field(default_factory=list)
     state: RequestState = RequestState.WAITING
     finish_reason: FinishReason | None = None
+    # What ended it, when its own work raised in a step (finish_reason ERROR).
+    error: Exception | None = field(default=None, repr=False, compare=False)
     # The prompt as outputs show it: copied once, since it never changes, where copying it for
     # every output cost each step a pass over every running request's prompt.
     shown_prompt: list[int] = field(init=False, repr=False, compare=False)
@@ -50,8 +53,23 @@ class Request:
     def finish(self, reason: FinishReason) -> None:
         self.state, self.finish_reason = RequestState.FINISHED, reason
 
+    def fail(self, error: Exception) -> None:
+        """Finish with ERROR: its own work raised, and it alone ends."""
+        self.error = error
+        self.finish(FinishReason.ERROR)
+
+    def raise_if_failed(self) -> None:
+        """RequestError naming the cause, for generate and stream, if a step failed it."""
+        if self.error is not None:
+            raise RequestError(f"request {self.id} failed in a step, taking its token "
+                               f"{len(self.tokens)}: {self.described_error}") from self.error
+
+    @property
+    def described_error(self) -> str | None:
+        return None if self.error is None else f"{type(self.error).__name__}: {self.error}"
+
     def output(self) -> RequestOutput:
         """A copy: what callers hold never changes under them (the engine never writes the
         prompt list that outputs share)."""
         return RequestOutput(self.id, self.shown_prompt, list(self.tokens), self.state,
-                             self.finish_reason)
+                             self.finish_reason, self.described_error)

@@ -89,9 +89,14 @@ class Scheduler:
         return batch if batch.requests else None
 
     def postprocess(self, batch: Batch, tokens: list[int]) -> list[Request]:
-        """Give each request its token; finished ones leave the running batch now. Returns them."""
+        """Give each request its token; finished ones leave the running batch now. Returns them.
+        The one place a step runs a request's own code (its stop check): if that raises, the
+        request fails alone and leaves like any finished one, so its cache is freed."""
         for request, token in zip(batch.requests, tokens, strict=True):
-            request.append(token)
+            try:
+                request.append(token)
+            except Exception as error:  # noqa: BLE001  (whatever its settings raise)
+                request.fail(error)
         finished = [r for r in batch.requests if r.finished]
         self.running = [r for r in self.running if not r.finished]
         self.steps += 1

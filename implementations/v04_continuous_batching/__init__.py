@@ -18,9 +18,10 @@ CAPABILITIES = PREVIOUS + (CONTINUOUS_BATCHING,)
 DEFAULT_MAX_RUNNING = 16
 # build's options, declared once: its refusal names them and a harness reads them (by role).
 OPTIONS = (
-    BuildOption("max_running", int, DEFAULT_MAX_RUNNING, "requests running at once", MAX_RUNNING),
+    BuildOption("max_running", int, DEFAULT_MAX_RUNNING, "requests running at once", MAX_RUNNING,
+                minimum=1),
     BuildOption("max_step_tokens", int, None, "rows one step may feed (None: the model's "
-                "context, or max_running if that is more)", MAX_STEP_TOKENS),
+                "context, or max_running if that is more)", MAX_STEP_TOKENS, minimum=1),
 )
 
 
@@ -30,7 +31,8 @@ def build(checkpoint, *, device="cpu", dtype=torch.float32, max_running: int = D
     if options:
         raise TypeError(f"v04 takes {' and '.join(o.name for o in OPTIONS)}, "
                         f"got {sorted(options)}")
-    budget = max_step_tokens or max(checkpoint.config.max_position, max_running)
+    budget = (max(checkpoint.config.max_position, max_running) if max_step_tokens is None
+              else max_step_tokens)  # 0 is refused, not taken for the default
     policy = ContinuousBatching(max_running, budget)
     return StepEngine(ModelRunner(checkpoint, device, dtype), Scheduler(policy))
 

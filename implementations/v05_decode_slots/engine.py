@@ -53,13 +53,13 @@ DEFAULT_SLOTS = 8
 # default of its own.
 SLOT_OPTIONS = (
     BuildOption("max_decode_slots", int, None, "decode slots, the requests running at once "
-                f"(None: max_running, else {DEFAULT_SLOTS})", MAX_RUNNING),
+                f"(None: max_running, else {DEFAULT_SLOTS})", MAX_RUNNING, minimum=1),
     BuildOption("max_running", int, None, "v04's name for the slot count; given with "
-                "max_decode_slots, the two must agree"),
+                "max_decode_slots, the two must agree", minimum=1),
     BuildOption("max_step_tokens", int, None, "rows one step may feed (None: the model's "
-                "context, or the slots if more)", MAX_STEP_TOKENS),
+                "context, or the slots if more)", MAX_STEP_TOKENS, minimum=1),
     BuildOption("max_model_len", int, None, "rows a slot holds: the longest prompt + output "
-                "(None: the model's context)", MAX_LEN),
+                "(None: the model's context)", MAX_LEN, minimum=1),
     BuildOption("poison_inactive_lanes", bool, False, "feed idle decode lanes random ids and "
                 "positions"),
 )
@@ -79,14 +79,17 @@ def slot_limits(checkpoint: Checkpoint, max_decode_slots: int | None, max_runnin
     """The slot count and the step budget the options give, or TypeError naming a bad one. The
     slots bound the running requests, so max_running (v04's name) is accepted as the slot count;
     max_step_tokens defaults to the model's context."""
-    if max_decode_slots and max_running and max_decode_slots != max_running:
+    given = [n for n in (max_decode_slots, max_running) if n is not None]  # 0 is no default
+    if len(given) == 2 and max_decode_slots != max_running:
         raise TypeError(f"max_decode_slots={max_decode_slots} and max_running={max_running} "
                         f"disagree: the slots are the running requests")
-    slots = max_decode_slots or max_running or DEFAULT_SLOTS
+    slots = given[0] if given else DEFAULT_SLOTS
     if max_model_len is not None and not 1 <= max_model_len <= checkpoint.config.max_position:
         raise TypeError(f"max_model_len must be in 1..{checkpoint.config.max_position}, "
                         f"got {max_model_len}")
-    return slots, max_step_tokens or max(checkpoint.config.max_position, slots)
+    if max_step_tokens is None:
+        max_step_tokens = max(checkpoint.config.max_position, slots)
+    return slots, max_step_tokens
 
 
 def slot_scheduler(slots: int, budget: int) -> Scheduler:

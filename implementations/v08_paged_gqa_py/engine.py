@@ -5,7 +5,6 @@ adds block_tables(), paged_metadata(), pool_stats(), kv_bytes() and num_preempti
 contract, and decode_buffers() holds the paged inputs too."""
 from __future__ import annotations
 
-import numbers
 from functools import partial
 
 import torch
@@ -71,8 +70,8 @@ class PagedEngine(GraphEngine):
 # The options build's refusal names: v07's and the pool's.
 PAGED_OPTIONS = GRAPH_OPTIONS + (
     BuildOption("num_blocks", int, None, "K/V blocks in the pool, the null block included (None: "
-                "as much K/V memory as v07 reserves)", NUM_BLOCKS),
-    BuildOption("block_size", int, 16, "tokens per block", BLOCK_SIZE),
+                "as much K/V memory as v07 reserves)", NUM_BLOCKS, minimum=2),
+    BuildOption("block_size", int, 16, "tokens per block", BLOCK_SIZE, minimum=1),
     BuildOption("poison_free_blocks", bool, False, "fill every block nobody owns with NaN, at "
                 "build and whenever it is freed"),
 )
@@ -87,12 +86,12 @@ def paged_build(version: str, runner_class, engine_class, checkpoint: Checkpoint
                 poison_free_blocks: bool = False, model=paged_model, **options):
     """An engine_class over a runner_class (v05's slot_build, over the pool). v07's options,
     checked the same way (slot_limits), and the pool's: num_blocks (the null block included)
-    defaults to as much K/V memory as v07 reserves; block_size is in tokens.
+    defaults to as much K/V memory as v07 reserves; block_size is in tokens. A value of the wrong
+    type or below its declared minimum never gets here: Version.build refuses it (check_build).
     poison_free_blocks fills every block nobody owns with NaN, at build and whenever it is freed.
     model is the decoder the runner calls (this version's layers, a PagedDecoder, unless another
     is given). version names the build in its refusals."""
     refuse_unknown_options(version, PAGED_OPTIONS, options)
-    check_pool_options(num_blocks, block_size)
     slots, budget = slot_limits(checkpoint, max_decode_slots, max_running, max_step_tokens,
                                 max_model_len)
     runner = runner_class(checkpoint, device, dtype, max_model_len, slots,
@@ -104,18 +103,3 @@ def paged_build(version: str, runner_class, engine_class, checkpoint: Checkpoint
 
 # This version's build: its options over the paged runner and the paged engine.
 build = partial(paged_build, "v08", PagedRunner, PagedEngine)
-
-
-def _is_int(value) -> bool:
-    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
-
-
-def check_pool_options(num_blocks, block_size) -> None:
-    """Refuse a pool shape that makes no sense before anything is allocated, naming the option
-    (TypeError, like every other bad build option)."""
-    if not _is_int(block_size) or block_size < 1:
-        raise TypeError(f"block_size must be an int of at least 1 (tokens per block), "
-                        f"got {block_size!r}")
-    if num_blocks is not None and (not _is_int(num_blocks) or num_blocks < 2):
-        raise TypeError(f"num_blocks must be None or an int of at least 2 (the null block and "
-                        f"one usable block), got {num_blocks!r}")

@@ -20,6 +20,14 @@ def late_arrival(engine):
     return a, b, ran
 
 
+def run_alone(engine, params, prompt=PROMPT):
+    """One request, stepped until the engine has nothing left; its output."""
+    request_id = engine.add_request(prompt, params)
+    while engine.has_unfinished():
+        engine.step()
+    return engine.output(request_id)
+
+
 def run_schedule(engine, schedule) -> list[int]:
     """schedule: [(steps to run before adding, prompt, params)]; then steps until every request
     is done. Returns the requests' ids, in schedule order."""

@@ -33,3 +33,37 @@ def arrival_schedules(vocab: int, max_requests: int = 6, max_len: int = 10, max_
     return st.lists(
         st.tuples(st.integers(0, max_gap), prompts(vocab, max_len), params(max_new)),
         min_size=1, max_size=max_requests)
+
+
+# Values no step could run, per GenerationParams setting: the wrong type (bool is no int, a bare
+# int is no list of ids, a str is no list of anything) or out of range. Valid values never come.
+_NOT_AN_INT = st.one_of(st.booleans(), st.floats(allow_nan=True), st.text(max_size=3),
+                        st.none(), st.lists(st.integers(0, 9), max_size=2))
+_NOT_A_BOOL = st.one_of(st.integers(), st.floats(allow_nan=True), st.text(max_size=3), st.none())
+_BAD_IDS = st.one_of(
+    st.integers(), st.text(max_size=3), st.none(), st.floats(allow_nan=True),
+    st.tuples(st.lists(st.integers(0, 99), max_size=2), _NOT_AN_INT,
+              st.sampled_from([list, tuple])).map(lambda t: t[2](t[0] + [t[1]])))
+_NOT_A_NUMBER = st.one_of(st.booleans(), st.text(max_size=3), st.none(),
+                          st.just(float("nan")), st.just(float("inf")), st.just(float("-inf")))
+_BAD_SETTINGS = {
+    "max_new_tokens": st.one_of(st.integers(max_value=0), _NOT_AN_INT),
+    "eos_token_ids": _BAD_IDS,
+    "stop_token_ids": _BAD_IDS,
+    "ignore_eos": _NOT_A_BOOL,
+    "temperature": st.one_of(st.floats(max_value=-1e-6), _NOT_A_NUMBER),
+    "top_k": st.one_of(st.integers(max_value=-1), st.booleans(), st.floats(allow_nan=True),
+                       st.text(max_size=3), st.none()),
+    "top_p": st.one_of(st.floats(max_value=0.0), st.floats(min_value=1.0, exclude_min=True),
+                       _NOT_A_NUMBER),
+    "min_p": st.one_of(st.floats(max_value=-1e-9),  # not max_value=0 excluded: -0.0 is valid
+                       st.floats(min_value=1.0, exclude_min=True), _NOT_A_NUMBER),
+    "seed": st.one_of(st.floats(allow_nan=True), st.booleans(), st.text(max_size=3)),
+}
+
+
+def malformed_setting() -> st.SearchStrategy[tuple[str, object]]:
+    """(setting name, a value of it that check_params must refuse), every setting of
+    GenerationParams in turn."""
+    return st.sampled_from(sorted(_BAD_SETTINGS)).flatmap(
+        lambda name: st.tuples(st.just(name), _BAD_SETTINGS[name]))
