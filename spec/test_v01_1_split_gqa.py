@@ -25,6 +25,7 @@ import implementations
 from spec.support import strategies as sts
 from spec.support.hypothesis_profiles import engine_settings
 from spec.support.models import TINY, tiny_checkpoint
+from spec.support.tolerances import tolerance
 from torchlet.contract import SPLIT_GQA, layer_tensors
 
 pytestmark = pytest.mark.needs(SPLIT_GQA)
@@ -149,7 +150,10 @@ def test_the_six_phases_in_order_equal_the_whole_attention(impl, case):
 def test_the_whole_attention_equals_v01_0_on_a_ragged_batch(impl, case):
     v01_0 = implementations.load("v01_0_ragged_batch").layers
     args = (case["x"], case["positions"], case["w"], case["cfg"], case["indptr"])
-    torch.testing.assert_close(impl.layers.attention(*args), v01_0.attention(*args))
+    # v01_0's softmax runs in float32 whatever its input; from v02 on a fused call runs in
+    # float64: they agree to float32's rounding.
+    torch.testing.assert_close(impl.layers.attention(*args), v01_0.attention(*args),
+                               **tolerance(torch.float32))
     assert math.isfinite(float(impl.layers.attention(*args).abs().sum()))
 
 

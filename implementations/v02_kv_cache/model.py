@@ -4,12 +4,19 @@ computation: prefill brings a whole prompt to an empty cache, decode one token t
 
 CachedDecoder is v01_1's decoder with a cached pass beside the cache-free one: the phases are
 v01_1's; only the attention step changes: append this step's k, v to the cache, then attend over
-the whole history (v01_1's causal_attention already handles S keys > T queries)."""
+the whole history (causal_attention handles S keys > T queries).
+
+A prefill is now a pass of its own over a whole prompt, and v01_1's causal_attention, written to
+be read, builds every head's T x T scores for it: 9 x 5,480 x 5,480 floats a layer (1 GB) for a
+long prompt to SmolLM2. So causal_attention is one fused call here (torch's
+scaled_dot_product_attention: the same softmax, in tiles, never all the scores at once), for
+every version after this one; v01_1's phases stay the reading and the reference."""
 from __future__ import annotations
 
 from typing import Mapping, Sequence
 
 import torch
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from torchlet.contract import ModelConfig
 
@@ -19,10 +26,34 @@ from .cache import LayerKV
 __all__ = ["CachedDecoder", "layers"]
 
 Weights = SplitGQADecoder.Weights
+# Not cuDNN's: it builds a plan for every new (queries, keys) shape, tens of milliseconds each,
+# and every prompt length is a new shape (measured on the H200: the 256-request workload took
+# 23 s with it, docs/perf-notes.md).
+BACKENDS = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
 
 
 class CachedDecoder(SplitGQADecoder):
-    """v01_1's decoder plus the pass over each request's cache (forward_cached)."""
+    """v01_1's decoder plus the pass over each request's cache (forward_cached), its causal
+    attention one fused call."""
+
+    def causal_attention(self, qg: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        """v01_1's causal attention of T queries (the last T of S positions) as one fused call:
+        qg [T, KV, G, D] over k, v [S, KV, D] -> [T, KV, G, D]. Query head kv * G + g reads KV
+        head kv, as enable_gqa has it."""
+        t, kv_heads, group, d = qg.shape
+        s = k.shape[0]
+        q = qg.reshape(t, kv_heads * group, d).transpose(0, 1)[None]
+        keys, values = k.transpose(0, 1)[None], v.transpose(0, 1)[None]
+        if s == t:
+            mask = {"is_causal": True}  # aligned to the top left, which is the bottom right here
+        elif t == 1:
+            mask = {}  # one query, the last position: it sees every key
+        else:  # rows after a cached prefix: [T, S], not per head
+            mask = {"attn_mask": torch.ones(t, s, dtype=torch.bool, device=q.device).tril(s - t)}
+        with sdpa_kernel(BACKENDS):
+            out = torch.nn.functional.scaled_dot_product_attention(q, keys, values,
+                                                                   enable_gqa=True, **mask)
+        return out[0].transpose(0, 1).reshape(t, kv_heads, group, d)
 
     def attend_over_cache(self, qg: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                           req_indptr: torch.Tensor, kv: Sequence[LayerKV]) -> torch.Tensor:

@@ -1,10 +1,9 @@
 """v13_fused: fewer, larger kernels. Each layer's q, k and v projections run as one GEMM over
 their stacked weights, and gate and up as another; one kernel turns q and k by RoPE and lays out
 the heads straight from the packed GEMM output; SwiGLU reads both halves of the gate/up output;
-and a prefill's attention, v12's gathers, scores, mask, softmax and second product for every
-request, is one kernel a layer for all the requests of the pass, reading their contexts from the
-paged cache (context_attention; without Triton, one scaled_dot_product_attention call per
-request). Same tokens as v12.
+and a prefill's attention, v12's gathers and fused call (v02's) for every request, is one
+kernel a layer for all the requests of the pass, reading their contexts from the paged cache
+(context_attention; without Triton, v12's way). Same tokens as v12.
 
 Parts: the kernels over the packed outputs (fused_kernels.py), the prefill's attention over the
 paged cache (context_attention.py), the decoder and its packed weights

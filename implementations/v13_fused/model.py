@@ -9,12 +9,11 @@ several kernels where one would do:
   halves of its output row (swiglu_packed).
 
 A prefill's attention was, for every request in every layer, two gathers of its context out of
-the cache, then scores, a mask, a softmax and a second product, each a kernel: here one Triton
-kernel a layer for all the pass's requests, which reads each context from the cache by its slots
-(context_attention.py); where Triton does not run, one fused call per request (torch's
-scaled_dot_product_attention). With a cached prefix a request's rows are the last of its
-context, so its causal mask is aligned to the bottom right. In float64, the specs' reference
-dtype, attention stays v12's (whose softmax runs in float32), so float64 logits equal v12's.
+the cache, then one fused call (v02's causal_attention), a host wait for each request's span
+between them: here one Triton kernel a layer for all the pass's requests, which reads each
+context from the cache by its slots (context_attention.py); where Triton does not run, v12's
+gathers and fused call per request. With a cached prefix a request's rows are the last of its
+context, so its causal mask is aligned to the bottom right.
 
 FusedDecoder is v12's PrefixDecoder with those functions overridden; the passes that call them
 are v12's and earlier. Layer tensors keyed by Hugging Face's names (the Layers contract, as the
@@ -24,7 +23,6 @@ from __future__ import annotations
 from typing import Mapping
 
 import torch
-from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from torchlet.contract import Checkpoint, ModelConfig
 
@@ -34,10 +32,6 @@ from . import context_attention, fused_kernels
 __all__ = ["FusedDecoder", "PackedWeights", "layers"]
 
 QKV, GATE_UP = "self_attn.qkv_proj", "mlp.gate_up_proj"
-# Not cuDNN's: it builds a plan for every new (queries, keys) shape, tens of milliseconds each,
-# and every prompt length is a new shape (measured on the H200: the 256-request workload took
-# 23 s with it, docs/perf-notes.md).
-BACKENDS = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
 PACKED = {QKV: ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"),
           GATE_UP: ("mlp.gate_proj", "mlp.up_proj")}
 
@@ -102,7 +96,7 @@ class FusedDecoder(PrefixDecoder):
                        indptr: torch.Tensor, context: list[torch.Tensor]) -> torch.Tensor:
         """Every request's rows over its context in one kernel that reads the cache by slots
         (context_attention), the slots concatenated once per pass; elsewhere v12's gathers and
-        one causal_attention call per request."""
+        one causal_attention call (v02's fused one) per request."""
         if not self.on_triton(qg):
             return super().attend_context(qg, k_cache, v_cache, indptr, context)
         rows, slots, starts = self.per_pass(indptr, ("context",), lambda: (
@@ -113,25 +107,6 @@ class FusedDecoder(PrefixDecoder):
             qg.reshape(t, kv_heads * group, d), k_cache, v_cache, rows, slots, starts,
             max((len(c) for c in context), default=0), d ** -0.5)
         return out.view(qg.shape)
-
-    def causal_attention(self, qg: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-        """v01_1's causal attention of T queries (the last T of S positions) as one fused call:
-        qg [T, KV, G, D] over k, v [S, KV, D] -> [T, KV, G, D]. Query head kv * G + g reads KV
-        head kv, as enable_gqa has it."""
-        if qg.dtype == torch.float64:  # the specs' reference dtype keeps v12's maths exactly
-            return super().causal_attention(qg, k, v)
-        t, kv_heads, group, d = qg.shape
-        s = k.shape[0]
-        q = qg.reshape(t, kv_heads * group, d).transpose(0, 1)[None]
-        keys, values = k.transpose(0, 1)[None], v.transpose(0, 1)[None]
-        if s == t:
-            mask = {"is_causal": True}  # aligned to the top left, which is the bottom right here
-        else:
-            mask = {"attn_mask": torch.ones(t, s, dtype=torch.bool, device=q.device).tril(s - t)}
-        with sdpa_kernel(BACKENDS):
-            out = torch.nn.functional.scaled_dot_product_attention(q, keys, values,
-                                                                   enable_gqa=True, **mask)
-        return out[0].transpose(0, 1).reshape(t, kv_heads, group, d)
 
 
 layers = FusedDecoder()

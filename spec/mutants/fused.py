@@ -1,5 +1,7 @@
 """Fusion (v13): fewer, larger kernels, the same numbers. Two mutants undo a fusion and keep every
-number right, so only the specs that read the dispatched ops notice; the others compute something
+number right, so only the specs that read the dispatched ops notice; two keep every number right
+on the tiny fixtures and break another checkpoint (a head_dim apart from the hidden size, a second
+checkpoint of one shape), so only the parity specs on those notice; the others compute something
 else in a fused kernel or call."""
 from spec.mutants import Edit, Mutant
 
@@ -14,8 +16,30 @@ SWIGLU = f"{PAGE}::test_swiglu_packed_is_silu_of_the_first_half_times_the_second
 CONTEXT = (f"{PAGE}::test_context_attention_gives_each_row_the_softmax_over_its_context_up_to_its_"
            "position")
 ONE_OP = f"{PAGE}::test_with_its_kernels_a_prefill_attends_in_one_op_a_layer_and_gathers_no_context"
+PARITY = "spec/test_v00_generation.py"
+HEAD_DIM = (f"{PARITY}::test_a_checkpoint_whose_head_dim_is_not_hidden_over_heads_gives_the_"
+            "oracles_tokens")
+TWINS = (f"{PARITY}::test_two_checkpoints_of_one_shape_built_in_one_process_each_give_their_own_"
+         "tokens")
 
 MUTANTS = [
+    Mutant("v13-qkv-split-from-the-hidden-size", "fusion", (
+        Edit(MODEL, '        q_width = w["self_attn.o_proj.weight"].shape[1]',
+             "        q_width = x.shape[-1]  # as wide as the rows: hidden_size"),),
+        (HEAD_DIM,), ("v13",),
+        "the packed q/k/v output is split at the hidden size, not at heads x head_dim: right "
+        "only where head_dim = hidden / heads"),
+    Mutant("v13-packed-weights-cached-per-shape", "fusion", (
+        Edit(MODEL, "PACKED = {QKV:", "_BY_SHAPE: dict = {}\nPACKED = {QKV:"),
+        Edit(MODEL, "        weights = super().from_checkpoint(ckpt, device, dtype)\n",
+             "        key = (ckpt.config, str(device), dtype)\n"
+             "        if key in _BY_SHAPE:  # packed once per shape\n"
+             "            return _BY_SHAPE[key]\n"
+             "        weights = _BY_SHAPE[key] = super().from_checkpoint(ckpt, device,\n"
+             "                                                           dtype)\n")),
+        (TWINS,), ("v13",),
+        "packed weights are kept per config: a second checkpoint of the same shape runs the "
+        "first one's weights"),
     Mutant("v13-gate-and-up-left-apart", "fusion", (
         Edit(MODEL, '''          GATE_UP: ("mlp.gate_proj", "mlp.up_proj")}''', "}"),),
         (GEMMS,), ("v13",), "gate and up stay two matrices: two GEMMs a layer, the same tokens"),
@@ -23,11 +47,6 @@ MUTANTS = [
         Edit(MODEL, '''GATE_UP: ("mlp.gate_proj", "mlp.up_proj")''',
              '''GATE_UP: ("mlp.up_proj", "mlp.gate_proj")'''),),
         (SAME,), ("v13",), "the packed matrix is [up | gate]: SwiGLU takes silu of up"),
-    Mutant("v13-prefix-attention-aligned-top-left", "fusion", (
-        Edit(MODEL, "        if s == t:\n            mask = {\"is_causal\": True}",
-             "        if True:\n            mask = {\"is_causal\": True}"),),
-        (SAME,), ("v13",),
-        "with a cached prefix the new rows' causal mask starts at the context's first key"),
     Mutant("v13-rope-split-turns-v-too", "fusion", (
         Edit(KERNELS, "    turned = (heads < n_q + n_kv)[:, None]",
              "    turned = (heads < n_q + 2 * n_kv)[:, None]"),),

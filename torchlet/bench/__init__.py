@@ -1,6 +1,7 @@
 """`torchlet bench`: what each version buys, measured through the engine contract.
 
     torchlet bench main-job       one chat prompt: the default version against HF generate
+    torchlet bench long-prompt    a 5,000-token prompt's first token: the same pair
     torchlet bench cpu            every CPU version on a small workload (32 requests, 10..100)
     torchlet bench gpu-workload   nano-vllm's 256-request workload on a Qwen2.5-0.5B-shaped model
     torchlet bench decode         one decode step: ms and GB/s, batch x context
@@ -11,7 +12,8 @@
 Each run prints a table and writes DIR/KIND.json and DIR/KIND.png (default bench-results/).
 """
 # The package: this parser; commands.py, what each subcommand does; run.py and drive.py, one
-# version built and driven through the contract; main_job.py, the user's one prompt; micro.py,
+# version built and driven through the contract; main_job.py, the user's one prompt (and
+# long_prompt.py, a long one's first token, on main_job's contenders and rounds); micro.py,
 # the decode step and the kernel alone; workloads.py, floor.py, hf.py, the requests, the floor
 # and the HF baseline; report.py, doc.py and targets.py, the JSON, charts and docs/benchmarks.md.
 from __future__ import annotations
@@ -19,7 +21,7 @@ from __future__ import annotations
 import argparse
 import importlib
 
-from torchlet.cli import DTYPES  # the standard library only, like this module
+from torchlet.cli import DTYPES, add_threads  # the standard library only, like this module
 
 SHAPES = ("qwen2.5-0.5b", "cpu")
 
@@ -41,8 +43,25 @@ def add_commands(subparsers) -> None:
     p.add_argument("--device", default=None, help="default: cuda if there is one, else cpu")
     p.add_argument("--dtype", choices=DTYPES, default="auto",
                    help="auto: float32 on CPU, bfloat16 on CUDA (as torchlet generate)")
+    add_threads(p)  # as torchlet generate's
+
+    p = _parser(sub, "long-prompt", _lazy("run_long_prompt"),
+                "a long prompt's first token: the version `torchlet generate` picks here vs HF",
+                versions_help="comma-separated versions to time besides the default one")
+    p.add_argument("--tokens", type=int, default=5000, help="prompt length in tokens")
+    p.add_argument("--text", default=None, metavar="FILE",
+                   help="the text the prompt is cut from, repeated if short (default: this "
+                        "checkout's README.md and docs/*.md)")
+    p.add_argument("--model", default=None, help="a Hugging Face checkpoint directory with its "
+                                                 "tokenizer, or a .gguf file (default: "
+                                                 "SmolLM2-135M-Instruct)")
+    p.add_argument("--rounds", type=int, default=3,
+                   help="timed runs of each, interleaved (each is a whole prefill: slow on a CPU)")
+    p.add_argument("--device", default=None, help="default: cuda if there is one, else cpu")
+    p.add_argument("--dtype", choices=DTYPES, default="auto",
+                   help="auto: float32 on CPU, bfloat16 on CUDA (as torchlet generate)")
     p.add_argument("--threads", type=int, default=None,
-                   help="torch threads (default: torch's own, as torchlet generate runs)")
+                   help="torch threads (default: as torchlet generate picks them)")
 
     p = _parser(sub, "cpu", _lazy("run_cpu"), "every CPU version on a small seeded workload")
     p.add_argument("--requests", type=int, default=32)

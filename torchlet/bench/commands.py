@@ -125,6 +125,14 @@ def run_main_job(args) -> int:
     return 0
 
 
+def run_long_prompt(args) -> int:
+    from .long_prompt import measure
+
+    payload, device = measure(args, log)
+    report("long-prompt", args, payload, device)
+    return 0
+
+
 def run_cpu(args) -> int:
     from .run import Job, ModelSpec, run_jobs
     from .workloads import CPU_MODEL, cpu_workload, with_shared_prefix

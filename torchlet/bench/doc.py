@@ -15,9 +15,11 @@ from .report import markdown_table
 from .workloads import QWEN25_05B, nano_vllm_workload
 
 REPO = Path(__file__).resolve().parents[2]
-KINDS = ("main-job", "cpu", "gpu-workload", "decode", "kernel")
+KINDS = ("main-job", "long-prompt", "cpu", "gpu-workload", "decode", "kernel")
 TITLES = {
     "main-job": "CPU main job: torchlet generate's default version against Hugging Face generate",
+    "long-prompt": "CPU long prompt: torchlet generate's default version against Hugging Face "
+                   "generate, to the first token",
     "cpu": "CPU: what each version buys",
     "gpu-workload": "GPU: nano-vllm's workload on a Qwen2.5-0.5B-shaped model",
     "decode": "Decode step: batch x context",
@@ -25,6 +27,7 @@ TITLES = {
 }
 HOW_TO = {
     "main-job": "torchlet bench main-job",
+    "long-prompt": "torchlet bench long-prompt --threads 1",
     "cpu": "torchlet bench cpu",
     "gpu-workload": "torchlet bench gpu-workload --hf-baseline",
     "decode": "torchlet bench decode",
@@ -39,6 +42,13 @@ NOTES = {
                 "version with a prefix cache finds the prompt's full blocks cached by the "
                 "warm-up in every timed round (its hit column), which a one-shot `torchlet "
                 "generate` would not.",
+    "long-prompt": "One process, contenders built as for the main job; each run is one "
+                   "greedy token after the whole prompt, so its time is the prefill's. After "
+                   "one untimed warm-up each on 64 other tokens, the runs alternate over the "
+                   "rounds; x HF is HF's median seconds over the version's. CPU s: the CPU "
+                   "seconds this process spent in a run, which other work on the machine does "
+                   "not stretch as it stretches the wall time. A version with a prefix cache "
+                   "finds the prompt cached from the second timed round on (its hit column).",
     "cpu": "Versions with the step API (request_states and later) are driven by add_request/step, "
            "all requests queued at time 0; older versions serve the requests one after another "
            "through stream() (mode `stream`), since generate() can't give each request its own "
@@ -111,14 +121,17 @@ def section(kind: str, result: dict | None, assets: str) -> list[str]:
                    f"intermediate {m['intermediate_size']}, vocab {m['vocab_size']}.")
     memory = next((r["memory_measure"] for r in result["rows"] if "memory_measure" in r), "n/a")
     note = NOTES[kind].format(memory=memory)
-    # main-job's note says what its hit column means for one prompt repeated
-    if kind != "main-job" and any(r.get("prefix_queried_tokens") is not None
+    # main-job's and long-prompt's notes say what the hit column means for one prompt repeated
+    if kind not in ("main-job", "long-prompt") and any(r.get("prefix_queried_tokens") is not None
                                   for r in result["rows"]):
         note += " " + PREFIX_NOTE
     out += ["", note, "", markdown_table(kind, result["rows"]), ""]
     if kind == "main-job":
         from .targets import main_job_lines
         out += [*main_job_lines(result), ""]
+    if kind == "long-prompt":
+        from .targets import long_prompt_lines
+        out += [*long_prompt_lines(result), ""]
     if kind == "decode":
         out += top_kernel_lines(result["rows"])
     if "floor" in result:

