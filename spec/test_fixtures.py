@@ -8,18 +8,19 @@ import pytest
 import torch
 
 from fixtures.make_fixtures import FIXTURES, SCALES, random_tensors
-from spec.support.models import TINY, tiny_checkpoint
+from spec.support.models import HEAD_DIM, TINY, TWINS, tiny_checkpoint
+from spec.support.oracle import cached_model, greedy
 from spec.support.prompts import HORIZON, screened
 
 
-@pytest.mark.parametrize("fixture", TINY)
+@pytest.mark.parametrize("fixture", [*TINY, HEAD_DIM, *TWINS])
 def test_oracle_output_on_the_parity_prompts_is_varied(fixture):
     for prompt, ref in screened(fixture):
         assert len(ref.tokens) == HORIZON
         assert len(set(ref.tokens)) >= HORIZON // 3, (prompt, ref.tokens)
 
 
-@pytest.mark.parametrize("fixture", TINY)
+@pytest.mark.parametrize("fixture", [*TINY, HEAD_DIM])
 def test_committed_fixture_is_what_the_script_makes(fixture):
     ckpt = tiny_checkpoint(fixture)
     assert ckpt.config == FIXTURES[fixture]
@@ -34,3 +35,20 @@ def test_fixtures_differ_in_bias_tying_and_head_ratio():
     a, b = (tiny_checkpoint(n).config for n in TINY)
     assert a.qkv_bias != b.qkv_bias and a.tie_embeddings != b.tie_embeddings
     assert a.group_size != b.group_size
+
+
+def test_the_head_dim_fixture_declares_a_head_size_apart_from_the_hidden_size():
+    c = tiny_checkpoint(HEAD_DIM).config
+    assert c.num_heads * c.head_dim != c.hidden_size
+
+
+@pytest.mark.parametrize("twin", TWINS)
+def test_a_twin_has_its_fixtures_config_and_other_tokens(twin):
+    """Same shape, other weights: on the prompt the twin's parity spec uses, the fixture's
+    oracle gives other tokens than the twin's, so an engine that ran one's weights for the
+    other would fail it."""
+    mine, theirs = tiny_checkpoint(twin), tiny_checkpoint(TWINS[twin])
+    assert mine.config == theirs.config and mine.tensors.keys() == theirs.tensors.keys()
+    assert not any(torch.equal(t, theirs.tensors[n]) for n, t in mine.tensors.items())
+    prompt, ref = screened(twin)[1]
+    assert greedy(cached_model(TWINS[twin]), list(prompt), 6).tokens != ref.tokens[:6]

@@ -6,7 +6,9 @@ Why: it is the slowest correct engine; every later version must produce exactly 
 Core principle: golden tokens come from the oracle (Hugging Face, float64), never from the code
 under test. Prompts are screened so that the oracle's top-1/top-2 logit gap stays above
 spec.support.prompts.MARGIN over the whole horizon; then float32 engines must agree exactly, and
-their logits must be close to the oracle's along the way.
+their logits must be close to the oracle's along the way. A version's tokens are its checkpoint's
+whatever the shape: on tiny_head_dim, whose head_dim is not hidden / heads (Qwen3's is not), and
+on each fixture's twin, its shape with other weights, built after it in the same process.
 Files: implementations/v00_full_recompute/engine.py; spec/support/oracle.py and prompts.py.
 Tradeoff left visible: generating N tokens runs the model over N growing sequences: quadratic
 work (measured in the v02 spec).
@@ -14,7 +16,7 @@ work (measured in the v02 spec).
 import pytest
 import torch
 
-from spec.support.models import TINY, tiny_checkpoint
+from spec.support.models import HEAD_DIM, TINY, TWINS, tiny_checkpoint
 from spec.support.prompts import HORIZON, screened
 from spec.support.snapshots import GoldenTokens, render
 from torchlet.contract import GENERATE, GenerationParams
@@ -98,6 +100,33 @@ def test_a_batch_of_prompts_gives_each_prompt_its_solo_tokens(engines):
     prompts = [list(p) for p, _ in cases] + [list(cases[0][0])]
     refs = [r.tokens[:10] for _, r in cases] + [cases[0][1].tokens[:10]]
     assert engines["tiny_llama"].generate(prompts, GenerationParams(max_new_tokens=10)) == refs
+
+
+SHORT = GenerationParams(max_new_tokens=6)
+
+
+def test_a_checkpoint_whose_head_dim_is_not_hidden_over_heads_gives_the_oracles_tokens(impl):
+    """tiny_head_dim declares 4 heads of 32 on a hidden size of 64, as Qwen3 declares its
+    head_dim (16 heads of 128 on 1024): q is twice as wide as the rows it is made from. A
+    version that sizes a head, or splits q, k and v, from the hidden size cannot give these."""
+    cases = screened(HEAD_DIM)[:2]
+    out = impl.build(tiny_checkpoint(HEAD_DIM)).generate([list(p) for p, _ in cases], SHORT)
+    assert out == [ref.tokens[:SHORT.max_new_tokens] for _, ref in cases]
+
+
+@pytest.mark.parametrize("twin", TWINS)
+def test_two_checkpoints_of_one_shape_built_in_one_process_each_give_their_own_tokens(
+        impl, engines, twin):
+    """A fixture's twin (its very config, other weights) built after it in the same process:
+    the twin's engine gives the twin's oracle tokens and the fixture's engine still gives the
+    fixture's. Anything kept per shape rather than per checkpoint (packed weights, a captured
+    step) would serve one's weights to the other; spec/test_fixtures.py checks that the two
+    checkpoints give other tokens on the twin's prompt."""
+    n = SHORT.max_new_tokens
+    prompt, ref = screened(twin)[1]
+    assert impl.build(tiny_checkpoint(twin)).generate([list(prompt)], SHORT) == [ref.tokens[:n]]
+    prompt, ref = screened(TWINS[twin])[1]
+    assert engines[TWINS[twin]].generate([list(prompt)], SHORT) == [ref.tokens[:n]]
 
 
 def golden_rows(fixture, tokens_for):

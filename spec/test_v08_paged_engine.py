@@ -10,6 +10,8 @@ the pool (pool_stats()), each request's memory (kv_bytes()) and how often it ran
 (num_preemptions). When the running requests' next tokens need more blocks than are free, the
 request admitted last is preempted: its blocks are freed, it goes back to the front of the
 waiting queue, and when admitted again its whole sequence is prefilled anew (recompute).
+Preemption is minimal, no more requests than the step's tokens need blocks for beyond the free
+ones, and fair: a preempted request is readmitted before any request that arrived after it.
 
 Why v07 needs it: v05-v07 allocate max_position rows per decode slot at build, used or not. This
 module's workload never holds more than 5 blocks of 16 tokens at once; a pool of those blocks
@@ -184,6 +186,86 @@ def test_a_scripted_exhaustion_preempts_and_every_request_still_gets_its_solo_to
         assert engine.output(i).tokens == solo(tuple(prompt), SCRIPT_PARAMS)
     stats = engine.pool_stats()
     assert stats["num_free"] == stats["num_usable"] and engine.block_tables() == {}
+
+
+# A small request arrives while two large ones run and waits for blocks; the second large one is
+# preempted, and the small one would fit before it is readmitted: (steps before adding, prompt,
+# new tokens). Blocks of 4, 6 usable, 3 lanes.
+FAIRNESS_SCHEDULE = [(0, [5, 6, 7, 8, 9, 10, 11], 8), (0, [21, 22, 23, 24, 25, 26], 8),
+                     (2, [31, 32, 33, 34, 35], 3), (0, [41, 42], 3)]
+FAIRNESS_POOL = dict(num_blocks=7, block_size=4, max_decode_slots=3)
+
+
+class AdmissionLog:
+    """Steps an engine and records, from outside, who was admitted (in order), who was preempted
+    and when; each step's preemptions are checked to be the fewest the step needs, counted from
+    pool_stats()' free blocks and each running request's tokens (a request whose cached tokens
+    fill its last block needs a new one; one preempted gives back the blocks its tokens fill)."""
+
+    def __init__(self, engine, block_size: int):
+        self.engine, self.block_size = engine, block_size
+        self.arrived: list[int] = []
+        self.admitted: list[int] = []                 # every admission, readmissions too
+        self.preempted: list[tuple[int, int]] = []    # (request, len(admitted) at the time)
+        self.running: list[int] = []                  # in admission order: the decode order
+
+    def add(self, prompt, params) -> None:
+        self.arrived.append(self.engine.add_request(prompt, params))
+
+    def step(self) -> None:
+        e, size = self.engine, self.block_size
+        free = e.pool_stats()["num_free"]
+        cached = [cached_tokens(e, r) for r in self.running]
+        e.step()
+        state = {r: e.output(r).state for r in self.running}
+        victims = [r for r in self.running if state[r] is RequestState.WAITING]
+        n, k = len(cached), 0
+        while sum(c % size == 0 for c in cached[:n - k]) > \
+                free + sum(blocks_for(c, size) for c in cached[n - k:]):
+            k += 1
+        assert victims == self.running[n - k:], (
+            f"with {free} free blocks and running requests {self.running} holding {cached} "
+            f"tokens, the step preempted {victims}, not the last {k} admitted")
+        self.preempted += [(r, len(self.admitted)) for r in victims]
+        new = list(e.last_step_stats().prefill_ids)
+        self.admitted += new
+        self.running = [r for r in self.running + new
+                        if e.output(r).state is RequestState.RUNNING]
+
+    def overtaken(self) -> list[tuple[int, int]]:
+        """(preempted request, a request that arrived after it and was admitted before it was
+        readmitted)."""
+        out = []
+        for p, at in self.preempted:
+            since = self.admitted[at:]
+            before = since[:since.index(p)] if p in since else since
+            out += [(p, q) for q in before if self.arrived.index(q) > self.arrived.index(p)]
+        return out
+
+
+@pytest.mark.engine_parts
+@pytest.mark.one_step_per_call
+def test_preemption_takes_the_fewest_requests_the_step_needs_and_readmits_them_before_later_ones(
+        impl):
+    """Minimal: each step preempts, the last admitted first, only as many running requests as
+    its decodes need blocks beyond the free ones. Fair: a preempted request goes back before the
+    requests that arrived after it, so none of them is admitted before it is readmitted (vLLM
+    puts it back at the front of the queue); here the small third request waits behind the
+    preempted second one although it would fit first. Tokens stay the solo ones."""
+    engine = impl.build(CKPT, dtype=F64, use_graphs=False, **FAIRNESS_POOL)
+    log = AdmissionLog(engine, FAIRNESS_POOL["block_size"])
+    for gap, prompt, n in FAIRNESS_SCHEDULE:
+        for _ in range(gap):
+            log.step()
+        log.add(prompt, GenerationParams(max_new_tokens=n))
+    while engine.has_unfinished():
+        log.step()
+    second, third = log.arrived[1], log.arrived[2]
+    at = [a for p, a in log.preempted if p == second]
+    assert at and log.admitted.index(third) >= at[0], "the third request never waited behind it"
+    assert not log.overtaken(), f"admitted before a request that arrived first: {log.overtaken()}"
+    for i, (_, prompt, n) in zip(log.arrived, FAIRNESS_SCHEDULE):
+        assert engine.output(i).tokens == solo(tuple(prompt), GenerationParams(max_new_tokens=n))
 
 
 @pytest.mark.one_step_per_call

@@ -18,6 +18,9 @@ alone, in any batch, at any position and slot, arriving mid-run, and after a pre
 tight pool, whose recompute draws the same numbers again. The filters equal Hugging Face's on
 random logits, ties included; the draws follow the filtered distribution by a chi-square test
 and never pick a filtered token. temperature=0, and top_k=1 at any temperature, are greedy.
+Seeds use their whole range: seeds one bit apart, anywhere in their 63 bits, draw differently.
+A step whose running requests are all greedy runs the greedy path, the argmax alone, whatever
+its lanes ran before: watched from the ops it dispatches, no sort and no hash.
 
 Files to compare: implementations/v11_sampling/{sampler,runner,engine}.py against
 implementations/v08_paged_gqa_py/{runner,buffers}.py (captured_step, fields) and
@@ -41,10 +44,11 @@ from spec.support import sampling_oracle as oracle
 from spec.support.hypothesis_profiles import engine_settings
 from spec.support.models import tiny_checkpoint
 from spec.support.prompts import screened
+from spec.support.allocations import OpLog
 from spec.support.block_watch import StepLog
 from spec.support.replay_watch import ModelWatch
 from spec.support.snapshots import GoldenSamples, render_samples
-from torchlet.contract import SAMPLING, GenerationParams, RequestError
+from torchlet.contract import SAMPLING, GenerationParams, RequestError, RequestState
 
 pytestmark = pytest.mark.needs(SAMPLING)
 
@@ -277,6 +281,59 @@ def test_a_step_whose_lanes_are_all_greedy_reads_no_settings_and_runs_no_sampler
     while engine.has_unfinished():
         engine.step()
     assert engine.output(rid).tokens == ref.tokens[:4]
+
+
+def sampler_ops(log: OpLog) -> set[str]:
+    """The ops only the sampler dispatches: its sorts (top-k, top-p) and its stream's integer
+    hashing (xor)."""
+    return {op.name for op in log.ops if "sort" in op.name or "xor" in op.name}
+
+
+def test_once_a_sampling_request_has_left_its_lane_all_greedy_steps_sort_and_hash_nothing(impl):
+    """A seeded request and a greedy one decode together; once the seeded one has finished,
+    every step runs the greedy path: neither the sampler's sorts nor its hashing, whatever the
+    lane it left had asked for (graphs off: the step's ops are dispatched as it runs them,
+    through the sampling or the greedy graph runner). The greedy request keeps the oracle's
+    tokens."""
+    engine = impl.build(tiny_checkpoint(FIXTURE), dtype=DTYPE, max_decode_slots=2,
+                        use_graphs=False)
+    prompt, settings, seed, _ = cases()[1]
+    seeded = engine.add_request(list(prompt), params_of(settings, seed, 2))
+    plain, ref = screened(FIXTURE)[0]
+    greedy = engine.add_request(list(plain), GenerationParams(max_new_tokens=6))
+    sampling, after = set(), []
+    while engine.has_unfinished():
+        running = engine.output(seeded).state is not RequestState.FINISHED
+        with OpLog() as log:
+            engine.step()
+        (sampling.update if running else after.append)(sampler_ops(log))
+    assert {"aten.sort.default"} <= sampling and any("xor" in n for n in sampling), sampling
+    assert after and not set().union(*after), f"greedy steps ran the sampler's {after}"
+    assert engine.output(greedy).tokens == ref.tokens[:6]
+
+
+SEED = 0x5A3C_96E1_0F87_D2B4  # 63 bits, ones and zeros in both halves
+
+
+def test_seeds_that_differ_in_any_one_of_their_63_bits_draw_differently(impl):
+    """GenerationParams' stream reads every bit of a seed below 2^63: the seeds one bit away
+    from SEED, at each of its 63 bits, draw other tokens than SEED, and so do seeds that differ
+    above bit 31 alone (s and s + 2^32 k). At a temperature of 1000 every token is about as
+    likely, so the tokens drawn are the stream's. (The stream folds a seed into a 32-bit key:
+    two seeds far apart may collide; one bit apart they cannot.) One lane a request, graphs off:
+    two steps."""
+    low = SEED & 0xFFFF_FFFF
+    seeds = [SEED] + [SEED ^ (1 << b) for b in range(63)] + [low + (k << 32) for k in (0, 1, 2)]
+    engine = impl.build(tiny_checkpoint(FIXTURE), dtype=DTYPE, max_decode_slots=len(seeds),
+                        use_graphs=False)
+    flat = oracle.Settings(temperature=1000.0)
+    ids = [engine.add_request([17, 5], params_of(flat, s, 2)) for s in seeds]
+    while engine.has_unfinished():
+        engine.step()
+    drawn = [tuple(engine.output(i).tokens) for i in ids]
+    same = [hex(s) for s, t in zip(seeds[1:64], drawn[1:64]) if t == drawn[0]]
+    assert not same, f"seeds one bit from {SEED:#x} draw its very tokens: {same}"
+    assert len(set(drawn[64:])) == 3, f"s + 2^32 k for k = 0, 1, 2 draw {drawn[64:]}"
 
 
 def test_different_seeds_draw_differently_and_unseeded_requests_still_sample(engine):

@@ -15,7 +15,9 @@ tokens equal the oracle's, greedy and seeded, with the cache on and off, under a
 schedule of requests that share prefixes of every length, through preemption under a tight,
 poisoned pool, and with a hash so weak that every block collides. The saving is measured from the
 matmuls (spec/support/meter.py): a prefill feeds every layer exactly the prompt tokens the cache
-did not hold. Sharing is read from the tensors the decode step reads: two requests with a common
+did not hold, and every full block is shareable once its K/V is written, whether a prefill (past
+a hit or not) or a decode wrote it: each turn of a chat computes only the rows the turn before
+did not write. Sharing is read from the tensors the decode step reads: two requests with a common
 prefix name the same physical blocks for it, and their first differing block is private. At
 least a prompt's last token is always computed, so a prompt the cache holds whole still gets its
 first token's logits (nano-vllm's bug #144).
@@ -149,6 +151,24 @@ def test_a_prefill_feeds_every_layer_only_the_tokens_the_cache_lacks(impl):
     assert after["queried_tokens"] - before["queried_tokens"] == 12
     off = build(impl, prefix_cache=False)
     assert off.generate([first + [11, 12, 13]], GenerationParams(max_new_tokens=3)) == [tokens]
+
+
+def test_each_turn_of_a_chat_computes_only_the_rows_the_turn_before_did_not_write(impl):
+    """A chat: each turn's prompt is the turn before's prompt, its answer and a new message.
+    Every full block is shared once its K/V is written, whoever wrote it: turn 1's decodes
+    (its answer fills two blocks), turn 2's prefill past its hit (the new message fills one).
+    So each turn computes, at every layer, only the rows past the last full block of what the
+    turn before wrote (its prompt and all its answer but the last token, never fed), then one
+    row for each of its own tokens but the first, measured from the matmuls."""
+    engine, layers = build(impl, use_graphs=False), CKPT.config.num_layers
+    prompt, written = [5, 6, 7, 8, 9], 0
+    for n, message in ((8, [301, 302, 303, 304]), (2, [311, 312, 313, 314]), (2, [])):
+        with TokenMeter(CKPT) as meter:
+            [answer] = engine.generate([prompt], GenerationParams(max_new_tokens=n))
+        rows = len(prompt) - written // BLOCK * BLOCK + n - 1
+        assert [meter.total(i) for i in range(layers)] == [rows] * layers, (len(prompt), written)
+        written = len(prompt) + n - 1
+        prompt = prompt + answer + message
 
 
 @pytest.mark.one_step_per_call

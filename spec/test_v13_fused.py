@@ -6,11 +6,12 @@ and lays out the heads of all three straight from the q/k/v GEMM's row; swiglu_p
 halves of the gate/up GEMM's row. A prefill's attention is one kernel a layer for all its
 requests (context_attention), which reads each request's context from the paged cache by its
 slots, its causal mask aligned to the bottom right when a cached prefix comes first; without
-Triton, one fused call per request (scaled_dot_product_attention).
+Triton, v12's gathers and one fused call per request (v02's causal_attention).
 
 Why v12 needs it: a decode step is a chain of small launches. v12 runs seven GEMMs a layer, three
 of them over the same normed rows and two over the next, then one RoPE kernel for q and another
-for k; and every prefill materializes each request's scores, mask and softmax in every layer.
+for k; and every prefill gathers each request's context out of the cache and attends to it in a
+call of its own, in every layer.
 
 Core principle: fusion changes how many kernels run, never what they compute. The packed path's
 logits equal v12's (float64, on the tiny fixtures, with and without a cached prefix) and its
@@ -21,9 +22,9 @@ seven, and a prefill runs one attention op a layer (one per request and layer wi
 no softmax, and gathers no context.
 
 Files to compare: implementations/v13_fused/{model,fused_kernels}.py against
-implementations/v09_triton_basics/{model,kernels}.py and implementations/v01_1_split_gqa/model.py
-(causal_attention); implementations/v13_fused/context_attention.py against
-implementations/v10_triton_paged_gqa/paged_kernels.py (the decode kernel it extends to many rows)
+implementations/v09_triton_basics/{model,kernels}.py; implementations/v13_fused/context_attention.py
+against implementations/v10_triton_paged_gqa/paged_kernels.py (the decode kernel it extends to
+many rows)
 and implementations/v12_prefix_cache/model.py (attend_context).
 
 Tradeoff left visible: packing happens at load, so the layer tensors a v13 engine holds are no
@@ -219,10 +220,10 @@ INTERPRETER = pytest.mark.skipif(not INTERPRETED, reason="CPU kernels need TRITO
 def test_the_packed_path_gives_v12s_logits_and_tokens_with_and_without_a_cached_prefix(
         impl, v12, fixture, dtype, path, monkeypatch):
     """Run twice: the second run's prompts find their leading blocks cached, so their prefill
-    attends from the bottom right of a longer context. In float64 the fused attention steps
-    aside (v12's softmax runs in float32) and the logits agree to float64's rounding; in float32
-    it runs, and they agree to float32's: one SDPA call a request without the kernels, one
-    context_attention launch a layer with them."""
+    attends from the bottom right of a longer context. Without the kernels both run v02's fused
+    attention, and the packed GEMMs alone move the logits: to float64's rounding in float64, to
+    float32's in float32; with them, one context_attention launch a layer against v12's call a
+    request."""
     if path == "torch":
         monkeypatch.setenv("TRITON_INTERPRET", "0")
     ckpt = tiny_checkpoint(fixture)
@@ -286,8 +287,8 @@ def prefill_calls(impl, prompts, *modules):
 @pytest.mark.one_step_per_call
 def test_without_its_kernels_a_prefill_runs_one_attention_op_per_request_and_layer(impl,
                                                                                    monkeypatch):
-    """In float32 on a CPU the fused call is one aten op (flash attention for CPU); v12 ran an
-    einsum, a mask and a softmax for each."""
+    """In float32 on a CPU the fused call is one aten op (flash attention for CPU), and no
+    softmax runs: v02's causal_attention, which v12's gathers feed."""
     monkeypatch.setenv("TRITON_INTERPRET", "0")
     calls, _ = prefill_calls(impl, PROMPTS[:2])
     attention = {n: k for n, k in calls.items() if "scaled_dot_product" in n}

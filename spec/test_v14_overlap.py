@@ -20,7 +20,7 @@ preemption and prefix-cache specs of every earlier page run against v14 with ove
 specs that watch one step() call's own work (marked one_step_per_call) are the ones v14 skips,
 since its calls hold the next step's decode. This page watches that decode from outside: the
 K/V it stores, the inputs it reads, the order of the copies on the step's way out, the rows a
-later prefill is spared.
+later prefill is spared, and that the step after it preempts none of the requests it ran for.
 
 Files to compare: implementations/v14_overlap/engine.py against
 implementations/v03_request_states/engine.py (the step it reorders) and
@@ -49,7 +49,7 @@ from spec.support.hypothesis_profiles import engine_settings
 from spec.support.meter import TokenMeter
 from spec.support.models import tiny_checkpoint
 from spec.support.scenarios import run_schedule
-from spec.test_v08_paged_engine import solo, tight_runs
+from spec.test_v08_paged_engine import FAIRNESS_POOL, FAIRNESS_SCHEDULE, solo, tight_runs
 from torchlet.contract import OVERLAP, GenerationParams, RequestState
 
 pytestmark = pytest.mark.needs(OVERLAP)
@@ -215,6 +215,48 @@ def test_on_a_tight_poisoned_pool_any_arrival_schedule_gets_its_solo_tokens(impl
         assert engine.output(i).tokens == solo(tuple(prompt), params)
     stats = engine.pool_stats()
     assert stats["num_free"] == stats["num_usable"] and stats["num_used"] == 0
+
+
+def decoded_ahead(engine, ids) -> list[int]:
+    """The running requests whose next token a decode launched ahead computes: the decode
+    inputs of its lane hold its last token at the position after its history."""
+    buffers, out = engine.decode_buffers(), []
+    for i in ids:
+        o = engine.output(i)
+        if o.state is RequestState.RUNNING:
+            lane, known = engine.slot_of(i), len(o.prompt) + len(o.tokens)
+            fed = int(buffers["token_ids"][lane]), int(buffers["positions"][lane])
+            if fed == (o.tokens[-1], known - 1):
+                out.append(i)
+    return out
+
+
+def test_a_step_after_a_decode_ahead_preempts_none_of_the_requests_that_decode_ran_for(impl):
+    """The decode launched ahead took the blocks of its requests' next tokens, so the step that
+    reads them needs no block for them and preempts none of them: v08's preemption run anyway
+    would throw a computed token away and recompute the request. On v08's fairness schedule the
+    pool runs short: steps run in order then, and those still preempt."""
+    engine = impl.build(CKPT, dtype=F64, use_graphs=False, **FAIRNESS_POOL)
+    ids, preempted, ahead_steps = [], [], 0
+
+    def step():
+        nonlocal ahead_steps
+        ahead = decoded_ahead(engine, ids)
+        running = [i for i in ids if engine.output(i).state is RequestState.RUNNING]
+        engine.step()
+        thrown = [i for i in running if engine.output(i).state is RequestState.WAITING]
+        assert not set(thrown) & set(ahead), f"preempted {thrown}, decoded ahead {ahead}"
+        preempted.extend(thrown)
+        ahead_steps += bool(ahead)
+    for gap, prompt, n in FAIRNESS_SCHEDULE:
+        for _ in range(gap):
+            step()
+        ids.append(engine.add_request(prompt, GenerationParams(max_new_tokens=n)))
+    while engine.has_unfinished():
+        step()
+    assert preempted and ahead_steps > 0, (preempted, ahead_steps)
+    for i, (_, prompt, n) in zip(ids, FAIRNESS_SCHEDULE):
+        assert engine.output(i).tokens == solo(tuple(prompt), GenerationParams(max_new_tokens=n))
 
 
 def rows_of_a_prefill_after(engine, first, n):

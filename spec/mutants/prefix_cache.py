@@ -5,6 +5,7 @@ from spec.mutants import Edit, Mutant
 
 POOL = "v12_prefix_cache/block_pool.py"
 CACHE = "v12_prefix_cache/cache.py"
+RUNNER = "v12_prefix_cache/runner.py"
 
 PAGE = "spec/test_v12_block_pool.py"
 MACHINE = (f"{PAGE}::test_shared_blocks_under_random_prefixes_decode_seal_free_and_eviction_keep_"
@@ -18,6 +19,8 @@ TWICE = f"{PAGE}::test_two_requests_with_one_prefix_before_either_is_sealed_comp
 ABORT = f"{PAGE}::test_an_aborted_request_leaves_the_blocks_it_shares_with_the_other"
 LRU = f"{PAGE}::test_freed_cached_blocks_are_evicted_least_recently_used_a_requests_tail_first"
 POISON = f"{PAGE}::test_the_prefix_cache_poisons_a_freed_block_unless_it_is_shared_or_cached"
+CHAT = ("spec/test_v12_prefix_cache.py::test_each_turn_of_a_chat_computes_only_the_rows_the_turn_"
+        "before_did_not_write")
 
 PROPERTY = "prefix cache"
 V12 = ("v12",)
@@ -66,4 +69,19 @@ MUTANTS = [
              "if self.pool.ref_count(b) == 1]"),),
         (POISON,), V12,
         "with poison_free_blocks, a freed block is poisoned though its hash keeps it cached"),
+    Mutant("v12-decode-filled-blocks-never-sealed", PROPERTY, (
+        Edit(RUNNER, "        logits = super().decode(request_ids, sequences)\n"
+                     "        self.seal_filled(request_ids, sequences)\n",
+             "        logits = super().decode(request_ids, sequences)\n"),),
+        (CHAT,), V12,
+        "a block a decode fills is never registered: a chat's next turn recomputes the answer"),
+    Mutant("v12-blocks-past-a-hit-never-sealed", PROPERTY, (
+        Edit(RUNNER, "        for r, p in zip(request_ids, prompts):\n"
+                     "            self.cache.seal(r, p)\n",
+             "        for r, p, h in zip(request_ids, prompts, hits):\n"
+                     "            if not h:  # sealed once a decode fills a block\n"
+                     "                self.cache.seal(r, p)\n"),),
+        (CHAT,), V12,
+        "after a hit, the full blocks the prefill computes stay unregistered until a decode "
+        "fills a block: the next request with that prefix misses them"),
 ]

@@ -15,6 +15,9 @@ IN_GRAPH = (f"{PAGE}::test_a_sampling_step_reads_the_lanes_settings_and_draws_in
             f"replayed_graph")
 MIXED = f"{PAGE}::test_greedy_and_seeded_requests_decoded_together_each_get_the_oracles_tokens"
 UNSEEDED = f"{PAGE}::test_different_seeds_draw_differently_and_unseeded_requests_still_sample"
+ONE_BIT = f"{PAGE}::test_seeds_that_differ_in_any_one_of_their_63_bits_draw_differently"
+GREEDY_AFTER = (f"{PAGE}::test_once_a_sampling_request_has_left_its_lane_all_greedy_steps_sort_"
+                f"and_hash_nothing")
 
 MUTANTS = [
     Mutant("v11-top-p-boundary-off-by-one", "seeded sampling", (
@@ -67,4 +70,15 @@ MUTANTS = [
         Edit(ENGINE, "seed=secrets.randbits(63))", "seed=0)"),),
         (UNSEEDED,), ("v11",),
         "a request without a seed gets seed 0, so every unseeded request draws alike"),
+    Mutant("v11-seed-high-bits-dropped", "seeded sampling", (
+        Edit(SAMPLER, "    lo, hi = seed & _MASK32, (seed >> 32) & _MASK32",
+             "    lo, hi = seed & _MASK32, seed * 0  # a 32-bit seed"),),
+        (ONE_BIT,), ("v11",),
+        "the stream reads a seed's low 32 bits only: s and s + 2^32 k draw alike"),
+    Mutant("v11-greedy-steps-sample-after-a-sampler-left", "seeded sampling", (
+        Edit(RUNNER, "        if any(temperature[lane] > 0 for lane in self.lanes_in_use()):",
+             "        if (temperature > 0).any():  # every lane's last settings, in use or not"),),
+        (GREEDY_AFTER,), ("v11",),
+        "once a sampling request has left its lane, all-greedy steps still sort and hash: the "
+        "same argmax tokens"),
 ]

@@ -27,5 +27,16 @@ def write_table(results) -> Path:
         m = r.mutant
         killer = f"`{r.killer}`" if r.killer else f"**{r.status}**"
         rows.append(f"| `{m.name}` | {m.property} | {m.version} | {m.why} | {killer} |\n")
-    DOC.write_text("".join(rows))
+    DOC.write_text("".join(rows) + after_the_table())
     return DOC
+
+
+def after_the_table() -> str:
+    """What the doc holds after the table (the purchase lists, written by hand), kept as is."""
+    if not DOC.exists():
+        return ""
+    lines = DOC.read_text().splitlines(keepends=True)
+    end = next((i for i, line in enumerate(lines) if line.startswith("| mutant |")), len(lines))
+    while end < len(lines) and lines[end].startswith("|"):
+        end += 1
+    return "".join(lines[end:])
