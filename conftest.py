@@ -28,6 +28,8 @@ from spec.support import (kernel_mode, overlap, owned_coverage, selection,  # no
                           shared_parts)
 from torchlet.contract import ALL_CAPABILITIES  # noqa: E402
 
+pytest_plugins = ["spec.support.snapshots"]  # what a run owes the golden files
+
 
 def pytest_addoption(parser, pluginmanager):
     if not pluginmanager.has_plugin("torchlet"):  # installed without the entry point
@@ -56,6 +58,10 @@ def pytest_configure(config):
                                        "that write them (spec/support/kernel_mode.py)")
     if owned_coverage.wanted(config):
         config.pluginmanager.register(owned_coverage.OwnedCoverage(config), "owned-coverage")
+    if config.getoption("--impl-root"):
+        from torchlet.pytest_plugin import StubReports
+
+        config.pluginmanager.register(StubReports(config.getoption("--impl-root")), "stub-reports")
     for cap in ALL_CAPABILITIES:
         config.addinivalue_line("markers", f"{cap}: specs of the {cap} capability")
     for name in implementations.version_names(impl_root(config)):
@@ -87,12 +93,17 @@ def pytest_runtest_setup(item):
     kernel_mode.before(item)
 
 
-@pytest.hookimpl(tryfirst=True)
+@pytest.hookimpl(wrapper=True)
 def pytest_collection_modifyitems(config, items):
-    selection.select(config, items, implementations.version_names(impl_root(config)))
-    if torch.cuda.is_available():
-        return
-    skip = pytest.mark.skip(reason="needs a CUDA GPU; this machine has none")
-    for item in items:
-        if item.get_closest_marker("gpu"):
-            item.add_marker(skip)
+    # -k applies after the other plugins' hooks: syrupy records the collection here, and had it
+    # seen only what `-k v08` keeps, it would take the run for the whole suite and fail it on
+    # the golden entries that only other versions read.
+    keyword = selection.take_keyword(config)
+    result = yield
+    selection.select(config, items, implementations.version_names(impl_root(config)), keyword)
+    if not torch.cuda.is_available():
+        skip = pytest.mark.skip(reason="needs a CUDA GPU; this machine has none")
+        for item in items:
+            if item.get_closest_marker("gpu"):
+                item.add_marker(skip)
+    return result

@@ -14,6 +14,8 @@ filled tree), so this page costs as much as the two versions' specs themselves.
 """
 import re
 import shutil
+import subprocess
+import sys
 
 import pytest
 
@@ -49,6 +51,8 @@ def test_an_exercise_fails_naming_what_to_write_and_passes_once_filled_with_the_
     order = learner.functions_in_order(root / version)
     first = next(line for line in report.splitlines() if line.startswith("next: implement "))
     assert first.split()[2] in order, report
+    assert sorted([first.split()[2], *listed_after(report, "then: ")]) \
+        == sorted(learner.stubs_left(root / version)), report
     assert re.search(rf"^{version}: \d+ passed, [1-9]\d* failed", report, re.M), report
 
     reference = implementations.REFERENCE_ROOT / version
@@ -56,6 +60,51 @@ def test_an_exercise_fails_naming_what_to_write_and_passes_once_filled_with_the_
         shutil.copy(path, root / version / path.relative_to(reference))
     assert learner.main(["check", str(root), "-k", version]) == 0, capsys.readouterr().out
     assert "every spec of this version passes, and no stub is left" in capsys.readouterr().out
+
+
+def listed_after(report: str, label: str) -> list[str]:
+    """The names a report lists after `label`, over as many lines as the list takes."""
+    text = report.split("\n" + label, 1)[1] if "\n" + label in report else ""
+    return " ".join(text.split()).split(", ") if text else []
+
+
+DEMO = (
+    "def load(path):\n    return parse(path)\n\n"
+    "def parse(path):\n    return path\n\n"
+    "def norm(x):\n    return scale(x)\n\n"
+    "def scale(x):\n    return x\n\n"
+    "class Engine:\n"
+    "    def __init__(self, path):\n        self.w = load(path)\n\n"
+    "    def run(self, x):\n        return norm(x)\n\n"
+    "def build(path):\n    return Engine(path)\n")
+
+
+def test_check_lists_every_stub_left_in_the_order_the_specs_need_them(tmp_path):
+    """Two failing specs ran into the stubs of `build` and `norm`: norm is next (earlier in the
+    file), then scale, which norm's reference calls, so its spec reaches scale once norm is
+    written; then build, the Engine it makes and what that loads; then run, which no spec
+    reached yet."""
+    reference, mine = tmp_path / "reference" / "v42_demo", tmp_path / "mine" / "v42_demo"
+    for tree in (reference, mine):
+        tree.mkdir(parents=True)
+    (reference / "model.py").write_text(DEMO)
+    (mine / "model.py").write_text(learner.stub_source(DEMO, "v42_demo", "model", []))
+    stubs = {}
+    exec(compile((mine / "model.py").read_text(), "<stub>", "exec"), stubs)
+
+    def failing(spec, call):  # what a failing spec reports: the stub its call ran into
+        with pytest.raises(NotImplementedError) as stopped:
+            call()
+        return learner.Outcome(f"spec/test_v42_demo.py::{spec}", "failed", str(stopped.value))
+
+    outcomes = [failing("test_build", lambda: stubs["build"]("path")),
+                failing("test_norm", lambda: stubs["norm"](1.0))]
+    report = learner.summarize("v42_demo", mine, outcomes, reference)
+    first = re.search(r"^next: implement (\S+) in ", report, re.M)
+    assert first and first[1] == "model.norm", report
+    assert listed_after(report, "then: ") == [
+        "model.scale", "model.build", "model.Engine.__init__", "model.load", "model.parse",
+        "model.Engine.run"], report
 
 
 def test_a_stub_keeps_signature_and_docstring_and_raises_naming_version_function_and_spec():
@@ -146,9 +195,6 @@ def test_check_never_calls_a_version_done_while_a_stub_is_left_even_one_no_spec_
 
 def test_pytest_takes_impl_root_and_its_directory_as_two_words_as_the_readme_writes_it(
         tmp_path, not_a_learner_run):
-    import subprocess
-    import sys
-
     root = tmp_path / "mine"
     learner.make_exercise(implementations.version_names()[0], root)
     proc = subprocess.run([sys.executable, "-m", "pytest", "--impl-root", str(root), "-k", "v00",
@@ -158,3 +204,31 @@ def test_pytest_takes_impl_root_and_its_directory_as_two_words_as_the_readme_wri
                           text=True)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert " tests collected" in proc.stdout and "v00_full_recompute" in proc.stdout
+
+
+def test_a_learners_pytest_run_reports_each_stub_in_a_line_and_ends_pointing_at_check(
+        tmp_path, not_a_learner_run):
+    """`pytest --impl-root=DIR -k v00` on a fresh exercise: a spec stopped by a stub reports the
+    stub's line and no traceback, and the run ends by pointing at `torchlet check`, never at
+    `--snapshot-update` (the golden files, which the tree's versions leave unread, are the
+    reference suite's). Collected from testpaths as the learner's run is, but from the page of
+    refusals alone, whose specs all stop at the first stub, so that it costs about the imports
+    (and without the unraisable-exception check, whose gc passes at exit cost seconds)."""
+    version = implementations.version_names()[0]
+    root = tmp_path / "mine"
+    learner.make_exercise(version, root)
+    page = "spec/test_v00_bad_input.py"
+    proc = subprocess.run([sys.executable, "-m", "pytest", f"--impl-root={root}",
+                           "-k", version.split("_")[0], "-o", f"testpaths={page}",
+                           "-p", "no:randomly", "-p", "no:unraisableexception"],
+                          cwd=learner.REPO, env=learner.child_env(), capture_output=True,
+                          text=True)
+    out = proc.stdout
+    assert proc.returncode == 1, out[-3000:] + proc.stderr[-2000:]
+    stopped = re.findall(rf"^{version}: implement ([\w.]+) \(", out, re.M)
+    assert stopped and not re.search(r"^(E |>   )", out, re.M), out[-3000:]
+    *_, pointer, stats = out.strip().splitlines()
+    assert pointer.startswith(f"`torchlet check {root} -k {version}`"), out[-3000:]
+    failing = re.findall(r"\b(\d+) (?:failed|errors?)\b", stats)
+    assert stats.startswith("=") and sum(map(int, failing)) == len(stopped), out[-3000:]
+    assert "--snapshot-update" not in out, out[-3000:]

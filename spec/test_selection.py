@@ -9,32 +9,53 @@ see v08's failures only.
 Core principle: both selections are collected by pytest itself, in a child interpreter reused
 for every version, and compared as sets of node ids (spec/support/selection.py reads version
 words of a -k expression as the `impl` parameter).
-Files: spec/support/selection.py, conftest.py.
+And a run so selected exits 0 when every spec it ran passed: the golden files are shared by
+every version, and the entries only other versions read are not its business; but a spec it
+ran that takes a golden file and reads none of it still fails the run.
+Files: spec/support/selection.py, conftest.py, spec/support/snapshots.py.
 Tradeoff left visible: a -k word that looks like a version id (v + two digits) can no longer
 select by substring; `-k "v08 and tight"` still means both.
 """
+import re
+from pathlib import Path
+
 import pytest
 
 import implementations
 from spec.mutants.runner import Worker
+from torchlet.contract import SAMPLING
 
 NAMES = implementations.version_names()
+GOLDEN = sorted((Path(__file__).parent / "__snapshots__").glob("*.ambr"))
+# Versions before sampling read the golden tokens but not the golden samples.
+UNSAMPLED = [v.name for v in implementations.discover() if SAMPLING not in v.capabilities]
+
+
+# Options of every child run here: no unraisable-exception check, whose five gc passes at the end
+# of a run cost seconds in an interpreter that holds torch and the whole collection.
+QUIET = ["-q", "-p", "no:randomly", "-p", "no:xdist", "-p", "no:unraisableexception"]
 
 
 @pytest.fixture(scope="module")
-def collect(request, tmp_path_factory):
+def worker(request):
+    """One child interpreter for every pytest run of this page."""
     if request.config.getoption("--impl-root"):
         pytest.skip("selection is checked on the reference tree")
-    worker, log = Worker(), tmp_path_factory.mktemp("collect") / "log"
+    w = Worker()
+    yield w
+    w.close()
+
+
+@pytest.fixture(scope="module")
+def collect(worker, tmp_path_factory):
+    log = tmp_path_factory.mktemp("collect") / "log"
 
     def ids(*args):
-        worker.pytest(["spec", "--collect-only", "-q", "-p", "no:randomly", "-p", "no:xdist",
-                       "--no-owned-coverage", *args], log)
+        worker.pytest(["spec", "--collect-only", *QUIET, "--no-owned-coverage", *args], log)
         return {line for line in log.read_text().splitlines() if "::" in line
                 and not line.startswith("MARKS ")}
     ids.log = log
-    yield ids
-    worker.close()
+    return ids
 
 
 @pytest.fixture(scope="module")
@@ -75,3 +96,60 @@ def test_k_with_a_major_number_selects_every_version_of_it_and_words_keep_their_
     assert collect("-k", "v01") == both
     tight = collect("-k", "v08 and tight")
     assert tight and all("tight" in i and "[v08_paged_gqa_py" in i for i in tight)
+
+
+@pytest.mark.parametrize("name", sorted({UNSAMPLED[0], UNSAMPLED[-1]}))
+def test_k_with_a_version_id_exits_0_when_its_specs_pass_and_others_golden_entries_go_unread(
+        worker, tmp_path, name):
+    """Collected from testpaths as the README's `pytest -k vNN` is, but from the golden tokens'
+    page alone, so that it costs one page: the version reads the golden tokens, and the golden
+    samples are left to the sampling versions."""
+    log = tmp_path / "log"
+    rc = worker.pytest(["-o", "testpaths=spec/test_v00_generation.py", "-k", short(name), *QUIET,
+                        "--no-owned-coverage"], log)
+    out = log.read_text()
+    summary = out.strip().splitlines()[-1]
+    entries = sum(path.read_text().count("\n# name: ") for path in GOLDEN)
+    read = re.search(r"^(\d+) snapshots? passed\.$", out, re.M)
+    assert rc == 0, out[-3000:]
+    assert re.fullmatch(r"\d+ passed, \d+ deselected(, \d+ warnings?)? in [\d.]+s", summary), \
+        out[-3000:]
+    assert read and 0 < int(read[1]) < entries, out[-3000:]  # the golden files, read in part
+    assert "unused" not in out and "--snapshot-update" not in out, out[-3000:]
+
+
+GOLDEN_READERS = """
+import pytest
+from spec.support.snapshots import GoldenTokens
+
+@pytest.fixture
+def golden(snapshot):
+    return snapshot.use_extension(GoldenTokens)
+
+@pytest.mark.parametrize("key", ["left", "right"])
+def test_reads_its_entry(golden, key):
+    assert f"rows of {key}" == golden(name=key)
+
+def test_takes_the_golden_file_and_passes_without_reading_it(golden):
+    pass
+"""
+
+
+def test_a_spec_that_takes_a_golden_file_and_reads_none_of_it_fails_a_partial_run(worker,
+                                                                                  tmp_path):
+    """In a suite of its own, with the golden files' extension and check (spec/support/
+    snapshots.py): its golden file written by its readers, then runs of part of it."""
+    (tmp_path / "test_golden_readers.py").write_text(GOLDEN_READERS)
+    log = tmp_path / "log"
+
+    def run(*args):
+        return worker.pytest([str(tmp_path), "-p", "spec.support.snapshots", *QUIET, *args], log)
+
+    assert run("-k", "reads_its_entry", "--snapshot-update") == 0, log.read_text()[-3000:]
+    assert run("-k", "reads_its_entry and left") == 0, log.read_text()[-3000:]
+    assert "\n1 snapshot passed.\n" in log.read_text(), log.read_text()[-3000:]  # right: unread
+    assert run("-k", "without_reading") == 1, log.read_text()[-3000:]
+    out = log.read_text()
+    assert "takes the golden file golden_tokens but read none of it" in out, out[-3000:]
+    assert re.fullmatch(r"1 failed, 2 deselected(, \d+ warnings?)? in [\d.]+s",
+                        out.strip().splitlines()[-1]), out[-3000:]

@@ -3,8 +3,9 @@
 `torchlet exercise vNN DIR` writes a tree of versions whose vNN modules keep every signature and
 docstring but raise NotImplementedError in every body. The stubs are cut out of the reference
 source by `ast` positions each time, so they never drift from it. `torchlet check DIR` runs vNN's
-spec modules against the tree and says which function to write next; `torchlet diff vA vB` shows
-what a version changes in the files it owns.
+spec modules against the tree, says which function to write next and lists the other stubs left
+in the order the specs need them; `torchlet diff vA vB` shows what a version changes in the
+files it owns.
 """
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import textwrap
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -234,6 +236,58 @@ def functions_in_order(version_dir: Path) -> list[str]:
     return list(function_files(version_dir))
 
 
+def _called_name(call: ast.Call) -> str | None:
+    func = call.func
+    return func.id if isinstance(func, ast.Name) else getattr(func, "attr", None)
+
+
+def calls(version_dir: Path) -> dict[str, list[str]]:
+    """`module.qualname` -> the version's functions its body calls, in source order.
+
+    Read by name: `f(...)`, `x.f(...)`, and `C(...)` for `C.__init__`; a name calls the function
+    of that name in the same module where there is one, else every function of that name in the
+    version (a method reached through `self` of a subclass, say)."""
+    defs = [(module_name(version_dir, p), q, node) for p in modules_in_order(version_dir)
+            for q, node in functions(ast.parse(p.read_text()).body)]
+    named: dict[str, list[tuple[str, str]]] = {}
+    for module, q, _ in defs:
+        parts = q.split(".")
+        for name in {parts[-1], *(parts[-2:-1] if parts[-1] == "__init__" else [])}:
+            named.setdefault(name, []).append((module, f"{module}.{q}"))
+    graph = {}
+    for module, q, node in defs:
+        found = sorted((n for n in ast.walk(node) if isinstance(n, ast.Call)),
+                       key=lambda n: (n.lineno, n.col_offset))
+        callees = []
+        for call in found:
+            targets = named.get(_called_name(call), [])
+            same = [full for m, full in targets if m == module]
+            callees += [full for full in same or [full for _, full in targets]
+                        if full not in callees]
+        graph[f"{module}.{q}"] = callees
+    return graph
+
+
+def need_order(left: list[str], reached: list[str], graph: dict[str, list[str]]) -> list[str]:
+    """The stubs `left`, in the order the specs need them: each stub a failing spec `reached`,
+    followed by the stubs its reference body calls (they fail next once it is written), then the
+    stubs no spec reaches yet, in the order to write them, each followed the same way."""
+    stubs, seen, order = set(left), set(), []
+
+    def visit(name):
+        if name in seen:
+            return
+        seen.add(name)
+        if name in stubs:
+            order.append(name)
+        for callee in graph.get(name, ()):
+            visit(callee)
+
+    for name in [*reached, *left]:
+        visit(name)
+    return order
+
+
 # ---------------------------------------------------------------- exercise trees
 
 class ExerciseError(TorchletError):
@@ -396,7 +450,10 @@ def reason(outcome: Outcome) -> str:
     return first[0][:110] if first else "failed"
 
 
-def summarize(version: str, version_dir: Path, outcomes: list[Outcome]) -> str:
+def summarize(version: str, version_dir: Path, outcomes: list[Outcome],
+              reference_dir: Path | None = None) -> str:
+    """The report of a check; `reference_dir` holds the version's reference source, whose calls
+    order the stubs left (the version's own directory where it has none)."""
     counts = {s: sum(o.status == s for o in outcomes) for s in ("passed", "failed", "skipped")}
     lines = [f"{version}: " + ", ".join(f"{n} {s}" for s, n in counts.items())]
     failed = [o for o in outcomes if o.status == "failed"]
@@ -423,17 +480,23 @@ def summarize(version: str, version_dir: Path, outcomes: list[Outcome]) -> str:
             lines.append(f"    ... and {len(tests) - 3} more")
     files = function_files(version_dir) if version_dir.is_dir() else {}
     hits = {h for o in failed for h in stub_hits(o)}
-    todo = [f for f in files if f in hits] + sorted(hits - set(files))
-    if todo:
+    reached = [f for f in files if f in hits] + sorted(hits - set(files))
+    source = reference_dir if reference_dir and reference_dir.is_dir() else version_dir
+    todo = need_order(left + [f for f in reached if f not in left], reached, calls(source))
+    if reached:
         nxt = todo[0]
         blocking = [o.test for o in failed if nxt in stub_hits(o)]
         where = f" in {files[nxt]}" if nxt in files else ""
         lines.append(f"next: implement {nxt}{where}")
         lines.append(f"      ({len(blocking)} failing spec(s) reach it, e.g. {blocking[0]})")
-        if len(todo) > 1:
-            lines.append(f"then: {', '.join(todo[1:6])}{' ...' if len(todo) > 6 else ''}")
+        rest = todo[1:]
     else:
         lines.append(f"next: make {failed[0].test} pass (no stub left in its way)")
+        rest = todo
+    if rest:
+        label = "then: " if reached else "stubs left: "
+        lines.append(textwrap.fill(", ".join(rest), width=100, initial_indent=label,
+                                   subsequent_indent=" " * len(label), break_on_hyphens=False))
     return "\n".join(lines)
 
 
@@ -453,7 +516,7 @@ def check(root: Path, version: str | None = None, extra: list[str] = (),
     outcomes, proc = run_specs(root, name, specs, extra, capture=not show_output)
     if not outcomes and proc.stdout:
         print(proc.stdout[-4000:], proc.stderr[-2000:])
-    print(summarize(name, root / name, outcomes))
+    print(summarize(name, root / name, outcomes, REFERENCE_ROOT / name))
     if proc.returncode == 0 and stubs_left(root / name):
         return 1  # never "done" while a stub remains, even one no spec reaches
     return proc.returncode

@@ -30,9 +30,17 @@ def versions_named(word: str, names: list[str]) -> set[str] | None:
     return {n for n in names if n == word or n.startswith(word + "_")} or None
 
 
-def select(config, items, names: list[str]) -> None:
-    """Apply the -k expression with version words read as above, in place of pytest's own."""
+def take_keyword(config) -> str:
+    """The -k expression, taken out of pytest's hands: pytest's own -k pass, among the collection
+    hooks, then keeps everything, and `select` applies the expression once those hooks have run
+    (after syrupy has recorded the whole collection, so that it sees a partial run as partial)."""
     text = config.option.keyword.lstrip()
+    config.option.keyword = ""
+    return text
+
+
+def select(config, items, names: list[str], text: str) -> None:
+    """Apply the -k expression `text` with version words read as above."""
     if not text:
         return
     expr = Expression.compile(text)
@@ -49,4 +57,3 @@ def select(config, items, names: list[str]) -> None:
     if dropped:
         config.hook.pytest_deselected(items=dropped)
         items[:] = kept
-    config.option.keyword = ""  # done: pytest's own -k pass, which runs next, keeps everything
