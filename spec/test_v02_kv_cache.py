@@ -10,18 +10,22 @@ Core principle: decode reads history only from the cache, never from the token i
 every decode pass feeds exactly one row per running request to every layer. (From v05 on, a
 decode pass has fixed lanes, one per decode slot, idle or not: there the rows per pass are the
 same at every layer, at least the running requests and at most the slot count, and still do not
-grow with the history.) Metamorphic: garbage
-in the history ids changes nothing, a cache filled from another history changes the output. And
-the cache holds exactly what Hugging Face computes for the same tokens.
+grow with the history. From v14, which launches a decode before it has read whether the step's
+token stops its request, a request stopped by a stop token is fed that token too: one row at a
+new position, computed for nothing, at most one per request and never a recompute.)
+Metamorphic: garbage in the history ids changes nothing, a cache filled from another history
+changes the output. And the cache holds exactly what Hugging Face computes for the same tokens.
 Files: implementations/v02_kv_cache/{cache.py, model.py, runner.py, engine.py} against
 implementations/v01_1_split_gqa/model.py and implementations/v01_0_ragged_batch/engine.py.
 Tradeoff left visible: memory. The cache holds 2 * layers * kv_heads * head_dim numbers per token
 per request, and grows by concatenation, copying a request's history at every step (v05-v08
 preallocate and page it).
 """
+from collections import Counter
+
 import pytest
 import torch
-from hypothesis import given
+from hypothesis import example, given
 
 import implementations
 from spec.support import strategies as sts
@@ -29,6 +33,7 @@ from spec.support.hypothesis_profiles import engine_settings
 from spec.support.meter import TokenMeter
 from spec.support.models import TINY, tiny_checkpoint
 from spec.support.oracle import cached_model
+from spec.support.overlap import wasted
 from torchlet.contract import DECODE_SLOTS, KV_CACHE, GenerationParams, RequestError
 
 pytestmark = pytest.mark.needs(KV_CACHE)
@@ -60,19 +65,27 @@ def assert_decode_rows(rows: list[int], running: int, slots: int | None) -> None
 
 
 @given(batch=sts.prompt_batches(VOCAB), params=sts.params(max_new=6, vocab=VOCAB))
+# v14 launches a decode ahead for this request, which then stops at its second token, 34
+@example(batch=[[3, 3, 3, 173, 3]], params=GenerationParams(max_new_tokens=3,
+                                                             stop_token_ids=(34,)))
 @engine_settings()
-def test_each_decode_pass_feeds_exactly_one_new_token_per_running_request(engine, slots, batch,
-                                                                          params):
+def test_each_decode_pass_feeds_exactly_one_new_token_per_running_request(impl, engine, slots,
+                                                                          batch, params):
     with TokenMeter(CKPT) as meter:
         outputs = engine.generate(batch, params)
-    passes = meter.passes()
+    passes, fed = meter.passes(), meter.fed()
     assert passes[0] == [sum(map(len, batch))] * LAYERS  # the prefill: the prompts, once
-    # Decode pass k feeds the requests still running after k tokens: one row each, every layer.
-    running = [sum(len(out) > k for out in outputs) for k in range(1, len(passes))]
-    assert len(passes) - 1 == len(running)
-    for rows, n in zip(passes[1:], running):
-        assert_decode_rows(rows, n, slots)
-    assert len(passes) == max(map(len, outputs))
+    assert sorted(fed[0]) == sorted(t for p in batch for t in p)
+    # Decode pass k feeds each request with a token still to make after its k-th: one row each,
+    # its k-th token, every layer. From v14 a request stopped at a stop token was also fed its
+    # last token once (wasted): a new position, computed for nothing; nothing is fed twice.
+    ends = [len(out) + wasted(impl, out, params) for out in outputs]
+    assert len(passes) == max(ends)
+    for k, (rows, ids) in enumerate(zip(passes[1:], fed[1:]), start=1):
+        newest = Counter(out[k - 1] for out, end in zip(outputs, ends) if end > k)
+        assert_decode_rows(rows, newest.total(), slots)
+        lanes = Counter(ids)  # from v05 idle lanes may feed ids of their own
+        assert (newest <= lanes if slots else newest == lanes), f"pass {k} fed {ids}: {outputs}"
 
 
 def rows_to_generate(engine, n: int) -> int:

@@ -24,6 +24,15 @@ LIFTS = {aten.lift_fresh.default, aten.lift_fresh_copy.default, aten.lift.defaul
 LOOKUPS = {aten.index.Tensor, aten.embedding.default, aten.index_select.default}
 
 
+def looked_up(func, args, table_shape) -> torch.Tensor | None:
+    """The index of a row lookup into a table of table_shape (the embedding, [vocab, hidden]),
+    None for any other op."""
+    if func not in LOOKUPS or not table_shape or tuple(args[0].shape) != tuple(table_shape):
+        return None
+    index = args[2] if func is aten.index_select.default else args[1]
+    return index[0] if isinstance(index, (list, tuple)) else index
+
+
 def storage(t: torch.Tensor) -> int:
     return t.untyped_storage().data_ptr()
 
@@ -76,9 +85,8 @@ class OpLog(TorchDispatchMode):
         inputs = tensors_in((args, tuple(kwargs.values())))
         reads = frozenset(storage(t) for t in inputs)
         writes = frozenset(storage(t) for t in self._written(func, args, kwargs))
-        if func in LOOKUPS and self.table_shape and tuple(args[0].shape) == self.table_shape:
-            index = args[2] if func is aten.index_select.default else args[1]
-            index = index[0] if isinstance(index, (list, tuple)) else index
+        index = looked_up(func, args, self.table_shape)
+        if index is not None:
             # clone() inside dispatch runs without this mode, so it is not logged
             self.lookups.append(Lookup(storage(index), index.detach().clone(), len(self.ops)))
         out = func(*args, **kwargs)

@@ -23,9 +23,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from torchlet.contract import ModelConfig, RequestState
 
-from .allocations import LOOKUPS, Lookup, OpLog, storage, tensors_in
-
-aten = torch.ops.aten
+from .allocations import Lookup, OpLog, looked_up, storage, tensors_in
 
 INDEX_DTYPES = (torch.int64, torch.int32)
 
@@ -78,9 +76,8 @@ class LaneLog(TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         self.num_ops += 1
-        if func in LOOKUPS and tuple(args[0].shape) == self.table_shape:
-            index = args[2] if func is aten.index_select.default else args[1]
-            index = index[0] if isinstance(index, (list, tuple)) else index
+        index = looked_up(func, args, self.table_shape)
+        if index is not None:
             self.lookups.append(Lookup(storage(index), index.detach().clone(), self.num_ops))
         elif func._schema.is_mutable:
             self._writes(func, args, kwargs)

@@ -10,6 +10,9 @@ checkpoint (v_proj has it too), so the meter recognises a k_proj weight by its v
 that each layer's k_proj differs from every other tensor of that shape, then matches an operand
 of that shape (or its transpose) by equality, in the operand's own dtype. A version that stacks
 q, k and v into one matrix (v13) multiplies by the stack: its middle rows are the k_proj.
+
+Which tokens a pass was fed is seen where it takes them in: its row lookup into the embedding
+table (allocations.looked_up), one per pass.
 """
 from __future__ import annotations
 
@@ -18,6 +21,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from torchlet.contract import Checkpoint
 
+from .allocations import looked_up
+
 aten = torch.ops.aten
 MATMULS = {aten.mm.default, aten.addmm.default, aten.bmm.default, aten.baddbmm.default,
            aten.linear.default, aten.matmul.default}
@@ -25,7 +30,7 @@ MATMULS = {aten.mm.default, aten.addmm.default, aten.bmm.default, aten.baddbmm.d
 
 class TokenMeter(TorchDispatchMode):
     """`with TokenMeter(ckpt) as meter: engine.generate(...)`, then read `meter.calls`,
-    `meter.passes()` or `meter.total(layer)`."""
+    `meter.passes()`, `meter.fed()` or `meter.total(layer)`."""
 
     def __init__(self, checkpoint: Checkpoint):
         super().__init__()
@@ -34,6 +39,8 @@ class TokenMeter(TorchDispatchMode):
         self.q_rows = cfg.num_heads * cfg.head_dim
         self.packed = (self.q_rows + 2 * self.shape[0], cfg.hidden_size)
         self.num_layers = cfg.num_layers
+        self.table_shape = (cfg.vocab_size, cfg.hidden_size)
+        self.lookups: list[torch.Tensor] = []  # the ids of each embedding lookup, in order
         self.k_proj = [checkpoint.tensors[f"model.layers.{i}.self_attn.k_proj.weight"]
                        for i in range(cfg.num_layers)]
         same_shape = [t for t in checkpoint.tensors.values() if tuple(t.shape) == self.shape]
@@ -61,7 +68,10 @@ class TokenMeter(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        if func in MATMULS:
+        index = looked_up(func, args, self.table_shape)
+        if index is not None:
+            self.lookups.append(index.detach().clone())  # read once the run is over
+        elif func in MATMULS:
             operands = [a for a in args if isinstance(a, torch.Tensor)]
             if func in (aten.addmm.default, aten.baddbmm.default):
                 operands = operands[1:]  # the first is the bias
@@ -86,6 +96,12 @@ class TokenMeter(TorchDispatchMode):
             out[-1].append(rows)
         assert all(len(p) == self.num_layers for p in out), f"an incomplete pass: {out}"
         return out
+
+    def fed(self) -> list[list[int]]:
+        """The token ids each forward pass took in, pass by pass as in passes()."""
+        fed = [ids.flatten().tolist() for ids in self.lookups]
+        assert len(fed) == len(self.passes()), f"{len(fed)} lookups for {len(self.passes())} passes"
+        return fed
 
     def total(self, layer: int = 0) -> int:
         """Token rows fed to one layer over everything metered."""

@@ -23,6 +23,22 @@ def unread(impl) -> int:
     return int(overlaps(impl))
 
 
+def ahead(impl, made: int, params) -> bool:
+    """Whether the step that made a request's `made`-th token launched its next decode ahead:
+    where a version launches ahead (v14, on a pool with room), for every token but a request's
+    last allowed one, before the step has read whether that token stops the request."""
+    return overlaps(impl) and made < params.max_new_tokens
+
+
+def wasted(impl, tokens: list[int], params) -> int:
+    """Rows a finished request that ended with these tokens had computed for nothing: 1 where a
+    decode was launched ahead of a token that then stopped it (a stop or eos token), else 0. The
+    row feeds that token at the position after the request's history, a position no pass
+    computed before: a new row that is discarded, never a recompute. (An aborted request's row
+    is the same, see spec/test_v14_overlap.py.)"""
+    return int(ahead(impl, len(tokens), params) and params.stops_at(tokens[-1]) is not None)
+
+
 def before(item) -> None:
     impl = impl_of(item)
     if item.get_closest_marker("one_step_per_call") and overlaps(impl):
