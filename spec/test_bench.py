@@ -77,6 +77,39 @@ def test_floor_kv_bytes_are_what_hugging_face_caches_per_token(hf_meta_qwen):
     assert QWEN25_05B.kv_bytes_per_token(torch.bfloat16) == cached // tokens == 12 * 1024
 
 
+def test_the_qwen3_shape_is_hugging_faces_and_one_layer_of_it_gives_hugging_faces_logits(
+        monkeypatch):
+    """--model-shape qwen3-0.6b cut to one layer (28 cost seconds here and add nothing): Hugging
+    Face's own Qwen3 at that shape holds the parameters the floor counts (q_norm and k_norm
+    included), and with a small vocabulary, built as the bench builds its models (random
+    weights; v13, on its PyTorch path here), it gives that Qwen3's logits: head_dim 128 declared
+    on a hidden size of 1024."""
+    import argparse
+    import dataclasses
+
+    from spec.support.oracle import hf_model
+    from torchlet.bench.commands import shape_of
+    from torchlet.bench.workloads import QWEN3_06B, random_checkpoint
+    from torchlet.checkpoints import hf_classes
+
+    assert shape_of(argparse.Namespace(model_shape="qwen3-0.6b"), "cuda") == QWEN3_06B
+    config = dataclasses.replace(QWEN3_06B, num_layers=1)
+    config_cls, model_cls = hf_classes("qwen3")
+    cfg = {k: v for k, v in hf_config_dict(config).items()
+           if k not in ("architectures", "model_type")}
+    with torch.device("meta"):
+        meta = model_cls(config_cls(**cfg)).to(torch.bfloat16)
+    assert weight_bytes(config) == sum(p.numel() * p.element_size() for p in meta.parameters())
+    v13 = implementations.load("v13")  # imported as the session has Triton (jit reads it once)
+    monkeypatch.setenv("TRITON_INTERPRET", "0")  # the layers read it at call time
+    ckpt = random_checkpoint(dataclasses.replace(config, vocab_size=256))
+    prompt = [5, 77, 200, 12, 9]
+    with torch.inference_mode():
+        expected = hf_model(ckpt, torch.float32)(torch.tensor([prompt])).logits[0]
+    got = v13.build(ckpt, use_graphs=False, max_model_len=16).logits(prompt)
+    torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-4)
+
+
 def test_floor_adds_weight_reads_kv_reads_and_prefill_compute(hf_meta_qwen):
     w, c = nano_vllm_workload(), QWEN25_05B
     floor = physical_floor(c, w, bandwidth=4.3e12, flops_rate=790e12)

@@ -1,6 +1,6 @@
 """Page contract: checkpoints in, `Checkpoint` out; formats stop at the harness.
 
-What it shows: a Hugging Face directory of the Qwen2 or Llama family, as `save_pretrained`
+What it shows: a Hugging Face directory of the Qwen2, Llama or Qwen3 family, as `save_pretrained`
 writes it, loads into the plain config and tensors every engine takes, with the logits Hugging
 Face itself computes; the default SmolLM2 model, shipped as a quantized GGUF file, converts into
 such a directory once and is cached; anything else is refused with an error that names the
@@ -69,6 +69,31 @@ def test_v00_gives_the_logits_hugging_face_gives_on_the_directory_it_saved(saved
     with torch.inference_mode():
         expected = model(torch.tensor([PROMPT])).logits[0]
     torch.testing.assert_close(engine.logits(PROMPT), expected, rtol=1e-4, atol=1e-4)
+
+
+def test_a_qwen3_directory_loads_its_head_dim_and_q_k_norms_and_v00_gives_its_logits(tmp_path):
+    """Qwen3 declares head_dim (32 on a hidden size of 64 here) and norms each head's q and k:
+    the loader reads both, and v00's logits are Hugging Face's on the directory it saved."""
+    model = save_tiny(tmp_path, "qwen3", seed=7)
+    ckpt = load_hf_dir(tmp_path)
+    c = ckpt.config
+    assert (c.family, c.head_dim, c.qk_norm, c.qkv_bias) == ("qwen3", 32, True, False)
+    assert ckpt.layer(1, "self_attn.q_norm.weight").shape == (32,)
+    with torch.inference_mode():
+        expected = model(torch.tensor([PROMPT])).logits[0]
+    torch.testing.assert_close(implementations.load("v00").build(ckpt).logits(PROMPT), expected,
+                               rtol=1e-4, atol=1e-4)
+
+
+def test_a_qwen3_directory_without_its_k_norm_is_refused(tmp_path):
+    from safetensors.torch import load_file, save_file
+
+    save_tiny(tmp_path, "qwen3")
+    tensors = load_file(str(tmp_path / "model.safetensors"))
+    del tensors["model.layers.0.self_attn.k_norm.weight"]
+    save_file(tensors, str(tmp_path / "model.safetensors"))
+    with pytest.raises(CheckpointError, match="missing tensor model.layers.0.self_attn.k_norm"):
+        load_hf_dir(tmp_path)
 
 
 def test_the_tokenizer_and_chat_template_load_from_the_same_directory(saved):

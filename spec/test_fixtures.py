@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from fixtures.make_fixtures import FIXTURES, SCALES, random_tensors
-from spec.support.models import HEAD_DIM, TINY, TWINS, tiny_checkpoint
+from spec.support.models import GQA5, HEAD_DIM, QWEN3, SHAPE_PROMPTS, TINY, TWINS, tiny_checkpoint
 from spec.support.oracle import cached_model, greedy
 from spec.support.prompts import HORIZON, screened
 
@@ -20,7 +20,13 @@ def test_oracle_output_on_the_parity_prompts_is_varied(fixture):
         assert len(set(ref.tokens)) >= HORIZON // 3, (prompt, ref.tokens)
 
 
-@pytest.mark.parametrize("fixture", [*TINY, HEAD_DIM])
+@pytest.mark.parametrize("fixture", [QWEN3, GQA5])
+def test_the_shape_fixtures_oracle_output_on_their_parity_prompts_is_varied(fixture):
+    for prompt, ref in screened(fixture, SHAPE_PROMPTS):
+        assert len(set(ref.tokens)) >= HORIZON // 3, (prompt, ref.tokens)
+
+
+@pytest.mark.parametrize("fixture", [*TINY, HEAD_DIM, QWEN3, GQA5])
 def test_committed_fixture_is_what_the_script_makes(fixture):
     ckpt = tiny_checkpoint(fixture)
     assert ckpt.config == FIXTURES[fixture]
@@ -40,6 +46,15 @@ def test_fixtures_differ_in_bias_tying_and_head_ratio():
 def test_the_head_dim_fixture_declares_a_head_size_apart_from_the_hidden_size():
     c = tiny_checkpoint(HEAD_DIM).config
     assert c.num_heads * c.head_dim != c.hidden_size
+
+
+def test_the_qwen3_fixture_norms_q_and_k_per_head_and_the_gqa5_fixture_groups_five_heads():
+    qwen3, gqa5 = tiny_checkpoint(QWEN3), tiny_checkpoint(GQA5).config
+    c = qwen3.config
+    assert c.family == "qwen3" and c.qk_norm and not c.qkv_bias
+    assert c.num_heads * c.head_dim != c.hidden_size
+    assert qwen3.layer(0, "self_attn.k_norm.weight").shape == (c.head_dim,)
+    assert gqa5.group_size == 5 and gqa5.num_heads == 5 * gqa5.num_kv_heads
 
 
 @pytest.mark.parametrize("twin", TWINS)

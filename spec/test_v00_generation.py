@@ -7,8 +7,10 @@ Core principle: golden tokens come from the oracle (Hugging Face, float64), neve
 under test. Prompts are screened so that the oracle's top-1/top-2 logit gap stays above
 spec.support.prompts.MARGIN over the whole horizon; then float32 engines must agree exactly, and
 their logits must be close to the oracle's along the way. A version's tokens are its checkpoint's
-whatever the shape: on tiny_head_dim, whose head_dim is not hidden / heads (Qwen3's is not), and
-on each fixture's twin, its shape with other weights, built after it in the same process.
+whatever the shape: on tiny_head_dim, whose head_dim is not hidden / heads (Qwen3's is not), on
+tiny_qwen3 (a Qwen3: each head's q and k RMS-normed before RoPE), on tiny_gqa5 (5 query heads a KV
+head), and on each fixture's twin, its shape with other weights, built after it in the same
+process.
 Files: implementations/v00_full_recompute/engine.py; spec/support/oracle.py and prompts.py.
 Tradeoff left visible: generating N tokens runs the model over N growing sequences: quadratic
 work (measured in the v02 spec).
@@ -16,7 +18,7 @@ work (measured in the v02 spec).
 import pytest
 import torch
 
-from spec.support.models import HEAD_DIM, TINY, TWINS, tiny_checkpoint
+from spec.support.models import GQA5, HEAD_DIM, QWEN3, SHAPE_PROMPTS, TINY, TWINS, tiny_checkpoint
 from spec.support.prompts import HORIZON, screened
 from spec.support.snapshots import GoldenTokens, render
 from torchlet.contract import GENERATE, GenerationParams
@@ -109,8 +111,25 @@ def test_a_checkpoint_whose_head_dim_is_not_hidden_over_heads_gives_the_oracles_
     """tiny_head_dim declares 4 heads of 32 on a hidden size of 64, as Qwen3 declares its
     head_dim (16 heads of 128 on 1024): q is twice as wide as the rows it is made from. A
     version that sizes a head, or splits q, k and v, from the hidden size cannot give these."""
-    cases = screened(HEAD_DIM)[:2]
-    out = impl.build(tiny_checkpoint(HEAD_DIM)).generate([list(p) for p, _ in cases], SHORT)
+    assert_oracle_tokens(impl, HEAD_DIM, screened(HEAD_DIM)[:2])
+
+
+def test_a_qwen3_checkpoint_gives_the_oracles_tokens(impl):
+    """tiny_qwen3 is a Qwen3 (Hugging Face's Qwen3ForCausalLM is its oracle): each head's q and
+    k RMS-normed by q_norm / k_norm (randomized weights) before RoPE, 4 heads of 32 on a hidden
+    size of 64, no bias. A version that skips either norm, norms after RoPE or across heads,
+    cannot give these."""
+    assert_oracle_tokens(impl, QWEN3, screened(QWEN3, SHAPE_PROMPTS))
+
+
+def test_five_query_heads_on_one_kv_head_give_the_oracles_tokens(impl):
+    """tiny_gqa5's group of query heads is 5, not a power of two: a kernel's block of a group's
+    heads is padded, and its padding heads must read and write nothing."""
+    assert_oracle_tokens(impl, GQA5, screened(GQA5, SHAPE_PROMPTS))
+
+
+def assert_oracle_tokens(impl, fixture, cases):
+    out = impl.build(tiny_checkpoint(fixture)).generate([list(p) for p, _ in cases], SHORT)
     assert out == [ref.tokens[:SHORT.max_new_tokens] for _, ref in cases]
 
 

@@ -2,7 +2,9 @@
 
 What it introduces: attention split into six public functions of the layers module, run in this
 order: project_qkv, split_heads, rope_qk, group_queries, attend_per_request,
-output_projection. Query heads are viewed as [kv_heads, group] so that each KV head is read once
+output_projection (and qk_norm, Qwen3's RMSNorm of each q and k head, between split_heads and
+rope_qk: its tokens are spec/test_v00_generation.py's tiny_qwen3 specs). Query heads are
+viewed as [kv_heads, group] so that each KV head is read once
 by the group of query heads that shares it.
 Why v01_0 needs it: v01_0's attention is one block that copies every KV head `group` times
 (repeat_interleave) before attending. Later versions replace single phases (a KV cache feeds

@@ -15,6 +15,9 @@ block covers the next power of two and masks the tail. On CPU the kernels run in
 TRITON_INTERPRET=1; on a GPU the same properties run compiled in float32 and bfloat16
 (spec/support/kernel_targets.py), within the per-dtype tolerances of spec/support/tolerances.py.
 
+Qwen3's per-head q and k norms (before RoPE) are the rms_norm kernel over each head: the
+decoder's qk_norm runs it once for q and once for k, on [tokens, heads, head_dim].
+
 Files to compare: implementations/v09_triton_basics/kernels.py against
 implementations/v00_full_recompute/model.py (rms_norm, apply_rope, mlp).
 
@@ -31,9 +34,10 @@ from hypothesis import strategies as st
 
 from spec.support import kernel_reference as ref
 from spec.support.hypothesis_profiles import engine_settings
+from spec.support.kernel_calls import KernelCalls
 from spec.support.kernel_targets import TARGETS, Target
 from spec.support.tolerances import assert_close
-from torchlet.contract import TRITON_BASICS
+from torchlet.contract import TRITON_BASICS, ModelConfig
 
 # The kernels are v09's objects: later versions call them unchanged (kernel_mode.py).
 pytestmark = [pytest.mark.needs(TRITON_BASICS), pytest.mark.kernels]
@@ -88,6 +92,29 @@ def test_rope_rotates_each_head_like_the_rotate_half_reference(kernels, target, 
     x = target.randn(gen, tokens, heads, 2 * half)
     positions = torch.randint(0, max_position, (tokens,), generator=gen).to(target.device)
     assert_close(kernels.apply_rope(x, positions, theta), ref.rope(x, positions, theta), "rope")
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@engine_settings()
+@given(tokens=st.integers(1, 4), kv_heads=st.integers(1, 3), group=st.integers(1, 5),
+       head_dim=st.sampled_from([16, 32, 64, 128]), eps=st.sampled_from([1e-6, 1e-5]), seed=seeds)
+def test_qwen3s_per_head_q_and_k_norm_is_the_rms_norm_kernel_over_each_head(
+        impl, kernels, target, tokens, kv_heads, group, head_dim, eps, seed):
+    """The decoder's qk_norm (Qwen3's q_norm and k_norm, before RoPE) runs v09's rms_norm kernel
+    once for q and once for k, over heads [tokens, heads, head_dim] with a [head_dim] weight."""
+    gen = torch.Generator().manual_seed(seed)
+    q = target.randn(gen, tokens, kv_heads * group, head_dim, scale=3.0)
+    k = target.randn(gen, tokens, kv_heads, head_dim, scale=3.0)
+    w = {"self_attn.q_norm.weight": target.randn(gen, head_dim),
+         "self_attn.k_norm.weight": target.randn(gen, head_dim)}
+    config = ModelConfig(vocab_size=8, hidden_size=8, intermediate_size=8, num_layers=1,
+                         num_heads=kv_heads * group, num_kv_heads=kv_heads, head_dim=head_dim,
+                         max_position=8, rms_eps=eps, family="qwen3", qk_norm=True)
+    with KernelCalls(kernels) as calls:
+        qn, kn = impl.layers.qk_norm(q, k, w, config)
+    assert calls.counts["rms_norm"] == 2
+    assert_close(qn, ref.rms_norm(q, w["self_attn.q_norm.weight"], eps), "q_norm")
+    assert_close(kn, ref.rms_norm(k, w["self_attn.k_norm.weight"], eps), "k_norm")
 
 
 @pytest.mark.parametrize("target", TARGETS)

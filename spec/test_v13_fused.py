@@ -2,8 +2,9 @@
 
 What it introduces: packed weights (each layer's q/k/v matrices stacked into one, and gate/up
 into one, at load) and the kernels that read the packed outputs: rope_split turns q and k by RoPE
-and lays out the heads of all three straight from the q/k/v GEMM's row; swiglu_packed reads both
-halves of the gate/up GEMM's row. A prefill's attention is one kernel a layer for all its
+and lays out the heads of all three straight from the q/k/v GEMM's row (for Qwen3 it first
+RMS-norms each q and k head by q_norm and k_norm, the step v09 ran as rms_norm launches);
+swiglu_packed reads both halves of the gate/up GEMM's row. A prefill's attention is one kernel a layer for all its
 requests (context_attention), which reads each request's context from the paged cache by its
 slots, its causal mask aligned to the bottom right when a cached prefix comes first; without
 Triton, v12's gathers and one fused call per request (v02's causal_attention).
@@ -46,7 +47,8 @@ from spec.support import kernel_reference as ref
 from spec.support.hypothesis_profiles import engine_settings
 from spec.support.kernel_calls import AtenCalls, KernelCalls
 from spec.support.kernel_targets import INTERPRETED, TARGETS, Target, interpreted
-from spec.support.models import tiny_checkpoint
+from spec.support.models import QWEN3, SHAPE_PROMPTS, tiny_checkpoint
+from spec.support.prompts import screened
 from spec.support.tolerances import assert_close
 from torchlet.contract import FUSED, GenerationParams
 
@@ -99,6 +101,28 @@ def test_rope_split_turns_q_and_k_like_the_reference_and_copies_v(impl, fused, t
     assert_close(k, ref.rope(heads[:, n_q:n_q + n_kv], positions, theta), "k")
     assert torch.equal(v, heads[:, n_q + n_kv:]), "v must be copied as it is"
     assert q.is_contiguous() and k.is_contiguous() and v.is_contiguous()
+
+
+@pytest.mark.kernels
+@pytest.mark.parametrize("target", TARGETS)
+@engine_settings()
+@given(tokens=st.integers(1, 4), n_kv=st.integers(1, 3), group=st.integers(1, 5),
+       half=st.sampled_from([8, 16, 32, 64]), eps=st.sampled_from([1e-6, 1e-5]), seed=seeds)
+def test_with_qwen3s_norms_rope_split_norms_each_q_and_k_head_then_turns_it(
+        impl, fused, target, tokens, n_kv, group, half, eps, seed):
+    """Qwen3: each q head RMS-normed by q_norm and each k head by k_norm over its head_dim values,
+    then rotated; v still copied as it is."""
+    n_q = n_kv * group
+    qkv, positions = kernel_inputs(target, seed, tokens, n_q, n_kv, half)
+    gen = torch.Generator().manual_seed(seed + 1)
+    q_norm, k_norm = target.randn(gen, 2 * half), target.randn(gen, 2 * half)
+    cos, sin = impl.package.kernels.rope_cos_sin(positions, 2 * half, 10000.0)
+    q, k, v = fused.rope_split(qkv, cos, sin, n_q, n_kv, q_norm, k_norm, eps)
+    heads = qkv.view(tokens, n_q + 2 * n_kv, 2 * half)
+    assert_close(q, ref.rope(ref.rms_norm(heads[:, :n_q], q_norm, eps), positions, 10000.0), "q")
+    assert_close(k, ref.rope(ref.rms_norm(heads[:, n_q:n_q + n_kv], k_norm, eps), positions,
+                             10000.0), "k")
+    assert torch.equal(v, heads[:, n_q + n_kv:]), "v must be copied as it is"
 
 
 @pytest.mark.kernels
@@ -237,6 +261,19 @@ def test_the_packed_path_gives_v12s_logits_and_tokens_with_and_without_a_cached_
     for prompt in PROMPTS:
         torch.testing.assert_close(mine.logits(prompt).double(), theirs.logits(prompt).double(),
                                    **tol)
+
+
+@interpreted
+def test_with_its_kernels_a_qwen3_checkpoint_gives_the_oracles_tokens(impl):
+    """tiny_qwen3 on the kernels: rope_split norms each q and k head itself (the step is the
+    version's), so the engine must hand it q_norm and k_norm."""
+    cases = screened(QWEN3, SHAPE_PROMPTS)[:1]
+    params = GenerationParams(max_new_tokens=6)
+    engine = impl.build(tiny_checkpoint(QWEN3), block_size=4, use_graphs=False)
+    with KernelCalls(impl.package.fused_kernels) as calls:
+        out = engine.generate([list(p) for p, _ in cases], params)
+    assert calls.counts["rope_split"] > 0
+    assert out == [r.tokens[:6] for _, r in cases]
 
 
 class GemmOutputs(AtenCalls):

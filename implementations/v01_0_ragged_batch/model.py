@@ -51,6 +51,7 @@ class RaggedDecoder:
         q = self.linear(x, w, "self_attn.q_proj").view(t, config.num_heads, d)
         k = self.linear(x, w, "self_attn.k_proj").view(t, config.num_kv_heads, d)
         v = self.linear(x, w, "self_attn.v_proj").view(t, config.num_kv_heads, d)
+        q, k = self.qk_norm(q, k, w, config)
         q = self.apply_rope(q, positions, config.rope_theta)
         k = self.apply_rope(k, positions, config.rope_theta)
         if req_indptr is None:
@@ -60,6 +61,11 @@ class RaggedDecoder:
             out = torch.cat([self.causal_attention(q[a:b], k[a:b], v[a:b])
                              for a, b in self.spans(req_indptr)])
         return self.linear(out.reshape(t, config.num_heads * d), w, "self_attn.o_proj")
+
+    def qk_norm(self, q: torch.Tensor, k: torch.Tensor, w: Mapping[str, torch.Tensor],
+                config: ModelConfig) -> tuple[torch.Tensor, torch.Tensor]:
+        """v00's per-head q/k norm (Qwen3's) through this decoder's rms_norm."""
+        return v00.qk_norm(q, k, w, config, self.rms_norm)
 
     def decoder_layer(self, x: torch.Tensor, positions: torch.Tensor,
                       w: Mapping[str, torch.Tensor], config: ModelConfig,

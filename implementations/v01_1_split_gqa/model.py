@@ -1,7 +1,11 @@
 """Attention as six named phases, each a function a reader (or a kernel) can take alone:
 
-    project_qkv -> split_heads -> rope_qk -> group_queries -> attend_per_request
+    project_qkv -> split_heads -> qk_norm -> rope_qk -> group_queries -> attend_per_request
     -> output_projection
+
+(qk_norm, Qwen3's RMSNorm over each head of q and k, leaves them as they are for other models.)
+qkv_heads runs the phases up to the grouped queries, the one place every attention (this one,
+the cached ones of later versions) gets its heads from.
 
 Grouped-query attention stops copying K/V: v00 repeated each KV head for every query head that
 reads it (repeat_interleave); here query heads are viewed as [kv_heads, group] so each KV head is
@@ -69,19 +73,25 @@ class SplitGQADecoder(RaggedDecoder):
         project with o_proj."""
         return self.linear(out.reshape(out.shape[0], -1), w, "self_attn.o_proj")
 
+    def qkv_heads(self, x: torch.Tensor, positions: torch.Tensor, w: Mapping[str, torch.Tensor],
+                  config: ModelConfig):
+        """Phases 1-4: grouped queries [T, KV, G, D], k and v [T, KV, D]; q and k normed per
+        head where the model does (qk_norm), then rotated."""
+        q, k, v = self.project_qkv(x, w)
+        q, k = self.qk_norm(self.split_heads(q, config.num_heads),
+                            self.split_heads(k, config.num_kv_heads), w, config)
+        q, k = self.rope_qk(q, k, positions, config.rope_theta)
+        v = self.split_heads(v, config.num_kv_heads)
+        return self.group_queries(q, config.num_kv_heads), k, v
+
     def attention(self, x: torch.Tensor, positions: torch.Tensor, w: Mapping[str, torch.Tensor],
                   config: ModelConfig, req_indptr: torch.Tensor | None = None) -> torch.Tensor:
-        """The six phases in order on a ragged batch x [T, hidden]; without req_indptr, one
+        """The phases in order on a ragged batch x [T, hidden]; without req_indptr, one
         sequence."""
         if req_indptr is None:
             req_indptr = torch.tensor([0, x.shape[0]], dtype=torch.int32)
-        q, k, v = self.project_qkv(x, w)
-        q = self.split_heads(q, config.num_heads)
-        k = self.split_heads(k, config.num_kv_heads)
-        v = self.split_heads(v, config.num_kv_heads)
-        q, k = self.rope_qk(q, k, positions, config.rope_theta)
-        out = self.attend_per_request(self.group_queries(q, config.num_kv_heads), k, v, req_indptr)
-        return self.output_projection(out, w)
+        qg, k, v = self.qkv_heads(x, positions, w, config)
+        return self.output_projection(self.attend_per_request(qg, k, v, req_indptr), w)
 
 
 layers = SplitGQADecoder()

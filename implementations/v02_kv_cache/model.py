@@ -68,13 +68,8 @@ class CachedDecoder(SplitGQADecoder):
     def attention_cached(self, x: torch.Tensor, positions: torch.Tensor,
                          w: Mapping[str, torch.Tensor], config: ModelConfig,
                          req_indptr: torch.Tensor, kv: Sequence[LayerKV]) -> torch.Tensor:
-        q, k, v = self.project_qkv(x, w)
-        q, k, v = (self.split_heads(q, config.num_heads), self.split_heads(k, config.num_kv_heads),
-                   self.split_heads(v, config.num_kv_heads))
-        q, k = self.rope_qk(q, k, positions, config.rope_theta)
-        out = self.attend_over_cache(self.group_queries(q, config.num_kv_heads), k, v, req_indptr,
-                                     kv)
-        return self.output_projection(out, w)
+        qg, k, v = self.qkv_heads(x, positions, w, config)
+        return self.output_projection(self.attend_over_cache(qg, k, v, req_indptr, kv), w)
 
     def decoder_layer_cached(self, x: torch.Tensor, positions: torch.Tensor,
                              w: Mapping[str, torch.Tensor], config: ModelConfig,

@@ -79,14 +79,6 @@ class SlotDecoder(CachedDecoder):
         probs = torch.softmax(scores.float(), dim=-1).to(qg.dtype)
         return torch.einsum("skgl,slkd->skgd", probs, v_cache)
 
-    def qkv_heads(self, x, positions, w, config: ModelConfig):
-        """Phases 1-4: grouped queries [T, KV, G, D], k and v [T, KV, D], q and k rotated."""
-        q, k, v = self.project_qkv(x, w)
-        q, k = self.rope_qk(self.split_heads(q, config.num_heads),
-                            self.split_heads(k, config.num_kv_heads), positions, config.rope_theta)
-        v = self.split_heads(v, config.num_kv_heads)
-        return self.group_queries(q, config.num_kv_heads), k, v
-
     def residual_block(self, x, w, config: ModelConfig, attend) -> torch.Tensor:
         """x + attend(norm(x)), then h + mlp(norm(h)): the decoder layer with attention passed
         in."""

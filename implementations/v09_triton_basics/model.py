@@ -3,7 +3,8 @@ and the residual add fused into the norm that follows it.
 
 TritonDecoder is v08's PagedDecoder with those layers overridden; every function that calls them
 (the attention phases, the prefill and decode passes) is v08's and earlier, and runs the kernels
-because it reaches the layers through self.
+because it reaches the layers through self: Qwen3's per-head q/k norm (qk_norm) is the rms_norm
+kernel over each head.
 
 The fusion changes the shape of the layer loop. v08 writes each layer as x + attn(norm(x)), then
 h + mlp(norm(h)): every residual add is a pass over the stream, and the norm right after it reads

@@ -4,6 +4,8 @@ and do what v09 did with its pieces after three (or two) GEMMs:
 - rope_split: a row of qkv = [q heads | k heads | v heads] (the output of the one q/k/v GEMM)
   becomes q and k rotated at the row's position and v copied, each contiguous: one kernel where
   v09 ran one for q and one for k, and the heads needed no split since each GEMM wrote its own.
+  For Qwen3 it first RMS-norms each q and k head (q_norm, k_norm), as v09's rms_norm kernel did
+  on the heads in a launch of its own for each: a head's values are all in the program already.
 - swiglu_packed: a row of gate_up = [gate | up] becomes silu(gate) * up, as v09's swiglu.
 
 Same arithmetic as v09's kernels (float32 inside, the model dtype at the same rounding points), so
@@ -26,8 +28,9 @@ _NS = __name__.replace(".", "_")
 # --- RoPE and the head split ---------------------------------------------------------------
 
 @triton.jit
-def _rope_split_kernel(qkv_ptr, cos_ptr, sin_ptr, q_ptr, k_ptr, v_ptr, n_q, n_kv, half,
-                       BLOCK_H: tl.constexpr, BLOCK_HALF: tl.constexpr):
+def _rope_split_kernel(qkv_ptr, cos_ptr, sin_ptr, q_norm_ptr, k_norm_ptr, q_ptr, k_ptr, v_ptr,
+                       n_q, n_kv, half, eps, HAS_NORM: tl.constexpr, BLOCK_H: tl.constexpr,
+                       BLOCK_HALF: tl.constexpr):
     token = tl.program_id(0).to(tl.int64)
     heads = tl.program_id(1) * BLOCK_H + tl.arange(0, BLOCK_H)  # over q, then k, then v heads
     cols = tl.arange(0, BLOCK_HALF)
@@ -42,6 +45,18 @@ def _rope_split_kernel(qkv_ptr, cos_ptr, sin_ptr, q_ptr, k_ptr, v_ptr, n_q, n_kv
     x2 = tl.load(qkv_ptr + src + half, mask=mask, other=0.0)
     a, b = x1.to(tl.float32), x2.to(tl.float32)
     turned = (heads < n_q + n_kv)[:, None]  # q and k heads turn; v heads are copied as they are
+    if HAS_NORM:
+        # Each q and k head RMS-normed over its 2 * half values before it turns, rounded where
+        # v09's rms_norm rounds: the normed value in the model dtype, then times the weight.
+        inv = tl.rsqrt((tl.sum(a * a, axis=1) + tl.sum(b * b, axis=1)) / width + eps)[:, None]
+        of_q = (heads < n_q)[:, None]
+        w1 = tl.where(of_q, tl.load(q_norm_ptr + cols, mask=col_mask, other=0.0)[None, :],
+                      tl.load(k_norm_ptr + cols, mask=col_mask, other=0.0)[None, :])
+        w2 = tl.where(of_q, tl.load(q_norm_ptr + half + cols, mask=col_mask, other=0.0)[None, :],
+                      tl.load(k_norm_ptr + half + cols, mask=col_mask, other=0.0)[None, :])
+        x1 = tl.where(turned, w1 * (a * inv).to(x1.dtype), x1)
+        x2 = tl.where(turned, w2 * (b * inv).to(x2.dtype), x2)
+        a, b = x1.to(tl.float32), x2.to(tl.float32)
     out1 = tl.where(turned, (a * cos[None, :] - b * sin[None, :]).to(x1.dtype), x1)
     out2 = tl.where(turned, (b * cos[None, :] + a * sin[None, :]).to(x1.dtype), x2)
     is_q = (heads < n_q)[:, None]
@@ -59,8 +74,9 @@ def _rope_split_kernel(qkv_ptr, cos_ptr, sin_ptr, q_ptr, k_ptr, v_ptr, n_q, n_kv
 
 
 @torch.library.custom_op(f"{_NS}::rope_split", mutates_args=())
-def _rope_split_op(qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, n_q: int,
-                   n_kv: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def _rope_split_op(qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, n_q: int, n_kv: int,
+                   q_norm: torch.Tensor | None, k_norm: torch.Tensor | None, eps: float
+                   ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     tokens = qkv.shape[0]
     head_dim = qkv.shape[1] // (n_q + 2 * n_kv)
     q = qkv.new_empty(tokens, n_q, head_dim)
@@ -70,23 +86,28 @@ def _rope_split_op(qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, n_q:
         return q, k, v
     n_heads = n_q + 2 * n_kv
     block_h = min(triton.next_power_of_2(n_heads), 16)
+    has_norm = q_norm is not None
     _rope_split_kernel[(tokens, triton.cdiv(n_heads, block_h))](
-        qkv, cos, sin, q, k, v, n_q, n_kv, head_dim // 2,
+        qkv, cos, sin, q_norm if has_norm else qkv, k_norm if has_norm else qkv, q, k, v, n_q,
+        n_kv, head_dim // 2, eps, HAS_NORM=has_norm,
         BLOCK_H=block_h, BLOCK_HALF=triton.next_power_of_2(head_dim // 2))
     return q, k, v
 
 
 @_rope_split_op.register_fake
-def _(qkv, cos, sin, n_q, n_kv):
+def _(qkv, cos, sin, n_q, n_kv, q_norm, k_norm, eps):
     head_dim = qkv.shape[1] // (n_q + 2 * n_kv)
     return (qkv.new_empty(qkv.shape[0], n_q, head_dim), qkv.new_empty(qkv.shape[0], n_kv, head_dim),
             qkv.new_empty(qkv.shape[0], n_kv, head_dim))
 
 
-def rope_split(qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, n_q: int, n_kv: int):
+def rope_split(qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, n_q: int, n_kv: int,
+               q_norm: torch.Tensor | None = None, k_norm: torch.Tensor | None = None,
+               eps: float = 1e-6):
     """qkv [tokens, (n_q + 2 n_kv) * head_dim] -> q [tokens, n_q, head_dim] and k [tokens, n_kv,
     head_dim] turned by the angles whose cos and sin [tokens, head_dim / 2] (float32) v09's
-    rope_cos_sin gives, and v [tokens, n_kv, head_dim] as it is."""
+    rope_cos_sin gives, and v [tokens, n_kv, head_dim] as it is. With q_norm and k_norm
+    ([head_dim] each, Qwen3's), each q and k head is RMS-normed (eps) before it turns."""
     check_tensor("qkv", qkv)
     check(qkv.dim() == 2, f"qkv must be [tokens, columns], got shape {tuple(qkv.shape)}")
     check(n_q > 0 and n_kv > 0 and qkv.shape[1] % (n_q + 2 * n_kv) == 0,
@@ -98,7 +119,13 @@ def rope_split(qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, n_q: int
               and t.is_contiguous() and t.device == qkv.device,
               f"{name} must be contiguous float32 [tokens={qkv.shape[0]}, head_dim/2="
               f"{head_dim // 2}] on {qkv.device}, got {t.dtype} {tuple(t.shape)} on {t.device}")
-    return _rope_split_op(qkv, cos, sin, int(n_q), int(n_kv))
+    check((q_norm is None) == (k_norm is None), "q_norm and k_norm go together")
+    for name, t in (("q_norm", q_norm), ("k_norm", k_norm)):
+        if t is not None:
+            check_tensor(name, t, like=qkv)
+            check(t.shape == (head_dim,), f"{name} must be [head_dim={head_dim}], got "
+                                          f"{tuple(t.shape)}")
+    return _rope_split_op(qkv, cos, sin, int(n_q), int(n_kv), q_norm, k_norm, float(eps))
 
 
 # --- SwiGLU over [gate | up] ---------------------------------------------------------------

@@ -71,12 +71,15 @@ class FusedDecoder(PrefixDecoder):
     def qkv_heads(self, x: torch.Tensor, positions: torch.Tensor, w: Mapping[str, torch.Tensor],
                   config: ModelConfig):
         """Phases 1-4: one GEMM, then one kernel for RoPE and the heads (rope_split), the
-        angles' cos and sin once per pass as v09's apply_rope has them (kernel_cos_sin)."""
+        angles' cos and sin once per pass as v09's apply_rope has them (kernel_cos_sin); for
+        Qwen3 the same kernel norms each q and k head first (qk_norm's step)."""
         if f"{QKV}.weight" not in w or not self.on_triton(x):
             return super().qkv_heads(x, positions, w, config)
         cos, sin = self.kernel_cos_sin(positions, config.head_dim, config.rope_theta)
+        norms = ((w["self_attn.q_norm.weight"], w["self_attn.k_norm.weight"]) if config.qk_norm
+                 else (None, None))
         q, k, v = fused_kernels.rope_split(self.linear(x, w, QKV), cos, sin, config.num_heads,
-                                           config.num_kv_heads)
+                                           config.num_kv_heads, *norms, config.rms_eps)
         return self.group_queries(q, config.num_kv_heads), k, v
 
     def mlp(self, x: torch.Tensor, w: Mapping[str, torch.Tensor]) -> torch.Tensor:

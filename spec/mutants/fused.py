@@ -19,6 +19,8 @@ ONE_OP = f"{PAGE}::test_with_its_kernels_a_prefill_attends_in_one_op_a_layer_and
 PARITY = "spec/test_v00_generation.py"
 HEAD_DIM = (f"{PARITY}::test_a_checkpoint_whose_head_dim_is_not_hidden_over_heads_gives_the_"
             "oracles_tokens")
+QWEN3 = f"{PAGE}::test_with_its_kernels_a_qwen3_checkpoint_gives_the_oracles_tokens"
+QK_NORM = f"{PAGE}::test_with_qwen3s_norms_rope_split_norms_each_q_and_k_head_then_turns_it"
 TWINS = (f"{PARITY}::test_two_checkpoints_of_one_shape_built_in_one_process_each_give_their_own_"
          "tokens")
 
@@ -40,6 +42,15 @@ MUTANTS = [
         (TWINS,), ("v13",),
         "packed weights are kept per config: a second checkpoint of the same shape runs the "
         "first one's weights"),
+    Mutant("v13-rope-split-without-qwen3s-norms", "fusion", (
+        Edit(MODEL, "                 else (None, None))",
+             "                 else (None, None))\n        norms = (None, None)"),),
+        (QWEN3,), ("v13",),
+        "the fused q/k/v path hands rope_split no q/k norms: Qwen3's heads turn un-normed"),
+    Mutant("v13-rope-split-norms-k-by-q-norm", "fusion", (
+        Edit(KERNELS, "tl.load(k_norm_ptr + cols, mask=col_mask, other=0.0)[None, :])",
+             "tl.load(q_norm_ptr + cols, mask=col_mask, other=0.0)[None, :])"),),
+        (QK_NORM,), ("v13",), "the first half of each k head is scaled by q_norm's weights"),
     Mutant("v13-gate-and-up-left-apart", "fusion", (
         Edit(MODEL, '''          GATE_UP: ("mlp.gate_proj", "mlp.up_proj")}''', "}"),),
         (GEMMS,), ("v13",), "gate and up stay two matrices: two GEMMs a layer, the same tokens"),

@@ -17,8 +17,9 @@ SHAPE = dict(vocab_size=VOCAB, hidden_size=64, intermediate_size=96, num_hidden_
 
 
 def hf_model(family: str, seed: int = 0, **overrides):
-    """A random tiny Qwen2 (qkv bias, tied) or Llama (no bias, untied) CausalLM. Every parameter
-    is redrawn from a seeded generator: HF's init leaves biases at 0 and norms at 1."""
+    """A random tiny Qwen2 (qkv bias, tied), Llama (no bias, untied) or Qwen3 (per-head q/k
+    norms, heads of 32 on a hidden size of 64, no bias, tied) CausalLM. Every parameter is
+    redrawn from a seeded generator: HF's init leaves biases at 0 and norms at 1."""
     import transformers
 
     torch.manual_seed(seed)
@@ -26,6 +27,10 @@ def hf_model(family: str, seed: int = 0, **overrides):
         config = transformers.Qwen2Config(**{**SHAPE, "rope_theta": 10000.0,
                                              "tie_word_embeddings": True, **overrides})
         model = transformers.Qwen2ForCausalLM(config)
+    elif family == "qwen3":
+        config = transformers.Qwen3Config(**{**SHAPE, "head_dim": 32, "rope_theta": 1000000.0,
+                                             "tie_word_embeddings": True, **overrides})
+        model = transformers.Qwen3ForCausalLM(config)
     else:
         config = transformers.LlamaConfig(**{**SHAPE, "rope_theta": 50000.0,
                                              "tie_word_embeddings": False, **overrides})

@@ -1,4 +1,5 @@
-"""The oracle: Hugging Face transformers' own Qwen2/Llama modules, loaded with the same tensors.
+"""The oracle: Hugging Face transformers' own Qwen2/Llama/Qwen3 modules, loaded with the same
+tensors.
 Golden tokens come from here, never from the code under test."""
 from __future__ import annotations
 
@@ -7,21 +8,17 @@ from dataclasses import dataclass
 
 import torch
 
-from torchlet.checkpoints import hf_config_dict
+from torchlet.checkpoints import hf_classes, hf_config_dict
 from torchlet.contract import Checkpoint
 
 
 def hf_model(checkpoint: Checkpoint, dtype=torch.float64):
     """A transformers CausalLM (eager attention) holding the checkpoint's tensors."""
-    import transformers
-
     cfg = hf_config_dict(checkpoint.config)
-    config_cls = transformers.Qwen2Config if checkpoint.config.family == "qwen2" \
-        else transformers.LlamaConfig
-    config = config_cls(**{k: v for k, v in cfg.items() if k not in ("architectures", "model_type")})
+    config_cls, model_cls = hf_classes(checkpoint.config.family)
+    config = config_cls(**{k: v for k, v in cfg.items()
+                           if k not in ("architectures", "model_type")})
     config._attn_implementation = "eager"
-    model_cls = transformers.Qwen2ForCausalLM if checkpoint.config.family == "qwen2" \
-        else transformers.LlamaForCausalLM
     model = model_cls(config)
     state = dict(checkpoint.tensors)
     if checkpoint.config.tie_embeddings:

@@ -23,7 +23,7 @@ import importlib
 
 from torchlet.cli import DTYPES, add_threads  # the standard library only, like this module
 
-SHAPES = ("qwen2.5-0.5b", "cpu")
+SHAPES = ("qwen2.5-0.5b", "qwen3-0.6b", "cpu")
 
 
 def add_commands(subparsers) -> None:

@@ -61,11 +61,11 @@ def dtype_of(args, device: str):
 
 
 def shape_of(args, device: str):
-    from .workloads import CPU_MODEL, QWEN25_05B
+    from .workloads import CPU_MODEL, QWEN3_06B, QWEN25_05B
 
     shape = getattr(args, "model_shape", None) or ("qwen2.5-0.5b" if device.startswith("cuda")
                                                   else "cpu")
-    return QWEN25_05B if shape == "qwen2.5-0.5b" else CPU_MODEL
+    return {"qwen2.5-0.5b": QWEN25_05B, "qwen3-0.6b": QWEN3_06B}.get(shape, CPU_MODEL)
 
 
 def rates(args) -> tuple[float, float]:

@@ -10,7 +10,7 @@ import time
 
 import torch
 
-from torchlet.checkpoints import hf_config_dict
+from torchlet.checkpoints import hf_classes, hf_config_dict
 from torchlet.contract import Checkpoint
 
 from .drive import progress_bar, sync
@@ -18,13 +18,9 @@ from .workloads import Workload
 
 
 def hf_model(checkpoint: Checkpoint, device: str, dtype):
-    import transformers
-
-    family = checkpoint.config.family
     cfg = {k: v for k, v in hf_config_dict(checkpoint.config).items()
            if k not in ("architectures", "model_type", "eos_token_id")}
-    config_cls = transformers.Qwen2Config if family == "qwen2" else transformers.LlamaConfig
-    model_cls = transformers.Qwen2ForCausalLM if family == "qwen2" else transformers.LlamaForCausalLM
+    config_cls, model_cls = hf_classes(checkpoint.config.family)
     with torch.device(device):
         model = model_cls(config_cls(**cfg))
     state = dict(checkpoint.tensors)

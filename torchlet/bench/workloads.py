@@ -19,6 +19,13 @@ QWEN25_05B = ModelConfig(
     num_kv_heads=2, head_dim=64, max_position=32768, rope_theta=1000000.0, rms_eps=1e-6,
     qkv_bias=True, tie_embeddings=True, family="qwen2")
 
+# Qwen3-0.6B's shape: the model of nano-vllm's own benchmark. head_dim 128 is declared (16 heads
+# of it on a hidden size of 1024) and each head's q and k are RMS-normed before RoPE; no bias.
+QWEN3_06B = ModelConfig(
+    vocab_size=151936, hidden_size=1024, intermediate_size=3072, num_layers=28, num_heads=16,
+    num_kv_heads=8, head_dim=128, max_position=40960, rope_theta=1000000.0, rms_eps=1e-6,
+    qkv_bias=False, tie_embeddings=True, family="qwen3", qk_norm=True)
+
 # Wide enough on a CPU that recomputing a sequence costs visibly more than one new row, with few
 # layers because versions that serve one request at a time pay Python overhead per layer per
 # token. max_position leaves room for a CPU smoke run of the GPU workload's lengths.
