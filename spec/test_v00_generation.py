@@ -128,9 +128,20 @@ def test_five_query_heads_on_one_kv_head_give_the_oracles_tokens(impl):
     assert_oracle_tokens(impl, GQA5, screened(GQA5, SHAPE_PROMPTS))
 
 
-def assert_oracle_tokens(impl, fixture, cases):
-    out = impl.build(tiny_checkpoint(fixture)).generate([list(p) for p, _ in cases], SHORT)
+def assert_oracle_tokens(impl, fixture, cases, **build):
+    out = impl.build(tiny_checkpoint(fixture), **build).generate([list(p) for p, _ in cases],
+                                                                 SHORT)
     assert out == [ref.tokens[:SHORT.max_new_tokens] for _, ref in cases]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("fixture", [HEAD_DIM, QWEN3, GQA5])
+def test_on_cuda_the_shape_fixtures_give_the_oracles_tokens_in_float32(impl, fixture):
+    """The three specs above on a GPU, each version as it serves there: its Triton kernels
+    compiled (v09's norms and RoPE, v10's paged attention, v13's rope_split with Qwen3's norms
+    and its context attention), its decode step a CUDA graph."""
+    cases = screened(HEAD_DIM)[:2] if fixture == HEAD_DIM else screened(fixture, SHAPE_PROMPTS)
+    assert_oracle_tokens(impl, fixture, cases, device="cuda")
 
 
 @pytest.mark.parametrize("twin", TWINS)
