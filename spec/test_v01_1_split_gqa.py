@@ -22,9 +22,11 @@ import pytest
 import torch
 import torch.nn.functional as F
 from hypothesis import given
+from torch.utils._python_dispatch import TorchDispatchMode
 
 import implementations
 from spec.support import strategies as sts
+from spec.support.allocations import tensors_in
 from spec.support.hypothesis_profiles import engine_settings
 from spec.support.models import TINY, tiny_checkpoint
 from spec.support.tolerances import tolerance
@@ -129,6 +131,45 @@ def test_attend_per_request_never_lets_one_request_read_another(impl, case):
     after = impl.layers.attend_per_request(qg, k2, v2, case["indptr"])
     assert torch.equal(before[5:], after[5:])
     assert not torch.allclose(before[:5], after[:5])
+
+
+class CopiesPerQueryHead(TorchDispatchMode):
+    """Records each op that makes a tensor holding k's or v's values (all rows, or one span's)
+    with every KV head repeated G times (v01_0's repeat_interleave), in [T, H, D] or [H, T, D]
+    order."""
+
+    def __init__(self, k: torch.Tensor, v: torch.Tensor, group: int, spans):
+        super().__init__()
+        # the whole batch's K/V, or one request's rows of it: the phase may attend per request
+        copies = [t[a:b].repeat_interleave(group, 1) for t in (k, v) for a, b in spans]
+        self.layouts = [c.reshape(-1) for c in copies] + \
+                       [c.transpose(0, 1).contiguous().reshape(-1) for c in copies]
+        self.found: list[str] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        for t in tensors_in(out):
+            if any(t.numel() == c.numel() and t.dtype == c.dtype
+                   and torch.equal(t.detach().reshape(-1), c) for c in self.layouts):
+                self.found.append(str(func))
+        return out
+
+
+def test_each_kv_head_is_read_in_place_by_its_group_never_copied_per_query_head(impl, case):
+    """v01_0 copied K and V once per query head (repeat_interleave) before attending: G times
+    the K/V bytes, made and read again at every step. The grouped layout exists so that a group's
+    G query heads read their one KV head where it is. Watched from outside: no op of the attention
+    phase makes a tensor holding k's or v's values repeated G times."""
+    cfg, q, k, v = case["cfg"], case["q"], case["k"], case["v"]
+    group = cfg.num_heads // cfg.num_kv_heads
+    assert group > 1  # with one query head per KV head a copy would be k itself
+    qg = impl.layers.group_queries(q, cfg.num_kv_heads)
+    bounds = case["indptr"].tolist()
+    # not a one-row request: its attention output is v's row for each query head, by right
+    spans = [(0, bounds[-1])] + [(a, b) for a, b in zip(bounds, bounds[1:]) if b - a > 1]
+    with CopiesPerQueryHead(k, v, group, spans) as watch:
+        impl.layers.attend_per_request(qg, k, v, case["indptr"])
+    assert watch.found == []
 
 
 def test_output_projection_merges_heads_in_order_then_applies_o_proj(impl, case):
