@@ -144,19 +144,11 @@ def assert_finished_requests_hold_nothing(engine, impl, ids) -> None:
 
 def drive(engine, impl, schedule) -> list[int]:
     """run_schedule, checking after every step that finished requests hold nothing."""
-    ids = []
-
-    def step():
+    def step(ids):
         engine.step()
         assert_finished_requests_hold_nothing(engine, impl, ids)
 
-    for gap, prompt, params in schedule:
-        for _ in range(gap):
-            step()
-        ids.append(engine.add_request(prompt, params))
-    while engine.has_unfinished():
-        step()
-    return ids
+    return run_schedule(engine, schedule, step)
 
 
 # The others: two fixed schedules, so that their tokens in a run without the failing request are

@@ -36,6 +36,7 @@ from spec.support.allocations import OpLog, storage
 from spec.support.hypothesis_profiles import engine_settings
 from spec.support.models import tiny_checkpoint
 from spec.support.overlap import overlaps
+from spec.support.scenarios import run_schedule
 from torchlet.contract import STATIC_BUFFERS, GenerationParams
 
 pytestmark = pytest.mark.needs(STATIC_BUFFERS)
@@ -81,21 +82,13 @@ def check_decode_step(engine, log: OpLog) -> None:
 def drive(engine, schedule, on_step=None) -> list[int]:
     """Run an arrival schedule [(steps before adding, prompt, params)] to the end; on_step(stats,
     log) after every step that ran, log being that step's OpLog."""
-    ids = []
-
-    def step():
+    def step(ids):
         with OpLog(EMBEDDING) if on_step else nullcontext() as log:
             ran = engine.step()
         if ran and on_step:
             on_step(engine.last_step_stats(), log)
 
-    for gap, prompt, params in schedule:
-        for _ in range(gap):
-            step()
-        ids.append(engine.add_request(prompt, params))
-    while engine.has_unfinished():
-        step()
-    return ids
+    return run_schedule(engine, schedule, step)
 
 
 @pytest.mark.engine_parts

@@ -28,14 +28,17 @@ def run_alone(engine, params, prompt=PROMPT):
     return engine.output(request_id)
 
 
-def run_schedule(engine, schedule) -> list[int]:
+def run_schedule(engine, schedule, step=None) -> list[int]:
     """schedule: [(steps to run before adding, prompt, params)]; then steps until every request
-    is done. Returns the requests' ids, in schedule order."""
+    is done. Returns the requests' ids, in schedule order. step(ids), where given, runs each step
+    in place of engine.step(), ids being those added so far (a spec that watches or checks every
+    step)."""
     ids = []
+    run = (lambda: step(ids)) if step else engine.step
     for gap, prompt, params in schedule:
         for _ in range(gap):
-            engine.step()
+            run()
         ids.append(engine.add_request(prompt, params))
     while engine.has_unfinished():
-        engine.step()
+        run()
     return ids
