@@ -2,7 +2,7 @@
 
 `discover(root)` finds version packages (`vNN_name` or `vNN_M_name`) under a tree, this one by
 default or a learner's, and reads what each declares: CAPABILITIES, build, OPTIONS, layers and
-KERNELS (torchlet/contract.py says what each is).
+KERNELS, and PARTS, the recipe its build assembles (torchlet/contract.py says what each is).
 """
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 
-from torchlet.contract import BuildOption, TorchletError, UnknownVersionError, check_build
+from torchlet.contract import BuildOption, Recipe, TorchletError, UnknownVersionError, check_build
 
 VERSION_DIR = re.compile(r"^v(\d\d)(?:_(\d))?_[a-z0-9_]+$")
 REFERENCE_ROOT = Path(__file__).resolve().parent
@@ -38,6 +38,22 @@ class Version:
         (here, once for every version, from what OPTIONS declares)."""
         check_build(self.name, self.options, options)
         return self.package.build(checkpoint, **options)
+
+    @property
+    def recipe(self) -> Recipe | None:
+        """The version's parts as data (PARTS), None for a package that declares none."""
+        return getattr(self.package, "PARTS", None)
+
+    def writer(self, part: str) -> str | None:
+        """The full name of the version that wrote `part` of this version's engine: this version
+        for a part it swaps, an earlier one for a part it takes over; None if it has no recipe
+        or the recipe no such part."""
+        recipe = self.recipe
+        short = recipe.writer(part) if recipe is not None else None
+        if short is None:
+            return None
+        names = version_names(Path(self.package.__file__).parent.parent)
+        return next((n for n in names if n == short or _short(n) == short), short)
 
     @property
     def layers(self):

@@ -701,3 +701,102 @@ class PrefixCacheEngine(SamplingEngine, Protocol):
 # a step ahead, which the next step then runs in order. A request that stops at a stop token, or
 # is aborted, has had one row computed ahead that nothing reads; its blocks are freed as before.
 # overlap=False runs v13's step. No method is added.
+
+
+# Recipes: a version's engine as named parts, and the one assembly that builds it.
+
+# The parts an engine is made of, in the order the assembly builds them: a part may use any
+# part built before it. A recipe names the parts its version has (v00 only a model and a loop).
+PART_NAMES = ("model", "kv", "sampler", "inputs", "runner", "request", "policy", "scheduler",
+              "loop")
+
+
+class Assembly:
+    """What the parts of one engine are built from: the checkpoint and its config, the device
+    and dtype, the value of every option the recipe's parts declare (given, or the default), and
+    each part built so far, as an attribute by its name (`a.kv`, `a.runner`)."""
+
+    def __init__(self, checkpoint: Checkpoint, device: Any, dtype: torch.dtype,
+                 options: Mapping[str, Any]):
+        self.checkpoint, self.config = checkpoint, checkpoint.config
+        self.device, self.dtype = torch.device(device), dtype
+        self.options = dict(options)
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """A version's engine as data: part name -> part, and the version that wrote each. A part is
+    a class or an object; one with an `assemble(assembly)` (a classmethod of a class) is built by
+    it, any other is used as it is (a decoder instance, the request class). A part's `OPTIONS`
+    are build options of every engine it is in."""
+
+    version: str
+    parts: Mapping[str, Any]
+    writers: Mapping[str, str]
+
+    @classmethod
+    def first(cls, version: str, **parts: Any) -> "Recipe":
+        """A recipe whose parts `version` writes all of."""
+        return cls(version, _ordered(parts), {name: version for name in parts})
+
+    def replace(self, version: str, **swaps: Any) -> "Recipe":
+        """`version`'s recipe: this one's parts, with `swaps` written by `version`."""
+        unknown = sorted(set(swaps) - set(PART_NAMES))
+        if unknown:
+            raise ValueError(f"{version}: no part named {unknown}; parts are {PART_NAMES}")
+        writers = {**self.writers, **{name: version for name in swaps}}
+        return Recipe(version, _ordered({**self.parts, **swaps}), _ordered(writers))
+
+    def writer(self, name: str) -> str | None:
+        """The version that wrote the part (None: the recipe has no such part)."""
+        return self.writers.get(name)
+
+    def swapped(self) -> tuple[str, ...]:
+        """The parts this recipe's own version wrote."""
+        return tuple(n for n, w in self.writers.items() if w == self.version)
+
+    def table(self) -> list[tuple[str, str, str]]:
+        """(part, what it is, the version that wrote it), in assembly order."""
+        return [(name, _label(part), self.writers[name]) for name, part in self.parts.items()]
+
+    @property
+    def options(self) -> tuple[BuildOption, ...]:
+        """The options build takes besides device and dtype: each part's OPTIONS, in assembly
+        order (a name two parts declare is the first one's)."""
+        found: dict[str, BuildOption] = {}
+        for part in self.parts.values():
+            for option in getattr(part, "OPTIONS", ()):
+                found.setdefault(option.name, option)
+        return tuple(found.values())
+
+    def build(self, checkpoint: Checkpoint, *, device: Any = "cpu", dtype: torch.dtype = torch.float32,
+              **options: Any) -> Any:
+        """The engine: every part built in assembly order, the loop last. TypeError naming the
+        options build takes when given another."""
+        declared = self.options
+        names = [o.name for o in declared]
+        unknown = sorted(set(options) - set(names))
+        if unknown:
+            takes = ("no options" if not names else names[0] if len(names) == 1
+                     else f"{', '.join(names[:-1])} and {names[-1]}")
+            raise TypeError(f"{self.version} takes {takes}, got {unknown}")
+        values = {o.name: o.default for o in declared}
+        assembly = Assembly(checkpoint, device, dtype, {**values, **options})
+        for name, part in self.parts.items():
+            assemble = getattr(part, "assemble", None)
+            setattr(assembly, name, part if assemble is None else assemble(assembly))
+        return assembly.loop
+
+
+def _ordered(parts: Mapping[str, Any]) -> dict[str, Any]:
+    return {name: parts[name] for name in PART_NAMES if name in parts}
+
+
+def _label(part: Any) -> str:
+    """A part as a reader looks it up: a class or function by name, an object by its class, a
+    module by its name."""
+    if isinstance(part, type) or callable(part) and hasattr(part, "__qualname__"):
+        return part.__qualname__
+    if hasattr(part, "__spec__") and hasattr(part, "__name__"):
+        return part.__name__.rsplit(".", 1)[-1]
+    return f"{type(part).__qualname__} instance"
