@@ -7,8 +7,8 @@ longest run of cached full blocks inside tokens[:-1] and returns the hit tokens;
 tokens), once the K/V is written, hashes the request's new full blocks and registers each one
 whose hash no other block holds. A block counts the tables that hold it; at count 0 it keeps its
 hash and K/V and waits on the free list, evictable, until an allocation takes it (least recently
-freed first, a request's tail before its head) and only then loses its hash. PrefixCache is
-v08's PagedCache over this pool: assign_cached, seal, and poisoning that spares cached blocks.
+freed first, a request's tail before its head) and only then loses its hash. PrefixKV is
+v08's PagedKV over this pool: place_cached, seal, and poisoning that spares cached blocks.
 
 Why v11 needs it: requests that share a system prompt compute the same K/V again and again, and
 every copy holds its own blocks.
@@ -32,6 +32,8 @@ from __future__ import annotations
 from collections import Counter
 
 import pytest
+from types import SimpleNamespace
+
 import torch
 from hypothesis import strategies as st
 from hypothesis.stateful import initialize, invariant, precondition, rule, run_state_machine_as_test
@@ -46,7 +48,7 @@ pytestmark = pytest.mark.needs(PREFIX_CACHE)
 
 @pytest.fixture(autouse=True)
 def tested_once(impl):
-    skip_unless_first_with(impl, "PrefixBlockPool", "PrefixCache")
+    skip_unless_first_with(impl, "PrefixBlockPool", "PrefixKV")
 
 A, B, C, D = "a", "b", "c", "d"
 
@@ -191,8 +193,8 @@ def test_an_exhausted_pool_refuses_a_cached_allocation_and_changes_nothing(impl)
 def test_the_prefix_cache_poisons_a_freed_block_unless_it_is_shared_or_cached(impl):
     config = ModelConfig(vocab_size=32, hidden_size=8, intermediate_size=16, num_layers=2,
                          num_heads=2, num_kv_heads=1, head_dim=4, max_position=64)
-    cache = impl.package.PrefixCache(config, num_lanes=3, num_blocks=6, block_size=2, max_len=16,
-                                     device="cpu", dtype=torch.float32, poison_free_blocks=True)
+    cache = impl.package.PrefixKV(config, 3, 16, "cpu", torch.float32, num_blocks=6,
+                                  block_size=2, poison_free_blocks=True)
     nan = {b for b in range(6) if torch.isnan(cache.kv[0][0][b]).all()}
     assert nan == set(range(6))
 
@@ -204,17 +206,24 @@ def test_the_prefix_cache_poisons_a_freed_block_unless_it_is_shared_or_cached(im
     def poisoned():
         return {b for b in range(1, 6) if torch.isnan(cache.kv[1][1][b]).all()}
 
+    def place(rid, tokens):
+        """A request's tokens placed, its cached prefix shared: the hit tokens."""
+        request = SimpleNamespace(id=rid, sequence=tokens)
+        cache.place_cached([request])
+        return request
+
     prompt = [1, 2, 3, 4, 5]
-    assert cache.assign_cached(A, prompt) == 0
+    a = place(A, prompt)
+    assert a.computed == 0
     write(A)
-    cache.seal(A, prompt)                                    # blocks 1, 2 cached; 3 partial
-    assert cache.assign_cached(B, prompt) == 4
+    cache.seal(a)                                            # blocks 1, 2 cached; 3 partial
+    assert place(B, prompt).computed == 4
     write(B, start=2)                                        # B writes its private block 4 only
     cache.free(A)
     assert poisoned() == {3, 5}                              # A's tail; 1, 2 are B's too
     cache.free(B)
     assert poisoned() == {3, 4, 5}                           # B's tail; 1, 2 are cached
-    assert cache.assign_cached(C, [7] * 9) == 0              # 5 blocks: evicts 1 (then 2)
+    assert place(C, [7] * 9).computed == 0                   # 5 blocks: evicts 1 (then 2)
     assert cache.pool.evictions == 2 and poisoned() == {1, 2, 3, 4, 5}
 
 

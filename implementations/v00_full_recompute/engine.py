@@ -17,6 +17,10 @@ class FullRecomputeEngine:
         self.device = torch.device(device)
         self.weights = Weights.from_checkpoint(checkpoint, self.device, dtype)
 
+    @classmethod
+    def assemble(cls, a) -> "FullRecomputeEngine":
+        return cls(a.checkpoint, a.device, a.dtype)
+
     def _tensor(self, token_ids: list[int]) -> torch.Tensor:
         return torch.tensor(token_ids, dtype=torch.long, device=self.device)
 
@@ -45,8 +49,3 @@ class FullRecomputeEngine:
             if params.stops_at(token):
                 return
 
-
-def build(checkpoint: Checkpoint, *, device="cpu", dtype=torch.float32, **options):
-    if options:
-        raise TypeError(f"v00 takes no options, got {sorted(options)}")
-    return FullRecomputeEngine(checkpoint, device, dtype)

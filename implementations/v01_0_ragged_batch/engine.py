@@ -20,6 +20,10 @@ class RaggedEngine:
         self.model = model  # the decoder whose forward_ragged runs the batch
         self.weights = model.Weights.from_checkpoint(checkpoint, self.device, dtype)
 
+    @classmethod
+    def assemble(cls, a) -> "RaggedEngine":
+        return cls(a.checkpoint, a.device, a.dtype, model=a.model)
+
     @torch.inference_mode()
     def forward_ragged(self, token_ids: list[int], req_indptr: torch.Tensor) -> torch.Tensor:
         """Float logits [len(token_ids), vocab] of every row of a ragged batch."""
@@ -65,8 +69,3 @@ class RaggedEngine:
             live = [i for i in live
                     if made[i] < params.max_new_tokens and not params.stops_at(sequences[i][-1])]
 
-
-def build(checkpoint: Checkpoint, *, device="cpu", dtype=torch.float32, **options):
-    if options:
-        raise TypeError(f"v01_0 takes no options, got {sorted(options)}")
-    return RaggedEngine(checkpoint, device, dtype)

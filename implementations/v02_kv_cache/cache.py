@@ -34,6 +34,13 @@ class KVCache:
         self.config, self.device, self.dtype = config, device, dtype
         self._requests: dict[Hashable, list[LayerKV]] = {}
 
+    @classmethod
+    def assemble(cls, a) -> "KVCache":
+        return cls(a.config, a.device, a.dtype)
+
+    def check(self, prompt: list[int], params) -> None:
+        """Refuse a request this memory could never hold: none here, since it grows."""
+
     def allocate(self, request_id: Hashable) -> list[LayerKV]:
         if request_id in self._requests:
             raise RequestError(f"request {request_id!r} already has a cache")
@@ -60,3 +67,7 @@ class KVCache:
 
     def free(self, request_id: Hashable) -> None:
         self._requests.pop(request_id, None)
+
+    def kv_of(self, request_id: Hashable) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """A copy of the request's rows: per layer (k, v), each [tokens, KV, D]."""
+        return [(kv.k.clone(), kv.v.clone()) for kv in self.layers_of(request_id)]

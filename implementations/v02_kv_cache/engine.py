@@ -14,10 +14,14 @@ from .runner import ModelRunner
 
 
 class CacheEngine:
-    def __init__(self, checkpoint: Checkpoint, device="cpu", dtype=torch.float32):
-        self.config = checkpoint.config
-        self.runner = ModelRunner(checkpoint, device, dtype)
+    def __init__(self, runner: ModelRunner):
+        self.config = runner.config
+        self.runner, self.kv = runner, runner.kv
         self._calls = itertools.count()  # generate's own cache keys, apart from callers' ids
+
+    @classmethod
+    def assemble(cls, a) -> "CacheEngine":
+        return cls(a.runner)
 
     # The kv_cache capability: the runner's prefill/decode, for callers that drive it directly.
     def prefill(self, request_ids: list[Hashable], prompts: list[list[int]]) -> torch.Tensor:
@@ -29,16 +33,16 @@ class CacheEngine:
         return self.runner.decode(request_ids, sequences)
 
     def cached_kv(self, request_id: Hashable) -> list[tuple[torch.Tensor, torch.Tensor]]:
-        return self.runner.cached_kv(request_id)
+        return self.kv.kv_of(request_id)
 
     def num_cached_tokens(self, request_id: Hashable) -> int:
-        return self.runner.cache.num_tokens(request_id)
+        return self.kv.num_tokens(request_id)
 
     def total_cached_tokens(self) -> int:
-        return self.runner.cache.total_tokens()
+        return self.kv.total_tokens()
 
     def release(self, request_id: Hashable) -> None:
-        self.runner.cache.free(request_id)
+        self.kv.free(request_id)
 
     def forward_ragged(self, token_ids: list[int], req_indptr: torch.Tensor) -> torch.Tensor:
         return self.runner.forward_ragged(token_ids, req_indptr)
@@ -67,17 +71,12 @@ class CacheEngine:
                 done = [i for i in live if params.stops_at(sequences[i][-1])
                         or len(sequences[i]) - len(prompts[i]) >= params.max_new_tokens]
                 for i in done:
-                    self.runner.cache.free(keys[i])
+                    self.kv.free(keys[i])
                 live = [i for i in live if i not in done]
                 if live:
                     logits = self.runner.decode([keys[i] for i in live],
                                                 [sequences[i] for i in live])
         finally:  # a stream dropped half way must not keep its cache
             for key in keys:
-                self.runner.cache.free(key)
+                self.kv.free(key)
 
-
-def build(checkpoint: Checkpoint, *, device="cpu", dtype=torch.float32, **options):
-    if options:
-        raise TypeError(f"v02 takes no options, got {sorted(options)}")
-    return CacheEngine(checkpoint, device, dtype)

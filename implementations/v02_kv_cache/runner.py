@@ -10,18 +10,21 @@ import torch
 from torchlet.contract import Checkpoint, RequestError, flatten
 
 from ..v01_1_split_gqa import RaggedEngine
-from .model import CachedDecoder, layers
+from .model import CachedDecoder
 from .cache import KVCache
 
 
 class ModelRunner:
-    def __init__(self, checkpoint: Checkpoint, device="cpu", dtype=torch.float32,
-                 model: CachedDecoder = layers):
+    def __init__(self, checkpoint: Checkpoint, device, dtype, model: CachedDecoder, kv: KVCache):
         self.config = checkpoint.config
         self.device = torch.device(device)
         self.model = model
         self.weights = model.Weights.from_checkpoint(checkpoint, self.device, dtype)
-        self.cache = KVCache(self.config, self.device, dtype)
+        self.kv = kv
+
+    @classmethod
+    def assemble(cls, a) -> "ModelRunner":
+        return cls(a.checkpoint, a.device, a.dtype, a.model, a.kv)
 
     @torch.inference_mode()
     def extend(self, request_ids: Sequence[Hashable], chunks: Sequence[Sequence[int]]):
@@ -29,27 +32,25 @@ class ModelRunner:
         Returns the float logits [B, vocab] of each request's last new token."""
         indptr = self.model.req_indptr([len(c) for c in chunks], device=self.device)
         ids = torch.tensor(flatten(chunks), dtype=torch.long, device=self.device)
-        kv = [self.cache.layers_of(r) for r in request_ids]
+        kv = [self.kv.layers_of(r) for r in request_ids]
         hidden = self.model.forward_cached(self.weights, ids, indptr, kv)
         return self.model.lm_head(self.weights, hidden[self.model.last_rows(indptr)]).float()
 
     def prefill(self, request_ids: Sequence[Hashable], prompts: Sequence[Sequence[int]]):
-        taken = [r for r in request_ids if r in self.cache]
+        taken = [r for r in request_ids if r in self.kv]
         if taken or len(set(request_ids)) != len(request_ids):
             raise RequestError(f"prefill needs distinct requests without a cache: {taken}")
         for r in request_ids:
-            self.cache.allocate(r)
+            self.kv.allocate(r)
         return self.extend(request_ids, prompts)
 
     def decode(self, request_ids: Sequence[Hashable], sequences: Sequence[Sequence[int]]):
         for r, seq in zip(request_ids, sequences, strict=True):
-            if self.cache.num_tokens(r) != len(seq) - 1:
+            if self.kv.num_tokens(r) != len(seq) - 1:
                 raise RequestError(
-                    f"request {r!r} has {self.cache.num_tokens(r)} cached tokens; decode needs "
+                    f"request {r!r} has {self.kv.num_tokens(r)} cached tokens; decode needs "
                     f"all but the last of its {len(seq)} tokens cached")
         return self.extend(request_ids, [[seq[-1]] for seq in sequences])
 
     forward_ragged = RaggedEngine.forward_ragged  # v01_0's: a whole batch, no cache
 
-    def cached_kv(self, request_id: Hashable) -> list[tuple[torch.Tensor, torch.Tensor]]:
-        return [(kv.k.clone(), kv.v.clone()) for kv in self.cache.layers_of(request_id)]

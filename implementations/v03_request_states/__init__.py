@@ -2,20 +2,25 @@
 their lifecycle; the engine is driven one step at a time (add_request / step / output / abort).
 Admission is static batching: a new batch starts when the last one has drained.
 
-Parts: the request and its state (request.py), the scheduler with its static-batching policy
-(scheduler.py), and the step loop over a runner and a scheduler (engine.py: StepEngine). From
-v02: the model runner and its per-request K/V cache (ModelRunner), and the decoder
-(CachedDecoder; layers)."""
+Swaps in the request and its state (request.py: Request), the scheduler and its static-batching
+policy (scheduler.py: Scheduler, StaticBatching), the greedy sampler (sampler.py: Greedy), the
+runner over a step's batch (runner.py: StepRunner) and the step loop (engine.py: StepEngine)."""
 from torchlet.contract import REQUEST_STATES
 
 from ..v02_kv_cache import CAPABILITIES as PREVIOUS
-from ..v02_kv_cache import CachedDecoder, layers
-from .engine import ModelRunner, StepEngine, build
+from ..v02_kv_cache import PARTS as BEFORE
+from ..v02_kv_cache import CachedDecoder, ModelRunner, layers
+from .engine import StepEngine
 from .request import Request
-from .scheduler import Batch, Scheduler
+from .runner import StepRunner
+from .sampler import Greedy
+from .scheduler import Batch, Scheduler, StaticBatching, StepStats
 
 CAPABILITIES = PREVIOUS + (REQUEST_STATES,)
-OPTIONS = ()  # build takes device and dtype only
+PARTS = BEFORE.replace("v03", request=Request, scheduler=Scheduler, policy=StaticBatching,
+                       sampler=Greedy, runner=StepRunner, loop=StepEngine)
+OPTIONS = PARTS.options  # none: build takes device and dtype only
+build = PARTS.build
 
-__all__ = ["Batch", "CAPABILITIES", "CachedDecoder", "ModelRunner", "Request", "Scheduler",
-           "StepEngine", "build", "layers"]
+__all__ = ["Batch", "CAPABILITIES", "CachedDecoder", "Greedy", "ModelRunner", "OPTIONS", "PARTS", "Request", "Scheduler",
+           "StaticBatching", "StepEngine", "StepRunner", "StepStats", "build", "layers"]

@@ -1,6 +1,6 @@
 """The step-wise engine: requests are added, advanced one step at a time, read and aborted. The
-scheduler decides, the runner computes logits, the engine passes tokens between them and frees a
-request's cache the step it finishes."""
+scheduler decides who runs, the runner computes their tokens (through the sampler it holds), and
+the scheduler takes them back; the loop keeps the requests by id."""
 from __future__ import annotations
 
 import itertools
@@ -8,83 +8,79 @@ from typing import Iterator
 
 import torch
 
-from torchlet.contract import (Checkpoint, GenerationParams, RequestError, RequestOutput,
+from torchlet.contract import (GenerationParams, RequestError, RequestOutput, RequestState,
                                check_prompts, check_request)
 
-from ..v02_kv_cache import CacheEngine, ModelRunner
+from ..v02_kv_cache import CacheEngine
 from .request import Request
-from .scheduler import Batch, Scheduler, StepStats
+from .scheduler import Scheduler, StepStats
+
+# What a request driven through the kv_cache capability asks for: its K/V, no tokens.
+DIRECT = GenerationParams(max_new_tokens=1)
 
 
 class StepEngine(CacheEngine):
-    """The step loop over two parts it is given: a runner (weights, K/V cache, forward passes)
-    and a scheduler (who runs each step). The engine keeps the requests by id. From v02's
-    CacheEngine: the kv_cache capability (prefill, decode, cached_kv, release, the cached-token
-    counts, forward_ragged, logits), which drives the same runner directly; generate and stream
-    are new, driven through the steps."""
+    """The step loop over its parts: a runner, a scheduler, a sampler and the request class.
+    From v02's CacheEngine: the kv_cache capability's reads (cached_kv, the cached-token counts,
+    forward_ragged, logits); its prefill and decode drive requests through the same runner
+    passes as the steps."""
 
-    samples = False  # greedy only: check_request refuses a request that samples
-
-    def __init__(self, runner: ModelRunner, scheduler: Scheduler):  # given its runner, not v02's
-        self.config = runner.config
-        self.runner = runner
-        self.scheduler = scheduler
+    def __init__(self, runner, scheduler: Scheduler, sampler, request: type[Request]):
+        super().__init__(runner)
+        self.scheduler, self.sampler, self.request = scheduler, sampler, request
         self.requests: dict[int, Request] = {}
+        self.direct: dict = {}  # the kv_cache capability's requests, by the caller's ids
         self._ids = itertools.count()
 
+    @classmethod
+    def assemble(cls, a) -> "StepEngine":
+        return cls(a.runner, a.scheduler, a.sampler, a.request)
+
+    def __getattr__(self, name: str):
+        """What a part serves on the engine's behalf: a later version's capability adds methods
+        to the part whose idea it is (its SERVES names them), and the engine answers with them."""
+        parts = self.__dict__.get("scheduler"), self.__dict__.get("sampler"), self.__dict__.get("kv")
+        runner = self.__dict__.get("runner")
+        for part in (*parts, runner, getattr(runner, "inputs", None)):
+            if name in getattr(part, "SERVES", ()):
+                return getattr(part, name)
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
     # -- the step-wise API ---------------------------------------------------------------------
+
     def add_request(self, prompt: list[int], params: GenerationParams) -> int:
         return self._enqueue(self._checked(prompt, params), params)
 
     def _checked(self, prompt: list[int], params: GenerationParams) -> list[int]:
-        """The prompt as a list of ints, or every RequestError add_request raises; changes
-        nothing, so a call can check all its prompts before it queues any."""
-        prompt = check_request(prompt, params, self.config, sampling=self.samples)
-        self._check_fits(prompt, params)
+        """The prompt as a list of ints, or every RequestError add_request raises: what
+        check_request refuses, what the K/V memory could never hold, what the admission policy
+        could never admit. Changes nothing, so a call can check all its prompts before it
+        queues any."""
+        prompt = check_request(prompt, params, self.config, sampling=self.sampler.samples)
+        self.kv.check(prompt, params)
+        self.scheduler.policy.check(self.request(-1, prompt, params))  # reads prompt and params
         return prompt
 
-    def _check_fits(self, prompt: list[int], params: GenerationParams) -> None:
-        """Refuse a request this engine could never run: here, what the admission policy
-        refuses (a prompt it could never admit)."""
-        self.scheduler.policy.check(Request(-1, prompt, params))  # reads prompt and params only
-
     def _enqueue(self, prompt: list[int], params: GenerationParams) -> int:
-        request = Request(next(self._ids), list(prompt), params)
+        request = self.request(next(self._ids), list(prompt), self.sampler.prepare(params))
         self.scheduler.add(request)
         self.requests[request.id] = request
         return request.id
 
     def step(self) -> list[RequestOutput]:
-        """Schedule, run the model, hand each request its token, free what finished."""
-        batch = self._schedule()
+        """Schedule, run the batch to its tokens, hand each request its token (the finished
+        ones free their K/V)."""
+        batch = self.scheduler.schedule()
         if batch is None:
             return []
-        tokens = self._choose(batch, self._forward(batch))
-        for request in self.scheduler.postprocess(batch, tokens):
-            self.runner.cache.free(request.id)
+        self.scheduler.postprocess(batch, self.runner.run(batch).tolist())
         return [r.output() for r in batch.requests]
-
-    def _choose(self, batch: Batch, logits: torch.Tensor) -> list[int]:
-        """Each request's next token, in batch.requests order: greedy, the argmax."""
-        return logits.argmax(-1).tolist()
-
-    def _schedule(self) -> Batch | None:
-        """This step's batch, as the scheduler picks it; None when nothing is left to run."""
-        return self.scheduler.schedule()
-
-    def _forward(self, batch: Batch) -> torch.Tensor:
-        """One mixed ragged pass: the admitted requests take a cache, then every request's new
-        rows follow what it has cached. Float logits [B, vocab] in batch.requests order."""
-        for request in batch.prefill:
-            self.runner.cache.allocate(request.id)
-        return self.runner.extend([r.id for r in batch.requests], batch.chunks)
 
     def output(self, request_id: int) -> RequestOutput:
         return self._request(request_id).output()
 
     def abort(self, request_id: int) -> None:
         self.scheduler.abort(self._request(request_id))
-        self.runner.cache.free(request_id)
 
     def has_unfinished(self) -> bool:
         return self.scheduler.has_unfinished()
@@ -96,6 +92,37 @@ class StepEngine(CacheEngine):
         if request_id not in self.requests:
             raise RequestError(f"unknown request id {request_id!r}")
         return self.requests[request_id]
+
+    # -- the kv_cache capability, over requests ---------------------------------------------------
+
+    def prefill(self, request_ids: list, prompts: list[list[int]]) -> torch.Tensor:
+        prompts = [check_request(p, DIRECT, self.config) for p in prompts]
+        taken = [r for r in request_ids if r in self.direct]
+        if taken or len(set(request_ids)) != len(request_ids):
+            raise RequestError(f"prefill needs distinct requests without a cache: {taken}")
+        requests = [self.request(r, p, DIRECT) for r, p in zip(request_ids, prompts, strict=True)]
+        for request in requests:
+            request.state = RequestState.RUNNING
+        logits = self.runner.prefill(requests)  # raises, holding nothing, if they do not fit
+        self.direct.update((r.id, r) for r in requests)
+        return logits
+
+    def decode(self, request_ids: list, sequences: list[list[int]]) -> torch.Tensor:
+        requests = []
+        for r, sequence in zip(request_ids, sequences, strict=True):
+            request = self.direct.get(r)
+            cached = 0 if request is None else request.computed
+            if cached != len(sequence) - 1:
+                raise RequestError(f"request {r!r} has {cached} cached tokens; decode needs all "
+                                   f"but the last of its {len(sequence)} tokens cached")
+            requests.append(request)
+        for request, sequence in zip(requests, sequences):
+            request.sequence = list(sequence)
+        return self.runner.decode(requests)
+
+    def release(self, request_id) -> None:
+        self.direct.pop(request_id, None)
+        self.kv.free(request_id)
 
     # -- generate and stream, driven through the steps ------------------------------------------
     def generate(self, prompts: list[list[int]], params: GenerationParams) -> list[list[int]]:
@@ -129,8 +156,3 @@ class StepEngine(CacheEngine):
             self.abort(request_id)
             self.requests.pop(request_id, None)
 
-
-def build(checkpoint: Checkpoint, *, device="cpu", dtype=torch.float32, **options):
-    if options:
-        raise TypeError(f"v03 takes no options, got {sorted(options)}")
-    return StepEngine(ModelRunner(checkpoint, device, dtype), Scheduler())

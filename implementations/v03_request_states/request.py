@@ -20,20 +20,16 @@ class Request:
     # The prompt as outputs show it: copied once, since it never changes, where copying it for
     # every output cost each step a pass over every running request's prompt.
     shown_prompt: list[int] = field(init=False, repr=False, compare=False)
-    # The prompt and the tokens in one list, grown with each token: every step reads each
+    # The prompt, then the tokens, in one list grown with each token: every step reads each
     # running request's length and last token, and concatenating them anew cost each step a
-    # pass over every running request's whole context.
-    _sequence: list[int] = field(init=False, repr=False, compare=False)
+    # pass over every running request's whole context. Read it; never change it.
+    sequence: list[int] = field(init=False, repr=False, compare=False)
+    # Tokens of the sequence whose K/V the request holds: the runner counts them as it writes.
+    computed: int = field(default=0, repr=False, compare=False)
 
     def __post_init__(self):
         self.shown_prompt = list(self.prompt)
-        self._sequence = self.prompt + self.tokens
-
-    @property
-    def sequence(self) -> list[int]:
-        """The prompt, then the tokens: the request's own list, which grows by one with each
-        token. Read it; never change it."""
-        return self._sequence
+        self.sequence = self.prompt + self.tokens
 
     @property
     def finished(self) -> bool:
@@ -43,7 +39,7 @@ class Request:
         """Take a new token; finish if it is a stop or eos id, or the last one allowed."""
         assert self.state is RequestState.RUNNING, f"request {self.id} is {self.state.value}"
         self.tokens.append(token)
-        self._sequence.append(token)
+        self.sequence.append(token)
         reason = self.params.stops_at(token)
         if reason is None and len(self.tokens) >= self.params.max_new_tokens:
             reason = FinishReason.LENGTH

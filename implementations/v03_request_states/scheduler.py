@@ -58,6 +58,10 @@ class StaticBatching:
     """Admit every waiting request, but only when the running batch has drained: a request that
     arrives mid-batch waits for the slowest member of that batch."""
 
+    @classmethod
+    def assemble(cls, a) -> "StaticBatching":
+        return cls()
+
     def check(self, request: Request) -> None:
         pass  # any request check_request accepts fits
 
@@ -67,12 +71,19 @@ class StaticBatching:
 
 
 class Scheduler:
-    def __init__(self, policy=None):
-        self.policy = policy or StaticBatching()
+    """Who runs each step, over the K/V memory it is given: the policy admits, and a request
+    that finishes or is aborted gives its K/V back here."""
+
+    def __init__(self, policy, kv):
+        self.policy, self.kv = policy, kv
         self.waiting: deque[Request] = deque()
         self.running: list[Request] = []
         self.steps = 0
         self.last_stats: StepStats | None = None
+
+    @classmethod
+    def assemble(cls, a) -> "Scheduler":
+        return cls(a.policy, a.kv)
 
     def add(self, request: Request) -> None:
         self.policy.check(request)
@@ -89,15 +100,17 @@ class Scheduler:
         return batch if batch.requests else None
 
     def postprocess(self, batch: Batch, tokens: list[int]) -> list[Request]:
-        """Give each request its token; finished ones leave the running batch now. Returns them.
-        The one place a step runs a request's own code (its stop check): if that raises, the
-        request fails alone and leaves like any finished one, so its cache is freed."""
+        """Give each request its token; finished ones leave the running batch now and free their
+        K/V. Returns them. The one place a step runs a request's own code (its stop check): if
+        that raises, the request fails alone and leaves like any finished one."""
         for request, token in zip(batch.requests, tokens, strict=True):
             try:
                 request.append(token)
             except Exception as error:  # noqa: BLE001  (whatever its settings raise)
                 request.fail(error)
         finished = [r for r in batch.requests if r.finished]
+        for request in finished:
+            self.kv.free(request.id)
         self.running = [r for r in self.running if not r.finished]
         self.steps += 1
         self.last_stats = StepStats(
@@ -109,7 +122,7 @@ class Scheduler:
         return finished
 
     def abort(self, request: Request) -> None:
-        """Finish a waiting or running request; the caller frees its cache."""
+        """Finish a waiting or running request and free its K/V."""
         if request.finished:
             return
         if request.state is RequestState.WAITING:
@@ -117,6 +130,7 @@ class Scheduler:
         else:
             self.running.remove(request)
         request.finish(FinishReason.ABORTED)
+        self.kv.free(request.id)
 
     def has_unfinished(self) -> bool:
         return bool(self.waiting or self.running)

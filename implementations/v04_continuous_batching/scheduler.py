@@ -12,14 +12,21 @@ from __future__ import annotations
 
 from collections import deque
 
-from torchlet.contract import RequestError
+from torchlet.contract import MAX_RUNNING, MAX_STEP_TOKENS, BuildOption, RequestError
 
-from ..v03_request_states import Request, Scheduler
+from ..v03_request_states import Request
 
-__all__ = ["ContinuousBatching", "Scheduler"]
+DEFAULT_MAX_RUNNING = 16
 
 
 class ContinuousBatching:
+    OPTIONS = (
+        BuildOption("max_running", int, DEFAULT_MAX_RUNNING, "requests running at once",
+                    MAX_RUNNING, minimum=1),
+        BuildOption("max_step_tokens", int, None, "rows one step may feed (None: the model's "
+                    "context, or max_running if that is more)", MAX_STEP_TOKENS, minimum=1),
+    )
+
     def __init__(self, max_running: int, max_step_tokens: int):
         if max_running < 1 or max_step_tokens < max_running:
             raise ValueError(
@@ -27,6 +34,13 @@ class ContinuousBatching:
                 f"token a step), got max_running={max_running}, max_step_tokens={max_step_tokens}")
         self.max_running = max_running
         self.max_step_tokens = max_step_tokens
+
+    @classmethod
+    def assemble(cls, a) -> "ContinuousBatching":
+        """max_step_tokens defaults to the model's context, so any acceptable prompt can be
+        admitted (0 is refused, not taken for the default)."""
+        running, budget = a.options["max_running"], a.options["max_step_tokens"]
+        return cls(running, max(a.config.max_position, running) if budget is None else budget)
 
     def check(self, request: Request) -> None:
         """A prompt longer than a step's budget could never be admitted: refuse it now."""

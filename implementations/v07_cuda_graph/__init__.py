@@ -2,24 +2,23 @@
 CUDA graphs on a GPU, a TorchDispatchMode stand-in (graphs.CpuGraph) on a CPU that enforces the
 same contract.
 
-Parts: the graphs and their buckets (graphs.py), the runner whose decode step replays them
-(runner.py: GraphedRunner), and the engine (engine.py: GraphEngine, v06's StaticEngine plus
-graph_stats(); build adds use_graphs to v06's options). From v06: the decode buffers
-(DecodeBuffers) and the engine's decode_buffers(); through v06, v05's slot cache, decoder
-(SlotDecoder; layers), step and option checks, and v04's scheduler (Batch, ContinuousBatching,
-Request and Scheduler are passed on for later versions)."""
+Swaps one part, the runner (runner.py: GraphedRunner, whose decode step replays the graphs of
+graphs.py)."""
 from torchlet.contract import GRAPH_REPLAY
 
 from ..v06_static_buffers import CAPABILITIES as PREVIOUS
-from ..v06_static_buffers import (Batch, ContinuousBatching, DecodeBuffers, Request, Scheduler,
-                                  SlotDecoder, layers, refuse_unknown_options, slot_limits)
+from ..v06_static_buffers import PARTS as BEFORE
+from ..v06_static_buffers import (Batch, ContinuousBatching, DecodeBuffers, Greedy, LaneKV,
+                                  LaneRequest, Request, Scheduler, SlotDecoder, StaticInputs,
+                                  StepEngine, layers)
 from . import graphs
-from .engine import GRAPH_OPTIONS, GraphEngine, build
 from .runner import GraphedRunner
 
 CAPABILITIES = PREVIOUS + (GRAPH_REPLAY,)
-OPTIONS = GRAPH_OPTIONS  # the options build takes (engine.py)
+PARTS = BEFORE.replace("v07", runner=GraphedRunner)
+OPTIONS = PARTS.options
+build = PARTS.build
 
-__all__ = ["Batch", "CAPABILITIES", "ContinuousBatching", "DecodeBuffers", "GRAPH_OPTIONS",
-           "GraphEngine", "GraphedRunner", "Request", "Scheduler", "SlotDecoder", "build", "graphs",
-           "layers", "refuse_unknown_options", "slot_limits"]
+__all__ = ["Batch", "CAPABILITIES", "ContinuousBatching", "DecodeBuffers", "GraphedRunner",
+           "Greedy", "LaneKV", "LaneRequest", "OPTIONS", "PARTS", "Request", "Scheduler",
+           "SlotDecoder", "StaticInputs", "StepEngine", "build", "graphs", "layers"]

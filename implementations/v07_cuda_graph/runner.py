@@ -1,54 +1,83 @@
-"""v06's runner with the decode step captured as a graph, once per bucket of lanes, and replayed
+"""v05's runner with the decode step captured as a graph, once per bucket of lanes, and replayed
 afterwards: CUDA graphs on a GPU (every bucket at the first decode step), graphs.CpuGraph on a
-CPU (each bucket at its first step). The graph holds the whole step, LM head included, so a
-replay returns logits. Prefill stays eager and dynamic.
+CPU (each bucket at its first step). The graph holds the whole step, LM head and the sampler's
+draw included, so a replay returns logits and each lane's token. Prefill stays eager and
+dynamic; the graph reads v06's static inputs.
 
 A step needs the lanes 0 .. (highest slot in use); the bucket is the smallest of 1, 2, 4, ... up
 to the slot count that covers them. Slots are handed out lowest first, so few running requests
 replay a small graph."""
 from __future__ import annotations
 
+from functools import partial
+from typing import Sequence
+
 import torch
 
-from torchlet.contract import Checkpoint
+from torchlet.contract import BuildOption
 
-from ..v06_static_buffers import StaticRunner
+from ..v06_static_buffers import LaneRunner
 from .graphs import GraphRunner, default_buckets
 
 
-class GraphedRunner(StaticRunner):
-    def __init__(self, checkpoint: Checkpoint, device="cpu", dtype=torch.float32,
-                 max_len: int | None = None,
-                 num_slots: int = 8, poison_inactive_lanes: bool = False, use_graphs: bool = True,
-                 **options):
-        """StaticRunner's arguments, and use_graphs=False to run the same step eagerly."""
-        super().__init__(checkpoint, device, dtype, max_len, num_slots, poison_inactive_lanes,
-                         **options)
+class GraphedRunner(LaneRunner):
+    OPTIONS = (
+        BuildOption("use_graphs", bool, True, "capture the decode step once per bucket of lanes "
+                    "and replay it; False runs the same step eagerly"),
+    )
+    SERVES = ("graph_stats",)  # the graph_replay capability, served on the engine
+
+    def __init__(self, *parts, use_graphs: bool = True):
+        """LaneRunner's parts; use_graphs=False runs the same step eagerly. One set of graphs
+        per way the sampler may draw (its variants)."""
+        super().__init__(*parts)
         self.use_graphs = use_graphs
-        self.graphs = self.make_graphs(self.captured_step)
+        self.graphs = {variant: self.make_graphs(variant) for variant in self.sampler.variants}
 
-    def make_graphs(self, step, inputs=None) -> GraphRunner:
-        """Graphs of `step` over `inputs` (the decode buffers unless given), one per bucket of
-        lanes."""
-        inputs = self.buffers.tensors if inputs is None else inputs
-        return GraphRunner(step, inputs, buckets=default_buckets(self.num_slots),
-                           constants=(self.weights, self.cache.kv), enabled=self.use_graphs)
+    @classmethod
+    def assemble(cls, a) -> "GraphedRunner":
+        return cls(a.checkpoint, a.device, a.dtype, a.model, a.kv, a.inputs, a.sampler,
+                   use_graphs=a.options["use_graphs"])
 
-    def captured_step(self, *buffers) -> torch.Tensor:
-        """What a graph holds: v06's eager decode step over these lanes, to float logits."""
-        return super().decode_step(*buffers)
+    def make_graphs(self, variant: str) -> GraphRunner:
+        """Graphs of the step that draws as `variant` says, over the static inputs and the
+        sampler's lane settings, one per bucket of lanes."""
+        inputs = self.inputs.tensors + self.sampler.lane_tensors(variant)
+        return GraphRunner(partial(self.captured_step, variant), inputs,
+                           buckets=default_buckets(self.kv.num_lanes),
+                           constants=(self.weights, self.kv.kv), enabled=self.use_graphs)
 
-    def lanes_in_use(self) -> list[int]:
-        """The lanes of the requests running now: a step's bucket must cover them."""
-        return self.cache.slots_in_use()
+    def captured_step(self, variant: str, *tensors: torch.Tensor):
+        """What a graph holds: v05's eager decode step over these lanes, to float logits, then
+        each lane's draw for the token after its fed one (position + 1)."""
+        n = len(self.inputs.tensors)
+        logits = self.decode_step(*tensors[:n])
+        return logits, self.sampler.draw_lanes(variant, logits, tensors[1] + 1, *tensors[n:])
 
-    def decode_step(self, *buffers) -> torch.Tensor:
-        """Replay the bucket that covers the lanes in use; float logits [bucket, vocab] in the
-        graph's output tensor, which the next replay overwrites (decode() indexes out a copy).
-        The inputs are the static buffers, already written."""
-        in_use = self.lanes_in_use()
-        return self.step_graphs().run(max(in_use) + 1 if in_use else 1)
+    @torch.inference_mode()
+    def step_lanes(self, requests: Sequence) -> tuple[torch.Tensor, torch.Tensor]:
+        """Write the lanes, replay the bucket that covers the lanes in use: logits and draws by
+        lane, in the graph's output tensors, which the next replay overwrites (lane_rows
+        indexes out a copy)."""
+        self.inputs.write(requests)
+        in_use = self.kv.lanes_in_use()
+        graphs = self.graphs[self.sampler.variant(in_use)]
+        logits, drawn = graphs.run(max(in_use) + 1 if in_use else 1)
+        self.computed(requests)
+        return logits, drawn
 
-    def step_graphs(self) -> GraphRunner:
-        """The graphs this step replays: the one set here."""
-        return self.graphs
+    def decode_tokens(self, requests: Sequence) -> torch.Tensor:
+        """The tokens the graph drew, in the requests' order."""
+        _, drawn = self.step_lanes(requests)
+        return self.lane_rows(drawn, requests)
+
+    def graph_stats(self) -> dict[int, dict[str, int]]:
+        """Per bucket of decode lanes: how many times it was captured and replayed, over every
+        set of graphs."""
+        stats: dict[int, dict[str, int]] = {}
+        for graphs in self.graphs.values():
+            for bucket, counts in graphs.stats().items():
+                total = stats.setdefault(bucket, dict.fromkeys(counts, 0))
+                for name, n in counts.items():
+                    total[name] += n
+        return stats

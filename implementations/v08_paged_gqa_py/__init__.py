@@ -2,33 +2,36 @@
 through a block table, attention over the table in readable PyTorch. Decode keeps v07's graph
 replay; when the pool runs out, the request admitted last is preempted and recomputed later.
 
-Parts: the block pool (block_pool.py) and the paged cache over it (cache.py), block-table
-metadata (metadata.py), paged attention in PyTorch (paged_attention.py) and the decoder that
-calls it (model.py: PagedDecoder, v05's SlotDecoder plus the paged passes; `layers` is an
-instance), the paged decode buffers (buffers.py), the paged
-runner (runner.py), admission and preemption over the pool (scheduler.py), and the engine
-(engine.py: PagedEngine, v07's GraphEngine with a preempting step, block_tables(),
-paged_metadata(), pool_stats(), kv_bytes() and num_preemptions; build adds the pool's options to
-v07's). From v07: the graphs and the engine's graph_stats(); through v07, v06's
-decode_buffers(), v05's two-pass step and option checks, v04's continuous-batching policy and
-scheduler, v03's request state and step loop."""
+Swaps the K/V memory (kv.py: PagedKV over block_pool.py's BlockPool, with metadata.py's
+FlashInfer-style view), the request (request.py: PagedRequest, which carries its block table),
+the model (model.py: PagedDecoder, attention through the tables in paged_attention.py), the
+decode inputs (inputs.py: PagedInputs, each lane's table, length and new slot), the runner
+(runner.py: PagedRunner, paged prefill and a decode that first grows every request), the policy
+(scheduler.py: PagedAdmission, admission over free blocks) and the scheduler (scheduler.py:
+PreemptingScheduler)."""
 from torchlet.contract import PAGED_DECODE_ATTENTION, PAGED_KV
 
 from ..v07_cuda_graph import CAPABILITIES as PREVIOUS
-from ..v07_cuda_graph import graphs
+from ..v07_cuda_graph import PARTS as BEFORE
+from ..v07_cuda_graph import Batch, DecodeBuffers, StepEngine, graphs
 from . import metadata, paged_attention
 from .block_pool import BlockPool, PoolExhausted
-from .buffers import DecodeBuffers, PagedDecodeBuffers
-from .cache import PagedCache
-from .engine import PAGED_OPTIONS, PagedEngine, build, paged_build
+from .inputs import PagedDecodeBuffers, PagedInputs
+from .kv import PagedKV
 from .model import PagedDecoder, layers
+from .request import PagedRequest
 from .runner import PagedRunner
+from .scheduler import PagedAdmission, PreemptingScheduler
 
 CAPABILITIES = PREVIOUS + (PAGED_KV,)
-OPTIONS = PAGED_OPTIONS  # the options build takes (engine.py)
+PARTS = BEFORE.replace("v08", kv=PagedKV, request=PagedRequest, model=layers, inputs=PagedInputs,
+                       runner=PagedRunner, policy=PagedAdmission, scheduler=PreemptingScheduler)
+OPTIONS = PARTS.options
+build = PARTS.build
 # The decode attention the model calls, for a harness to time alone (torchlet bench kernel).
 KERNELS = {PAGED_DECODE_ATTENTION: paged_attention.paged_decode_attention}
 
-__all__ = ["CAPABILITIES", "BlockPool", "DecodeBuffers", "PagedCache", "PagedDecodeBuffers",
-           "PagedDecoder", "PagedEngine", "PagedRunner", "PoolExhausted", "paged_build", "build",
+__all__ = ["Batch", "CAPABILITIES", "BlockPool", "DecodeBuffers", "KERNELS", "OPTIONS", "PARTS",
+           "PagedAdmission", "PagedDecodeBuffers", "PagedDecoder", "PagedInputs", "PagedKV",
+           "PagedRequest", "PagedRunner", "PoolExhausted", "PreemptingScheduler", "StepEngine", "build",
            "graphs", "layers", "metadata", "paged_attention"]

@@ -2,6 +2,7 @@
 
 Admission: v04's rule (FCFS, max running, step token budget), and only as many requests as free
 lanes and free blocks can hold once this step's decodes have taken the blocks they need.
+
 Preemption: when the running requests' next tokens need more blocks than are free, the request
 admitted last gives its blocks back and returns to the front of the waiting queue, keeping its
 tokens; when it is admitted again its whole sequence is prefilled anew (recompute), so its
@@ -15,17 +16,21 @@ from torchlet.contract import RequestError, RequestState
 
 from ..v07_cuda_graph import Batch, ContinuousBatching, Request, Scheduler
 
-__all__ = ["Batch", "ContinuousBatching", "PagedAdmission", "Scheduler", "preempt"]
-
 
 class PagedAdmission:
-    def __init__(self, inner: ContinuousBatching, runner):
-        self.inner, self.runner = inner, runner
+    OPTIONS = ContinuousBatching.OPTIONS
+
+    def __init__(self, inner: ContinuousBatching, kv):
+        self.inner, self.kv = inner, kv
+
+    @classmethod
+    def assemble(cls, a) -> "PagedAdmission":
+        return cls(ContinuousBatching.assemble(a), a.kv)
 
     def check(self, request: Request) -> None:
         """Refuse a request that could never finish, even alone in an empty pool."""
         self.inner.check(request)
-        pool = self.runner.pool
+        pool = self.kv.pool
         needed = pool.blocks_needed(len(request.prompt) + request.params.max_new_tokens)
         if needed > pool.num_usable:
             raise RequestError(
@@ -37,8 +42,8 @@ class PagedAdmission:
         # pool is too small for every lane's longest sequence (preemption can happen) refuse
         # it now. The default pool never preempts, and then v04's rule alone holds.
         longest = len(request.prompt) + request.params.max_new_tokens - 1
-        lane_blocks = pool.blocks_needed(self.runner.cache.max_len)
-        can_preempt = pool.num_usable < self.runner.cache.num_lanes * lane_blocks
+        lane_blocks = pool.blocks_needed(self.kv.max_len)
+        can_preempt = pool.num_usable < self.kv.num_lanes * lane_blocks
         if can_preempt and longest > self.inner.max_step_tokens:
             raise RequestError(
                 f"prompt ({len(request.prompt)} tokens) + max_new_tokens "
@@ -47,9 +52,9 @@ class PagedAdmission:
                 f"{self.inner.max_step_tokens}, and could never run again")
 
     def admit(self, waiting: deque[Request], running: list[Request]) -> int:
-        pool = self.runner.pool
-        free = pool.num_free - self.runner.blocks_for_decode([r.id for r in running])
-        lanes = self.runner.cache.num_free()
+        pool = self.kv.pool
+        free = pool.num_free - self.kv.blocks_for_decode(running)
+        lanes = self.kv.num_free()
         count = 0
         for request in itertools.islice(waiting, self.inner.admit(waiting, running)):
             needed = pool.blocks_needed(len(request.sequence))
@@ -59,8 +64,31 @@ class PagedAdmission:
         return count
 
 
-def preempt(scheduler: Scheduler, request: Request) -> None:
-    """RUNNING -> WAITING, at the front of the queue; the caller has freed its blocks."""
-    scheduler.running.remove(request)
-    request.state = RequestState.WAITING
-    scheduler.waiting.appendleft(request)
+class PreemptingScheduler(Scheduler):
+    SERVES = ("num_preemptions",)  # of the paged_kv capability, served on the engine
+    num_preemptions = 0
+
+    def schedule(self, reserved: bool = False) -> Batch | None:
+        """v03's batch, less the running requests preempted, last admitted first, until the
+        others' next tokens fit in the free blocks. reserved: they hold those blocks already (a
+        decode launched ahead took them), and nobody is preempted."""
+        batch = super().schedule()
+        if batch is None or reserved:
+            return batch
+        decode = list(batch.decode)
+        # Counted once and then less each victim's block: recounting every request per victim
+        # made a step of n preemptions cost n passes over the running requests.
+        needed = self.kv.blocks_for_decode(decode)
+        while decode and needed > self.kv.pool.num_free:
+            victim = decode.pop()  # the running request admitted last
+            needed -= self.kv.blocks_for_decode([victim])
+            self.preempt(victim)
+        return Batch(decode=decode, prefill=batch.prefill)
+
+    def preempt(self, request: Request) -> None:
+        """RUNNING -> WAITING, at the front of the queue, its blocks freed."""
+        self.kv.free(request.id)
+        self.running.remove(request)
+        request.state = RequestState.WAITING
+        self.waiting.appendleft(request)
+        self.num_preemptions += 1

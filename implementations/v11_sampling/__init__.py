@@ -3,23 +3,19 @@ drawn on the device by an exponential race whose random numbers are a hash of (s
 A seeded request's tokens depend on nothing but itself, and the draw runs inside the captured
 decode step.
 
-Parts: the sampler (sampler.py, exported as sampler), the runner whose captured step ends in it
-and whose decode buffers carry each lane's settings (runner.py), and the engine whose _choose
-takes the graph's draws and draws prefill rows (engine.py: SamplingEngine; build is v10's with
-this runner and engine). From v10: the model functions (Triton layers, paged kernels), and
-through v10 v08's engine, runner, block pool, cache, scheduler and paged metadata."""
+Swaps one part, the sampler (sampling.py: SeededSampler, the lanes' settings over sampler.py's
+draw, exported as `sampler`), which the runner hands each captured step."""
 from torchlet.contract import SAMPLING
 
 from ..v10_triton_paged_gqa import CAPABILITIES as PREVIOUS
-from ..v10_triton_paged_gqa import (KERNELS, OPTIONS, BlockPool, PagedCache, PoolExhausted,
-                                    TritonPagedDecoder, graphs, kernels, layers, metadata,
-                                    paged_attention, paged_build, paged_kernels)
+from ..v10_triton_paged_gqa import PARTS as BEFORE
+from ..v10_triton_paged_gqa import (Batch, BlockPool, KERNELS, PagedInputs, PagedKV, PagedRunner, PoolExhausted, StepEngine, TritonPagedDecoder, graphs, kernels, layers, metadata, paged_attention, paged_kernels)
 from . import sampler
-from .engine import SamplingEngine, build
-from .runner import SamplingRunner
+from .sampling import SeededSampler
 
 CAPABILITIES = PREVIOUS + (SAMPLING,)
+PARTS = BEFORE.replace("v11", sampler=SeededSampler)
+OPTIONS = PARTS.options
+build = PARTS.build
 
-__all__ = ["CAPABILITIES", "KERNELS", "OPTIONS", "BlockPool", "PagedCache", "PoolExhausted",
-           "SamplingEngine", "SamplingRunner", "TritonPagedDecoder", "build", "graphs", "kernels",
-           "layers", "metadata", "paged_attention", "paged_build", "paged_kernels", "sampler"]
+__all__ = ["Batch", "BlockPool", "CAPABILITIES", "KERNELS", "OPTIONS", "PARTS", "PagedInputs", "PagedKV", "PagedRunner", "PoolExhausted", "SeededSampler", "StepEngine", "TritonPagedDecoder", "build", "graphs", "kernels", "layers", "metadata", "paged_attention", "paged_kernels", "sampler"]

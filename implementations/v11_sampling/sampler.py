@@ -75,3 +75,4 @@ def sample(logits: torch.Tensor, temperature: torch.Tensor, top_k: torch.Tensor,
     noise = -uniforms(seed, position, logits.shape[-1]).log()  # Exp(1)
     drawn = (logp - noise.log()).argmax(dim=-1)  # argmax p / E, in logs
     return torch.where(temperature > 0, drawn, logits.argmax(dim=-1))
+

@@ -5,24 +5,19 @@ and a prefill's attention, v12's gathers and fused call (v02's) for every reques
 kernel a layer for all the requests of the pass, reading their contexts from the paged cache
 (context_attention; without Triton, v12's way). Same tokens as v12.
 
-Parts: the kernels over the packed outputs (fused_kernels.py), the prefill's attention over the
-paged cache (context_attention.py), the decoder and its packed weights
-(model.py: FusedDecoder, PackedWeights, exported as layers), and the build (engine.py: v12's
-prefix_build over this decoder). From v12: the engine, runner, prefix cache, sampler, and
-through it every earlier part."""
+Swaps one part, the model (model.py: FusedDecoder and its PackedWeights, over the kernels of
+fused_kernels.py and context_attention.py)."""
 from torchlet.contract import FUSED
 
 from ..v12_prefix_cache import CAPABILITIES as PREVIOUS
-from ..v12_prefix_cache import (KERNELS, BlockPool, PoolExhausted, PrefixBlockPool, PrefixCache,
-                                PrefixRunner, graphs, kernels, metadata, paged_attention,
-                                paged_kernels, prefix_build, sampler)
+from ..v12_prefix_cache import PARTS as BEFORE
+from ..v12_prefix_cache import (Batch, BlockPool, KERNELS, PagedInputs, PagedRunner, PoolExhausted, PrefixBlockPool, PrefixKV, PrefixRunner, StepEngine, graphs, kernels, metadata, paged_attention, paged_kernels, sampler)
 from . import context_attention, fused_kernels
-from .engine import OPTIONS, PrefixEngine, build
 from .model import FusedDecoder, PackedWeights, layers
 
 CAPABILITIES = PREVIOUS + (FUSED,)
+PARTS = BEFORE.replace("v13", model=layers)
+OPTIONS = PARTS.options
+build = PARTS.build
 
-__all__ = ["CAPABILITIES", "KERNELS", "OPTIONS", "BlockPool", "FusedDecoder", "PackedWeights",
-           "PoolExhausted", "PrefixBlockPool", "PrefixCache", "PrefixEngine", "PrefixRunner",
-           "build", "context_attention", "fused_kernels", "graphs", "kernels", "layers",
-           "metadata", "paged_attention", "paged_kernels", "prefix_build", "sampler"]
+__all__ = ["Batch", "BlockPool", "CAPABILITIES", "FusedDecoder", "KERNELS", "OPTIONS", "PARTS", "PackedWeights", "PagedInputs", "PagedRunner", "PoolExhausted", "PrefixBlockPool", "PrefixKV", "PrefixRunner", "StepEngine", "build", "context_attention", "fused_kernels", "graphs", "kernels", "layers", "metadata", "paged_attention", "paged_kernels", "sampler"]

@@ -4,23 +4,25 @@ request that may continue, its token ids copied on the device from this step's d
 then waits for its tokens. Scheduling, the lanes' inputs and postprocessing then run while the
 GPU works, where v13's GPU waited for them at every step. Same tokens as v13.
 
-Parts: the runner that decodes tokens not yet read back and reads tokens back behind an event
-(runner.py: OverlapRunner, v13's PrefixRunner plus decode_ahead and start_read), and the engine
-whose step launches ahead (engine.py: OverlapEngine, v13's PrefixEngine with its own step; build
-adds overlap to v13's options). From v13: the fused decoder, its kernels, the prefix cache, the
-sampler, and through it every earlier part."""
+Swaps the loop (engine.py: OverlapEngine, whose step launches ahead and reads back behind an
+event) and the decode inputs (inputs.py: OverlapInputs, which feed a lane a token on the
+device)."""
 from torchlet.contract import OVERLAP
 
 from ..v13_fused import CAPABILITIES as PREVIOUS
-from ..v13_fused import (KERNELS, BlockPool, PoolExhausted, PrefixBlockPool, PrefixCache,
+from ..v13_fused import PARTS as BEFORE
+from ..v13_fused import (KERNELS, BlockPool, PoolExhausted, PrefixBlockPool, PrefixKV,
                          context_attention, fused_kernels, graphs, kernels, layers, metadata,
                          paged_attention, paged_kernels, sampler)
-from .engine import OPTIONS, Ahead, OverlapEngine, build
-from .runner import OverlapRunner, Unread
+from .engine import OverlapEngine, Unread
+from .inputs import OverlapInputs
 
 CAPABILITIES = PREVIOUS + (OVERLAP,)
+PARTS = BEFORE.replace("v14", inputs=OverlapInputs, loop=OverlapEngine)
+OPTIONS = PARTS.options
+build = PARTS.build
 
-__all__ = ["CAPABILITIES", "KERNELS", "OPTIONS", "Ahead", "BlockPool", "OverlapEngine",
-           "OverlapRunner", "PoolExhausted", "PrefixBlockPool", "PrefixCache", "Unread", "build",
+__all__ = ["CAPABILITIES", "KERNELS", "OPTIONS", "PARTS", "BlockPool", "OverlapEngine",
+           "OverlapInputs", "PoolExhausted", "PrefixBlockPool", "PrefixKV", "Unread", "build",
            "context_attention", "fused_kernels", "graphs", "kernels", "layers", "metadata",
            "paged_attention", "paged_kernels", "sampler"]

@@ -9,19 +9,44 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from functools import partial
+from functools import cached_property
+from typing import Callable, Sequence
 
 import torch
 
-from torchlet.contract import BuildOption, Checkpoint, RequestOutput
+from torchlet.contract import BuildOption, RequestOutput
 
-from ..v13_fused import OPTIONS as PREVIOUS_OPTIONS
-from ..v13_fused import PrefixEngine, layers, prefix_build
-from .runner import OverlapRunner
+from ..v13_fused import Batch, StepEngine
+
+
+class Unread(Sequence):
+    """A request's tokens and one more drawn but not read back: it counts that token, and its
+    last item is a placeholder the step's device copy replaces (a copy of the tokens would cost
+    a pass over the whole context a request and step)."""
+
+    def __init__(self, known: Sequence[int]):
+        self.known, self.length = known, len(known) + 1
+
+    def __len__(self) -> int:
+        return self.length
+
+    def __getitem__(self, index):
+        if index in (-1, self.length - 1):
+            return 0
+        return self.known[index]
+
+
+class Ahead:
+    """A running request as a decode launched ahead sees it: its lane and blocks, and its
+    sequence one token longer than what the host has read back."""
+
+    def __init__(self, request):
+        self.id, self.lane, self.blocks = request.id, request.lane, request.blocks
+        self.sequence, self.computed = Unread(request.sequence), request.computed
 
 
 @dataclass
-class Ahead:
+class Launched:
     """A decode launched before the step before it was read back: its requests in row order,
     and the tokens it draws for them, on the device."""
     requests: list
@@ -36,12 +61,20 @@ class Ahead:
         return [row[r.id] for r in requests]
 
 
-class OverlapEngine(PrefixEngine):
-    ahead: Ahead | None = None
+class OverlapEngine(StepEngine):
+    OPTIONS = (
+        BuildOption("overlap", bool, True, "launch the next decode before reading a step's "
+                    "tokens back (False: v13's engine)"),
+    )
+    ahead: Launched | None = None
 
-    def __init__(self, runner: OverlapRunner, scheduler, overlap: bool = True):
-        super().__init__(runner, scheduler)
+    def __init__(self, *parts, overlap: bool = True):
+        super().__init__(*parts)
         self.overlap = overlap
+
+    @classmethod
+    def assemble(cls, a) -> "OverlapEngine":
+        return cls(a.runner, a.scheduler, a.sampler, a.request, overlap=a.options["overlap"])
 
     def step(self) -> list[RequestOutput]:
         """v03's step, with the next step's decode launched between this step's passes and the
@@ -51,62 +84,76 @@ class OverlapEngine(PrefixEngine):
         ahead, self.ahead = self.ahead, None
         # The requests of a decode launched ahead hold their next tokens' blocks already:
         # only a step run in order may need v08's preemption.
-        batch = self._schedule() if ahead is None else self.scheduler.schedule()
+        batch = self.scheduler.schedule(reserved=ahead is not None)
         if batch is None:
             return []
         tokens = self._tokens(batch, ahead)
-        read = self.runner.start_read(tokens)
+        read = self.start_read(tokens)
         self.ahead = self._decode_ahead(batch, tokens)
-        for request in self.scheduler.postprocess(batch, read()):
-            self.runner.cache.free(request.id)
+        self.scheduler.postprocess(batch, read())
         if self.ahead is not None:
-            running = [r for r in self.ahead.requests if not r.finished]
-            self.runner.seal_filled([r.id for r in running], [r.sequence for r in running])
+            self.kv.seal_filled([r for r in self.ahead.requests if not r.finished])
         return [r.output() for r in batch.requests]
 
-    def _tokens(self, batch, ahead: Ahead | None) -> torch.Tensor:
+    def _tokens(self, batch: Batch, ahead: Launched | None) -> torch.Tensor:
         """The batch's tokens on the device, in batch.requests order: the running requests'
         from the decode launched ahead, if one was, the admitted ones' from their prefill."""
         if ahead is None:
-            return self._draws(batch, self._forward(batch))
+            return self.runner.run(batch)
         tokens = [self._pick(ahead.tokens, ahead.rows_of(batch.decode))] if batch.decode else []
         if batch.prefill:
-            prefill = dataclasses.replace(batch, decode=[])
-            tokens.append(self._draws(prefill, self._forward(prefill)))
+            tokens.append(self.runner.run(dataclasses.replace(batch, decode=[])))
         return tokens[0] if len(tokens) == 1 else torch.cat(tokens)
 
     def _pick(self, tokens: torch.Tensor, rows: list[int] | None) -> torch.Tensor:
         """tokens[rows] (all of them for None), the index staged as the decode inputs are."""
         if rows is None:
             return tokens
-        return tokens.index_select(0, self.runner.staged(self.runner.host_longs(rows)))
+        return tokens.index_select(0, self.runner.inputs.staged(self.runner.host_longs(rows)))
 
-    def _decode_ahead(self, batch, tokens: torch.Tensor) -> Ahead | None:
+    def _decode_ahead(self, batch: Batch, tokens: torch.Tensor) -> Launched | None:
         """Launch the next decode of the requests whose token this step is not their last, fed
         these tokens on the device; None (the next step runs in order) when none may continue,
-        or when their next tokens need more blocks than are free (v08's preemption decides)."""
+        or when their next tokens need more blocks than are free (v08's preemption decides).
+        Its logits are left in the graph's output (nothing reads them), and the blocks it fills
+        unsealed: their hashes need the fed tokens, so step() seals them once it has read them."""
         everyone = batch.requests  # a new list at each read
         rows = [i for i, r in enumerate(everyone) if len(r.tokens) + 1 < r.params.max_new_tokens]
         requests = everyone if len(rows) == len(everyone) else [everyone[i] for i in rows]
-        ids = [r.id for r in requests]
-        if not ids or self.runner.blocks_for_decode(ids) > self.runner.pool.num_free:
+        if not requests or self.kv.blocks_for_decode(requests) > self.kv.pool.num_free:
             return None
         if requests is not everyone:
             tokens = self._pick(tokens, rows)
-        drawn = self.runner.decode_ahead(ids, [r.sequence for r in requests], tokens)
-        return Ahead(requests, drawn)
+        views = [Ahead(r) for r in requests]
+        inputs = self.runner.inputs
+        lanes = inputs.staged(self.runner.lane_index(views))  # once: fed by them, drawn from them
+        inputs.fed = (lanes, tokens)
+        try:
+            _, drawn = self.runner.step_lanes(views)
+        finally:
+            inputs.fed = None
+        return Launched(requests, drawn.index_select(0, lanes))
 
+    @cached_property
+    def read_back(self) -> tuple[torch.Tensor, torch.cuda.Event | None]:
+        """A host buffer of one token per lane (pinned on a GPU) and the event that marks its
+        copy: the same every step, since a step has read its tokens before the next copies."""
+        pinned = self.runner.device.type == "cuda"
+        host = torch.empty(self.kv.num_lanes, dtype=torch.long, pin_memory=pinned)
+        return host, torch.cuda.Event() if pinned else None
 
-OVERLAP_OPTIONS = (
-    BuildOption("overlap", bool, True, "launch the next decode before reading a step's tokens "
-                "back (False: v13's engine)"),
-)
-OPTIONS = PREVIOUS_OPTIONS + OVERLAP_OPTIONS
+    def start_read(self, tokens: torch.Tensor) -> Callable[[], list[int]]:
+        """Start copying tokens (at most one a lane) to the host; returns the wait for them, as
+        ints. On a GPU the copy goes to pinned memory behind an event: work launched after it
+        does not delay it, where tolist() would wait for the whole stream."""
+        buffer, copied = self.read_back
+        host = buffer[:tokens.shape[0]]
+        host.copy_(tokens, non_blocking=True)
+        if copied is not None:
+            copied.record()
 
-
-def build(checkpoint: Checkpoint, *, overlap: bool = True, **options):
-    """v13's build and options over the overlapping runner and engine; overlap=False runs each
-    step in order, as v13 does."""
-    engine = partial(OverlapEngine, overlap=overlap)
-    return prefix_build("v14", OverlapRunner, engine, layers, checkpoint, **options)
-
+        def wait() -> list[int]:
+            if copied is not None:
+                copied.synchronize()
+            return host.tolist()
+        return wait

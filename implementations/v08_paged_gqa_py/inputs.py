@@ -2,10 +2,12 @@
 length and the slot its new token's K/V goes to. Allocated once, written in place."""
 from __future__ import annotations
 
+from typing import Sequence
+
 import numpy as np
 import torch
 
-from ..v07_cuda_graph import DecodeBuffers
+from ..v07_cuda_graph import DecodeBuffers, StaticInputs
 from .block_pool import NULL_BLOCK
 
 
@@ -42,3 +44,32 @@ class PagedDecodeBuffers(DecodeBuffers):
                 self._rows[lane, :len(table)] = table
                 self._row_tables[lane] = list(table)  # the caller's list may grow
         n["block_tables"][rows] = self._rows[rows]
+
+
+class PagedInputs(StaticInputs):
+    """v06's static inputs with the paged ones, read from the K/V memory's pool."""
+
+    def __init__(self, num_lanes: int, max_len: int, vocab: int, device, poison: bool, kv):
+        self.kv = kv  # before v06's constructor, which makes the buffers from its block size
+        super().__init__(num_lanes, max_len, vocab, device, poison)
+
+    @classmethod
+    def assemble(cls, a) -> "PagedInputs":
+        return cls(a.kv.num_lanes, a.kv.max_len, a.config.vocab_size, a.device,
+                   a.options["poison_inactive_lanes"], a.kv)
+
+    def make_buffers(self) -> PagedDecodeBuffers:
+        """One lane per slot, each with room for the block table of max_len tokens."""
+        return PagedDecodeBuffers(self.num_lanes, -(-self.max_len // self.kv.block_size),
+                                  self.device)
+
+    def write(self, requests: Sequence) -> tuple[torch.Tensor, ...]:
+        """Write this step's lanes, each with its request's block table and the slot its token's
+        K/V goes to, into the static buffers; returns those same buffers."""
+        pool, lanes = self.kv.pool, {}
+        for r in requests:
+            sequence = r.sequence
+            position = len(sequence) - 1
+            lanes[r.lane] = (sequence[-1], position, r.blocks, pool.slot(r.id, position))
+        self.buffers.write(lanes, self.poison, self.vocab, self.max_len)
+        return self.buffers.tensors

@@ -3,8 +3,12 @@ so every step reads the same addresses with the same shapes: what graph replay (
 GPU the values are staged in pinned host memory and copied over in one transfer per buffer."""
 from __future__ import annotations
 
+from typing import Sequence
+
 import numpy as np
 import torch
+
+from ..v05_decode_slots import LaneInputs
 
 
 class DecodeBuffers:
@@ -66,3 +70,42 @@ class DecodeBuffers:
             tokens, positions = zip(*lanes.values())
             n["token_ids"][slots], n["positions"][slots] = tokens, positions
             n["active"][slots] = True
+
+
+class StaticInputs(LaneInputs):
+    """v05's lane inputs, written into DecodeBuffers allocated once instead of made anew."""
+    SERVES = ("decode_buffers",)  # the static_buffers capability, served on the engine
+
+    def __init__(self, *args):
+        super().__init__(*args)
+        self.buffers = self.make_buffers()
+
+    def make_buffers(self) -> DecodeBuffers:
+        """One lane per slot."""
+        return DecodeBuffers(self.num_lanes, self.device)
+
+    @property
+    def tensors(self) -> tuple[torch.Tensor, ...]:
+        """What the decode pass reads, in field order: the same tensors at every step."""
+        return self.buffers.tensors
+
+    def write(self, requests: Sequence) -> tuple[torch.Tensor, ...]:
+        """Write this step's lanes into the static buffers; returns those same buffers."""
+        lanes = {r.lane: (r.sequence[-1], len(r.sequence) - 1) for r in requests}
+        self.buffers.write(lanes, self.poison, self.vocab, self.max_len)
+        return self.buffers.tensors
+
+    def staged(self, host: torch.Tensor) -> torch.Tensor:
+        """v05's copy of a small host tensor (an index: the lanes' rows), staged as the inputs
+        are: v05 copies from pageable memory, which makes the host wait for the GPU to finish
+        the step; from pinned memory the copy waits for nothing."""
+        if self.device.type != "cuda":
+            return super().staged(host)
+        # The pinned block is not reused before the copy is done (the caching host allocator
+        # records the copy's stream).
+        return host.pin_memory().to(self.device, non_blocking=True)
+
+    def decode_buffers(self) -> dict[str, torch.Tensor]:
+        """The tensors every decode step reads its inputs from: the same objects, addresses,
+        shapes and dtypes at every step."""
+        return dict(self.buffers.device_tensors)
