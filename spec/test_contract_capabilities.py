@@ -9,7 +9,8 @@ Why the previous contract needed it: one chain of 14 Protocols, each inheriting 
 made a capability's promise the sum of every earlier one and pulled the implementations into one
 chain of classes too; an engine assembled from parts satisfies capabilities side by side.
 Core principle: a version's engine, built on the tiny fixture, is an instance of the API of every
-capability in its CAPABILITIES; no API repeats another's member, and no class of the reference
+capability in its CAPABILITIES (its `layers` of SplitGQALayers with split_gqa, its `sampler` of
+Sampler with sampling); no API repeats another's member, and no class of the reference
 implementations carries the name of a contract Protocol.
 Files: torchlet/contract.py (the APIs, API_OF, lacking); docs/contract.md.
 Tradeoff left visible: a runtime Protocol checks that the names exist, not their signatures or
@@ -26,8 +27,8 @@ import implementations
 from spec.support.models import tiny_checkpoint
 from torchlet import contract
 from torchlet.contract import (ALL_CAPABILITIES, API_OF, GENERATE, KV_CACHE, PAGED_KV,
-                               RAGGED_BATCH, GenerateAPI, PagedKVAPI, RequestStatesAPI, lacking,
-                               members)
+                               RAGGED_BATCH, SAMPLING, SPLIT_GQA, GenerateAPI, Layers, PagedKVAPI,
+                               RequestStatesAPI, Sampler, SplitGQALayers, lacking, members)
 
 
 @pytest.mark.needs(GENERATE)
@@ -39,6 +40,16 @@ def test_every_engine_satisfies_the_api_of_each_capability_its_version_declares(
         assert isinstance(engine, API_OF[capability]), \
             f"{impl.name}: no {API_OF[capability].__name__} ({capability})"
     assert lacking(engine, impl.capabilities) == {}
+
+
+@pytest.mark.needs(GENERATE)
+def test_the_layers_and_sampler_a_version_exports_satisfy_their_protocols(impl):
+    """What split_gqa and sampling promise is not on the engine: on `layers` and `sampler`."""
+    assert isinstance(impl.layers, Layers)
+    if SPLIT_GQA in impl.capabilities:
+        assert isinstance(impl.layers, SplitGQALayers)
+    if SAMPLING in impl.capabilities:
+        assert isinstance(impl.package.sampler, Sampler)
 
 
 def test_each_api_inherits_from_protocol_alone_and_no_two_share_a_member():

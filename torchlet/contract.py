@@ -342,6 +342,7 @@ class GenerateAPI(Protocol):
         ...
 
 
+@runtime_checkable
 class Layers(Protocol):
     """Capability `generate`: the model's building blocks, on one flat sequence of tokens.
 
@@ -392,6 +393,7 @@ class RaggedBatchAPI(Protocol):
         ...
 
 
+@runtime_checkable
 class SplitGQALayers(Layers, Protocol):
     """Capability `split_gqa` (v01_1): what the `layers` object adds (the engine adds nothing):
     attention's phases, in the order `attention` runs them. Shapes: T rows, H query heads, KV
@@ -581,6 +583,7 @@ class PagedKVAPI(Protocol):
         ...
 
 
+@runtime_checkable
 class Sampler(Protocol):
     """What a `sampling` version exports as `sampler`: the filters and the draw, one row per
     request, every argument a tensor with one entry per row. Off values (top_k 0, top_p 1,
