@@ -3,7 +3,8 @@
 What it introduces: `torchlet docs build [--out DIR] [--results junit.xml]`, a static site: the
 version map, one page per version (its spec modules' page contracts and their specs, and its
 recipe: a table of the parts its engine is assembled from, each with what it is, the version that
-wrote it and its file, the parts the version swaps highlighted) and a code compare for every adjacent pair of versions and for the first against the newest.
+wrote it and its file, the parts the version swaps highlighted) and a code compare for every
+adjacent pair of versions and for the first against the newest.
 Why: the page contracts are spec module docstrings, which a reader otherwise sees only in an
 editor; generated from the executable specs, a page cannot claim what its specs do not check.
 Core principle: the site is a pure function of the tree: every page follows the contract (a
