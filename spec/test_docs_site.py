@@ -1,8 +1,10 @@
 """The documentation site, generated from the specs.
 
 What it introduces: `torchlet docs build [--out DIR] [--results junit.xml]`, a static site: the
-version map, one page per version (its spec modules' page contracts and their specs) and a code
-compare for every adjacent pair of versions and for the first against the newest.
+version map, one page per version (its spec modules' page contracts and their specs, and its
+recipe: a table of the parts its engine is assembled from, each with what it is, the version that
+wrote it and its file, the parts the version swaps highlighted) and a code compare for every
+adjacent pair of versions and for the first against the newest.
 Why: the page contracts are spec module docstrings, which a reader otherwise sees only in an
 editor; generated from the executable specs, a page cannot claim what its specs do not check.
 Core principle: the site is a pure function of the tree: every page follows the contract (a
@@ -10,8 +12,8 @@ missing section fails the build, naming the version and the section), every link
 file of the site (the sources it links to are pages of it, with an id per line), so it works
 served or opened as files, a page lists as specs what pytest collects, and two builds are
 byte-identical.
-Files: torchlet/docs/{pages.py, compare.py, site.py, __init__.py}; spec/test_docs_browser.py
-opens the same site in a real browser.
+Files: torchlet/docs/{pages.py, compare.py, site.py, __init__.py}, torchlet/parts.py (the
+recipe's rows); spec/test_docs_browser.py opens the same site in a real browser.
 Tradeoff left visible: spec counts are test functions, not parametrizations, because counting
 those needs pytest's collection; and the status shown is only as fresh as the last JUnit file.
 """
@@ -33,6 +35,8 @@ import implementations
 from torchlet import docs
 from torchlet.docs.pages import SECTIONS, MissingSectionError, version_pages
 from torchlet.learner import SPEC_DIR
+from torchlet.parts import recipe_rows
+from spec.support.recipe_tree import ROWS, write_recipe_tree
 
 VERSIONS = implementations.version_names()
 
@@ -236,3 +240,57 @@ def test_the_cli_builds_the_site_and_refuses_a_missing_results_file_in_one_line(
     err = capsys.readouterr().err.strip().splitlines()
     assert code != 0 and len(err) == 1 and err[0].startswith("torchlet: error"), err
     assert "missing.xml" in err[0]
+
+
+RECIPE_ROW = re.compile(r'<tr( class="swapped")?><td>(.*?)</td><td>(.*?)</td><td>(.*?)</td>'
+                        r'<td>(.*?)</td></tr>')
+
+
+def recipe_table(page: Path) -> list[tuple]:
+    """(part, label, writer, file, highlighted, writer's href, file's href) of each row of a
+    version page's parts table; [] for a page without one."""
+    text = page.read_text()
+    if '<table class="recipe">' not in text:
+        return []
+    table = text[text.index('<table class="recipe">'):].split("</table>")[0]
+
+    def plain(cell):
+        return unescape(re.sub(r"<[^>]+>", "", cell))
+
+    def href(cell):
+        m = re.search(r'href="([^"]+)"', cell)
+        return m.group(1) if m else None
+
+    return [(plain(part), plain(label), plain(writer), plain(file), bool(mark), href(writer),
+             href(file)) for mark, part, label, writer, file in RECIPE_ROW.findall(table)]
+
+
+def test_a_version_page_shows_its_recipe_with_writers_and_files_its_own_parts_highlighted(
+        tmp_path):
+    tree = write_recipe_tree(tmp_path / "tree")
+    (tmp_path / "spec").mkdir()
+    out = tmp_path / "out"
+    docs.build(out, spec_dir=tmp_path / "spec", root=tree)
+    for version, rows in ROWS.items():
+        page = out / "versions" / f"{version}.html"
+        table = recipe_table(page)
+        assert [row[:5] for row in table] == rows, version
+        for _, _, writer, _, _, writer_href, file_href in table:
+            assert writer_href == f"{writer}.html"
+            assert (page.parent / file_href).resolve().is_file(), file_href
+    assert recipe_table(out / "versions" / "v02_bare.html") == []
+    assert 'id="parts"' not in (out / "versions" / "v02_bare.html").read_text()
+
+
+def test_the_reference_v14_page_lists_every_part_of_its_recipe_with_its_writer(site):
+    version = implementations.load("v14")
+    if version.recipe is None:
+        pytest.skip("v14 declares no PARTS yet")
+    page = site / "versions" / f"{version.name}.html"
+    expected = [(r.name, r.label, r.writer, r.file, r.swapped) for r in recipe_rows(version)]
+    table = recipe_table(page)
+    assert [row[:5] for row in table] == expected
+    assert {row[0] for row in table if row[4]} == set(version.recipe.swapped())
+    for _, _, writer, _, _, writer_href, file_href in table:
+        assert writer in VERSIONS and writer_href == f"{writer}.html"
+        assert file_href is not None and (page.parent / file_href).resolve().is_file()

@@ -1,7 +1,7 @@
 """The `torchlet` command. `torchlet generate "PROMPT"` answers one chat message with a version
 of the runtime, streaming tokens as they come; other subcommands (chat, benchmarks, the
-learner's workflow, the model cache) register themselves through `add_commands(subparsers)` in
-their own modules.
+learner's workflow, the docs site, the model cache, a version's parts) register themselves
+through `add_commands(subparsers)` in their own modules.
 
 Every failure the user can cause (a bad argument, a missing directory, Ctrl-C at any moment) ends
 in one line on stderr and a non-zero exit, never a traceback. That is why this module imports
@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 PLUGINS = ("torchlet.bench", "torchlet.learner", "torchlet.docs", "torchlet.cache",
-           "torchlet.chat")
+           "torchlet.chat", "torchlet.parts")
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 
 

@@ -3,14 +3,30 @@
 Token ids in, token ids out. A version package under `implementations/` declares
 
     CAPABILITIES: tuple[str, ...]   # cumulative: a version repeats what its predecessor declares
-    def build(checkpoint: Checkpoint, *, device="cpu", dtype=torch.float32, **options) -> Engine
+    def build(checkpoint: Checkpoint, *, device="cpu", dtype=torch.float32, **options) -> engine
     OPTIONS: tuple[BuildOption, ...]  # the **options build takes; () when it takes none
     layers                          # the `Layers` protocol: v00's model module, later a decoder
                                     # instance whose methods call each other through self
     KERNELS: dict[str, callable]    # optional: kernels a harness may time alone, by contract name
+    PARTS: Recipe                   # the parts its engine is assembled from (build = PARTS.build)
 
-and each capability below promises the methods listed with it. Specs reach engines only through
-these names; nothing private.
+Capabilities are independent. Each has its own Protocol, named `<Capability>API` (GenerateAPI,
+RaggedBatchAPI, KVCacheAPI, RequestStatesAPI, ContinuousBatchingAPI, DecodeSlotsAPI,
+StaticBuffersAPI, GraphReplayAPI, PagedKVAPI, SamplingAPI, PrefixCacheAPI, OverlapAPI), that
+lists only the methods the capability adds and inherits from Protocol alone; API_OF maps each
+capability to its Protocol. An engine satisfies, side by side, the API of every capability its
+version declares (`lacking(engine, CAPABILITIES)` names what it misses), whatever classes it is
+made of. A capability that adds no method (continuous_batching, overlap) keeps its promise in its
+Protocol's docstring. Layers and SplitGQALayers are what the `layers` object offers, Sampler what
+a sampling version exports as `sampler`.
+
+A version's engine is assembled from parts (`Recipe`, at the end of this module): PART_NAMES in
+assembly order, each written by some version, a version's recipe being its predecessor's with
+the parts its idea changes swapped (`Recipe.replace`); `Assembly` is what each part is built
+from. `torchlet parts vNN` prints a version's recipe, and the docs site shows it on the
+version's page.
+
+Specs reach engines only through these names; nothing private.
 """
 from __future__ import annotations
 
@@ -23,11 +39,11 @@ from typing import Any, Iterable, Iterator, Mapping, Protocol, Sequence, runtime
 import torch
 
 # Capabilities, in the order the versions introduce them. A spec declares the one it needs.
-GENERATE = "generate"                   # v00: Engine.generate, Engine.logits, `layers`
-RAGGED_BATCH = "ragged_batch"           # v01_0: Engine.forward_ragged (req_indptr)
+GENERATE = "generate"                   # v00: GenerateAPI (generate, stream, logits), `layers`
+RAGGED_BATCH = "ragged_batch"           # v01_0: RaggedBatchAPI.forward_ragged (req_indptr)
 SPLIT_GQA = "split_gqa"                 # v01_1: `layers` also exposes the attention phases
-KV_CACHE = "kv_cache"                   # v02: Engine.prefill / decode / cache access
-REQUEST_STATES = "request_states"       # v03: StepEngine (add_request / step / abort)
+KV_CACHE = "kv_cache"                   # v02: KVCacheAPI: prefill / decode / cache access
+REQUEST_STATES = "request_states"       # v03: RequestStatesAPI (add_request / step / abort)
 CONTINUOUS_BATCHING = "continuous_batching"  # v04: admission under limits, arrivals mid-run
 DECODE_SLOTS = "decode_slots"           # v05: slot_of(request_id)
 STATIC_BUFFERS = "static_buffers"       # v06: decode_buffers()
@@ -178,7 +194,7 @@ class FinishReason(enum.Enum):
     STOP = "stop"
     LENGTH = "length"
     ABORTED = "aborted"
-    ERROR = "error"     # its own work failed in a step (see StepEngine.step); error says how
+    ERROR = "error"     # its own work failed in a step (see RequestStatesAPI.step); error says how
 
 
 @dataclass
@@ -299,9 +315,16 @@ def check_sampling(params: GenerationParams) -> None:
         raise RequestError(f"seed must be an int or None, got {_kind(seed)}")
 
 
+# What each capability promises, one Protocol per capability. Each lists only the methods its
+# capability adds and inherits from Protocol alone: an engine satisfies side by side the APIs of
+# the capabilities its version declares (API_OF, lacking), so the contract fixes no subclass
+# chain on the implementations. A capability with no method (continuous_batching, overlap) keeps
+# its promise in its Protocol's docstring; one whose promise is not on the engine (split_gqa: the
+# `layers` object; triton_basics, triton_paged and fused: kernels) has no API here.
+
 @runtime_checkable
-class Engine(Protocol):
-    """Capability `generate`: every engine has these."""
+class GenerateAPI(Protocol):
+    """Capability `generate` (v00): every engine has these."""
 
     config: ModelConfig
 
@@ -319,6 +342,7 @@ class Engine(Protocol):
         ...
 
 
+@runtime_checkable
 class Layers(Protocol):
     """Capability `generate`: the model's building blocks, on one flat sequence of tokens.
 
@@ -354,10 +378,9 @@ def flatten(prompts: Iterable[Sequence[int]]) -> list[int]:
     return [t for p in prompts for t in p]
 
 
-# Protocols of the capabilities after `generate`, each listing only the methods it adds.
 
 @runtime_checkable
-class RaggedEngine(Engine, Protocol):
+class RaggedBatchAPI(Protocol):
     """Capability `ragged_batch` (v01_0). A ragged batch is the requests' tokens end to end in one
     buffer, described by `req_indptr`: int32 prefix sums of the lengths, length B + 1, starting at
     0 (FlashInfer's `qo_indptr`); request i owns rows req_indptr[i]:req_indptr[i + 1]. The
@@ -370,9 +393,11 @@ class RaggedEngine(Engine, Protocol):
         ...
 
 
+@runtime_checkable
 class SplitGQALayers(Layers, Protocol):
-    """Capability `split_gqa` (v01_1): attention's phases, in the order `attention` runs them.
-    Shapes: T rows, H query heads, KV heads, G = H // KV."""
+    """Capability `split_gqa` (v01_1): what the `layers` object adds (the engine adds nothing):
+    attention's phases, in the order `attention` runs them. Shapes: T rows, H query heads, KV
+    heads, G = H // KV."""
 
     def project_qkv(self, x: torch.Tensor, w: Mapping[str, torch.Tensor]
                     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -409,9 +434,10 @@ class SplitGQALayers(Layers, Protocol):
 
 
 @runtime_checkable
-class CacheEngine(RaggedEngine, Protocol):
+class KVCacheAPI(Protocol):
     """Capability `kv_cache` (v02): prefill and decode driven directly, by caller-chosen request
-    ids (hashable). Don't reuse an id still cached, nor mix these ids with a StepEngine's own."""
+    ids (hashable). Don't reuse an id still cached, nor mix these ids with those add_request
+    (RequestStatesAPI) hands out."""
 
     def prefill(self, request_ids: list, prompts: list[list[int]]) -> torch.Tensor:
         """One pass over whole prompts; fills each request's cache. Float logits [B, vocab] of
@@ -442,7 +468,7 @@ class CacheEngine(RaggedEngine, Protocol):
 
 
 @runtime_checkable
-class StepEngine(CacheEngine, Protocol):
+class RequestStatesAPI(Protocol):
     """Capability `request_states` (v03): the step-wise API. A request moves WAITING -> RUNNING ->
     FINISHED (or WAITING -> FINISHED when aborted, or when its first token already ends it); a
     finished request's output never changes. generate and stream drive these same methods.
@@ -485,16 +511,17 @@ class StepEngine(CacheEngine, Protocol):
 
 
 @runtime_checkable
-class BatchingEngine(StepEngine, Protocol):
+class ContinuousBatchingAPI(Protocol):
     """Capability `continuous_batching` (v04): build(ckpt, max_running=..., max_step_tokens=...).
     Waiting requests join the running batch at any step when capacity allows; finished requests
-    leave at the step they finish. It adds no method: last_step_stats() must then respect
-    num_running <= max_running and num_tokens <= max_step_tokens at every step, and add_request
-    refuses a prompt longer than max_step_tokens."""
+    leave at the step they finish. It adds no method: the step-wise API's last_step_stats()
+    (RequestStatesAPI) must then respect num_running <= max_running and num_tokens <=
+    max_step_tokens at every step, and add_request refuses a prompt longer than
+    max_step_tokens."""
 
 
 @runtime_checkable
-class SlotEngine(BatchingEngine, Protocol):
+class DecodeSlotsAPI(Protocol):
     """Capability `decode_slots` (v05): build(ckpt, max_decode_slots=N, poison_inactive_lanes=False,
     max_model_len=None). A request takes the lowest free slot when it is prefilled and keeps it
     until the step it finishes; every decode pass has one lane per slot in use, idle or not."""
@@ -507,7 +534,7 @@ class SlotEngine(BatchingEngine, Protocol):
 
 
 @runtime_checkable
-class StaticBufferEngine(SlotEngine, Protocol):
+class StaticBuffersAPI(Protocol):
     """Capability `static_buffers` (v06): the decode step reads inputs allocated once."""
 
     def decode_buffers(self) -> dict[str, torch.Tensor]:
@@ -517,7 +544,7 @@ class StaticBufferEngine(SlotEngine, Protocol):
 
 
 @runtime_checkable
-class GraphEngine(StaticBufferEngine, Protocol):
+class GraphReplayAPI(Protocol):
     """Capability `graph_replay` (v07): build(..., use_graphs=True). The decode step is captured
     once per bucket of lanes and replayed; use_graphs=False runs the same step eagerly."""
 
@@ -527,14 +554,14 @@ class GraphEngine(StaticBufferEngine, Protocol):
 
 
 @runtime_checkable
-class PagedEngine(GraphEngine, Protocol):
+class PagedKVAPI(Protocol):
     """Capability `paged_kv` (v08): build(..., num_blocks=None, block_size=16,
     poison_free_blocks=False). K/V lives in a pool of blocks (block 0 is the null block); each
     request reads it through its block table. When the pool runs out, the request admitted last
     is preempted and recomputed later. poison_free_blocks fills every block no request holds
     with NaN (at build and whenever a block is freed), so a read of one shows in the logits.
-    decode_buffers() adds "block_tables", "context_lens" and "slot_mapping": the tensors the
-    decode step reads."""
+    decode_buffers() (StaticBuffersAPI) adds "block_tables", "context_lens" and "slot_mapping":
+    the tensors the decode step reads."""
 
     num_preemptions: int
 
@@ -556,6 +583,7 @@ class PagedEngine(GraphEngine, Protocol):
         ...
 
 
+@runtime_checkable
 class Sampler(Protocol):
     """What a `sampling` version exports as `sampler`: the filters and the draw, one row per
     request, every argument a tensor with one entry per row. Off values (top_k 0, top_p 1,
@@ -577,7 +605,7 @@ class Sampler(Protocol):
 
 
 @runtime_checkable
-class SamplingEngine(PagedEngine, Protocol):
+class SamplingAPI(Protocol):
     """Capability `sampling` (v11): requests may set GenerationParams' temperature, top_k,
     top_p, min_p and seed; the package exports `sampler` (the Sampler protocol). A seeded
     request's tokens depend on nothing but its prompt, its params and the model: not on the
@@ -586,8 +614,76 @@ class SamplingEngine(PagedEngine, Protocol):
 
     def sampling_buffers(self) -> dict[str, torch.Tensor]:
         """"temperature", "top_k", "top_p", "min_p", "seed": each lane's settings, in the static
-        tensors a sampling decode step reads besides decode_buffers()."""
+        tensors a sampling decode step reads besides decode_buffers() (StaticBuffersAPI)."""
         ...
+
+
+@runtime_checkable
+class PrefixCacheAPI(Protocol):
+    """Capability `prefix_cache` (v12): build(..., prefix_cache=True, block_hash=None). A
+    request's leading full blocks that another request computed (same tokens from position 0,
+    compared, not only hashed) are shared by reference count instead of computed; at least a
+    prompt's last token is always computed. Blocks no request holds stay cached until a new
+    block is needed, least recently freed first. prefix_cache=False gives v11's engine."""
+
+    def prefix_cache_stats(self) -> dict[str, int]:
+        """queried_tokens (prompt tokens looked up), hit_tokens (of them, found cached and not
+        computed) and evictions (cached blocks taken for other tokens), since build."""
+        ...
+
+
+@runtime_checkable
+class OverlapAPI(Protocol):
+    """Capability `overlap` (v14): build(..., overlap=True). step() launches the next step's
+    decode for every running request that may continue (all but those whose next token is its
+    last) before it reads its own tokens back; the decode ahead takes each lane's token id on the
+    device. Outputs are v13's. Between steps a running request has cached all its tokens, its
+    last one included (num_cached_tokens counts one more than v13's), unless the pool lacked the
+    blocks for a step ahead, which the next step then runs in order. A request that stops at a
+    stop token, or is aborted, has had one row computed ahead that nothing reads; its blocks are
+    freed as before. overlap=False runs v13's step. It adds no method."""
+
+
+# Capability -> the Protocol its engines satisfy. Capabilities missing here promise nothing an
+# engine exposes (see above).
+API_OF: dict[str, type] = {
+    GENERATE: GenerateAPI,
+    RAGGED_BATCH: RaggedBatchAPI,
+    KV_CACHE: KVCacheAPI,
+    REQUEST_STATES: RequestStatesAPI,
+    CONTINUOUS_BATCHING: ContinuousBatchingAPI,
+    DECODE_SLOTS: DecodeSlotsAPI,
+    STATIC_BUFFERS: StaticBuffersAPI,
+    GRAPH_REPLAY: GraphReplayAPI,
+    PAGED_KV: PagedKVAPI,
+    SAMPLING: SamplingAPI,
+    PREFIX_CACHE: PrefixCacheAPI,
+    OVERLAP: OverlapAPI,
+}
+
+
+def missing_members(engine: Any, capability: str) -> list[str]:
+    """The methods and attributes the capability's API names that the engine lacks, in the order
+    members(API) lists them ([] for a capability without an API)."""
+    api = API_OF.get(capability)
+    if api is None:
+        return []
+    return [name for name in members(api) if not hasattr(engine, name)]
+
+
+def members(api: type) -> list[str]:
+    """The attributes an API declares (annotated), then its methods: its own, as each API
+    inherits from Protocol alone."""
+    own = vars(api)
+    return [*own.get("__annotations__", {}),
+            *(name for name, value in own.items() if callable(value) and not name.startswith("_"))]
+
+
+def lacking(engine: Any, capabilities: Iterable[str]) -> dict[str, list[str]]:
+    """capability -> the members its API names that the engine lacks, for each of `capabilities`
+    (a version's CAPABILITIES) the engine does not satisfy; {} when it satisfies them all."""
+    found = {c: missing_members(engine, c) for c in capabilities}
+    return {c: names for c, names in found.items() if names}
 
 
 # Build options and kernels: what a harness may ask of a version by contract name, so that it
@@ -678,29 +774,6 @@ def check_build(version: str, declared: Sequence[BuildOption], options: Mapping[
 #     scale) -> [B, heads, D]: one new token per request over the first context_lens[b] tokens.
 PAGED_DECODE_ATTENTION = "paged_decode_attention"
 
-
-@runtime_checkable
-class PrefixCacheEngine(SamplingEngine, Protocol):
-    """Capability `prefix_cache` (v12): build(..., prefix_cache=True, block_hash=None). A
-    request's leading full blocks that another request computed (same tokens from position 0,
-    compared, not only hashed) are shared by reference count instead of computed; at least a
-    prompt's last token is always computed. Blocks no request holds stay cached until a new
-    block is needed, least recently freed first. prefix_cache=False gives v11's engine."""
-
-    def prefix_cache_stats(self) -> dict[str, int]:
-        """queried_tokens (prompt tokens looked up), hit_tokens (of them, found cached and not
-        computed) and evictions (cached blocks taken for other tokens), since build."""
-        ...
-
-
-# Capability `overlap` (v14): build(..., overlap=True). step() launches the next step's decode
-# for every running request that may continue (all but those whose next token is their last)
-# before it reads its own tokens back; the decode ahead takes each lane's token id on the device.
-# Outputs are v13's. Between steps a running request has cached all its tokens, its last one
-# included (num_cached_tokens counts one more than v13's), unless the pool lacked the blocks for
-# a step ahead, which the next step then runs in order. A request that stops at a stop token, or
-# is aborted, has had one row computed ahead that nothing reads; its blocks are freed as before.
-# overlap=False runs v13's step. No method is added.
 
 
 # Recipes: a version's engine as named parts, and the one assembly that builds it.

@@ -18,7 +18,7 @@ of every layer) and every logits-wide result. BlockWatch drives the steps and ch
   records, per slot, the prefix its token ends), and no store writes a slot another running
   request reads.
 
-An engine with the prefix cache (PrefixCacheEngine) may share full blocks: a prefill then stores
+An engine with the prefix cache (PrefixCacheAPI) may share full blocks: a prefill then stores
 only the rows after the blocks it shares, which must hold that very prefix already; running
 requests may hold a block together; and a block nobody holds may keep its K/V, cached, if it is
 a full block of one known prefix. block_tables() (a report) only tells which of the request's
@@ -35,7 +35,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from spec.support.allocations import LIFTS, OpLog, storage, tensors_in
-from torchlet.contract import PrefixCacheEngine, RequestState
+from torchlet.contract import PrefixCacheAPI, RequestState
 
 NULL_BLOCK = 0
 
@@ -123,7 +123,7 @@ class BlockWatch:
         self.caches: dict[int, torch.Tensor] = {}  # every K/V cache a store wrote, by storage
         self.holders: dict[int, set[int]] = {}     # block -> every request seen holding it
         self.content: dict[int, tuple[int, ...]] = {}  # slot -> the prefix its stored token ends
-        self.shares = isinstance(engine, PrefixCacheEngine)
+        self.shares = isinstance(engine, PrefixCacheAPI)
         self.peak_blocks = 0
         self.decode_steps = 0
 

@@ -1,8 +1,8 @@
 """`torchlet docs build`: the documentation site, generated from the specs.
 
-pages.py reads each version's page contracts and specs (with `ast`), compare.py diffs adjacent
-versions' effective module sets, site.py writes static HTML. Standard library only, plus the
-project's own modules."""
+pages.py reads each version's page contracts and specs (with `ast`) and its recipe (PARTS, by
+importing the version's package), compare.py diffs adjacent versions' effective module sets,
+site.py writes static HTML. Standard library only, plus the project's own modules."""
 from __future__ import annotations
 
 from pathlib import Path

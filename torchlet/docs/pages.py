@@ -1,8 +1,10 @@
 """What a version page says, read from the specs without running or importing them.
 
 A version's page is the docstring of each of its spec modules (its page contract: five labelled
-sections) plus the test functions of those modules. Everything is read with `ast`, so the build
-needs no torch and cannot run a spec by accident."""
+sections) plus the test functions of those modules, and its recipe: the parts its engine is
+assembled from (PARTS). The specs are read with `ast`, so the build cannot run a spec by
+accident; the recipe is data that only running the version's package makes, so that package is
+imported (torchlet/parts.py reads it, as `torchlet parts` does)."""
 from __future__ import annotations
 
 import ast
@@ -10,10 +12,12 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import implementations
 from implementations import REFERENCE_ROOT, version_names
 from torchlet import contract
 from torchlet.contract import TorchletError
 from torchlet.learner import SPEC_DIR, effective_modules, spec_modules
+from torchlet.parts import PartRow, recipe_rows
 
 # (key, heading). The label in a docstring may be longer ("Why v07 needs it:", "Files to
 # compare:"), so each key has its own pattern below.
@@ -69,6 +73,8 @@ class VersionPage:
     parts: list[Part]
     owned: list[str] = field(default_factory=list)          # module files under the version
     inherited: dict[str, str] = field(default_factory=dict)  # file -> version it comes from
+    recipe: list[PartRow] | None = None                      # its PARTS; None: it declares none
+    recipe_error: str = ""                                   # why the recipe could not be read
 
     @property
     def specs(self) -> list[Spec]:
@@ -152,6 +158,15 @@ def package_idea(version: str, root: Path) -> str:
     return first.split(": ", 1)[-1] if first else ""
 
 
+def read_recipe(version: str, root: Path) -> tuple[list[PartRow] | None, str]:
+    """(the version's recipe rows or None, ""); where its package cannot be imported here (a
+    Triton version without Triton installed), (None, why)."""
+    try:
+        return recipe_rows(implementations.load(version, root)), ""
+    except ImportError as e:
+        return None, f"{type(e).__name__}: {e}"
+
+
 def version_pages(spec_dir: Path = SPEC_DIR, root: Path = REFERENCE_ROOT) -> list[VersionPage]:
     pages = []
     for name in version_names(root):
@@ -159,6 +174,7 @@ def version_pages(spec_dir: Path = SPEC_DIR, root: Path = REFERENCE_ROOT) -> lis
                        key=lambda part: _part_order(name, part))
         idea = parts[0].title.split(": ", 1)[-1] if parts else package_idea(name, root)
         page = VersionPage(name, idea, capability(name, root), parts)
+        page.recipe, page.recipe_error = read_recipe(name, root)
         for rel, path in sorted(effective_modules(name, root).items()):
             owner = path.relative_to(Path(root)).parts[0]
             if owner == name:

@@ -27,6 +27,7 @@ tr.change{outline:2px solid transparent}tr.current{outline-color:#f90}
 body.js-sbs .view-uni,body.js-uni .view-sbs{display:none}.toggle{display:none}body.js .toggle{display:inline}
 table.src{width:100%;font:12px/1.35 ui-monospace,monospace}table.src td{border:0;padding:0 .4em}
 table.src td.n a{color:inherit;text-decoration:none}table.src tr:target td{background:#fff3b0}
+table.recipe tr.swapped td{background:#fff3d6;font-weight:600}
 """
 
 # Without JavaScript both views are on the page; the script shows one at a time and adds
@@ -166,7 +167,33 @@ def version_status(p: VersionPage, results) -> str:
                      if counts.get(k))
 
 
-def version_html(p: VersionPage, prev: str | None, nxt: str | None, results) -> str:
+def recipe_html(p: VersionPage, owned: dict[str, list[str]]) -> str:
+    """The version's parts, from its recipe: part, what it is, the version that wrote it (a link
+    to its page) and its file (a link to the file's page when a version of the site owns it);
+    the rows of the parts this version swaps highlighted. "" for a version with no recipe."""
+    if p.recipe is None:
+        return (f"<h2 id=\"parts\">Parts</h2><p>Its recipe could not be read here: "
+                f"{escape(p.recipe_error)}</p>" if p.recipe_error else "")
+    rows = []
+    for r in p.recipe:
+        writer = (f'<a href="{r.writer}.html">{escape(r.writer)}</a>' if r.writer in owned
+                  else escape(str(r.writer)))
+        version, _, rel = r.file.partition("/")
+        file = (file_link(version, rel, r.file) if rel in owned.get(version, ())
+                else escape(r.file))
+        mark = ' class="swapped"' if r.swapped else ""
+        rows.append(f"<tr{mark}><td><code>{escape(r.name)}</code></td>"
+                    f"<td><code>{escape(r.label)}</code></td><td>{writer}</td><td>{file}</td></tr>")
+    return ('<h2 id="parts">Parts</h2><p>The engine is assembled from these parts, in this order '
+            "(its recipe, PARTS). The highlighted ones this version swaps; the others it takes "
+            "from the version that wrote them.</p><table class=\"recipe\"><tr><th>part</th>"
+            "<th>what it is</th><th>written by</th><th>file</th></tr>" + "".join(rows)
+            + "</table>")
+
+
+def version_html(p: VersionPage, prev: str | None, nxt: str | None, results,
+                 owned: dict[str, list[str]] | None = None) -> str:
+    """A version's page; owned (version -> the files it owns) is what its recipe table links."""
     nav = ['<a href="../index.html">version map</a>']
     if prev:
         nav.append(f'<a href="{prev}.html" rel="prev">← {prev}</a>')
@@ -188,6 +215,7 @@ def version_html(p: VersionPage, prev: str | None, nxt: str | None, results) -> 
                        f'<a href="{src}#L{s.line}">{escape(s.sentence)}</a>'
                        f'{prose(s.doc)}</li>')
         out.append("</ul></section>")
+    out.append(recipe_html(p, owned or {}))
     out.append('<h2>Files</h2><p>Owned by this version:</p><ul>'
                + "".join(f"<li>{file_link(p.name, f, f)}</li>" for f in p.owned) + "</ul>")
     if p.inherited:
@@ -233,13 +261,14 @@ def write_site(out: Path, pages: list[VersionPage], results, figures, root: Path
     out = Path(out)
     names = [p.name for p in pages]
     by_name = {p.name: p for p in pages}
+    owned = {p.name: p.owned for p in pages}
     pairs = compare.pairs(names)
     files = {"style.css": CSS, "site.js": JS,
              "index.html": index_html(pages, results, figures, pairs)}
     for i, p in enumerate(pages):
         prev = names[i - 1] if i else None
         nxt = names[i + 1] if i + 1 < len(names) else None
-        files[f"versions/{p.name}.html"] = version_html(p, prev, nxt, results)
+        files[f"versions/{p.name}.html"] = version_html(p, prev, nxt, results, owned)
         for part in p.parts:  # a page's sources: its spec modules and the files it owns
             path = source_path("spec", part.path.name)
             files[path] = source_html(path, f"spec/{part.path.name}", part.path.read_text(), p.name)
