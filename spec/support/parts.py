@@ -20,6 +20,8 @@ a part names the version that writes it, so its part specs still run against the
 """
 from __future__ import annotations
 
+import functools
+
 import pytest
 
 from spec.support.selection import impl_of
@@ -48,6 +50,7 @@ def parts_of(item) -> tuple[str, ...]:
     return tuple(marker.args)
 
 
+@functools.lru_cache(maxsize=None)  # a writer is looked up in the tree's listing: once a version
 def writes(version, parts: tuple[str, ...]) -> bool:
     """Whether the version writes one of the parts, or has no recipe to say it does not."""
     return any(version.writer(part) in (None, version.name) for part in parts)
