@@ -4,7 +4,8 @@ A spec module declares `pytestmark = pytest.mark.needs(CAPABILITY)` (or marks on
 test that takes the `impl` fixture then runs once per version that declares that capability. The
 version name is the test id and a marker (`pytest -k v08`, `pytest -m v08_paged_gqa_py`); the
 capability is a marker too (`pytest -m kv_cache`). `--impl-root DIR` runs the same specs against
-another tree of versions, such as a learner's.
+another tree of versions, such as a learner's. A part's own spec (`pytest.mark.part("kv")`) runs
+only against the versions whose recipe writes that part (spec/support/parts.py).
 """
 from __future__ import annotations
 
@@ -24,8 +25,8 @@ torch.set_num_threads(1)
 
 import implementations  # noqa: E402
 from spec.support import hypothesis_profiles  # noqa: E402,F401  (registers the profiles)
-from spec.support import (kernel_mode, overlap, owned_coverage, selection,  # noqa: E402
-                          shared_parts)
+from spec.support import (kernel_mode, overlap, owned_coverage, parts,  # noqa: E402
+                          selection, shared_parts)
 from torchlet.contract import ALL_CAPABILITIES  # noqa: E402
 
 pytest_plugins = ["spec.support.snapshots"]  # what a run owes the golden files
@@ -37,6 +38,7 @@ def pytest_addoption(parser, pluginmanager):
 
         pytest_plugin.pytest_addoption(parser)
     owned_coverage.addoption(parser)
+    parts.addoption(parser)
 
 
 def impl_root(config) -> Path:
@@ -56,6 +58,9 @@ def pytest_configure(config):
                                        "(spec/support/shared_parts.py)")
     config.addinivalue_line("markers", "kernels: runs Triton kernels on CPU, so only for versions "
                                        "that write them (spec/support/kernel_mode.py)")
+    config.addinivalue_line("markers", parts.HELP)
+    if any(map(config.pluginmanager.hasplugin, ("xdist", "xdist.plugin"))):
+        config.pluginmanager.register(parts.FromWorkers(), "parts-from-workers")
     if owned_coverage.wanted(config):
         config.pluginmanager.register(owned_coverage.OwnedCoverage(config), "owned-coverage")
     if config.getoption("--impl-root"):
@@ -97,7 +102,9 @@ def pytest_runtest_setup(item):
 def pytest_collection_modifyitems(config, items):
     # -k applies after the other plugins' hooks: syrupy records the collection here, and had it
     # seen only what `-k v08` keeps, it would take the run for the whole suite and fail it on
-    # the golden entries that only other versions read.
+    # the golden entries that only other versions read. A part's own specs for the versions that
+    # took the part unchanged go first: they are not in the suite, not a partial run's leftovers.
+    parts.deselect(config, items)
     keyword = selection.take_keyword(config)
     result = yield
     selection.select(config, items, implementations.version_names(impl_root(config)), keyword)
@@ -106,4 +113,11 @@ def pytest_collection_modifyitems(config, items):
         for item in items:
             if item.get_closest_marker("gpu"):
                 item.add_marker(skip)
+    return result
+
+
+@pytest.hookimpl(wrapper=True)  # after syrupy's, which puts back the status it was given
+def pytest_sessionfinish(session):
+    result = yield
+    parts.nothing_left_to_run(session)
     return result

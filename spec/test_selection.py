@@ -12,6 +12,9 @@ words of a -k expression as the `impl` parameter).
 And a run so selected exits 0 when every spec it ran passed: the golden files are shared by
 every version, and the entries only other versions read are not its business; but a spec it
 ran that takes a golden file and reads none of it still fails the run.
+A part's own specs run only against the versions that write the part (spec/support/parts.py,
+spec/test_part_selection.py): the specs a mutant names still run against the versions it names,
+and a version's own pages keep specs that run against it (what `torchlet check` runs).
 Files: spec/support/selection.py, conftest.py, spec/support/snapshots.py.
 Tradeoff left visible: a -k word that looks like a version id (v + two digits) can no longer
 select by substring; `-k "v08 and tight"` still means both.
@@ -22,7 +25,9 @@ from pathlib import Path
 import pytest
 
 import implementations
+from spec.mutants import all_mutants
 from spec.mutants.runner import Worker
+from torchlet import learner
 from torchlet.contract import SAMPLING
 
 NAMES = implementations.version_names()
@@ -97,6 +102,26 @@ def test_k_with_a_major_number_selects_every_version_of_it_and_words_keep_their_
     tight = collect("-k", "v08 and tight")
     assert tight and all("tight" in i and "[v08_paged_gqa_py" in i for i in tight)
 
+
+
+def runs(ids: set[str], spec: str) -> bool:
+    """Whether a node id or module path, as a mutant names its specs, selects one of ids."""
+    return any(i == spec or i.startswith((spec + "[", spec + "::")) for i in ids)
+
+
+def test_every_spec_a_mutant_names_runs_against_a_version_it_names(carrying):
+    """A mutant breaks a part of the version it names, which writes that part: the part's own
+    specs, which run only against the versions that write it, still run against the mutant."""
+    lost = [f"{m.name}: {spec} ({m.markexpr})" for m in all_mutants() for spec in m.specs
+            if not runs(set().union(*(carrying[n] for n in m.markexpr.split(" or "))), spec)]
+    assert not lost, "specs that run against none of their mutant's versions:\n" + "\n".join(lost)
+
+
+def test_every_versions_own_pages_keep_specs_that_run_against_it(carrying):
+    """`torchlet check -k vNN` runs the version's own pages against a learner's tree."""
+    empty = [name for name in NAMES if (pages := learner.spec_modules(name))
+             and not any(runs(carrying[name], f"spec/{page.name}") for page in pages)]
+    assert not empty, f"versions whose own pages run nothing against them: {empty}"
 
 @pytest.mark.parametrize("name", sorted({UNSAMPLED[0], UNSAMPLED[-1]}))
 def test_k_with_a_version_id_exits_0_when_its_specs_pass_and_others_golden_entries_go_unread(

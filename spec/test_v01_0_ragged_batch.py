@@ -62,6 +62,7 @@ def test_each_request_rows_of_the_batched_logits_equal_its_solo_logits(impl, eng
         torch.testing.assert_close(logits[int(indptr[i]):int(indptr[i + 1])], engine.logits(p))
 
 
+@pytest.mark.part("model")
 @given(lengths=st.lists(st.integers(1, 50), min_size=1, max_size=16))
 @engine_settings()
 def test_req_indptr_starts_at_zero_never_decreases_and_ends_at_the_total(impl, lengths):

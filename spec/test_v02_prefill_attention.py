@@ -65,6 +65,7 @@ def test_a_prefill_of_t_tokens_creates_no_tensor_of_t_by_t_elements(impl):
     assert biggest[0] < T * T, f"{biggest[2]} made {biggest[1]}: {biggest[0]:,} >= {T}^2"
 
 
+@pytest.mark.part("model")
 @pytest.mark.parametrize("queries,keys", [(6, 6), (1, 9), (4, 9)],
                          ids=["prefill", "decode", "after-a-cached-prefix"])
 def test_causal_attention_equals_v01_1s_phase_for_the_last_t_of_s_positions(impl, queries,

@@ -30,7 +30,7 @@ from spec.support.shared_parts import skip_unless_first_with
 from spec.support.paged_strategies import pool_shapes
 from torchlet.contract import PAGED_KV, ModelConfig, RequestError, TorchletError
 
-pytestmark = pytest.mark.needs(PAGED_KV)
+pytestmark = [pytest.mark.needs(PAGED_KV), pytest.mark.part("kv")]
 
 
 @pytest.fixture(autouse=True)

@@ -109,6 +109,7 @@ def settings_tensors(batch: list[oracle.Settings], dtype=torch.float64):
             torch.tensor([s.min_p for s in batch], dtype=dtype))
 
 
+@pytest.mark.part("sampler")
 @given(st.integers(2, 48).flatmap(lambda v: st.lists(filter_cases(v), min_size=1, max_size=4)))
 def test_the_filters_equal_hugging_faces_warpers_row_by_row(impl, batch):
     """Per row of a batch with mixed settings: the same tokens keep non-zero probability, with
@@ -125,6 +126,7 @@ DISTRIBUTION_LOGITS = torch.tensor([1.0, 0.5, 0.2, -1.0, 2.0, 0.0, -3.0, 0.7])
 FALSE_ALARM = 1e-6  # chance that a correct sampler fails one of these tests, per settings row
 
 
+@pytest.mark.part("sampler")
 @pytest.mark.parametrize("settings", [oracle.Settings(1.0), oracle.Settings(0.7, 5, 0.9, 0.0),
                                       oracle.Settings(1.5, 0, 0.8, 0.1)], ids=str)
 def test_seeded_draws_follow_the_filtered_distribution_by_a_chi_square_test(impl, settings):
@@ -145,6 +147,7 @@ def test_seeded_draws_follow_the_filtered_distribution_by_a_chi_square_test(impl
         assert oracle.chi_square_p(counts, probs) > FALSE_ALARM, (counts, probs * n)
 
 
+@pytest.mark.part("sampler")
 def test_a_draw_depends_on_seed_and_position_only(impl):
     """The same (seed, position) draws the same token from the same logits in any row of any
     batch; another seed or position draws differently somewhere."""

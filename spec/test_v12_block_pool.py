@@ -43,7 +43,7 @@ from spec.support.paged_strategies import BLOCK_SIZES
 from spec.test_v08_block_pool import PoolMachine
 from torchlet.contract import PREFIX_CACHE, ModelConfig, RequestError
 
-pytestmark = pytest.mark.needs(PREFIX_CACHE)
+pytestmark = [pytest.mark.needs(PREFIX_CACHE), pytest.mark.part("kv")]
 
 
 @pytest.fixture(autouse=True)

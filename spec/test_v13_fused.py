@@ -84,6 +84,7 @@ def kernel_inputs(target: Target, seed: int, tokens: int, n_q: int, n_kv: int, h
 
 # --- the kernels -------------------------------------------------------------------------------
 
+@pytest.mark.part("model")
 @pytest.mark.kernels
 @pytest.mark.parametrize("target", TARGETS)
 @engine_settings()
@@ -103,6 +104,7 @@ def test_rope_split_turns_q_and_k_like_the_reference_and_copies_v(impl, fused, t
     assert q.is_contiguous() and k.is_contiguous() and v.is_contiguous()
 
 
+@pytest.mark.part("model")
 @pytest.mark.kernels
 @pytest.mark.parametrize("target", TARGETS)
 @engine_settings()
@@ -125,6 +127,7 @@ def test_with_qwen3s_norms_rope_split_norms_each_q_and_k_head_then_turns_it(
     assert torch.equal(v, heads[:, n_q + n_kv:]), "v must be copied as it is"
 
 
+@pytest.mark.part("model")
 @pytest.mark.kernels
 @pytest.mark.parametrize("target", TARGETS)
 @engine_settings()
@@ -156,6 +159,7 @@ def indptr(lengths, device) -> torch.Tensor:
     return torch.tensor([0] + list(lengths), device=device).cumsum(0)
 
 
+@pytest.mark.part("model")
 @pytest.mark.kernels
 @pytest.mark.parametrize("target", TARGETS)
 @engine_settings()
@@ -177,6 +181,7 @@ def test_context_attention_gives_each_row_the_softmax_over_its_context_up_to_its
                                             batch.scale), "context_attention")
 
 
+@pytest.mark.part("model")
 @pytest.mark.kernels
 def test_the_fused_kernels_refuse_bad_input_with_a_message_that_says_why(impl, fused,
                                                                         context_kernel):
@@ -203,6 +208,7 @@ def test_the_fused_kernels_refuse_bad_input_with_a_message_that_says_why(impl, f
             context_kernel.context_attention(**{**good, **change})
 
 
+@pytest.mark.part("model")
 @pytest.mark.kernels
 def test_under_fake_tensors_each_fused_op_promises_what_it_returns(impl, fused, context_kernel):
     from torch._subclasses.fake_tensor import FakeTensorMode

@@ -9,7 +9,12 @@ objects, and on a CPU its inherited specs run the layers' PyTorch path, which is
 (spec/support/kernel_mode.py). The properties that drive those engine parts over random
 schedules (marked `engine_parts`) would run v08's code again there: on a CPU they skip such a
 version, naming the one they ran against. Its parity specs still run (they see the PyTorch path
-its layers fall back to), and on a GPU, where its kernels run, everything does."""
+its layers fall back to), and on a GPU, where its kernels run, everything does.
+
+Where versions declare recipes (PARTS), the pages marked with a part (`pytest.mark.part`) are
+left out for a version that takes the part unchanged before they run (spec/support/parts.py);
+the skips here stay for what a recipe does not say: an object re-exported within a part the
+version does write, and a tree without recipes."""
 from __future__ import annotations
 
 from pathlib import Path
