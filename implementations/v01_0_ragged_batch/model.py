@@ -42,7 +42,7 @@ class RaggedDecoder:
 
     def __getattr__(self, name: str):
         """What the decoder does not hold is its ops' (rms_norm, apply_rope, mlp, Weights, ...)."""
-        return getattr(type(self).ops if name == "ops" else self.ops, name)
+        return getattr(self.ops, name)
 
     def attention(self, x: torch.Tensor, positions: torch.Tensor, w: Mapping[str, torch.Tensor],
                   config: ModelConfig, req_indptr: torch.Tensor | None = None) -> torch.Tensor:

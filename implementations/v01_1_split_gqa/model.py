@@ -79,8 +79,9 @@ class GQAOps:
         """Phases 1-4: grouped queries [T, KV, G, D], k and v [T, KV, D]; q and k normed per
         head where the model does (qk_norm), then rotated."""
         q, k, v = self.project_qkv(x, w)
-        q, k = self.qk_norm(self.split_heads(q, config.num_heads),
-                            self.split_heads(k, config.num_kv_heads), w, config)
+        q, k = self.split_heads(q, config.num_heads), self.split_heads(k, config.num_kv_heads)
+        if config.qk_norm:
+            q, k = self.qk_norm(q, k, w, config)
         q, k = self.rope_qk(q, k, positions, config.rope_theta)
         v = self.split_heads(v, config.num_kv_heads)
         return self.group_queries(q, config.num_kv_heads), k, v

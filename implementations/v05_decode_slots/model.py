@@ -62,9 +62,10 @@ class PassOps(GQAOps):
         return self.per_pass(positions, ("cos_sin", head_dim, theta, dtype),
                              partial(super().rope_cos_sin, positions, head_dim, theta, dtype))
 
-    def apply_rope(self, x: torch.Tensor, positions: torch.Tensor, theta: float) -> torch.Tensor:
-        """v00's rotation, its cos and sin from rope_cos_sin."""
-        return self.rotate(x, *self.rope_cos_sin(positions, x.shape[-1], theta, x.dtype))
+    def rope_qk(self, q: torch.Tensor, k: torch.Tensor, positions: torch.Tensor, theta: float):
+        """Phase 3: q and k turned by v00's rotation, its cos and sin from rope_cos_sin."""
+        cos, sin = self.rope_cos_sin(positions, q.shape[-1], theta, q.dtype)
+        return self.rotate(q, cos, sin), self.rotate(k, cos, sin)
 
     def residual_block(self, x, w, config: ModelConfig, attend) -> torch.Tensor:
         """x + attend(norm(x)), then h + mlp(norm(h)): the decoder layer with attention passed

@@ -8,11 +8,14 @@ A new memory layout, so a decoder of two parts from here on, each swapped on its
   rotation once per pass; v09 hands it Triton kernels, v13 fused ones);
 - its memory, how K/V is stored and read and the passes over it (PagedAttention here: the store
   and the decode attention in PyTorch, the paged decode and prefill passes; v10 swaps in kernels,
-  v12 adds the prefill over a cached prefix).
+  v12 adds the prefill over a cached prefix). A pass picks its store and attention once
+  (functions), so a later memory swaps kernels in by that choice alone.
 PagedDecoder is v02's decoder (the phases' fused causal attention, the ragged bookkeeping) that
 composes the two; a name it does not hold is its memory's, else its ops'. Its cache-free pass
 runs the ops' layer loop too, so every pass runs the same layers."""
 from __future__ import annotations
+
+from functools import cached_property
 
 import torch
 
@@ -28,11 +31,13 @@ class PagedAttention:
     """K/V in blocks read through block tables, and the passes over them. `model` is the decoder
     it serves: the passes run its ops and its causal attention."""
 
-    store_kv = staticmethod(paged_attention.store_kv)
-    paged_decode_attention = staticmethod(paged_attention.paged_decode_attention)
-
     def __init__(self, model):
         self.model = model
+
+    def functions(self, t: torch.Tensor):
+        """The K/V store and the decode attention a pass over tensors like t runs, chosen once
+        for the pass: v08's PyTorch ones (paged_attention.py)."""
+        return paged_attention.store_kv, paged_attention.paged_decode_attention
 
     def forward_decode_paged(self, weights, token_ids: torch.Tensor, positions: torch.Tensor,
                              block_tables: torch.Tensor, context_lens: torch.Tensor,
@@ -43,13 +48,14 @@ class PagedAttention:
         zeros). Hidden [B, hidden]."""
         config, ops = weights.config, self.model.ops
         scale = config.head_dim ** -0.5
+        store_kv, paged_decode_attention = self.functions(kv[0][0])
 
         def attend(h, i):
             w, (k_cache, v_cache) = weights.layers[i], kv[i]
             qg, k, v = ops.qkv_heads(h, positions, w, config)
-            self.store_kv(k, v, k_cache, v_cache, slot_mapping)
+            store_kv(k, v, k_cache, v_cache, slot_mapping)
             q = qg.reshape(qg.shape[0], config.num_heads, config.head_dim)
-            return ops.output_projection(self.paged_decode_attention(
+            return ops.output_projection(paged_decode_attention(
                 q, k_cache, v_cache, block_tables, context_lens, scale), w)
         return ops.forward_layers(weights, weights.embed[token_ids], attend)
 
@@ -59,33 +65,38 @@ class PagedAttention:
         and each request attends causally over its own rows. Hidden [T, hidden]."""
         config, model, ops = weights.config, self.model, self.model.ops
         positions = model.row_positions(indptr)
+        store_kv = self.functions(kv[0][0])[0]
 
         def attend(h, i):
             w, (k_cache, v_cache) = weights.layers[i], kv[i]
             qg, k, v = ops.qkv_heads(h, positions, w, config)
-            self.store_kv(k, v, k_cache, v_cache, slot_mapping)
+            store_kv(k, v, k_cache, v_cache, slot_mapping)
             return ops.output_projection(model.attend_per_request(qg, k, v, indptr), w)
         return ops.forward_layers(weights, weights.embed[token_ids], attend)
 
 
 class PagedDecoder(CachedDecoder):
-    """v02's decoder composing its ops (v05's by default) and its memory (built here, handed the
-    decoder)."""
+    """v02's decoder composing its ops (v05's here) and its memory (PagedAttention here)."""
 
     ops = SlotDecoder.ops
     Memory = PagedAttention
 
-    def __init__(self, ops=None, memory: type | None = None):
-        if ops is not None:
-            self.ops = ops
-        self.memory = (memory or self.Memory)(self)
+    @classmethod
+    def composed(cls, ops, memory: type) -> "PagedDecoder":
+        """A decoder over these ops, its memory of this class."""
+        decoder = cls()
+        decoder.ops, decoder.Memory = ops, memory
+        return decoder
+
+    @cached_property
+    def memory(self):
+        """The decoder's memory, built at first use and handed the decoder."""
+        return self.Memory(self)
 
     def __getattr__(self, name: str):
         """A pass or a function the decoder does not hold is its memory's, else its ops'."""
-        memory = self.__dict__.get("memory")
-        if memory is not None and hasattr(memory, name):
-            return getattr(memory, name)
-        return super().__getattr__(name)
+        memory = self.memory
+        return getattr(memory if hasattr(memory, name) else self.ops, name)
 
     def forward_ragged(self, weights, token_ids: torch.Tensor,
                        req_indptr: torch.Tensor) -> torch.Tensor:

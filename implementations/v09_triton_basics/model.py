@@ -65,12 +65,13 @@ class TritonOps(PassOps):
         total = x + residual
         return super().rms_norm(total, weight, eps), total
 
-    def apply_rope(self, x: torch.Tensor, positions: torch.Tensor, theta: float) -> torch.Tensor:
-        """Rotate each head of x [tokens, heads, head_dim] in the rotate_half layout: one
-        kernel, its cos and sin computed once per pass."""
-        if self.on_triton(x):
-            return kernels.rotate(x, *self.kernel_cos_sin(positions, x.shape[-1], theta))
-        return super().apply_rope(x, positions, theta)
+    def rope_qk(self, q: torch.Tensor, k: torch.Tensor, positions: torch.Tensor, theta: float):
+        """Phase 3: each head of q and of k turned in the rotate_half layout, one kernel each,
+        their cos and sin computed once per pass."""
+        if self.on_triton(q):
+            cos, sin = self.kernel_cos_sin(positions, q.shape[-1], theta)
+            return kernels.rotate(q, cos, sin), kernels.rotate(k, cos, sin)
+        return super().rope_qk(q, k, positions, theta)
 
     def kernel_cos_sin(self, positions: torch.Tensor, head_dim: int, theta: float):
         """The cos and sin [tokens, head_dim / 2] (float32) the RoPE kernel reads, once per
@@ -109,4 +110,4 @@ class TritonOps(PassOps):
         return self.add_rms_norm(out, residual, weights.norm, eps)[0]
 
 
-layers = PagedDecoder(TritonOps())
+layers = PagedDecoder.composed(TritonOps(), PagedDecoder.Memory)

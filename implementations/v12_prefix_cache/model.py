@@ -16,7 +16,7 @@ __all__ = ["ContextAttention", "PrefixDecoder", "layers"]
 PrefixDecoder = type(previous)  # the decoder this version runs: v08's
 
 
-class ContextAttention(type(previous.memory)):
+class ContextAttention(previous.Memory):
     """v10's paged memory plus the prefill of uncached rows over their whole context."""
 
     def forward_prefill_cached(self, weights, token_ids: torch.Tensor, positions: torch.Tensor,
@@ -26,11 +26,12 @@ class ContextAttention(type(previous.memory)):
         context[r] holds the slots of request r's every token up to its last row (the cached
         prefix, then its rows), in position order. Hidden [T, hidden]."""
         config, ops = weights.config, self.model.ops
+        store_kv = self.functions(kv[0][0])[0]
 
         def attend(h, i):
             w, (k_cache, v_cache) = weights.layers[i], kv[i]
             qg, k, v = ops.qkv_heads(h, positions, w, config)
-            self.store_kv(k, v, k_cache, v_cache, slot_mapping)
+            store_kv(k, v, k_cache, v_cache, slot_mapping)
             return ops.output_projection(
                 self.attend_context(qg, k_cache, v_cache, indptr, context), w)
         return ops.forward_layers(weights, weights.embed[token_ids], attend)
@@ -45,4 +46,4 @@ class ContextAttention(type(previous.memory)):
                           for (a, b), slots in zip(model.spans(indptr), context)])
 
 
-layers = PrefixDecoder(type(previous.ops)(), ContextAttention)
+layers = PrefixDecoder.composed(type(previous.ops)(), ContextAttention)

@@ -62,21 +62,18 @@ class FusedOps(TritonOps):
     Weights = PackedWeights
 
     def project_qkv(self, x: torch.Tensor, w: Mapping[str, torch.Tensor]):
-        """Phase 1 as one GEMM; q, k and v are its column blocks, made contiguous where the
-        kernels read them (whole rows). HF-named tensors: v12's three GEMMs."""
+        """Phase 1 as one GEMM; q, k and v are its column blocks (views: with the kernels,
+        qkv_heads reads the packed rows whole instead). HF-named tensors: v12's three GEMMs."""
         if f"{QKV}.weight" not in w:
             return super().project_qkv(x, w)
         q_width = w["self_attn.o_proj.weight"].shape[1]
         kv_width = (w[f"{QKV}.weight"].shape[0] - q_width) // 2
-        q, k, v = self.linear(x, w, QKV).split([q_width, kv_width, kv_width], dim=-1)
-        if self.on_triton(x):
-            return q.contiguous(), k.contiguous(), v.contiguous()
-        return q, k, v
+        return self.linear(x, w, QKV).split([q_width, kv_width, kv_width], dim=-1)
 
     def qkv_heads(self, x: torch.Tensor, positions: torch.Tensor, w: Mapping[str, torch.Tensor],
                   config: ModelConfig):
         """Phases 1-4: one GEMM, then one kernel for RoPE and the heads (rope_split), the
-        angles' cos and sin once per pass as v09's apply_rope has them (kernel_cos_sin); for
+        angles' cos and sin once per pass as v09's rope_qk has them (kernel_cos_sin); for
         Qwen3 the same kernel norms each q and k head first (qk_norm's step)."""
         if f"{QKV}.weight" not in w or not self.on_triton(x):
             return super().qkv_heads(x, positions, w, config)
@@ -101,7 +98,7 @@ class FusedOps(TritonOps):
         return self.swiglu(gate, up)
 
 
-class FusedContextAttention(type(previous.memory)):
+class FusedContextAttention(previous.Memory):
     """v12's memory, a prefill's attention over the cache one kernel a layer."""
 
     def attend_context(self, qg: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
@@ -122,4 +119,4 @@ class FusedContextAttention(type(previous.memory)):
         return out.view(qg.shape)
 
 
-layers = FusedDecoder(FusedOps(), FusedContextAttention)
+layers = FusedDecoder.composed(FusedOps(), FusedContextAttention)
