@@ -27,8 +27,6 @@ from typing import Mapping
 
 import torch
 
-from torchlet.contract import ModelConfig
-
 from ..v08_paged_gqa_py import PagedDecoder
 from . import kernels
 
