@@ -7,9 +7,9 @@ it composes a second part, its maths (`ops`): the per-token layers (norm, RoPE, 
 projections) a decoder calls but never changes. Here the ops are v00's functions as they are
 (its module); a later version that changes how a layer computes hands the decoder other ops
 (v01_1 the attention phases, v05 the rotation once per pass, v09 Triton kernels, v13 fused
-ones), and one that changes where K/V live subclasses the decoder (v02, v05, v08). A name the
-decoder does not hold is read from its ops, so `layers.rms_norm` is the ops' own. The version's
-`layers` is an instance."""
+ones), and one that changes where K/V live subclasses the decoder (v02, v05) or, from v08, hands
+it a memory part. A name the decoder does not hold is read from its ops, so `layers.rms_norm` is
+the ops' own. The version's `layers` is an instance."""
 from __future__ import annotations
 
 from typing import Mapping
