@@ -2,11 +2,14 @@
 the whole flat buffer unchanged; attention alone must keep requests apart, which it does by
 attending within each request's rows only.
 
-From here on the decoder is one part, a class whose functions call each other through `self`:
-RaggedDecoder holds v00's blocks as they are and replaces attention. A later version subclasses
-it and overrides only the functions its idea changes (v01_1 the attention phases, v09 the
-per-token layers); every function that calls one of those runs the new one, so none is copied
-to reach it. The version's `layers` is an instance."""
+From here on the decoder is a part, a class whose functions call each other through `self`, and
+it composes a second part, its maths (`ops`): the per-token layers (norm, RoPE, MLP, the
+projections) a decoder calls but never changes. Here the ops are v00's functions as they are
+(its module); a later version that changes how a layer computes hands the decoder other ops
+(v01_1 the attention phases, v05 the rotation once per pass, v09 Triton kernels, v13 fused
+ones), and one that changes where K/V live subclasses the decoder (v02, v05) or, from v08, hands
+it a memory part. A name the decoder does not hold is read from its ops, so `layers.rms_norm` is
+the ops' own. The version's `layers` is an instance."""
 from __future__ import annotations
 
 from typing import Mapping
@@ -25,18 +28,11 @@ Weights = v00.Weights
 
 class RaggedDecoder:
     """The decoder's functions as one part (the version's `layers`), each reaching the others
-    through self."""
+    through self, and the maths they call through self.ops."""
 
     # v00's blocks, unchanged: they work row by row, so a ragged batch is just more rows.
-    Weights = Weights
-    rms_norm = staticmethod(v00.rms_norm)
-    apply_rope = staticmethod(v00.apply_rope)
-    rope_cos_sin = staticmethod(v00.rope_cos_sin)
-    rotate = staticmethod(v00.rotate)
-    linear = staticmethod(v00.linear)
+    ops = v00
     causal_attention = staticmethod(v00.causal_attention)
-    mlp = staticmethod(v00.mlp)
-    lm_head = staticmethod(v00.lm_head)
     # The ragged batch's bookkeeping (ragged.py).
     req_indptr = staticmethod(ragged.req_indptr)
     check_req_indptr = staticmethod(ragged.check_req_indptr)
@@ -44,37 +40,37 @@ class RaggedDecoder:
     row_positions = staticmethod(ragged.row_positions)
     last_rows = staticmethod(ragged.last_rows)
 
+    def __getattr__(self, name: str):
+        """What the decoder does not hold is its ops' (rms_norm, apply_rope, mlp, Weights, ...)."""
+        return getattr(self.ops, name)
+
     def attention(self, x: torch.Tensor, positions: torch.Tensor, w: Mapping[str, torch.Tensor],
                   config: ModelConfig, req_indptr: torch.Tensor | None = None) -> torch.Tensor:
         """Self-attention of a ragged batch x [T, hidden]; without req_indptr, one sequence."""
-        t, d = x.shape[0], config.head_dim
-        q = self.linear(x, w, "self_attn.q_proj").view(t, config.num_heads, d)
-        k = self.linear(x, w, "self_attn.k_proj").view(t, config.num_kv_heads, d)
-        v = self.linear(x, w, "self_attn.v_proj").view(t, config.num_kv_heads, d)
-        q, k = self.qk_norm(q, k, w, config)
-        q = self.apply_rope(q, positions, config.rope_theta)
-        k = self.apply_rope(k, positions, config.rope_theta)
+        t, d, ops = x.shape[0], config.head_dim, self.ops
+        q = ops.linear(x, w, "self_attn.q_proj").view(t, config.num_heads, d)
+        k = ops.linear(x, w, "self_attn.k_proj").view(t, config.num_kv_heads, d)
+        v = ops.linear(x, w, "self_attn.v_proj").view(t, config.num_kv_heads, d)
+        q, k = ops.qk_norm(q, k, w, config)
+        q = ops.apply_rope(q, positions, config.rope_theta)
+        k = ops.apply_rope(k, positions, config.rope_theta)
         if req_indptr is None:
             out = self.causal_attention(q, k, v)
         else:
             # One request never sees another's rows: each span gets its own causal attention.
             out = torch.cat([self.causal_attention(q[a:b], k[a:b], v[a:b])
                              for a, b in self.spans(req_indptr)])
-        return self.linear(out.reshape(t, config.num_heads * d), w, "self_attn.o_proj")
-
-    def qk_norm(self, q: torch.Tensor, k: torch.Tensor, w: Mapping[str, torch.Tensor],
-                config: ModelConfig) -> tuple[torch.Tensor, torch.Tensor]:
-        """v00's per-head q/k norm (Qwen3's) through this decoder's rms_norm."""
-        return v00.qk_norm(q, k, w, config, self.rms_norm)
+        return ops.linear(out.reshape(t, config.num_heads * d), w, "self_attn.o_proj")
 
     def decoder_layer(self, x: torch.Tensor, positions: torch.Tensor,
                       w: Mapping[str, torch.Tensor], config: ModelConfig,
                       req_indptr: torch.Tensor | None = None) -> torch.Tensor:
         """v00's pre-norm residual block, its attention kept within each request."""
-        h = x + self.attention(self.rms_norm(x, w["input_layernorm.weight"], config.rms_eps),
+        ops = self.ops
+        h = x + self.attention(ops.rms_norm(x, w["input_layernorm.weight"], config.rms_eps),
                                positions, w, config, req_indptr)
-        return h + self.mlp(self.rms_norm(h, w["post_attention_layernorm.weight"],
-                                          config.rms_eps), w)
+        return h + ops.mlp(ops.rms_norm(h, w["post_attention_layernorm.weight"], config.rms_eps),
+                           w)
 
     def forward_ragged(self, weights: Weights, token_ids: torch.Tensor,
                        req_indptr: torch.Tensor) -> torch.Tensor:
@@ -86,7 +82,7 @@ class RaggedDecoder:
         x = weights.embed[token_ids]
         for w in weights.layers:
             x = self.decoder_layer(x, pos, w, config, req_indptr)
-        return self.rms_norm(x, weights.norm, config.rms_eps)
+        return self.ops.rms_norm(x, weights.norm, config.rms_eps)
 
 
 layers = RaggedDecoder()

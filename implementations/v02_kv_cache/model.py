@@ -25,7 +25,6 @@ from .cache import LayerKV
 
 __all__ = ["CachedDecoder", "layers"]
 
-Weights = SplitGQADecoder.Weights
 # Not cuDNN's: it builds a plan for every new (queries, keys) shape, tens of milliseconds each,
 # and every prompt length is a new shape (measured on the H200: the 256-request workload took
 # 23 s with it, docs/perf-notes.md).
@@ -68,19 +67,20 @@ class CachedDecoder(SplitGQADecoder):
     def attention_cached(self, x: torch.Tensor, positions: torch.Tensor,
                          w: Mapping[str, torch.Tensor], config: ModelConfig,
                          req_indptr: torch.Tensor, kv: Sequence[LayerKV]) -> torch.Tensor:
-        qg, k, v = self.qkv_heads(x, positions, w, config)
-        return self.output_projection(self.attend_over_cache(qg, k, v, req_indptr, kv), w)
+        qg, k, v = self.ops.qkv_heads(x, positions, w, config)
+        return self.ops.output_projection(self.attend_over_cache(qg, k, v, req_indptr, kv), w)
 
     def decoder_layer_cached(self, x: torch.Tensor, positions: torch.Tensor,
                              w: Mapping[str, torch.Tensor], config: ModelConfig,
                              req_indptr: torch.Tensor, kv: Sequence[LayerKV]) -> torch.Tensor:
-        h = x + self.attention_cached(self.rms_norm(x, w["input_layernorm.weight"],
-                                                    config.rms_eps),
+        ops = self.ops
+        h = x + self.attention_cached(ops.rms_norm(x, w["input_layernorm.weight"],
+                                                   config.rms_eps),
                                       positions, w, config, req_indptr, kv)
-        return h + self.mlp(self.rms_norm(h, w["post_attention_layernorm.weight"],
-                                          config.rms_eps), w)
+        return h + ops.mlp(ops.rms_norm(h, w["post_attention_layernorm.weight"], config.rms_eps),
+                           w)
 
-    def forward_cached(self, weights: Weights, token_ids: torch.Tensor, req_indptr: torch.Tensor,
+    def forward_cached(self, weights, token_ids: torch.Tensor, req_indptr: torch.Tensor,
                        kv: Sequence[Sequence[LayerKV]]) -> torch.Tensor:
         """Final hidden states [T, hidden] of the new rows of a ragged batch. kv[i][layer] is
         request i's cache; each request's rows sit at the positions after the tokens it has
@@ -92,7 +92,7 @@ class CachedDecoder(SplitGQADecoder):
         for i, w in enumerate(weights.layers):
             x = self.decoder_layer_cached(x, pos, w, config, req_indptr,
                                           [layers[i] for layers in kv])
-        return self.rms_norm(x, weights.norm, config.rms_eps)
+        return self.ops.rms_norm(x, weights.norm, config.rms_eps)
 
 
 layers = CachedDecoder()

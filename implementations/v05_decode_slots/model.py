@@ -9,7 +9,9 @@ layer loop, forward_layers, and differ only in their attention, which the loop i
 
 Every layer of a pass turns its q and k by the same positions, so the loop computes the angles'
 cos and sin once per pass (per_pass) where v02 computed them in every layer: on a GPU that is
-about eight small kernels a layer fewer in each decode step."""
+about eight small kernels a layer fewer in each decode step. The loop and the angles are maths
+every later pass runs, whatever holds its K/V, so they are this version's ops (PassOps, v01_1's
+GQAOps plus the pass), which the decoder composes."""
 from __future__ import annotations
 
 from contextlib import contextmanager
@@ -22,14 +24,14 @@ from torchlet.contract import ModelConfig
 
 from ..v04_continuous_batching import CachedDecoder
 
-__all__ = ["SlotDecoder", "layers"]
+__all__ = ["PassOps", "SlotDecoder", "layers"]
 
-Weights = CachedDecoder.Weights
+GQAOps = type(CachedDecoder.ops)  # v01_1's ops, the ones v02's decoder runs
 Attend = Callable[[torch.Tensor, int], torch.Tensor]  # (normed input h, layer i) -> output
 
 
-class SlotDecoder(CachedDecoder):
-    """v02's decoder plus the slot-shaped decode pass and the prefill into slots."""
+class PassOps(GQAOps):
+    """v01_1's ops plus the layer loop over a pass, the rotation's angles computed once in it."""
 
     _pass_values = None  # inside forward_layers (one_pass): {key: (positions, value)}
 
@@ -60,9 +62,37 @@ class SlotDecoder(CachedDecoder):
         return self.per_pass(positions, ("cos_sin", head_dim, theta, dtype),
                              partial(super().rope_cos_sin, positions, head_dim, theta, dtype))
 
-    def apply_rope(self, x: torch.Tensor, positions: torch.Tensor, theta: float) -> torch.Tensor:
-        """v00's rotation, its cos and sin from rope_cos_sin."""
-        return self.rotate(x, *self.rope_cos_sin(positions, x.shape[-1], theta, x.dtype))
+    def rope_qk(self, q: torch.Tensor, k: torch.Tensor, positions: torch.Tensor, theta: float):
+        """Phase 3: q and k turned by v00's rotation, its cos and sin from rope_cos_sin."""
+        cos, sin = self.rope_cos_sin(positions, q.shape[-1], theta, q.dtype)
+        return self.rotate(q, cos, sin), self.rotate(k, cos, sin)
+
+    def residual_block(self, x, w, config: ModelConfig, attend) -> torch.Tensor:
+        """x + attend(norm(x)), then h + mlp(norm(h)): the decoder layer with attention passed
+        in."""
+        h = x + attend(self.rms_norm(x, w["input_layernorm.weight"], config.rms_eps))
+        return h + self.mlp(self.rms_norm(h, w["post_attention_layernorm.weight"],
+                                          config.rms_eps), w)
+
+    def forward_layers(self, weights, x: torch.Tensor, attend: Attend) -> torch.Tensor:
+        """Embedded rows x through every layer (layer_loop) as one pass: the rotation's cos and
+        sin are computed at the first layer and read by the others."""
+        with self.one_pass():
+            return self.layer_loop(weights, x, attend)
+
+    def layer_loop(self, weights, x: torch.Tensor, attend: Attend) -> torch.Tensor:
+        """Embedded rows x through every layer's residual block and the final norm. attend(h, i)
+        is layer i's attention output on its normed input h."""
+        config = weights.config
+        for i, w in enumerate(weights.layers):
+            x = self.residual_block(x, w, config, lambda h, i=i: attend(h, i))
+        return self.rms_norm(x, weights.norm, config.rms_eps)
+
+
+class SlotDecoder(CachedDecoder):
+    """v02's decoder over PassOps, plus the slot-shaped decode pass and the prefill into slots."""
+
+    ops = PassOps()
 
     def write_kv(self, cache: torch.Tensor, rows: torch.Tensor, new: torch.Tensor) -> None:
         """cache [S, L, KV, D] viewed as S*L rows: new[i] goes to row rows[i] = slot * L +
@@ -79,27 +109,6 @@ class SlotDecoder(CachedDecoder):
         probs = torch.softmax(scores.float(), dim=-1).to(qg.dtype)
         return torch.einsum("skgl,slkd->skgd", probs, v_cache)
 
-    def residual_block(self, x, w, config: ModelConfig, attend) -> torch.Tensor:
-        """x + attend(norm(x)), then h + mlp(norm(h)): the decoder layer with attention passed
-        in."""
-        h = x + attend(self.rms_norm(x, w["input_layernorm.weight"], config.rms_eps))
-        return h + self.mlp(self.rms_norm(h, w["post_attention_layernorm.weight"],
-                                          config.rms_eps), w)
-
-    def forward_layers(self, weights: Weights, x: torch.Tensor, attend: Attend) -> torch.Tensor:
-        """Embedded rows x through every layer (layer_loop) as one pass: the rotation's cos and
-        sin are computed at the first layer and read by the others."""
-        with self.one_pass():
-            return self.layer_loop(weights, x, attend)
-
-    def layer_loop(self, weights: Weights, x: torch.Tensor, attend: Attend) -> torch.Tensor:
-        """Embedded rows x through every layer's residual block and the final norm. attend(h, i)
-        is layer i's attention output on its normed input h."""
-        config = weights.config
-        for i, w in enumerate(weights.layers):
-            x = self.residual_block(x, w, config, lambda h, i=i: attend(h, i))
-        return self.rms_norm(x, weights.norm, config.rms_eps)
-
     def decode_rows(self, active: torch.Tensor, positions: torch.Tensor, cache_slots: int,
                     max_len: int) -> torch.Tensor:
         """Cache row of each lane's new K/V: lane s writes slot s, row positions[s]; an inactive
@@ -109,7 +118,7 @@ class SlotDecoder(CachedDecoder):
         slot = torch.where(active, lanes, cache_slots - 1)
         return slot * max_len + positions % max_len
 
-    def forward_decode(self, weights: Weights, token_ids: torch.Tensor, positions: torch.Tensor,
+    def forward_decode(self, weights, token_ids: torch.Tensor, positions: torch.Tensor,
                        active: torch.Tensor,
                        kv: list[tuple[torch.Tensor, torch.Tensor]]) -> torch.Tensor:
         """One decode step over the first `lanes` slots, lane s = slot s: token_ids[s] at
@@ -117,26 +126,26 @@ class SlotDecoder(CachedDecoder):
         sink for inactive lanes. Writes each active lane's K/V to row positions[s] of its slot,
         then attends over rows 0 .. positions[s]. Hidden [lanes, hidden]; inactive lanes' rows
         are garbage."""
-        config = weights.config
+        config, ops = weights.config, self.ops
         lanes = token_ids.shape[0]
         assert lanes < kv[0][0].shape[0], "at most one lane per slot; the last slot is the sink"
         rows = self.decode_rows(active, positions, kv[0][0].shape[0], kv[0][0].shape[1])
 
         def attend(h, i):
             w, (k_cache, v_cache) = weights.layers[i], kv[i]
-            qg, k, v = self.qkv_heads(h, positions, w, config)
+            qg, k, v = ops.qkv_heads(h, positions, w, config)
             self.write_kv(k_cache, rows, k)
             self.write_kv(v_cache, rows, v)
-            return self.output_projection(
+            return ops.output_projection(
                 self.slot_attention(qg, k_cache[:lanes], v_cache[:lanes], positions), w)
-        return self.forward_layers(weights, weights.embed[token_ids], attend)
+        return ops.forward_layers(weights, weights.embed[token_ids], attend)
 
-    def forward_prefill(self, weights: Weights, token_ids: torch.Tensor, indptr: torch.Tensor,
+    def forward_prefill(self, weights, token_ids: torch.Tensor, indptr: torch.Tensor,
                         slots: list[int],
                         kv: list[tuple[torch.Tensor, torch.Tensor]]) -> torch.Tensor:
         """Whole prompts, ragged: request i's rows go to rows 0 .. len - 1 of slot slots[i], and
         it attends causally over its own rows. Hidden [T, hidden]."""
-        config = weights.config
+        config, ops = weights.config, self.ops
         positions = self.row_positions(indptr)
         length = kv[0][0].shape[1]
         slot_of_row = torch.tensor(slots, device=token_ids.device).repeat_interleave(
@@ -145,11 +154,11 @@ class SlotDecoder(CachedDecoder):
 
         def attend(h, i):
             w, (k_cache, v_cache) = weights.layers[i], kv[i]
-            qg, k, v = self.qkv_heads(h, positions, w, config)
+            qg, k, v = ops.qkv_heads(h, positions, w, config)
             self.write_kv(k_cache, rows, k)
             self.write_kv(v_cache, rows, v)
-            return self.output_projection(self.attend_per_request(qg, k, v, indptr), w)
-        return self.forward_layers(weights, weights.embed[token_ids], attend)
+            return ops.output_projection(self.attend_per_request(qg, k, v, indptr), w)
+        return ops.forward_layers(weights, weights.embed[token_ids], attend)
 
 
 layers = SlotDecoder()

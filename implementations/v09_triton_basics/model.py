@@ -1,10 +1,10 @@
 """v08's decoder with its per-token layers on Triton kernels (kernels.py): RMSNorm, RoPE, SwiGLU,
 and the residual add fused into the norm that follows it.
 
-TritonDecoder is v08's PagedDecoder with those layers overridden; every function that calls them
-(the attention phases, the prefill and decode passes) is v08's and earlier, and runs the kernels
-because it reaches the layers through self: Qwen3's per-head q/k norm (qk_norm) is the rms_norm
-kernel over each head.
+TritonOps is v05's ops (PassOps) with those layers overridden; every function that calls them
+(the attention phases, the layer loop) is v05's and earlier, and runs the kernels because it
+reaches the layers through self: Qwen3's per-head q/k norm (qk_norm) is the rms_norm kernel over
+each head. The decoder is v08's, composing these ops: its passes are unchanged.
 
 The fusion changes the shape of the layer loop. v08 writes each layer as x + attn(norm(x)), then
 h + mlp(norm(h)): every residual add is a pass over the stream, and the norm right after it reads
@@ -27,18 +27,17 @@ from typing import Mapping
 
 import torch
 
-from torchlet.contract import ModelConfig
-
 from ..v08_paged_gqa_py import PagedDecoder
 from . import kernels
 
-__all__ = ["TritonDecoder", "layers"]
+__all__ = ["TritonDecoder", "TritonOps", "layers"]
 
-Weights = PagedDecoder.Weights
+PassOps = type(PagedDecoder.ops)  # v05's ops, the ones v08's decoder runs
+TritonDecoder = PagedDecoder  # the decoder this version runs: v08's, over TritonOps
 
 
-class TritonDecoder(PagedDecoder):
-    """v08's decoder, its per-token layers and its layer loop on the kernels."""
+class TritonOps(PassOps):
+    """v05's ops, the per-token layers and the layer loop on the kernels."""
 
     def on_triton(self, t: torch.Tensor) -> bool:
         """Whether the kernels take t: any of their dtypes on a GPU, float32 on CPU under the
@@ -64,12 +63,13 @@ class TritonDecoder(PagedDecoder):
         total = x + residual
         return super().rms_norm(total, weight, eps), total
 
-    def apply_rope(self, x: torch.Tensor, positions: torch.Tensor, theta: float) -> torch.Tensor:
-        """Rotate each head of x [tokens, heads, head_dim] in the rotate_half layout: one
-        kernel, its cos and sin computed once per pass."""
-        if self.on_triton(x):
-            return kernels.rotate(x, *self.kernel_cos_sin(positions, x.shape[-1], theta))
-        return super().apply_rope(x, positions, theta)
+    def rope_qk(self, q: torch.Tensor, k: torch.Tensor, positions: torch.Tensor, theta: float):
+        """Phase 3: each head of q and of k turned in the rotate_half layout, one kernel each,
+        their cos and sin computed once per pass."""
+        if self.on_triton(q):
+            cos, sin = self.kernel_cos_sin(positions, q.shape[-1], theta)
+            return kernels.rotate(q, cos, sin), kernels.rotate(k, cos, sin)
+        return super().rope_qk(q, k, positions, theta)
 
     def kernel_cos_sin(self, positions: torch.Tensor, head_dim: int, theta: float):
         """The cos and sin [tokens, head_dim / 2] (float32) the RoPE kernel reads, once per
@@ -88,20 +88,9 @@ class TritonDecoder(PagedDecoder):
         return self.linear(self.swiglu(self.linear(x, w, "mlp.gate_proj"),
                                        self.linear(x, w, "mlp.up_proj")), w, "mlp.down_proj")
 
-    # --- one layer, the layer loop and the cache-free pass ---------------------------------
+    # --- the layer loop ---------------------------------------------------------------------
 
-    def decoder_layer(self, x: torch.Tensor, positions: torch.Tensor,
-                      w: Mapping[str, torch.Tensor], config: ModelConfig,
-                      req_indptr: torch.Tensor | None = None) -> torch.Tensor:
-        """One layer alone (the Layers contract): the attention output's add is fused into the
-        post-attention norm; the MLP output's add is left to the caller's next norm, so here a
-        plain add."""
-        h = self.rms_norm(x, w["input_layernorm.weight"], config.rms_eps)
-        normed, h = self.add_rms_norm(self.attention(h, positions, w, config, req_indptr), x,
-                                      w["post_attention_layernorm.weight"], config.rms_eps)
-        return h + self.mlp(normed, w)
-
-    def layer_loop(self, weights: Weights, x: torch.Tensor, attend) -> torch.Tensor:
+    def layer_loop(self, weights, x: torch.Tensor, attend) -> torch.Tensor:
         """Embedded rows x through every layer and the final norm, each residual add fused into
         the norm after it. attend(h, i) is layer i's attention output on its normed input h."""
         eps = weights.config.rms_eps
@@ -118,17 +107,5 @@ class TritonDecoder(PagedDecoder):
             return self.rms_norm(residual, weights.norm, eps)
         return self.add_rms_norm(out, residual, weights.norm, eps)[0]
 
-    def forward_ragged(self, weights: Weights, token_ids: torch.Tensor,
-                       req_indptr: torch.Tensor) -> torch.Tensor:
-        """Final hidden states [T, hidden] of a ragged batch, no cache (v01_0's contract), through
-        the fused layer loop."""
-        self.check_req_indptr(req_indptr, len(token_ids))
-        config = weights.config
-        positions = self.row_positions(req_indptr)
 
-        def attend(h, i):
-            return self.attention(h, positions, weights.layers[i], config, req_indptr)
-        return self.forward_layers(weights, weights.embed[token_ids], attend)
-
-
-layers = TritonDecoder()
+layers = PagedDecoder.composed(TritonOps(), PagedDecoder.Memory)

@@ -1,43 +1,49 @@
 """v11's decoder (v10's, on the Triton layers and paged kernels) with one more pass: a prefill
 that computes only a request's uncached rows. Its rows start at the first position the cache
 lacks; their K/V is stored through the request's table like any prefill's, then each request's
-rows attend over its whole context, the shared prefix read back from the cache through its slots."""
+rows attend over its whole context, the shared prefix read back from the cache through its slots.
+
+The pass is the memory's (ContextAttention, v10's TritonPagedAttention plus the pass and the
+attention over a context); the decoder and its ops are v10's."""
 from __future__ import annotations
 
 import torch
 
-from ..v11_sampling import TritonPagedDecoder
+from ..v11_sampling import layers as previous
 
-__all__ = ["PrefixDecoder", "layers"]
+__all__ = ["ContextAttention", "PrefixDecoder", "layers"]
 
-Weights = TritonPagedDecoder.Weights
+PrefixDecoder = type(previous)  # the decoder this version runs: v08's
 
 
-class PrefixDecoder(TritonPagedDecoder):
-    def forward_prefill_cached(self, weights: Weights, token_ids: torch.Tensor,
-                               positions: torch.Tensor, indptr: torch.Tensor,
-                               slot_mapping: torch.Tensor, context: list[torch.Tensor],
-                               kv) -> torch.Tensor:
+class ContextAttention(previous.Memory):
+    """v10's paged memory plus the prefill of uncached rows over their whole context."""
+
+    def forward_prefill_cached(self, weights, token_ids: torch.Tensor, positions: torch.Tensor,
+                               indptr: torch.Tensor, slot_mapping: torch.Tensor,
+                               context: list[torch.Tensor], kv) -> torch.Tensor:
         """Ragged rows of several requests: row i at positions[i], its K/V to slot_mapping[i].
         context[r] holds the slots of request r's every token up to its last row (the cached
         prefix, then its rows), in position order. Hidden [T, hidden]."""
-        config = weights.config
+        config, ops = weights.config, self.model.ops
+        store_kv = self.functions(kv[0][0])[0]
 
         def attend(h, i):
             w, (k_cache, v_cache) = weights.layers[i], kv[i]
-            qg, k, v = self.qkv_heads(h, positions, w, config)
-            self.store_kv(k, v, k_cache, v_cache, slot_mapping)
-            return self.output_projection(
+            qg, k, v = ops.qkv_heads(h, positions, w, config)
+            store_kv(k, v, k_cache, v_cache, slot_mapping)
+            return ops.output_projection(
                 self.attend_context(qg, k_cache, v_cache, indptr, context), w)
-        return self.forward_layers(weights, weights.embed[token_ids], attend)
+        return ops.forward_layers(weights, weights.embed[token_ids], attend)
 
     def attend_context(self, qg: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                        indptr: torch.Tensor, context: list[torch.Tensor]) -> torch.Tensor:
         """Each request's rows qg[a:b] [rows, KV, G, D], the last of its context, attend over
-        that context's K/V, gathered from the caches by its slots context[r]."""
-        keys, values = k_cache.flatten(0, 1), v_cache.flatten(0, 1)
-        return torch.cat([self.causal_attention(qg[a:b], keys[slots], values[slots])
-                          for (a, b), slots in zip(self.spans(indptr), context)])
+        that context's K/V, gathered from the caches by its slots context[r], with the decoder's
+        causal attention (v02's fused call)."""
+        keys, values, model = k_cache.flatten(0, 1), v_cache.flatten(0, 1), self.model
+        return torch.cat([model.causal_attention(qg[a:b], keys[slots], values[slots])
+                          for (a, b), slots in zip(model.spans(indptr), context)])
 
 
-layers = PrefixDecoder()
+layers = PrefixDecoder.composed(type(previous.ops)(), ContextAttention)

@@ -15,9 +15,11 @@ context from the cache by its slots (context_attention.py); where Triton does no
 gathers and fused call per request. With a cached prefix a request's rows are the last of its
 context, so its causal mask is aligned to the bottom right.
 
-FusedDecoder is v12's PrefixDecoder with those functions overridden; the passes that call them
-are v12's and earlier. Layer tensors keyed by Hugging Face's names (the Layers contract, as the
-specs hand them in) still take v12's functions."""
+The decoder is v08's as v12 runs it; both its parts change. FusedOps is v09's ops (TritonOps)
+with the projections, their RoPE and SwiGLU fused, and the packed weights they read (its
+Weights); FusedContextAttention is v12's memory with the prefill's attention one kernel. The
+passes that call them are v12's and earlier. Layer tensors keyed by Hugging Face's names (the
+Layers contract, as the specs hand them in) still take v12's functions."""
 from __future__ import annotations
 
 from typing import Mapping
@@ -26,17 +28,20 @@ import torch
 
 from torchlet.contract import Checkpoint, ModelConfig
 
-from ..v12_prefix_cache import PrefixDecoder
+from ..v12_prefix_cache import layers as previous
 from . import context_attention, fused_kernels
 
-__all__ = ["FusedDecoder", "PackedWeights", "layers"]
+__all__ = ["FusedContextAttention", "FusedDecoder", "FusedOps", "PackedWeights", "layers"]
+
+FusedDecoder = type(previous)  # the decoder this version runs: v08's
+TritonOps = type(previous.ops)  # v09's ops, the ones v12's decoder runs
 
 QKV, GATE_UP = "self_attn.qkv_proj", "mlp.gate_up_proj"
 PACKED = {QKV: ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"),
           GATE_UP: ("mlp.gate_proj", "mlp.up_proj")}
 
 
-class PackedWeights(PrefixDecoder.Weights):
+class PackedWeights(TritonOps.Weights):
     """v00's weights with each layer's q/k/v and gate/up matrices (and biases) stacked into one."""
 
     @classmethod
@@ -51,27 +56,24 @@ class PackedWeights(PrefixDecoder.Weights):
         return weights
 
 
-class FusedDecoder(PrefixDecoder):
-    """v12's decoder, its projections, RoPE and prefill attention fused."""
+class FusedOps(TritonOps):
+    """v09's ops, the projections, their RoPE and SwiGLU fused over packed weights."""
 
     Weights = PackedWeights
 
     def project_qkv(self, x: torch.Tensor, w: Mapping[str, torch.Tensor]):
-        """Phase 1 as one GEMM; q, k and v are its column blocks, made contiguous where the
-        kernels read them (whole rows). HF-named tensors: v12's three GEMMs."""
+        """Phase 1 as one GEMM; q, k and v are its column blocks (views: with the kernels,
+        qkv_heads reads the packed rows whole instead). HF-named tensors: v12's three GEMMs."""
         if f"{QKV}.weight" not in w:
             return super().project_qkv(x, w)
         q_width = w["self_attn.o_proj.weight"].shape[1]
         kv_width = (w[f"{QKV}.weight"].shape[0] - q_width) // 2
-        q, k, v = self.linear(x, w, QKV).split([q_width, kv_width, kv_width], dim=-1)
-        if self.on_triton(x):
-            return q.contiguous(), k.contiguous(), v.contiguous()
-        return q, k, v
+        return self.linear(x, w, QKV).split([q_width, kv_width, kv_width], dim=-1)
 
     def qkv_heads(self, x: torch.Tensor, positions: torch.Tensor, w: Mapping[str, torch.Tensor],
                   config: ModelConfig):
         """Phases 1-4: one GEMM, then one kernel for RoPE and the heads (rope_split), the
-        angles' cos and sin once per pass as v09's apply_rope has them (kernel_cos_sin); for
+        angles' cos and sin once per pass as v09's rope_qk has them (kernel_cos_sin); for
         Qwen3 the same kernel norms each q and k head first (qk_norm's step)."""
         if f"{QKV}.weight" not in w or not self.on_triton(x):
             return super().qkv_heads(x, positions, w, config)
@@ -95,14 +97,19 @@ class FusedDecoder(PrefixDecoder):
         gate, up = gate_up.chunk(2, dim=-1)
         return self.swiglu(gate, up)
 
+
+class FusedContextAttention(previous.Memory):
+    """v12's memory, a prefill's attention over the cache one kernel a layer."""
+
     def attend_context(self, qg: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                        indptr: torch.Tensor, context: list[torch.Tensor]) -> torch.Tensor:
         """Every request's rows over its context in one kernel that reads the cache by slots
         (context_attention), the slots concatenated once per pass; elsewhere v12's gathers and
         one causal_attention call (v02's fused one) per request."""
-        if not self.on_triton(qg):
+        ops = self.model.ops
+        if not ops.on_triton(qg):
             return super().attend_context(qg, k_cache, v_cache, indptr, context)
-        rows, slots, starts = self.per_pass(indptr, ("context",), lambda: (
+        rows, slots, starts = ops.per_pass(indptr, ("context",), lambda: (
             indptr.long(), torch.cat(context),
             torch.tensor([0] + [len(c) for c in context], device=indptr.device).cumsum(0)))
         t, kv_heads, group, d = qg.shape
@@ -112,4 +119,4 @@ class FusedDecoder(PrefixDecoder):
         return out.view(qg.shape)
 
 
-layers = FusedDecoder()
+layers = FusedDecoder.composed(FusedOps(), FusedContextAttention)
