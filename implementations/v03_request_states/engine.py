@@ -74,6 +74,11 @@ class StepEngine(CacheEngine):
         if batch is None:
             return []
         self.scheduler.postprocess(batch, self.runner.run(batch).tolist())
+        return self.outputs(batch)
+
+    @staticmethod
+    def outputs(batch) -> list[RequestOutput]:
+        """A copy of the output of every request of the batch."""
         return [r.output() for r in batch.requests]
 
     def output(self, request_id: int) -> RequestOutput:

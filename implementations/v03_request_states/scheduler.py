@@ -42,10 +42,11 @@ class Batch:
 
     decode: list[Request] = field(default_factory=list)
     prefill: list[Request] = field(default_factory=list)
+    # Both, in row order: decodes first. A batch is made whole and never changed.
+    requests: list[Request] = field(init=False, repr=False)
 
-    @property
-    def requests(self) -> list[Request]:
-        return self.decode + self.prefill
+    def __post_init__(self):
+        self.requests = self.decode + self.prefill
 
     @property
     def chunks(self) -> list[list[int]]:
@@ -91,12 +92,13 @@ class Scheduler:
 
     def schedule(self) -> Batch | None:
         """This step's batch: every running request decodes, then the admitted ones prefill."""
-        batch = Batch(decode=list(self.running))
+        admitted = []
         for _ in range(self.policy.admit(self.waiting, self.running)):
             request = self.waiting.popleft()
             request.state = RequestState.RUNNING
-            batch.prefill.append(request)
-        self.running.extend(batch.prefill)
+            admitted.append(request)
+        batch = Batch(decode=list(self.running), prefill=admitted)
+        self.running.extend(admitted)
         return batch if batch.requests else None
 
     def postprocess(self, batch: Batch, tokens: list[int]) -> list[Request]:

@@ -58,10 +58,12 @@ class LaneRunner:
 
     @torch.inference_mode()
     def step_lanes(self, requests: Sequence) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """One slot-shaped pass over the requests' lanes: logits [lanes, vocab] by lane, and
-        draws by lane where the pass draws them (not here: None)."""
+        """One slot-shaped pass over the requests' lanes, each feeding the token at its position
+        `computed` (one more row computed): logits [lanes, vocab] by lane, and draws by lane
+        where the pass draws them (not here: None)."""
         logits = self.decode_step(*self.inputs.write(requests))
-        self.computed(requests)
+        for request in requests:
+            request.computed += 1
         return logits, None
 
     def decode_step(self, token_ids, positions, active) -> torch.Tensor:
@@ -71,7 +73,7 @@ class LaneRunner:
 
     @staticmethod
     def computed(requests: Sequence) -> None:
-        """The requests' K/V now holds their whole sequences."""
+        """After a prefill: the requests' K/V holds their whole sequences."""
         for request in requests:
             request.computed = len(request.sequence)
 

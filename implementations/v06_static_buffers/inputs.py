@@ -79,15 +79,12 @@ class StaticInputs(LaneInputs):
     def __init__(self, *args):
         super().__init__(*args)
         self.buffers = self.make_buffers()
+        # What the decode pass reads, in field order: the same tensors at every step.
+        self.tensors = self.buffers.tensors
 
     def make_buffers(self) -> DecodeBuffers:
         """One lane per slot."""
         return DecodeBuffers(self.num_lanes, self.device)
-
-    @property
-    def tensors(self) -> tuple[torch.Tensor, ...]:
-        """What the decode pass reads, in field order: the same tensors at every step."""
-        return self.buffers.tensors
 
     def write(self, requests: Sequence) -> tuple[torch.Tensor, ...]:
         """Write this step's lanes into the static buffers; returns those same buffers."""
@@ -100,7 +97,7 @@ class StaticInputs(LaneInputs):
         are: v05 copies from pageable memory, which makes the host wait for the GPU to finish
         the step; from pinned memory the copy waits for nothing."""
         if self.device.type != "cuda":
-            return super().staged(host)
+            return host
         # The pinned block is not reused before the copy is done (the caching host allocator
         # records the copy's stream).
         return host.pin_memory().to(self.device, non_blocking=True)

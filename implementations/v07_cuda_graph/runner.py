@@ -63,7 +63,8 @@ class GraphedRunner(LaneRunner):
         in_use = self.kv.lanes_in_use()
         graphs = self.graphs[self.sampler.variant(in_use)]
         logits, drawn = graphs.run(max(in_use) + 1 if in_use else 1)
-        self.computed(requests)
+        for request in requests:
+            request.computed += 1
         return logits, drawn
 
     def decode_tokens(self, requests: Sequence) -> torch.Tensor:

@@ -65,11 +65,11 @@ class PagedInputs(StaticInputs):
 
     def write(self, requests: Sequence) -> tuple[torch.Tensor, ...]:
         """Write this step's lanes, each with its request's block table and the slot its token's
-        K/V goes to, into the static buffers; returns those same buffers."""
+        K/V goes to, into the static buffers; returns those same buffers. A lane feeds its
+        request's last token at the position after the rows it has computed."""
         pool, lanes = self.kv.pool, {}
         for r in requests:
-            sequence = r.sequence
-            position = len(sequence) - 1
-            lanes[r.lane] = (sequence[-1], position, r.blocks, pool.slot(r.id, position))
+            position = r.computed
+            lanes[r.lane] = (r.sequence[-1], position, r.blocks, pool.slot(r.id, position))
         self.buffers.write(lanes, self.poison, self.vocab, self.max_len)
         return self.buffers.tensors

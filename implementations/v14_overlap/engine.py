@@ -10,39 +10,13 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Callable, Sequence
+from typing import Callable
 
 import torch
 
-from torchlet.contract import BuildOption, RequestOutput
+from torchlet.contract import BuildOption, RequestOutput, RequestState
 
 from ..v13_fused import Batch, StepEngine
-
-
-class Unread(Sequence):
-    """A request's tokens and one more drawn but not read back: it counts that token, and its
-    last item is a placeholder the step's device copy replaces (a copy of the tokens would cost
-    a pass over the whole context a request and step)."""
-
-    def __init__(self, known: Sequence[int]):
-        self.known, self.length = known, len(known) + 1
-
-    def __len__(self) -> int:
-        return self.length
-
-    def __getitem__(self, index):
-        if index in (-1, self.length - 1):
-            return 0
-        return self.known[index]
-
-
-class Ahead:
-    """A running request as a decode launched ahead sees it: its lane and blocks, and its
-    sequence one token longer than what the host has read back."""
-
-    def __init__(self, request):
-        self.id, self.lane, self.blocks = request.id, request.lane, request.blocks
-        self.sequence, self.computed = Unread(request.sequence), request.computed
 
 
 @dataclass
@@ -92,8 +66,9 @@ class OverlapEngine(StepEngine):
         self.ahead = self._decode_ahead(batch, tokens)
         self.scheduler.postprocess(batch, read())
         if self.ahead is not None:
-            self.kv.seal_filled([r for r in self.ahead.requests if not r.finished])
-        return [r.output() for r in batch.requests]
+            running = RequestState.RUNNING
+            self.kv.seal_filled([r for r in self.ahead.requests if r.state is running])
+        return self.outputs(batch)
 
     def _tokens(self, batch: Batch, ahead: Launched | None) -> torch.Tensor:
         """The batch's tokens on the device, in batch.requests order: the running requests'
@@ -120,16 +95,17 @@ class OverlapEngine(StepEngine):
         everyone = batch.requests  # a new list at each read
         rows = [i for i, r in enumerate(everyone) if len(r.tokens) + 1 < r.params.max_new_tokens]
         requests = everyone if len(rows) == len(everyone) else [everyone[i] for i in rows]
-        if not requests or self.kv.blocks_for_decode(requests) > self.kv.pool.num_free:
+        if not requests or not self.kv.can_grow(requests):
             return None
         if requests is not everyone:
             tokens = self._pick(tokens, rows)
-        views = [Ahead(r) for r in requests]
+        # Each has computed all its known tokens: its lane feeds the next position, and the
+        # token there is this step's draw, copied on the device over the last known one.
         inputs = self.runner.inputs
-        lanes = inputs.staged(self.runner.lane_index(views))  # once: fed by them, drawn from them
+        lanes = inputs.staged(self.runner.lane_index(requests))  # once: fed by them, drawn from them
         inputs.fed = (lanes, tokens)
         try:
-            _, drawn = self.runner.step_lanes(views)
+            _, drawn = self.runner.step_lanes(requests)
         finally:
             inputs.fed = None
         return Launched(requests, drawn.index_select(0, lanes))

@@ -14,8 +14,8 @@ class OverlapInputs(PagedInputs):
     fed: tuple[torch.Tensor, torch.Tensor] | None = None
 
     def write(self, requests: Sequence) -> tuple[torch.Tensor, ...]:
-        """v08's buffers; ahead of a read-back, the lanes' token ids are then copied from the
-        draws on the device."""
+        """v08's buffers; ahead of a read-back, the lanes' token ids (each request's last known
+        token, a placeholder) are then overwritten by the draws on the device."""
         buffers = super().write(requests)
         if self.fed is not None:
             buffers[0].index_copy_(0, *self.fed)
