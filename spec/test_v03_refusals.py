@@ -15,8 +15,11 @@ Core principle: check, then act. `_checked` (every refusal, changing nothing) is
 taken from outside where it can be: the token rows of the next good call, metered from the
 matmuls, against a fresh engine's.
 Files: implementations/v03_request_states/engine.py (add_request, _checked, _enqueue, generate),
-the `_check_fits` overrides of v05 (max_model_len) and v08 (the pool), torchlet/contract.py
-(check_request, check_prompts).
+the `check` of the K/V memory and of the admission policy that _checked asks:
+implementations/v05_decode_slots/kv.py (LaneKV.check, max_model_len),
+implementations/v04_continuous_batching/scheduler.py (ContinuousBatching.check, max_step_tokens)
+and implementations/v08_paged_gqa_py/scheduler.py (PagedAdmission.check, the pool);
+torchlet/contract.py (check_request, check_prompts).
 Tradeoff left visible: every prompt is checked twice when it is queued (the scheduler re-asks
 its policy), a few comparisons bought for keeping Scheduler.add safe to call alone.
 """

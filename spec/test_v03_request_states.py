@@ -2,8 +2,9 @@
 
 What it introduces: a request moves WAITING -> RUNNING -> FINISHED, and says why it finished
 (eos, stop id, length, aborted). A scheduler owns the lifecycle and builds each step's rows (a
-whole prompt to prefill or a last token to decode); the model runner only computes logits. The
-engine is driven step-wise: add_request, step, output, abort, has_unfinished.
+whole prompt to prefill or a last token to decode); the runner computes the step's tokens, the
+sampler it is handed choosing each (greedy here). The engine is driven step-wise: add_request,
+step, output, abort, has_unfinished.
 Why v02 needs it: v02's generate is one closed loop over a fixed list of prompts. A server gets
 requests at any time, streams their tokens, and cancels some; that needs per-request state the
 caller can read between steps, and a place (the scheduler) where the decision who runs lives.
@@ -11,8 +12,9 @@ Core principle: only legal transitions, checked by a Hypothesis state machine ov
 add / step / abort sequences; a finished output is frozen; whatever a request held (its cache,
 its queue place) is freed the moment it finishes or is aborted; step-wise driving gives
 exactly generate's tokens.
-Files: implementations/v03_request_states/{request.py, scheduler.py, engine.py} against
-implementations/v02_kv_cache/engine.py (the runner and cache are v02's, unchanged).
+Files: implementations/v03_request_states/{request.py, scheduler.py, runner.py, sampler.py,
+engine.py} against implementations/v02_kv_cache/{runner.py, engine.py} (the model and the cache
+are v02's, unchanged).
 Tradeoff left visible: static batching. A batch runs until its slowest request finishes; a
 request added meanwhile waits even though the engine has room (v04 fixes this).
 """

@@ -25,9 +25,10 @@ reports); and with fixed slots (v05-v07) a slot is one place in the cache: a new
 slot stores from the row its predecessor did. From v07 the replayed graph's ops are watched; from
 v08 a request's place is its blocks (its rows run on within a block); v10's Triton store is seen
 as its custom op, in the float32 scenario.
-Files: implementations/v05_decode_slots/{cache.py, model.py, runner.py, engine.py} against
-implementations/v02_kv_cache/{cache.py, model.py, runner.py} and
-implementations/v03_request_states/engine.py (the scheduler is v04's, unchanged).
+Files: implementations/v05_decode_slots/{kv.py, request.py, inputs.py, runner.py, model.py}
+against implementations/v02_kv_cache/{cache.py, model.py} and
+implementations/v03_request_states/{request.py, runner.py} (the scheduler and its policy are
+v04's, the loop v03's, unchanged).
 Tradeoff left visible: waste, twice. Every decode pass computes all num_decode_slots lanes,
 however few requests run: measured by the token meter, one request among 4 slots costs 4 rows in
 every layer. And every slot reserves max_len = max_position rows of K and V in every layer at

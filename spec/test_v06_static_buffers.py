@@ -15,8 +15,9 @@ write into the buffers, nothing allocates, not even the 0-dim tensor that `buf[i
 (write through a numpy view of the host tensor instead); the decode pass then reads every buffer,
 and its embedding lookup takes its ids from the token_ids buffer itself. And it is a refactor:
 tokens and logits equal v05's.
-Files: implementations/v06_static_buffers/{buffers.py, runner.py} against
-implementations/v05_decode_slots/runner.py (decode_inputs); engine.py only adds decode_buffers().
+Files: implementations/v06_static_buffers/inputs.py (DecodeBuffers, StaticInputs) against
+implementations/v05_decode_slots/inputs.py (LaneInputs.write); v06 swaps only the decode inputs,
+which serve decode_buffers() on the engine.
 Tradeoff left visible: the buffers hold every lane, and every step rewrites them whole, idle lanes
 included, with a Python loop over the lanes. And only the inputs stand still: the model itself
 still allocates its intermediates (masks, activations) at each step, and still launches every op

@@ -13,8 +13,10 @@ watched from outside (spec/support/replay_watch.py), a steady-state decode step 
 model's Python code and dispatches none of its ops, while the same step with graphs off runs them
 at every step; on CUDA it is one cudaGraphLaunch and no kernel of the model launched eagerly.
 graph_stats() is the engine's own report: read, never the only evidence.
-Files: implementations/v07_cuda_graph/runner.py and engine.py against
-implementations/v06_static_buffers/; the graph machinery is page 1, test_v07_graph_capture.py.
+Files: implementations/v07_cuda_graph/runner.py (GraphedRunner) against
+implementations/v05_decode_slots/runner.py (LaneRunner, whose decode step it captures) and
+implementations/v06_static_buffers/inputs.py (the buffers the graph reads); the graph machinery
+is page 1, test_v07_graph_capture.py.
 Tradeoff left visible: a step whose highest busy slot is 5 runs the bucket-8 graph, lanes 6 and 7
 included, and the slot cache is read in full (max_len rows per lane) by every lane.
 """

@@ -11,7 +11,7 @@ batch. A pool hands out memory as tokens arrive; a request holds ceil(tokens / b
 Core principle: every usable block is either free or owned by exactly one request, at every
 step, and everything comes back when requests end (finish, abort or preemption).
 
-Files to compare: implementations/v05_decode_slots (slot reservation) with
+Files to compare: implementations/v05_decode_slots/kv.py (LaneKV: slot reservation) with
 implementations/v08_paged_gqa_py/block_pool.py.
 
 Tradeoff left visible: the unused tail of a request's last block is still wasted (under one

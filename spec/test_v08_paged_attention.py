@@ -13,9 +13,10 @@ Core principle: paged attention equals plain causal attention on the gathered K/
 physical order of the blocks, with grouped-query heads (query head h reads KV head h // group), and
 reads no slot outside a request's context (the caches here start as NaN, so such a read shows).
 
-Files to compare: implementations/v07_cuda_graph (attention over per-slot buffers) with
-implementations/v08_paged_gqa_py/{metadata,paged_attention}.py, and later
-implementations/v10_triton_paged_gqa (the same cache layout in a Triton kernel).
+Files to compare: implementations/v05_decode_slots/model.py (slot_attention: attention over
+per-slot buffers, the model v07 replays) with
+implementations/v08_paged_gqa_py/{metadata.py, paged_attention.py}, and later
+implementations/v10_triton_paged_gqa/paged_kernels.py (the same cache layout in a Triton kernel).
 
 Tradeoff left visible: the PyTorch decode gathers every slot of the padded tables into a
 contiguous copy before attending, so it moves max_blocks * block_size tokens per request whatever

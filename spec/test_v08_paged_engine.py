@@ -33,9 +33,12 @@ the pool is refused when it is added; a pool shape that makes no sense (block_si
 num_blocks below 2) is refused at build, from the minimums OPTIONS declares
 (spec/test_build_options.py checks every version's).
 
-Files to compare: implementations/v08_paged_gqa_py/{engine,scheduler,runner,cache,buffers}.py
-against implementations/v07_cuda_graph/{engine,runner}.py and v05_decode_slots/cache.py; the pool
-alone is page 1 (test_v08_block_pool.py), attention through tables page 2
+Files to compare: implementations/v08_paged_gqa_py/{kv.py, request.py, inputs.py, runner.py,
+scheduler.py} against implementations/v05_decode_slots/{kv.py, request.py},
+implementations/v06_static_buffers/inputs.py, implementations/v07_cuda_graph/runner.py and
+implementations/v04_continuous_batching/scheduler.py (the policy PagedAdmission wraps) with
+implementations/v03_request_states/scheduler.py (the scheduler PreemptingScheduler extends); the
+pool alone is page 1 (test_v08_block_pool.py), attention through tables page 2
 (test_v08_paged_attention.py).
 
 Tradeoff left visible: the unused tail of each request's last block is still held (under one

@@ -1,12 +1,12 @@
 """v09_triton_basics, the engine: v08's engine with RMSNorm, RoPE, SwiGLU and the fused residual
 add + RMSNorm running as Triton kernels in every pass of the model.
 
-What it introduces: implementations/v09_triton_basics/model.py, v08's decoder with the per-token
-layers overridden by the kernels and v05's layer loop rewritten around them. Each residual add
-moves into the norm that follows it (add_rms_norm returns the normalized sum and the sum), so one
-loop, `forward_layers`, serves the ragged, prefill and decode passes, which differ only in their
-attention; the passes themselves are v08's. The engine is v08's: its runner takes the decoder as
-an argument, and v09's build passes its own.
+What it introduces: implementations/v09_triton_basics/model.py, TritonOps: v05's ops with the
+per-token layers overridden by the kernels and v05's layer loop rewritten around them, composed
+by v08's decoder. Each residual add moves into the norm that follows it (add_rms_norm returns
+the normalized sum and the sum), so one loop, `forward_layers`, serves the ragged, prefill and
+decode passes, which differ only in their attention; the passes themselves are v08's. The engine
+is v08's: v09's recipe (PARTS) swaps only the model, so v08's runner runs v09's decoder.
 
 Why the previous version needs it: v08's per-token layers are chains of small PyTorch ops, each
 a pass over the activations; the kernels make each layer one pass (spec/test_v09_triton_kernels.py
@@ -20,7 +20,7 @@ the replayed decode step and in the cache-free pass.
 
 Files to compare: implementations/v09_triton_basics/model.py against
 implementations/v08_paged_gqa_py/model.py and v05's forward_layers and residual_block; v09's
-engine.py against v08's build.
+__init__.py (PARTS) against v08's.
 
 Tradeoff left visible: the kernels take float32/float16/bfloat16 on a GPU and float32 on CPU,
 where Triton is interpreted; float64 (the inherited parity specs' dtype) runs v00's PyTorch

@@ -2,10 +2,11 @@
 stores each lane's new K/V with the store kernel and attends with the paged decode-attention
 kernel, and that step is still captured once per bucket and replayed as a graph.
 
-What it introduces: implementations/v10_triton_paged_gqa/model.py, v09's decoder with the two
-functions v08's decode and prefill passes store and attend through, store_kv and
-paged_decode_attention, overridden by the kernels of paged_kernels.py (prefill uses the store
-kernel; its attention stays PyTorch). The engine is v08's, given this decoder.
+What it introduces: implementations/v10_triton_paged_gqa/model.py, v09's decoder with its
+memory TritonPagedAttention: v08's PagedAttention with the two functions its decode and prefill
+passes store and attend through, store_kv and paged_decode_attention, taken from the kernels of
+paged_kernels.py (prefill uses the store kernel; its attention stays PyTorch). The other parts
+are v08's: v10's recipe (PARTS) swaps only the model.
 
 Why the previous version needs it: v09's decode step still gathers every slot of every padded
 block table into a contiguous copy before its softmax (v08's readable attention). With the

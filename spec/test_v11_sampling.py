@@ -2,8 +2,9 @@
 
 What it introduces: GenerationParams' temperature (0 is greedy), top_k (0 is off), top_p (1 is
 off), min_p (0 is off) and seed (None: the engine picks one when the request arrives). A sampler
-part (implementations/v11_sampling/sampler.py, exported as `sampler`) applies the filters in
-Hugging Face's order, temperature, top-k, top-p, min-p, and draws by an exponential race:
+part (implementations/v11_sampling/sampling.py: SeededSampler, each lane's settings, over the
+functions of sampler.py, exported as `sampler`) applies the filters in Hugging Face's order,
+temperature, top-k, top-p, min-p, and draws by an exponential race:
 argmax p / E, E ~ Exp(1), with uniforms hashed from (seed, position of the drawn token, token id)
 as torchlet.contract.GenerationParams spells out. vLLM applies min-p before top-k and top-p;
 Hugging Face is the oracle here, so its order holds. The draw runs on the device, inside the
@@ -22,9 +23,11 @@ Seeds use their whole range: seeds one bit apart, anywhere in their 63 bits, dra
 A step whose running requests are all greedy runs the greedy path, the argmax alone, whatever
 its lanes ran before: watched from the ops it dispatches, no sort and no hash.
 
-Files to compare: implementations/v11_sampling/{sampler,runner,engine}.py against
-implementations/v08_paged_gqa_py/{runner,buffers}.py (captured_step, fields) and
-implementations/v03_request_states/engine.py (_choose, the greedy choice it replaces).
+Files to compare: implementations/v11_sampling/{sampling.py, sampler.py} against
+implementations/v03_request_states/sampler.py (Greedy, the sampler part it replaces) and
+implementations/v07_cuda_graph/runner.py (captured_step, which runs the sampler's draw inside
+the graph) with implementations/v06_static_buffers/inputs.py (DecodeBuffers, which hold the
+lanes' settings too).
 
 Tradeoff left visible: every step sorts each lane's logits twice (top-k, then top-p on Hugging
 Face's ascending order) and hashes a uniform per vocabulary entry, greedy lanes included, so the

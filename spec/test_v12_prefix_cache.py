@@ -22,8 +22,9 @@ prefix name the same physical blocks for it, and their first differing block is 
 least a prompt's last token is always computed, so a prompt the cache holds whole still gets its
 first token's logits (nano-vllm's bug #144).
 
-Files to compare: implementations/v12_prefix_cache/{block_pool,cache,runner,model}.py against
-implementations/v08_paged_gqa_py/{block_pool,cache,runner}.py.
+Files to compare: implementations/v12_prefix_cache/{block_pool.py, kv.py, runner.py, model.py}
+against implementations/v08_paged_gqa_py/{block_pool.py, kv.py, runner.py} and
+implementations/v10_triton_paged_gqa/model.py (the memory ContextAttention extends).
 
 Tradeoff left visible: two requests with the same prefix admitted in the same step both compute
 it (a block is registered only once its K/V is written); the tail of a partial last block is

@@ -22,8 +22,8 @@ the dispatched ops: a decode pass multiplies by four matrices a layer where v12 
 seven, and a prefill runs one attention op a layer (one per request and layer without Triton),
 no softmax, and gathers no context.
 
-Files to compare: implementations/v13_fused/{model,fused_kernels}.py against
-implementations/v09_triton_basics/{model,kernels}.py; implementations/v13_fused/context_attention.py
+Files to compare: implementations/v13_fused/{model.py, fused_kernels.py} against
+implementations/v09_triton_basics/{model.py, kernels.py}; implementations/v13_fused/context_attention.py
 against implementations/v10_triton_paged_gqa/paged_kernels.py (the decode kernel it extends to
 many rows)
 and implementations/v12_prefix_cache/model.py (attend_context).

@@ -872,4 +872,6 @@ def _label(part: Any) -> str:
         return part.__qualname__
     if hasattr(part, "__spec__") and hasattr(part, "__name__"):
         return part.__name__.rsplit(".", 1)[-1]
+    if type(part).__repr__ is not object.__repr__:  # an object that says what it is made of
+        return repr(part)
     return f"{type(part).__qualname__} instance"

@@ -24,7 +24,7 @@ for _ in range(200):
     engine.step()
 torch.cuda.synchronize()
 print(f"step: {(time.perf_counter() - start) / 200 * 1e3:.3f} ms")
-graph = engine.runner.greedy_graphs.graphs[1]._graph  # the bucket-1 torch.cuda.CUDAGraph
+graph = engine.runner.graphs["greedy"].graphs[1]._graph  # the bucket-1 torch.cuda.CUDAGraph
 start = time.perf_counter()
 for _ in range(200):
     graph.replay()

@@ -1,22 +1,21 @@
 """v14 on the H200: the decode bench's own cells (decode_step_bench, 40 timed steps), with the
 time each step waits for its tokens' read-back event, and how many steps launched a decode
 ahead. Waiting ~0 means the host bounds the step; a wait near the step means the GPU does.
-The version is watched from outside its step: its runner's start_read and its engine's
-_decode_ahead are wrapped, not changed."""
+The version is watched from outside its step: its loop's start_read and _decode_ahead are
+wrapped, not changed."""
 import time
 
 import torch
 
 import implementations
-from implementations.v14_overlap.engine import OverlapEngine
-from implementations.v14_overlap.runner import OverlapRunner
+from implementations.v14_overlap import OverlapEngine
 from torchlet.bench.micro import decode_step_bench
 from torchlet.bench.workloads import QWEN25_05B, random_checkpoint
 from torchlet.contract import MAX_STEP_TOKENS
 
 STEPS, PROFILED = 40, 5
 waits, launched = [], {"ahead": 0, "in order": 0}
-start_read, decode_ahead = OverlapRunner.start_read, OverlapEngine._decode_ahead
+start_read, decode_ahead = OverlapEngine.start_read, OverlapEngine._decode_ahead
 
 
 def timed_read(self, tokens):
@@ -36,7 +35,7 @@ def counted_ahead(self, batch, tokens):
     return ahead
 
 
-OverlapRunner.start_read, OverlapEngine._decode_ahead = timed_read, counted_ahead
+OverlapEngine.start_read, OverlapEngine._decode_ahead = timed_read, counted_ahead
 ckpt = random_checkpoint(QWEN25_05B, 0, device="cuda", dtype=torch.bfloat16)
 version = implementations.load("v14_overlap")
 for batch, context in ((256, 1024), (256, 128), (64, 1024), (1, 128)):

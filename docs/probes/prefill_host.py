@@ -29,8 +29,8 @@ for round_ in range(12):
     prompts = [[rng.randrange(3, 500) for _ in range(rng.randint(100, 1024))] for _ in range(30)]
     ids = list(range(round_ * 100, round_ * 100 + 30))
     start = time.perf_counter()
-    runner.prefill(ids, prompts)
+    engine.prefill(ids, prompts)
     times.append((time.perf_counter() - start) * 1e3)
     for i in ids:
-        runner.cache.free(i)
+        engine.release(i)
 print(f"{tree or 'this checkout'}: prefill inputs {statistics.median(times[2:]):.2f} ms (median)")

@@ -26,7 +26,8 @@ class Greedy:
         return logits.argmax(dim=-1)
 
     def bind(self, requests) -> None:
-        """The requests have just taken decode lanes: nothing of theirs to keep per lane."""
+        """The requests have just taken decode lanes (v05 on)."""
+        pass  # the argmax keeps nothing per lane
 
     def variant(self, lanes) -> str:
         return "greedy"

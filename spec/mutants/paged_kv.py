@@ -4,10 +4,9 @@ most tokens right too: only the specs that watch the step's own buffers and stor
 (spec/support/block_watch.py)."""
 from spec.mutants import Edit, Mutant
 
-BUFFERS = "v08_paged_gqa_py/buffers.py"
-RUNNER = "v08_paged_gqa_py/runner.py"
-CACHE = "v08_paged_gqa_py/cache.py"
-STATIC_ENGINE = "v06_static_buffers/engine.py"  # decode_buffers(), which v08 inherits
+INPUTS = "v08_paged_gqa_py/inputs.py"
+KV = "v08_paged_gqa_py/kv.py"
+STATIC_INPUTS = "v06_static_buffers/inputs.py"  # decode_buffers(), which v08 inherits
 POOL = "v08_paged_gqa_py/block_pool.py"
 
 PAGED = "spec/test_v08_paged_engine.py"
@@ -34,49 +33,54 @@ FREE = "        self._free.extend(reversed(table))"
 
 MUTANTS = [
     Mutant("v08-idle-lanes-keep-a-stale-slot-mapping", TABLES, (
-        Edit(BUFFERS,
+        Edit(INPUTS,
              '        h["slot_mapping"].fill_(NULL_BLOCK)  # slot 0 lies in the null block',
              "        # idle lanes keep the slot of the last request they carried"),),
         (POISON, TIGHT), V08,
         "an idle decode lane keeps writing K/V into the slot of the request it last carried"),
     Mutant("v08-idle-lanes-keep-a-stale-block-table", TABLES, (
-        Edit(BUFFERS, '        h["block_tables"].fill_(NULL_BLOCK)',
-             "        # rows keep whatever table the lane carried before"),),
+        Edit(INPUTS, '        h["block_tables"].fill_(NULL_BLOCK)',
+             "        # rows keep whatever table the lane carried before"),
+        Edit(INPUTS, "                self._rows[lane] = NULL_BLOCK\n",
+             "                # a shorter table keeps the longer one's tail as its padding\n"),),
         (POISON, TIGHT), V08,
         "idle lanes (and the padding of shorter tables) keep the previous step's table"),
     Mutant("v08-idle-lanes-keep-a-stale-context", TABLES, (
-        Edit(BUFFERS, '        h["context_lens"].zero_()',
+        Edit(INPUTS, '        h["context_lens"].zero_()',
              "        # idle lanes keep the context of the request they carried"),),
         (POISON, TIGHT), V08,
         "an idle lane keeps its last context length and attends over the null block"),
     Mutant("v08-decode-slot-in-the-first-block", TABLES, (
-        Edit(RUNNER, "                                            self.pool.slot(r, position))",
-             "                                            self.pool.table(r)[0] * "
-             "self.pool.block_size\n"
-             "                                            + position % self.pool.block_size)"),),
+        Edit(INPUTS, "            lanes[r.lane] = (r.sequence[-1], position, r.blocks, "
+                     "pool.slot(r.id, position))",
+             "            lanes[r.lane] = (r.sequence[-1], position, r.blocks,\n"
+             "                             pool.table(r.id)[0] * pool.block_size\n"
+             "                             + position % pool.block_size)"),),
         (POISON, TIGHT), V08,
         "a decoded token's K/V goes to its offset in the request's first block, not its last"),
     Mutant("v08-decode-buffers-are-copies", TABLES, (
-        Edit(STATIC_ENGINE, "        return dict(self.runner.buffers.device_tensors)",
-             "        return {n: t.clone()\n"
-             "                for n, t in self.runner.buffers.device_tensors.items()}"),),
+        Edit(STATIC_INPUTS, "        return dict(self.buffers.device_tensors)",
+             "        return {n: t.clone() for n, t in self.buffers.device_tensors.items()}"),),
         (POISON,), V08,
         "decode_buffers() hands out copies: not the tensors the step reads"),
     Mutant("v08-freed-blocks-keep-their-kv", TABLES, (
-        Edit(CACHE, "                self.poison(self.released(request_id))",
+        Edit(KV, "                self.poison(self.released(request_id))",
              "                pass  # a freed block keeps its last owner's K/V"),),
         (POISON,), V08,
         "poison_free_blocks poisons at build only: a freed block keeps its K/V"),
     Mutant("v08-pool-reserves-per-slot", TABLES, (
-        Edit(CACHE,
-             "        shape = (num_blocks, block_size, config.num_kv_heads, config.head_dim)",
-             "        num_blocks = max(num_blocks, num_lanes * -(-max_len // block_size) + 1)\n"
-             "        shape = (num_blocks, block_size, config.num_kv_heads, config.head_dim)"),),
+        Edit(KV,
+             "        shape = (self.num_blocks, self.block_size, config.num_kv_heads, "
+             "config.head_dim)",
+             "        num_blocks = max(self.num_blocks,\n"
+             "                         self.num_lanes * -(-self.max_len // self.block_size) + 1)\n"
+             "        shape = (num_blocks, self.block_size, config.num_kv_heads, "
+             "config.head_dim)"),),
         (MEMORY,), V08,
         "the K/V tensors are sized for every lane's whole context, whatever num_blocks says"),
     Mutant("v08-kv-bytes-count-the-whole-context", TABLES, (
-        Edit(CACHE, "        blocks = len(self.pool.table(request_id)) if request_id in self._lane",
-             "        blocks = -(-self.max_len // self.block_size) if request_id in self._lane"),),
+        Edit(KV, "        blocks = len(self.pool.table(request_id)) if request_id in self.held",
+             "        blocks = -(-self.max_len // self.block_size) if request_id in self.held"),),
         (KV_BYTES,), V08,
         "kv_bytes() reports a whole context's blocks instead of the blocks held"),
 

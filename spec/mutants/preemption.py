@@ -5,7 +5,6 @@ keeps every request's tokens (a preempted request is recomputed to the same ones
 specs that watch who is preempted and who is admitted notice."""
 from spec.mutants import Edit, Mutant
 
-ENGINE = "v08_paged_gqa_py/engine.py"
 SCHEDULER = "v08_paged_gqa_py/scheduler.py"
 OVERLAP = "v14_overlap/engine.py"
 FEWEST = ("spec/test_v08_paged_engine.py::test_preemption_takes_the_fewest_requests_the_step_"
@@ -17,27 +16,23 @@ PROPERTY = "preemption"
 
 MUTANTS = [
     Mutant("v08-preempts-one-more-than-needed", PROPERTY, (
-        Edit(ENGINE, "            self.num_preemptions += 1\n"
-                     "        return Batch(decode=decode, prefill=batch.prefill)",
-             "            self.num_preemptions += 1\n"
-                     "        if 1 < len(decode) < len(batch.decode):  # and one more, to be safe\n"
-                     "            victim = decode.pop()\n"
-                     "            self.runner.cache.free(victim.id)\n"
-                     "            preempt(self.scheduler, victim)\n"
-                     "            self.num_preemptions += 1\n"
-                     "        return Batch(decode=decode, prefill=batch.prefill)"),),
+        Edit(SCHEDULER, "            self.preempt(victim)\n"
+                        "        return Batch(decode=decode, prefill=batch.prefill)",
+             "            self.preempt(victim)\n"
+             "        if 1 < len(decode) < len(batch.decode):  # and one more, to be safe\n"
+             "            self.preempt(decode.pop())\n"
+             "        return Batch(decode=decode, prefill=batch.prefill)"),),
         (FEWEST,), ("v08",),
         "a step that preempts takes one request more than its tokens need (while another is "
         "left to decode)"),
     Mutant("v08-preempted-request-queued-at-the-back", PROPERTY, (
-        Edit(SCHEDULER, "    scheduler.waiting.appendleft(request)",
-             "    scheduler.waiting.append(request)"),),
+        Edit(SCHEDULER, "        self.waiting.appendleft(request)",
+             "        self.waiting.append(request)"),),
         (FEWEST,), ("v08",),
         "a preempted request waits behind the requests that arrived after it"),
     Mutant("v14-preempts-after-a-decode-ahead", PROPERTY, (
-        Edit(OVERLAP, "        batch = self._schedule() if ahead is None else "
-                      "self.scheduler.schedule()",
-             "        batch = self._schedule()  # v08's preemption, whatever ran ahead"),),
+        Edit(OVERLAP, "        batch = self.scheduler.schedule(reserved=ahead is not None)",
+             "        batch = self.scheduler.schedule()  # v08's preemption, whatever ran ahead"),),
         (AHEAD,), ("v14",),
         "a step after a decode ahead runs v08's preemption: a request whose next token has its "
         "block is thrown back and recomputed"),
