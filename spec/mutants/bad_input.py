@@ -12,41 +12,46 @@ CHECK_ALL_THEN_QUEUE = (
     "  # all, then queue\n"
     "        ids = [self._enqueue(p, params) for p in prompts]\n")
 QUEUE_AS_CHECKED = "        ids = [self.add_request(p, params) for p in check_prompts(prompts)]\n"
-SLOT_CHECK = "        if len(prompt) + params.max_new_tokens > self.runner.cache.max_len:\n"
-POLICY_CHECK = ("        self.scheduler.policy.check(Request(-1, prompt, params))"
-                "  # reads prompt and params only\n")
-
-
-def engine(version: str) -> str:
-    return f"{version}/engine.py"
+ENGINE = "v03_request_states/engine.py"  # the loop every later version runs
+POLICY_CHECK = ("        self.scheduler.policy.check(self.request(-1, prompt, params))"
+                "  # reads prompt and params\n")
+SLOT_CHECK = ("    def check(self, prompt: list[int], params) -> None:\n"
+              "        \"\"\"Refuse a request that could outgrow a slot's rows.\"\"\"\n"
+              "        if len(prompt) + params.max_new_tokens > self.max_len:\n")
+POOL_CHECK = "        self.inner.check(request)\n        pool = self.kv.pool\n"
 
 
 MUTANTS = [
     Mutant("v03-generate-queues-each-prompt-as-it-checks-it", "bad-input atomicity", (
-        Edit(engine("v03_request_states"), CHECK_ALL_THEN_QUEUE, QUEUE_AS_CHECKED),),
+        Edit(ENGINE, CHECK_ALL_THEN_QUEUE, QUEUE_AS_CHECKED),),
         (GENERATE,), ("v03",),
         "generate queues prompt by prompt, so the good ones before a bad one stay queued"),
     Mutant("v04-step-budget-checked-only-when-queued", "bad-input atomicity", (
-        Edit(engine("v03_request_states"), POLICY_CHECK, ""),),
+        Edit(ENGINE, POLICY_CHECK, ""),),
         (GENERATE,), ("v04",),
         "the max_step_tokens refusal comes from Scheduler.add, after earlier prompts are queued"),
     Mutant("v05-generate-queues-each-prompt-as-it-checks-it", "bad-input atomicity", (
-        Edit(engine("v05_decode_slots"), SLOT_CHECK,
-             SLOT_CHECK.replace("if ", "if self.queuing and ")),
-        Edit(engine("v05_decode_slots"), "    def slot_of(self, request_id) -> int | None:\n",
-             "    queuing = False\n\n"
-             "    def _enqueue(self, prompt, params):  # the slot's limit checked only here\n"
-             "        self.queuing = True\n"
-             "        try:\n"
-             "            self._check_fits(prompt, params)\n"
-             "        finally:\n"
-             "            self.queuing = False\n"
-             "        return super()._enqueue(prompt, params)\n\n"
-             "    def slot_of(self, request_id) -> int | None:\n"),),
+        # StepEngine._checked asks LaneKV.check up front; the mutant's check only points the
+        # request class at it, and a request made to be queued (not _checked's id -1) checks
+        Edit("v05_decode_slots/kv.py", SLOT_CHECK,
+             "    def check(self, prompt: list[int], params, queued: bool = False) -> None:\n"
+             "        from .request import LaneRequest\n"
+             "        LaneRequest.kv = self  # the slot's limit checked only when queued\n"
+             "        if queued and len(prompt) + params.max_new_tokens > self.max_len:\n"),
+        Edit("v05_decode_slots/request.py",
+             "    lane: int | None = field(default=None, repr=False, compare=False)"
+             "  # set by the K/V memory\n",
+             "    lane: int | None = field(default=None, repr=False, compare=False)"
+             "  # set by the K/V memory\n"
+             "    kv = None\n\n"
+             "    def __post_init__(self):\n"
+             "        super().__post_init__()\n"
+             "        if self.id != -1 and self.kv is not None:\n"
+             "            self.kv.check(self.prompt, self.params, queued=True)\n"),),
         (GENERATE,), ("v05",),
         "a prompt past max_model_len refuses the call after the prompts before it are queued"),
     Mutant("v06-stream-queues-before-it-checks", "bad-input atomicity", (
-        Edit(engine("v03_request_states"),  # the stream v06 runs
+        Edit(ENGINE,  # the stream v06 runs
              "        request_id = self.add_request(prompt, params)\n"
              "        request, sent = self.requests[request_id], 0\n",
              "        request_id = self._enqueue(prompt, params)\n"
@@ -54,7 +59,7 @@ MUTANTS = [
              "        request, sent = self.requests[request_id], 0\n"),),
         (STREAM,), ("v06",), "a refused stream leaves its request queued"),
     Mutant("v07-interrupted-generate-keeps-its-requests", "bad-input atomicity", (
-        Edit(engine("v03_request_states"),  # the generate v07 runs
+        Edit(ENGINE,  # the generate v07 runs
              "            for i in ids:\n"
              "                self.abort(i)\n"
              "                del self.requests[i]\n",
@@ -62,15 +67,13 @@ MUTANTS = [
         (INTERRUPTED,), ("v07",),
         "a generate interrupted after its prefill leaves its requests running, holding cache"),
     Mutant("v08-pool-checked-only-when-queued", "bad-input atomicity", (
-        Edit(engine("v08_paged_gqa_py"), "    def block_tables(self) -> dict:\n",
-             "    def _check_fits(self, prompt, params):  # up front, only v04's limits\n"
-             "        policy = self.scheduler.policy\n"
-             "        self.scheduler.policy = policy.inner\n"
-             "        try:\n"
-             "            super()._check_fits(prompt, params)\n"
-             "        finally:\n"
-             "            self.scheduler.policy = policy\n\n"
-             "    def block_tables(self) -> dict:\n"),),
+        # StepEngine._checked asks the policy with a request of id -1; Scheduler.add with the
+        # queued one
+        Edit("v08_paged_gqa_py/scheduler.py", POOL_CHECK,
+             "        self.inner.check(request)\n"
+             "        if request.id == -1:  # up front, only v04's limits\n"
+             "            return\n"
+             "        pool = self.kv.pool\n"),),
         (GENERATE,), ("v08",),
         "up front only v04's limits: the pool refuses a prompt once those before it are queued"),
 ]

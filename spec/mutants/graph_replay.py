@@ -17,6 +17,7 @@ EQUAL_REPLAY = f"{CAPTURE}::test_replay_equals_eager_bit_for_bit_while_inputs_ch
 
 RUN_REPLAY = ('        self._counts[bucket]["replays"] += 1\n'
               '        return self.graphs[bucket].replay(*self._views[bucket])')
+EXTERNAL_SLOTS = "        self._external_slots = [recorder.slots[id(t)] for t in self._external]"
 CPU_REPLAY = ("        self._pinned.check(inputs)\n"
               "        env: list = [None] * self._n_slots")
 
@@ -56,12 +57,11 @@ MUTANTS = [
         "the CPU graph's replay calls the captured function and copies its results into the "
         "outputs"),
     Mutant("v07-inputs-frozen-at-capture", "graph replay", (
-        Edit(GRAPHS,
-             "        self._external = recorder.alive[:recorder.n_external] + recorder.literals",
+        # after the slots are looked up by id: the copies take the inputs' slots
+        Edit(GRAPHS, EXTERNAL_SLOTS,
+             EXTERNAL_SLOTS + "\n"
              "        n = len(self.static_inputs)\n"
-             "        self._external = ([t.clone() for t in recorder.alive[:n]]\n"
-             "                          + recorder.alive[n:recorder.n_external]\n"
-             "                          + recorder.literals)"),),
+             "        self._external = [t.clone() for t in self._external[:n]] + self._external[n:]"),),
         (EQUAL_REPLAY, EQUAL_LOGITS), ("v07",),
         "the CPU graph replays over copies of its static inputs taken at capture: new inputs "
         "never reach it"),

@@ -10,8 +10,8 @@ MUTANTS = [
     Mutant("v02-decode-rebuilds-the-cache", "no history recompute", (
         Edit(RUNNER, "        return self.extend(request_ids, [[seq[-1]] for seq in sequences])",
              "        for r in request_ids:\n"
-             "            self.cache.free(r)\n"
-             "            self.cache.allocate(r)\n"
+             "            self.kv.free(r)\n"
+             "            self.kv.allocate(r)\n"
              "        return self.extend(request_ids, [list(seq) for seq in sequences])"),),
         METER, ("v02",), "decode drops the cache and prefills the whole sequence again"),
     Mutant("v02-decode-logits-from-a-full-pass", "no history recompute", (
@@ -22,9 +22,9 @@ MUTANTS = [
              "        return torch.cat(full)"),),
         METER, ("v02",), "decode keeps the cache up to date but takes its logits from a full pass"),
     Mutant("v02-prefill-runs-the-prompt-twice", "no history recompute", (
-        Edit(RUNNER, "        for r in request_ids:\n            self.cache.allocate(r)\n"
+        Edit(RUNNER, "        for r in request_ids:\n            self.kv.allocate(r)\n"
                      "        return self.extend(request_ids, prompts)",
-             "        for r in request_ids:\n            self.cache.allocate(r)\n"
+             "        for r in request_ids:\n            self.kv.allocate(r)\n"
              "        self.forward_ragged([t for p in prompts for t in p],\n"
              "                            self.model.req_indptr([len(p) for p in prompts]))\n"
              "        return self.extend(request_ids, prompts)"),),

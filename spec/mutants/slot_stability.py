@@ -5,9 +5,8 @@ specs that watch the passes (spec/support/lanes.py) notice. The last one moves t
 of a paged request while its lane stays put."""
 from spec.mutants import Edit, Mutant
 
-CACHE = "v05_decode_slots/cache.py"
-ENGINE = "v05_decode_slots/engine.py"
-PAGED_CACHE = "v08_paged_gqa_py/cache.py"
+KV = "v05_decode_slots/kv.py"
+PAGED_KV = "v08_paged_gqa_py/kv.py"
 SLOTS = "spec/test_v05_decode_slots.py"
 OBSERVED = f"{SLOTS}::test_the_lane_slot_of_names_feeds_its_requests_token_and_its_kv_rows_stay_put"
 SCHEDULES = (f"{SLOTS}::test_for_any_arrival_schedule_a_request_keeps_one_unshared_slot_"
@@ -15,57 +14,62 @@ SCHEDULES = (f"{SLOTS}::test_for_any_arrival_schedule_a_request_keeps_one_unshar
 SPECS = (OBSERVED, SCHEDULES)
 PROPERTY = "slot stability"
 
-ASSIGN = ("        self._slot[request_id], self._length[request_id] = free[0], 0\n"
-          "        return free[0]")
-FREE = ("        self._slot.pop(request_id, None)\n"
-        "        self._length.pop(request_id, None)")
-REPORT = "        return self.runner.cache.slot_of(request_id)"
+PICK = ("        taken = set(self.lanes_in_use())\n"
+        "        return next(s for s in range(self.num_lanes) if s not in taken)\n")
+REPORT = ("        request = self.held.get(request_id)\n"
+          "        return None if request is None else request.lane\n")
+FREE = ("        request = self.held.pop(request_id, None)\n"
+        "        if request is not None:\n"
+        "            request.lane, request.computed = None, 0\n")
+ROWS = "        s, n = self.slot_of(request_id), self.num_tokens(request_id)\n"
+HELD = "        self.held: dict[Hashable, object] = {}  # request id -> the request holding a slot\n"
 
 
 def reported_apart(lane: str, on_free: str = ""):
-    """Edits that keep two books: the lane the runner really uses (`lane`, an expression over
-    `free`, the free lanes lowest first), and the slot the engine reports, handed out by v05's
-    rule. `on_free` runs after a request's lane is freed, with `lane` bound to that lane."""
+    """Edits that keep two books: the lane the request really runs in and keeps its rows in
+    (request.lane, picked by `lane`, an expression over `free`, the free lanes lowest first),
+    and the slot slot_of reports, handed out by v05's rule. `on_free` runs after a request's
+    lane is freed, with `lane` bound to that lane."""
     return (
-        Edit(ENGINE, REPORT,
-             "        return self.runner.cache.shown_slot(request_id)"),
-        Edit(CACHE, ASSIGN,
+        Edit(KV, PICK,
+             "        taken = set(self.lanes_in_use())\n"
+             "        free = [s for s in range(self.num_lanes) if s not in taken]\n"
              "        shown = set(self._shown.values())\n"
-             "        self._shown[request_id] = min(set(range(self.num_slots)) - shown)\n"
-             f"        self._slot[request_id], self._length[request_id] = {lane}, 0\n"
-             "        return self._slot[request_id]\n\n"
-             "    def shown_slot(self, request_id):\n"
-             "        return self._shown.get(request_id)"),
-        Edit(CACHE, FREE,
+             "        self._shown[request_id] = min(set(range(self.num_lanes)) - shown)\n"
+             f"        return {lane}\n"),
+        Edit(KV, REPORT, "        return self._shown.get(request_id)\n"),
+        Edit(KV, ROWS,  # the rows are read where they really are
+             "        s, n = self.held[request_id].lane, self.num_tokens(request_id)\n"),
+        Edit(KV, FREE,
              "        self._shown.pop(request_id, None)\n"
-             "        self._length.pop(request_id, None)\n"
-             "        lane = self._slot.pop(request_id, None)\n"
-             "        if lane is None:\n"
-             "            return\n" + on_free),
-        Edit(CACHE, "        self._length: dict[Hashable, int] = {}",
-             "        self._length: dict[Hashable, int] = {}\n"
-             "        self._shown: dict[Hashable, int] = {}\n"
-             "        self._queue = list(range(num_slots))"),
+             "        request = self.held.pop(request_id, None)\n"
+             "        if request is None:\n"
+             "            return\n"
+             "        lane = request.lane\n"
+             "        request.lane, request.computed = None, 0\n" + on_free),
+        Edit(KV, HELD,
+             HELD + "        self._shown: dict[Hashable, int] = {}\n"
+             "        self._queue = list(range(num_lanes))\n"),
     )
 
 
 # Live requests slide down into the lowest lanes, their rows copied along: tokens stay right.
-COMPACT = ("        for to, r in enumerate(sorted(self._slot, key=self._slot.get)):\n"
-           "            if self._slot[r] != to:\n"
+COMPACT = ("        for to, r in enumerate(sorted(self.held.values(), key=lambda r: r.lane)):\n"
+           "            if r.lane != to:\n"
            "                for k, v in self.kv:\n"
-           "                    k[to].copy_(k[self._slot[r]])\n"
-           "                    v[to].copy_(v[self._slot[r]])\n"
-           "                self._slot[r] = to\n")
+           "                    k[to].copy_(k[r.lane])\n"
+           "                    v[to].copy_(v[r.lane])\n"
+           "                r.lane = to\n")
 
 MUTANTS = [
     Mutant("v05-compacted-lanes", PROPERTY, reported_apart("free[0]", COMPACT), SPECS, ("v05",),
            "a request leaving moves the live ones into lower lanes (rows copied); slot_of "
            "reports the old slots"),
     Mutant("v07-compacted-lanes", PROPERTY, (
-               # v07's own edit first (the engine and cache edits are v05's): the bucket covers
+               # v07's own edit first (the K/V memory's edits are v05's): the bucket covers
                # the reported slots, so the pass still has as many lanes
-               Edit("v07_cuda_graph/runner.py", "        return self.cache.slots_in_use()",
-                    "        return list(self.cache._shown.values())"),)
+               Edit("v07_cuda_graph/runner.py", "        in_use = self.kv.lanes_in_use()\n",
+                    "        in_use = list(self.kv._shown.values())\n"),)
            + reported_apart("free[0]", COMPACT),
            SPECS, ("v07",),
            "v05's compaction under graph replay: the replayed pass runs the compacted lanes"),
@@ -78,17 +82,18 @@ MUTANTS = [
            "a freed lane goes to the back of the queue, so a newcomer takes a lane never used; "
            "slot_of reports the freed slot"),
     Mutant("v08-blocks-moved-when-a-request-leaves", PROPERTY, (
-        Edit(PAGED_CACHE, "            self.pool.free(request_id)\n",
+        Edit(PAGED_KV, "            self.pool.free(request_id)\n",
              "            self.pool.free(request_id)\n"
              "            pool = self.pool\n"
-             "            for r in list(self._lane):  # every live request to fresh blocks\n"
-             "                old = pool.table(r)\n"
+             "            for r in [r for r in self.held if pool.holds(r)]:  # to fresh blocks\n"
+             "                table = pool.table_view(r)  # the request's own blocks list\n"
+             "                old = list(table)\n"
              "                if len(old) <= pool.num_free:\n"
              "                    new = [pool._free.popleft() for _ in old]\n"
              "                    for k, v in self.kv:\n"
              "                        k[new] = k[old]\n"
              "                        v[new] = v[old]\n"
-             "                    pool._tables[r] = new\n"
+             "                    table[:] = new\n"
              "                    pool._free.extend(reversed(old))\n"),),
         SPECS, ("v08",),
         "a request leaving moves every live request's K/V to fresh blocks (tables updated)"),
