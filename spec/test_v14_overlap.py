@@ -274,9 +274,11 @@ def rows_of_a_prefill_after(engine, first, n):
 
 
 def test_a_block_filled_by_a_decode_ahead_is_sealed_and_spares_a_later_prefill_its_rows(impl):
-    """A 9-token prompt's third block is filled by decodes (positions 8 to 11). A request whose
-    prompt is that sequence finds all three blocks cached, as with v13: 12 of its 16 rows are
-    spared. Sealed before its tokens were read, the block would hash a placeholder and miss."""
-    rows, length = rows_of_a_prefill_after(build(impl), PROMPTS[0], 8)
-    expected, _ = rows_of_a_prefill_after(build(v13()), PROMPTS[0], 8)
-    assert length == 16 and rows == expected == [[4] * CKPT.config.num_layers]
+    """A 9-token prompt's third and fourth blocks are filled by decodes (positions 8 to 15). A
+    request whose prompt is that sequence finds all four blocks cached, as with v13: 16 of its 17
+    rows are spared. Sealed before its tokens were read, a block would hash a stand-in for the
+    token the decode ahead drew (the last known one: at position 15 it is not the drawn one) and
+    miss."""
+    rows, length = rows_of_a_prefill_after(build(impl), PROMPTS[0], 9)
+    expected, _ = rows_of_a_prefill_after(build(v13()), PROMPTS[0], 9)
+    assert length == 17 and rows == expected == [[1] * CKPT.config.num_layers]

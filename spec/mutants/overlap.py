@@ -4,7 +4,7 @@ it names, so the specs that watch the step ahead from outside must notice."""
 from spec.mutants import Edit, Mutant
 
 ENGINE = "v14_overlap/engine.py"
-RUNNER = "v14_overlap/runner.py"
+INPUTS = "v14_overlap/inputs.py"
 PAGE = "spec/test_v14_overlap.py"
 STORED = f"{PAGE}::test_when_a_step_returns_the_next_decode_has_stored_each_requests_last_token"
 FED = f"{PAGE}::test_the_decode_ahead_feeds_each_lane_its_requests_last_token_at_the_next_position"
@@ -20,20 +20,20 @@ V14 = ("v14",)
 
 MUTANTS = [
     Mutant("v14-ahead-fed-the-placeholder", PROPERTY, (
-        Edit(RUNNER, "            buffers[0].index_copy_(0, *self.fed)\n",
+        Edit(INPUTS, "            buffers[0].index_copy_(0, *self.fed)\n",
              "            pass  # the placeholder stays\n"),),
         (FED, STORED), V14,
         "the decode ahead reads the placeholder token id, not the token the step drew"),
     Mutant("v14-tokens-read-after-the-step-ahead", PROPERTY, (
-        Edit(ENGINE, "        read = self.runner.start_read(tokens)\n"
+        Edit(ENGINE, "        read = self.start_read(tokens)\n"
                      "        self.ahead = self._decode_ahead(batch, tokens)\n",
              "        self.ahead = self._decode_ahead(batch, tokens)\n"
-                     "        read = self.runner.start_read(tokens)\n"),),
+                     "        read = self.start_read(tokens)\n"),),
         (ORDER,), V14,
         "the tokens are copied out after the next decode is launched: on a GPU the wait waits "
         "for it too; the same tokens"),
     Mutant("v14-tokens-read-by-tolist", PROPERTY, (
-        Edit(RUNNER, "        buffer, copied = self.read_back\n",
+        Edit(ENGINE, "        buffer, copied = self.read_back\n",
              "        return tokens.tolist\n"
              "        buffer, copied = self.read_back\n"),),
         (ORDER,), V14,
@@ -51,14 +51,17 @@ MUTANTS = [
         (STOPPED, TIGHT), V14,
         "after a request stops or is aborted, the others take the first rows of the step ahead"),
     Mutant("v14-ahead-blocks-never-sealed", PROPERTY, (
-        Edit(ENGINE, "            self.runner.seal_filled([r.id for r in running], "
-                     "[r.sequence for r in running])\n",
+        Edit(ENGINE, "            self.kv.seal_filled([r for r in self.ahead.requests "
+                     "if r.state is running])\n",
              "            pass  # sealed by nobody\n"),),
         (SEALED,), V14,
         "a block a decode ahead fills is never sealed: a later prompt recomputes it"),
     Mutant("v14-ahead-blocks-sealed-at-launch", PROPERTY, (
-        Edit(RUNNER, "            self.decode_lanes(request_ids, [Unread(s) for s in sequences])",
-             "            self.decode(request_ids, [Unread(s) for s in sequences])"),),
+        Edit(ENGINE, "            _, drawn = self.runner.step_lanes(requests)\n",
+             "            _, drawn = self.runner.step_lanes(requests)\n"
+             "            for r in requests:  # the placeholder stands for the drawn token\n"
+             "                if self.kv.enabled and r.computed % self.kv.block_size == 0:\n"
+             "                    self.kv.pool.seal(r.id, r.sequence + r.sequence[-1:])\n"),),
         (SEALED,), V14,
         "a block is sealed when the decode ahead is launched: its hash reads the placeholder"),
     Mutant("v14-overlap-off-ignored", PROPERTY, (

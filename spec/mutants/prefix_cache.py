@@ -4,7 +4,7 @@ v08's allocator specs pass against it; the prefix pool's page must notice."""
 from spec.mutants import Edit, Mutant
 
 POOL = "v12_prefix_cache/block_pool.py"
-CACHE = "v12_prefix_cache/cache.py"
+KV = "v12_prefix_cache/kv.py"
 RUNNER = "v12_prefix_cache/runner.py"
 
 PAGE = "spec/test_v12_block_pool.py"
@@ -61,26 +61,29 @@ MUTANTS = [
         (TWICE, MACHINE), V12,
         "a second block with a registered hash takes the hash over: one hash names two blocks"),
     Mutant("v12-evicted-block-keeps-its-kv", PROPERTY, (
-        Edit(CACHE, "            self.poison([block])", "            pass"),),
+        Edit(KV, "            self.poison([block])", "            pass"),),
         (POISON,), V12,
         "with poison_free_blocks, an evicted cached block is reused with its old K/V"),
     Mutant("v12-cached-block-poisoned-on-free", PROPERTY, (
-        Edit(CACHE, "if self.pool.ref_count(b) == 1 and self.pool.hash_of(b) is None]",
+        Edit(KV, "if self.pool.ref_count(b) == 1 and self.pool.hash_of(b) is None]",
              "if self.pool.ref_count(b) == 1]"),),
         (POISON,), V12,
         "with poison_free_blocks, a freed block is poisoned though its hash keeps it cached"),
     Mutant("v12-decode-filled-blocks-never-sealed", PROPERTY, (
-        Edit(RUNNER, "        logits = super().decode(request_ids, sequences)\n"
-                     "        self.seal_filled(request_ids, sequences)\n",
-             "        logits = super().decode(request_ids, sequences)\n"),),
+        Edit(RUNNER, "        logits = super().decode(requests)\n"
+                     "        self.kv.seal_filled(requests)\n",
+             "        logits = super().decode(requests)\n"),
+        Edit(RUNNER, "        tokens = super().decode_tokens(requests)\n"
+                     "        self.kv.seal_filled(requests)\n",
+             "        tokens = super().decode_tokens(requests)\n"),),
         (CHAT,), V12,
         "a block a decode fills is never registered: a chat's next turn recomputes the answer"),
     Mutant("v12-blocks-past-a-hit-never-sealed", PROPERTY, (
-        Edit(RUNNER, "        for r, p in zip(request_ids, prompts):\n"
-                     "            self.cache.seal(r, p)\n",
-             "        for r, p, h in zip(request_ids, prompts, hits):\n"
+        Edit(RUNNER, "        for request in requests:\n"
+                     "            self.kv.seal(request)\n",
+             "        for request, h in zip(requests, hits):\n"
                      "            if not h:  # sealed once a decode fills a block\n"
-                     "                self.cache.seal(r, p)\n"),),
+                     "                self.kv.seal(request)\n"),),
         (CHAT,), V12,
         "after a hit, the full blocks the prefill computes stay unregistered until a decode "
         "fills a block: the next request with that prefix misses them"),

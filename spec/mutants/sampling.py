@@ -4,8 +4,8 @@ right, so only the sampling page's specs can notice it."""
 from spec.mutants import Edit, Mutant
 
 SAMPLER = "v11_sampling/sampler.py"
-RUNNER = "v11_sampling/runner.py"
-ENGINE = "v11_sampling/engine.py"
+SAMPLING = "v11_sampling/sampling.py"
+PACKAGE = "v11_sampling/__init__.py"
 PAGE = "spec/test_v11_sampling.py"
 FILTERS = f"{PAGE}::test_the_filters_equal_hugging_faces_warpers_row_by_row"
 SCHEDULE = f"{PAGE}::test_a_seeded_request_draws_the_oracles_tokens_under_any_schedule"
@@ -39,35 +39,35 @@ MUTANTS = [
         (FILTERS,), ("v11",),
         "top-k's threshold is the (k-1)-th largest logit"),
     Mutant("v11-seed-stream-keyed-by-lane", "seeded sampling", (
-        Edit(RUNNER, "        return logits, sampler.sample(logits, temperature, top_k, top_p, "
-                     "min_p, seed,\n                                      positions + 1)",
+        Edit(SAMPLING, "        return sample(logits, *settings, positions)\n",
+             "        temperature, top_k, top_p, min_p, seed = settings\n"
              "        lanes = torch.arange(positions.shape[0], device=positions.device)\n"
-             "        return logits, sampler.sample(logits, temperature, top_k, top_p, min_p, "
-             "seed + lanes,\n                                      positions + 1)"),),
+             "        return sample(logits, temperature, top_k, top_p, min_p, seed + lanes, "
+             "positions)\n"),),
         (SCHEDULE, GOLDEN), ("v11",),
         "the decode draw's stream is keyed by the lane as well as the seed and position"),
     Mutant("v11-prefill-draw-one-position-early", "seeded sampling", (
-        Edit(ENGINE, "[len(r.sequence) for r in batch.prefill]",
-             "[len(r.sequence) - 1 for r in batch.prefill]"),),
+        Edit(SAMPLING, "[len(r.sequence) for r in requests]",
+             "[len(r.sequence) - 1 for r in requests]"),),
         (PREEMPT, GOLDEN), ("v11",),
         "a prefill's draw uses the stream of the last prompt token, not of the drawn one"),
     Mutant("v11-decode-draw-outside-the-graph", "seeded sampling", (
-        Edit(ENGINE, "        drawn = [self.runner.drawn_for([r.id for r in batch.decode])] "
-                     "if batch.decode else []",
-             "        decode = batch.decode\n"
-             "        drawn = [self.runner.draw(logits[:len(decode)], [r.params for r in decode],\n"
-             "                                  [len(r.sequence) for r in decode])] "
-             "if decode else []"),),
+        Edit(PACKAGE, 'PARTS = BEFORE.replace("v11", sampler=SeededSampler)\n',
+             "class EagerDraw(PagedRunner):\n"
+             "    def decode_tokens(self, requests):\n"
+             "        return self.sampler.draw(self.decode(requests), requests)\n"
+             "\n\n"
+             'PARTS = BEFORE.replace("v11", sampler=SeededSampler, runner=EagerDraw)\n'),),
         (IN_GRAPH,), ("v11",),
         "the running requests' tokens are drawn eagerly from the logits after the replay"),
     Mutant("v11-sampling-lanes-replay-the-greedy-graph", "seeded sampling", (
-        Edit(RUNNER, "        if any(temperature[lane] > 0 for lane in self.lanes_in_use()):",
-             "        if any(temperature[lane] > 0 for lane in self.lanes_in_use()[:1]):"),),
+        Edit(SAMPLING, "any(temperature[lane] > 0 for lane in lanes)",
+             "any(temperature[lane] > 0 for lane in lanes[:1])"),),
         (MIXED,), ("v11",),
         "the fast path's check reads only the first lane: a batch whose later lanes sample "
         "takes the argmax for them"),
     Mutant("v11-unseeded-requests-share-a-seed", "seeded sampling", (
-        Edit(ENGINE, "seed=secrets.randbits(63))", "seed=0)"),),
+        Edit(SAMPLING, "seed=secrets.randbits(63))", "seed=0)"),),
         (UNSEEDED,), ("v11",),
         "a request without a seed gets seed 0, so every unseeded request draws alike"),
     Mutant("v11-seed-high-bits-dropped", "seeded sampling", (
@@ -76,8 +76,8 @@ MUTANTS = [
         (ONE_BIT,), ("v11",),
         "the stream reads a seed's low 32 bits only: s and s + 2^32 k draw alike"),
     Mutant("v11-greedy-steps-sample-after-a-sampler-left", "seeded sampling", (
-        Edit(RUNNER, "        if any(temperature[lane] > 0 for lane in self.lanes_in_use()):",
-             "        if (temperature > 0).any():  # every lane's last settings, in use or not"),),
+        Edit(SAMPLING, "any(temperature[lane] > 0 for lane in lanes)",
+             "(temperature > 0).any()"),),  # every lane's last settings, in use or not
         (GREEDY_AFTER,), ("v11",),
         "once a sampling request has left its lane, all-greedy steps still sort and hash: the "
         "same argmax tokens"),
