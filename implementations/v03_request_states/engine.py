@@ -73,13 +73,7 @@ class StepEngine(CacheEngine):
         batch = self.scheduler.schedule()
         if batch is None:
             return []
-        self.scheduler.postprocess(batch, self.runner.run(batch).tolist())
-        return self.outputs(batch)
-
-    @staticmethod
-    def outputs(batch) -> list[RequestOutput]:
-        """A copy of the output of every request of the batch."""
-        return [r.output() for r in batch.requests]
+        return self.scheduler.postprocess(batch, self.runner.run(batch).tolist())
 
     def output(self, request_id: int) -> RequestOutput:
         return self._request(request_id).output()

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass, field
 
-from torchlet.contract import FinishReason, RequestState
+from torchlet.contract import FinishReason, RequestOutput, RequestState
 
 from .request import Request
 
@@ -101,9 +101,9 @@ class Scheduler:
         self.running.extend(admitted)
         return batch if batch.requests else None
 
-    def postprocess(self, batch: Batch, tokens: list[int]) -> list[Request]:
+    def postprocess(self, batch: Batch, tokens: list[int]) -> list[RequestOutput]:
         """Give each request its token; finished ones leave the running batch now and free their
-        K/V. Returns them. The one place a step runs a request's own code (its stop check): if
+        K/V. Returns a copy of every request's output. The one place a step runs a request's own code (its stop check): if
         that raises, the request fails alone and leaves like any finished one."""
         for request, token in zip(batch.requests, tokens, strict=True):
             try:
@@ -121,7 +121,7 @@ class Scheduler:
             waiting_ids=tuple(r.id for r in self.waiting),
             num_prefill_tokens=sum(len(r.sequence) - 1 for r in batch.prefill),  # before its token
             finished_ids=tuple(r.id for r in finished))
-        return finished
+        return [r.output() for r in batch.requests]
 
     def abort(self, request: Request) -> None:
         """Finish a waiting or running request and free its K/V."""

@@ -64,11 +64,11 @@ class OverlapEngine(StepEngine):
         tokens = self._tokens(batch, ahead)
         read = self.start_read(tokens)
         self.ahead = self._decode_ahead(batch, tokens)
-        self.scheduler.postprocess(batch, read())
+        outputs = self.scheduler.postprocess(batch, read())
         if self.ahead is not None:
             running = RequestState.RUNNING
             self.kv.seal_filled([r for r in self.ahead.requests if r.state is running])
-        return self.outputs(batch)
+        return outputs
 
     def _tokens(self, batch: Batch, ahead: Launched | None) -> torch.Tensor:
         """The batch's tokens on the device, in batch.requests order: the running requests'
