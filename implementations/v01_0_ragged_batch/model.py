@@ -40,6 +40,10 @@ class RaggedDecoder:
     row_positions = staticmethod(ragged.row_positions)
     last_rows = staticmethod(ragged.last_rows)
 
+    # The model takes no build option. Declared, so that the recipe's look-up of a part's options
+    # never reaches __getattr__, which a learner's exercise leaves raising until written.
+    OPTIONS = ()
+
     def __getattr__(self, name: str):
         """What the decoder does not hold is its ops' (rms_norm, apply_rope, mlp, Weights, ...)."""
         return getattr(self.ops, name)

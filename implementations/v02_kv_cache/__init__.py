@@ -1,8 +1,9 @@
 """v02_kv_cache: prefill and decode are separate passes; each request keeps the keys and values
 of its tokens, so a decode step feeds only the newest token of each request.
 
-Swaps the model (model.py: CachedDecoder, a cached pass beside the cache-free one, its
-causal_attention one fused call that never holds a prompt's T x T scores) and the loop
+Swaps the model (model.py: CachedDecoder, v01_1's decoder over v01_1's ops with a cached pass
+beside the cache-free one, its causal_attention one fused call that never holds a prompt's T x T
+scores) and the loop
 (engine.py: CacheEngine, prefill once then decode), and adds the K/V cache (cache.py: KVCache,
 per request) and the runner that turns (request, new tokens) into logits (runner.py:
 ModelRunner)."""
@@ -10,6 +11,7 @@ from torchlet.contract import KV_CACHE
 
 from ..v01_1_split_gqa import CAPABILITIES as PREVIOUS
 from ..v01_1_split_gqa import PARTS as BEFORE
+from ..v01_1_split_gqa import GQAOps
 from .cache import KVCache
 from .engine import CacheEngine
 from .model import CachedDecoder, layers
@@ -20,5 +22,5 @@ PARTS = BEFORE.replace("v02", model=layers, kv=KVCache, runner=ModelRunner, loop
 OPTIONS = PARTS.options  # none: build takes device and dtype only
 build = PARTS.build
 
-__all__ = ["CAPABILITIES", "CacheEngine", "CachedDecoder", "KVCache", "ModelRunner", "OPTIONS",
-           "PARTS", "build", "layers"]
+__all__ = ["CAPABILITIES", "CacheEngine", "CachedDecoder", "GQAOps", "KVCache", "ModelRunner",
+           "OPTIONS", "PARTS", "build", "layers"]

@@ -9,7 +9,7 @@ from torchlet.contract import REQUEST_STATES
 
 from ..v02_kv_cache import CAPABILITIES as PREVIOUS
 from ..v02_kv_cache import PARTS as BEFORE
-from ..v02_kv_cache import CachedDecoder, ModelRunner, layers
+from ..v02_kv_cache import CachedDecoder, GQAOps, ModelRunner, layers
 from .engine import StepEngine
 from .request import Request
 from .runner import StepRunner
@@ -22,5 +22,5 @@ PARTS = BEFORE.replace("v03", request=Request, scheduler=Scheduler, policy=Stati
 OPTIONS = PARTS.options  # none: build takes device and dtype only
 build = PARTS.build
 
-__all__ = ["Batch", "CAPABILITIES", "CachedDecoder", "Greedy", "ModelRunner", "OPTIONS", "PARTS", "Request", "Scheduler",
+__all__ = ["Batch", "CAPABILITIES", "CachedDecoder", "GQAOps", "Greedy", "ModelRunner", "OPTIONS", "PARTS", "Request", "Scheduler",
            "StaticBatching", "StepEngine", "StepRunner", "StepStats", "build", "layers"]

@@ -7,7 +7,7 @@ from torchlet.contract import CONTINUOUS_BATCHING
 
 from ..v03_request_states import CAPABILITIES as PREVIOUS
 from ..v03_request_states import PARTS as BEFORE
-from ..v03_request_states import (Batch, CachedDecoder, Greedy, ModelRunner, Request, Scheduler, StepEngine, StepRunner,
+from ..v03_request_states import (Batch, CachedDecoder, GQAOps, Greedy, ModelRunner, Request, Scheduler, StepEngine, StepRunner,
                                   StepStats, layers)
 from .scheduler import ContinuousBatching
 
@@ -16,5 +16,5 @@ PARTS = BEFORE.replace("v04", policy=ContinuousBatching)
 OPTIONS = PARTS.options
 build = PARTS.build
 
-__all__ = ["Batch", "CAPABILITIES", "CachedDecoder", "ContinuousBatching", "Greedy", "ModelRunner", "OPTIONS", "PARTS", "Request",
+__all__ = ["Batch", "CAPABILITIES", "CachedDecoder", "ContinuousBatching", "GQAOps", "Greedy", "ModelRunner", "OPTIONS", "PARTS", "Request",
            "Scheduler", "StepEngine", "StepRunner", "StepStats", "build", "layers"]

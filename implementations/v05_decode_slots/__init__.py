@@ -2,17 +2,20 @@
 and keeps it until it finishes; each decode pass has one lane per slot, active or not.
 
 Swaps the K/V memory (kv.py: LaneKV, slots of max_len rows), the request (request.py:
-LaneRequest, which carries its lane), the model (model.py: SlotDecoder, the slot passes), and
+LaneRequest, which carries its lane), the model (model.py: SlotDecoder, v02's decoder plus the
+slot-shaped decode pass and the prefill into slots, composing PassOps: v01_1's ops plus the layer
+loop of a pass, RoPE's angles computed once in it), and
 the runner (runner.py: LaneRunner, a slot-shaped decode pass then a ragged prefill), and adds
 the decode inputs (inputs.py: LaneInputs, one lane per slot)."""
 from torchlet.contract import DECODE_SLOTS
 
 from ..v04_continuous_batching import CAPABILITIES as PREVIOUS
 from ..v04_continuous_batching import PARTS as BEFORE
-from ..v04_continuous_batching import Batch, ContinuousBatching, Greedy, Request, Scheduler, StepEngine
+from ..v04_continuous_batching import (Batch, CachedDecoder, ContinuousBatching, Greedy, Request,
+                                      Scheduler, StepEngine)
 from .inputs import LaneInputs
 from .kv import LaneKV
-from .model import SlotDecoder, layers
+from .model import PassOps, SlotDecoder, layers
 from .request import LaneRequest
 from .runner import LaneRunner
 
@@ -22,6 +25,6 @@ PARTS = BEFORE.replace("v05", model=layers, kv=LaneKV, inputs=LaneInputs, runner
 OPTIONS = PARTS.options
 build = PARTS.build
 
-__all__ = ["Batch", "CAPABILITIES", "ContinuousBatching", "Greedy", "LaneInputs", "LaneKV",
-           "LaneRequest", "LaneRunner", "OPTIONS", "PARTS", "Request", "Scheduler", "SlotDecoder",
-           "StepEngine", "build", "layers"]
+__all__ = ["Batch", "CAPABILITIES", "CachedDecoder", "ContinuousBatching", "Greedy", "LaneInputs",
+           "LaneKV", "LaneRequest", "LaneRunner", "OPTIONS", "PARTS", "PassOps", "Request",
+           "Scheduler", "SlotDecoder", "StepEngine", "build", "layers"]

@@ -22,11 +22,10 @@ import torch
 
 from torchlet.contract import ModelConfig
 
-from ..v04_continuous_batching import CachedDecoder
+from ..v04_continuous_batching import CachedDecoder, GQAOps
 
 __all__ = ["PassOps", "SlotDecoder", "layers"]
 
-GQAOps = type(CachedDecoder.ops)  # v01_1's ops, the ones v02's decoder runs
 Attend = Callable[[torch.Tensor, int], torch.Tensor]  # (normed input h, layer i) -> output
 
 

@@ -8,8 +8,8 @@ from torchlet.contract import GRAPH_REPLAY
 
 from ..v06_static_buffers import CAPABILITIES as PREVIOUS
 from ..v06_static_buffers import PARTS as BEFORE
-from ..v06_static_buffers import (Batch, ContinuousBatching, DecodeBuffers, Greedy, LaneKV,
-                                  LaneRequest, Request, Scheduler, SlotDecoder, StaticInputs,
+from ..v06_static_buffers import (Batch, CachedDecoder, ContinuousBatching, DecodeBuffers, Greedy,
+                                  LaneKV, LaneRequest, PassOps, Request, Scheduler, StaticInputs,
                                   StepEngine, layers)
 from . import graphs
 from .runner import GraphedRunner
@@ -19,6 +19,6 @@ PARTS = BEFORE.replace("v07", runner=GraphedRunner)
 OPTIONS = PARTS.options
 build = PARTS.build
 
-__all__ = ["Batch", "CAPABILITIES", "ContinuousBatching", "DecodeBuffers", "GraphedRunner",
-           "Greedy", "LaneKV", "LaneRequest", "OPTIONS", "PARTS", "Request", "Scheduler",
-           "SlotDecoder", "StaticInputs", "StepEngine", "build", "graphs", "layers"]
+__all__ = ["Batch", "CAPABILITIES", "CachedDecoder", "ContinuousBatching", "DecodeBuffers",
+           "GraphedRunner", "Greedy", "LaneKV", "LaneRequest", "OPTIONS", "PARTS", "PassOps",
+           "Request", "Scheduler", "StaticInputs", "StepEngine", "build", "graphs", "layers"]

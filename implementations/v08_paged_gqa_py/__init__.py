@@ -4,7 +4,9 @@ replay; when the pool runs out, the request admitted last is preempted and recom
 
 Swaps the K/V memory (kv.py: PagedKV over block_pool.py's BlockPool, with metadata.py's
 FlashInfer-style view), the request (request.py: PagedRequest, which carries its block table),
-the model (model.py: PagedDecoder, attention through the tables in paged_attention.py), the
+the model (model.py: PagedDecoder, v02's decoder composing two parts swapped on their own from
+here on: its ops, v05's PassOps, and its memory, PagedAttention: K/V stored and read through the
+block tables by paged_attention.py's PyTorch functions, and the paged passes), the
 decode inputs (inputs.py: PagedInputs, each lane's table, length and new slot), the runner
 (runner.py: PagedRunner, paged prefill and a decode that first grows every request), the policy
 (scheduler.py: PagedAdmission, admission over free blocks) and the scheduler (scheduler.py:
@@ -13,12 +15,12 @@ from torchlet.contract import PAGED_DECODE_ATTENTION, PAGED_KV
 
 from ..v07_cuda_graph import CAPABILITIES as PREVIOUS
 from ..v07_cuda_graph import PARTS as BEFORE
-from ..v07_cuda_graph import Batch, DecodeBuffers, StepEngine, graphs
+from ..v07_cuda_graph import Batch, DecodeBuffers, PassOps, StepEngine, graphs
 from . import metadata, paged_attention
 from .block_pool import BlockPool, PoolExhausted
 from .inputs import PagedDecodeBuffers, PagedInputs
 from .kv import PagedKV
-from .model import PagedDecoder, layers
+from .model import PagedAttention, PagedDecoder, layers
 from .request import PagedRequest
 from .runner import PagedRunner
 from .scheduler import PagedAdmission, PreemptingScheduler
@@ -32,6 +34,6 @@ build = PARTS.build
 KERNELS = {PAGED_DECODE_ATTENTION: paged_attention.paged_decode_attention}
 
 __all__ = ["Batch", "CAPABILITIES", "BlockPool", "DecodeBuffers", "KERNELS", "OPTIONS", "PARTS",
-           "PagedAdmission", "PagedDecodeBuffers", "PagedDecoder", "PagedInputs", "PagedKV",
-           "PagedRequest", "PagedRunner", "PoolExhausted", "PreemptingScheduler", "StepEngine", "build",
+           "PagedAdmission", "PagedAttention", "PagedDecodeBuffers", "PagedDecoder", "PagedInputs",
+           "PagedKV", "PagedRequest", "PagedRunner", "PassOps", "PoolExhausted", "PreemptingScheduler", "StepEngine", "build",
            "graphs", "layers", "metadata", "paged_attention"]

@@ -19,12 +19,10 @@ from functools import cached_property
 
 import torch
 
-from ..v07_cuda_graph import SlotDecoder
+from ..v07_cuda_graph import CachedDecoder, PassOps
 from . import paged_attention
 
 __all__ = ["PagedAttention", "PagedDecoder", "layers"]
-
-CachedDecoder = SlotDecoder.__base__  # v02's decoder: v05 added the slot passes, not needed here
 
 
 class PagedAttention:
@@ -78,7 +76,7 @@ class PagedAttention:
 class PagedDecoder(CachedDecoder):
     """v02's decoder composing its ops (v05's here) and its memory (PagedAttention here)."""
 
-    ops = SlotDecoder.ops
+    ops = PassOps()
     Memory = PagedAttention
 
     @classmethod
@@ -87,6 +85,10 @@ class PagedDecoder(CachedDecoder):
         decoder = cls()
         decoder.ops, decoder.Memory = ops, memory
         return decoder
+
+    def __repr__(self) -> str:
+        """What the recipe shows of the model: the ops and the memory it composes."""
+        return f"PagedDecoder({type(self.ops).__name__}, {self.Memory.__name__})"
 
     @cached_property
     def memory(self):

@@ -27,13 +27,10 @@ from typing import Mapping
 
 import torch
 
-from ..v08_paged_gqa_py import PagedDecoder
+from ..v08_paged_gqa_py import PagedAttention, PagedDecoder, PassOps
 from . import kernels
 
-__all__ = ["TritonDecoder", "TritonOps", "layers"]
-
-PassOps = type(PagedDecoder.ops)  # v05's ops, the ones v08's decoder runs
-TritonDecoder = PagedDecoder  # the decoder this version runs: v08's, over TritonOps
+__all__ = ["TritonOps", "layers"]
 
 
 class TritonOps(PassOps):
@@ -108,4 +105,4 @@ class TritonOps(PassOps):
         return self.add_rms_norm(out, residual, weights.norm, eps)[0]
 
 
-layers = PagedDecoder.composed(TritonOps(), PagedDecoder.Memory)
+layers = PagedDecoder.composed(TritonOps(), PagedAttention)

@@ -2,15 +2,16 @@
 step stores new K/V with a store kernel and attends with a paged decode-attention kernel that
 follows the block tables with an online softmax; the step is still replayed as a graph.
 
-Swaps one part, the model (model.py: TritonPagedDecoder, calling the kernels of
-paged_kernels.py)."""
+Swaps one part, the model (model.py: its memory, TritonPagedAttention, v08's with the K/V store
+and the decode attention on the kernels of paged_kernels.py; v08's decoder composes it with
+v09's ops)."""
 from torchlet.contract import PAGED_DECODE_ATTENTION, TRITON_PAGED
 
 from ..v09_triton_basics import CAPABILITIES as PREVIOUS
 from ..v09_triton_basics import PARTS as BEFORE
-from ..v09_triton_basics import (Batch, BlockPool, DecodeBuffers, PagedDecodeBuffers, PagedInputs, PagedKV, PagedRunner, PoolExhausted, StepEngine, graphs, kernels, metadata, paged_attention)
+from ..v09_triton_basics import (Batch, BlockPool, DecodeBuffers, PagedDecodeBuffers, PagedDecoder, PagedInputs, PagedKV, PagedRunner, PoolExhausted, StepEngine, TritonOps, graphs, kernels, metadata, paged_attention)
 from . import paged_kernels
-from .model import TritonPagedDecoder, layers
+from .model import TritonPagedAttention, layers
 
 CAPABILITIES = PREVIOUS + (TRITON_PAGED,)
 PARTS = BEFORE.replace("v10", model=layers)
@@ -19,4 +20,4 @@ build = PARTS.build
 # The Triton decode attention, in place of v08's PyTorch one (torchlet bench kernel times it).
 KERNELS = {PAGED_DECODE_ATTENTION: paged_kernels.paged_decode_attention}
 
-__all__ = ["Batch", "BlockPool", "CAPABILITIES", "DecodeBuffers", "KERNELS", "OPTIONS", "PARTS", "PagedDecodeBuffers", "PagedInputs", "PagedKV", "PagedRunner", "PoolExhausted", "StepEngine", "TritonPagedDecoder", "build", "graphs", "kernels", "layers", "metadata", "paged_attention", "paged_kernels"]
+__all__ = ["Batch", "BlockPool", "CAPABILITIES", "DecodeBuffers", "KERNELS", "OPTIONS", "PARTS", "PagedDecodeBuffers", "PagedDecoder", "PagedInputs", "PagedKV", "PagedRunner", "PoolExhausted", "StepEngine", "TritonOps", "TritonPagedAttention", "build", "graphs", "kernels", "layers", "metadata", "paged_attention", "paged_kernels"]

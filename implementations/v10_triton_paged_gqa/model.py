@@ -12,15 +12,13 @@ from __future__ import annotations
 
 import torch
 
-from ..v09_triton_basics import layers as previous
+from ..v09_triton_basics import PagedAttention, PagedDecoder, TritonOps
 from . import paged_kernels
 
-__all__ = ["TritonPagedAttention", "TritonPagedDecoder", "layers"]
-
-TritonPagedDecoder = type(previous)  # the decoder this version runs: v08's
+__all__ = ["TritonPagedAttention", "layers"]
 
 
-class TritonPagedAttention(previous.Memory):
+class TritonPagedAttention(PagedAttention):
     """v08's paged memory, its K/V store and decode attention on the kernels."""
 
     def functions(self, t: torch.Tensor):
@@ -31,4 +29,4 @@ class TritonPagedAttention(previous.Memory):
         return super().functions(t)
 
 
-layers = TritonPagedDecoder.composed(type(previous.ops)(), TritonPagedAttention)
+layers = PagedDecoder.composed(TritonOps(), TritonPagedAttention)

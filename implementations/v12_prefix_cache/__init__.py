@@ -6,15 +6,17 @@ is evicted least recently used, when a new block is needed.
 
 Swaps the K/V memory (kv.py: PrefixKV over block_pool.py's PrefixBlockPool: reference counts,
 the hash chain, the evictable queue), the runner (runner.py: PrefixRunner, which shares,
-computes and seals) and the model (model.py: PrefixDecoder, the prefill of uncached rows)."""
+computes and seals) and the model (model.py: its memory, ContextAttention, v10's plus the prefill
+of uncached rows, which attend over their whole context; v08's decoder composes it with v09's
+ops)."""
 from torchlet.contract import PREFIX_CACHE
 
 from ..v11_sampling import CAPABILITIES as PREVIOUS
 from ..v11_sampling import PARTS as BEFORE
-from ..v11_sampling import (Batch, BlockPool, KERNELS, PagedInputs, PagedRunner, PoolExhausted, StepEngine, graphs, kernels, metadata, paged_attention, paged_kernels, sampler)
+from ..v11_sampling import (Batch, BlockPool, KERNELS, PagedDecoder, PagedInputs, PagedRunner, PoolExhausted, StepEngine, TritonOps, graphs, kernels, metadata, paged_attention, paged_kernels, sampler)
 from .block_pool import PrefixBlockPool
 from .kv import PrefixKV
-from .model import PrefixDecoder, layers
+from .model import ContextAttention, layers
 from .runner import PrefixRunner
 
 CAPABILITIES = PREVIOUS + (PREFIX_CACHE,)
@@ -22,4 +24,4 @@ PARTS = BEFORE.replace("v12", kv=PrefixKV, runner=PrefixRunner, model=layers)
 OPTIONS = PARTS.options
 build = PARTS.build
 
-__all__ = ["Batch", "BlockPool", "CAPABILITIES", "KERNELS", "OPTIONS", "PARTS", "PagedInputs", "PagedRunner", "PoolExhausted", "PrefixBlockPool", "PrefixDecoder", "PrefixKV", "PrefixRunner", "StepEngine", "build", "graphs", "kernels", "layers", "metadata", "paged_attention", "paged_kernels", "sampler"]
+__all__ = ["Batch", "BlockPool", "CAPABILITIES", "ContextAttention", "KERNELS", "OPTIONS", "PARTS", "PagedDecoder", "PagedInputs", "PagedRunner", "PoolExhausted", "PrefixBlockPool", "PrefixKV", "PrefixRunner", "StepEngine", "TritonOps", "build", "graphs", "kernels", "layers", "metadata", "paged_attention", "paged_kernels", "sampler"]

@@ -9,14 +9,12 @@ from __future__ import annotations
 
 import torch
 
-from ..v11_sampling import layers as previous
+from ..v11_sampling import PagedDecoder, TritonOps, TritonPagedAttention
 
-__all__ = ["ContextAttention", "PrefixDecoder", "layers"]
-
-PrefixDecoder = type(previous)  # the decoder this version runs: v08's
+__all__ = ["ContextAttention", "layers"]
 
 
-class ContextAttention(previous.Memory):
+class ContextAttention(TritonPagedAttention):
     """v10's paged memory plus the prefill of uncached rows over their whole context."""
 
     def forward_prefill_cached(self, weights, token_ids: torch.Tensor, positions: torch.Tensor,
@@ -46,4 +44,4 @@ class ContextAttention(previous.Memory):
                           for (a, b), slots in zip(model.spans(indptr), context)])
 
 
-layers = PrefixDecoder.composed(type(previous.ops)(), ContextAttention)
+layers = PagedDecoder.composed(TritonOps(), ContextAttention)

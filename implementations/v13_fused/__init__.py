@@ -5,19 +5,21 @@ and a prefill's attention, v12's gathers and fused call (v02's) for every reques
 kernel a layer for all the requests of the pass, reading their contexts from the paged cache
 (context_attention; without Triton, v12's way). Same tokens as v12.
 
-Swaps one part, the model (model.py: FusedDecoder and its PackedWeights, over the kernels of
-fused_kernels.py and context_attention.py)."""
+Swaps one part, the model (model.py), both its ops and its memory: FusedOps, v09's ops with the
+projections, their RoPE and SwiGLU fused (fused_kernels.py) over PackedWeights, and
+FusedContextAttention, v12's memory with a prefill's attention one kernel
+(context_attention.py); v08's decoder composes the two."""
 from torchlet.contract import FUSED
 
 from ..v12_prefix_cache import CAPABILITIES as PREVIOUS
 from ..v12_prefix_cache import PARTS as BEFORE
 from ..v12_prefix_cache import (Batch, BlockPool, KERNELS, PagedInputs, PagedRunner, PoolExhausted, PrefixBlockPool, PrefixKV, PrefixRunner, StepEngine, graphs, kernels, metadata, paged_attention, paged_kernels, sampler)
 from . import context_attention, fused_kernels
-from .model import FusedDecoder, PackedWeights, layers
+from .model import FusedContextAttention, FusedOps, PackedWeights, layers
 
 CAPABILITIES = PREVIOUS + (FUSED,)
 PARTS = BEFORE.replace("v13", model=layers)
 OPTIONS = PARTS.options
 build = PARTS.build
 
-__all__ = ["Batch", "BlockPool", "CAPABILITIES", "FusedDecoder", "KERNELS", "OPTIONS", "PARTS", "PackedWeights", "PagedInputs", "PagedRunner", "PoolExhausted", "PrefixBlockPool", "PrefixKV", "PrefixRunner", "StepEngine", "build", "context_attention", "fused_kernels", "graphs", "kernels", "layers", "metadata", "paged_attention", "paged_kernels", "sampler"]
+__all__ = ["Batch", "BlockPool", "CAPABILITIES", "FusedContextAttention", "FusedOps", "KERNELS", "OPTIONS", "PARTS", "PackedWeights", "PagedInputs", "PagedRunner", "PoolExhausted", "PrefixBlockPool", "PrefixKV", "PrefixRunner", "StepEngine", "build", "context_attention", "fused_kernels", "graphs", "kernels", "layers", "metadata", "paged_attention", "paged_kernels", "sampler"]

@@ -28,13 +28,10 @@ import torch
 
 from torchlet.contract import Checkpoint, ModelConfig
 
-from ..v12_prefix_cache import layers as previous
+from ..v12_prefix_cache import ContextAttention, PagedDecoder, TritonOps
 from . import context_attention, fused_kernels
 
-__all__ = ["FusedContextAttention", "FusedDecoder", "FusedOps", "PackedWeights", "layers"]
-
-FusedDecoder = type(previous)  # the decoder this version runs: v08's
-TritonOps = type(previous.ops)  # v09's ops, the ones v12's decoder runs
+__all__ = ["FusedContextAttention", "FusedOps", "PackedWeights", "layers"]
 
 QKV, GATE_UP = "self_attn.qkv_proj", "mlp.gate_up_proj"
 PACKED = {QKV: ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"),
@@ -98,7 +95,7 @@ class FusedOps(TritonOps):
         return self.swiglu(gate, up)
 
 
-class FusedContextAttention(previous.Memory):
+class FusedContextAttention(ContextAttention):
     """v12's memory, a prefill's attention over the cache one kernel a layer."""
 
     def attend_context(self, qg: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
@@ -119,4 +116,4 @@ class FusedContextAttention(previous.Memory):
         return out.view(qg.shape)
 
 
-layers = FusedDecoder.composed(FusedOps(), FusedContextAttention)
+layers = PagedDecoder.composed(FusedOps(), FusedContextAttention)

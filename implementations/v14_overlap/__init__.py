@@ -14,7 +14,7 @@ from ..v13_fused import PARTS as BEFORE
 from ..v13_fused import (KERNELS, BlockPool, PoolExhausted, PrefixBlockPool, PrefixKV,
                          context_attention, fused_kernels, graphs, kernels, layers, metadata,
                          paged_attention, paged_kernels, sampler)
-from .engine import OverlapEngine, Unread
+from .engine import OverlapEngine
 from .inputs import OverlapInputs
 
 CAPABILITIES = PREVIOUS + (OVERLAP,)
@@ -23,6 +23,6 @@ OPTIONS = PARTS.options
 build = PARTS.build
 
 __all__ = ["CAPABILITIES", "KERNELS", "OPTIONS", "PARTS", "BlockPool", "OverlapEngine",
-           "OverlapInputs", "PoolExhausted", "PrefixBlockPool", "PrefixKV", "Unread", "build",
+           "OverlapInputs", "PoolExhausted", "PrefixBlockPool", "PrefixKV", "build",
            "context_attention", "fused_kernels", "graphs", "kernels", "layers", "metadata",
            "paged_attention", "paged_kernels", "sampler"]

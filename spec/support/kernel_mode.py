@@ -9,7 +9,7 @@ specs run compiled kernels everywhere). The interpreter costs about a minute of 
 version that runs it; no mutant of v09 or v10 is killed by an inherited spec.
 
 Before each spec that runs against a version, TRITON_INTERPRET is set for it, "1" or "0" (the
-layers read it at call time: TritonDecoder.on_triton). A spec marked `kernels` needs the kernels
+layers read it at call time: TritonOps.on_triton). A spec marked `kernels` needs the kernels
 to run on CPU and is skipped for a version that only inherits them.
 """
 from __future__ import annotations

@@ -2,10 +2,11 @@
 does it dispatch? A replayed step must show neither; an eager step shows both.
 
 The model's code is the Python of a version's declared `layers` (a module, or the modules of its
-class and the classes it subclasses) and of every module of the same tree that it draws functions,
-classes or modules from (v07's layers are v05's model.py, which draws on v02's, v01_1's, v01_0's
-and v00's; v09's add kernels.py). It is found from what the version declares,
-never from the engine's attributes, so an engine cannot hide its model from the watch.
+class, of the parts it composes (v08 on: its ops and memory) and of the classes they subclass) and
+of every module of the same tree that it draws functions, classes or modules from (v07's layers
+are v05's model.py, which draws on v02's, v01_1's, v01_0's and v00's; v09's run v08's decoder over
+v09's ops, from v09's model.py, which draws on kernels.py). It is found from what the version
+declares, never from the engine's attributes, so an engine cannot hide its model from the watch.
 
     with ModelWatch(impl) as watch:
         engine.step()
@@ -39,7 +40,7 @@ def model_files(version, also=()) -> frozenset[str]:
     seen: set[str] = set()
     layers = version.layers  # v00's a module; later versions' an instance of their decoder class
     pending = [layers] if isinstance(layers, types.ModuleType) else \
-        [sys.modules[c.__module__] for c in type(layers).__mro__]
+        [sys.modules[c.__module__] for c in model_classes(layers)]
     pending += also
     while pending:
         module = pending.pop()
@@ -59,6 +60,16 @@ def model_files(version, also=()) -> frozenset[str]:
                 if owner is not None:
                     pending.append(owner)
     return frozenset(files)
+
+
+def model_classes(layers) -> list[type]:
+    """The classes whose methods a decoder's passes run: its own class, the class of each part it
+    composes (the values it holds: v08 on, its ops, an instance, and its memory, a class) and what
+    they subclass. A version that swaps only a part (v09's ops, v10's memory) keeps v08's decoder
+    class, so its own model.py is reached through the part alone."""
+    parts = [type(layers)] + [value if isinstance(value, type) else type(value)
+                              for value in vars(layers).values()]
+    return [cls for part in parts for cls in part.__mro__]
 
 
 class ModelWatch:

@@ -36,6 +36,20 @@ class StepTrace:
 
 
 def trace_step(name: str) -> StepTrace:
+    """The trace of one steady decode step of the version. Triton layers take their PyTorch
+    path (the interpreter off, as a step's own Python is what a reader follows)."""
+    interpret = os.environ.get("TRITON_INTERPRET")
+    os.environ["TRITON_INTERPRET"] = "0"
+    try:
+        return _trace(name)
+    finally:
+        if interpret is None:
+            os.environ.pop("TRITON_INTERPRET")
+        else:
+            os.environ["TRITON_INTERPRET"] = interpret
+
+
+def _trace(name: str) -> StepTrace:
     version = implementations.load(name)
     names = {o.name for o in version.options}
     options = {"use_graphs": False} if "use_graphs" in names else {}
