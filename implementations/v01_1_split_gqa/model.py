@@ -5,7 +5,7 @@
 
 (qk_norm, Qwen3's RMSNorm over each head of q and k, leaves them as they are for other models.)
 qkv_heads runs the phases up to the grouped queries, the one place every attention (this one,
-the cached ones of later versions) gets its heads from.
+the cached ones of later versions) gets its heads from: phase 1, then heads (phases 2-4).
 
 Grouped-query attention stops copying K/V: v00 repeated each KV head for every query head that
 reads it (repeat_interleave); here query heads are viewed as [kv_heads, group] so each KV head is
@@ -76,9 +76,14 @@ class GQAOps:
 
     def qkv_heads(self, x: torch.Tensor, positions: torch.Tensor, w: Mapping[str, torch.Tensor],
                   config: ModelConfig):
-        """Phases 1-4: grouped queries [T, KV, G, D], k and v [T, KV, D]; q and k normed per
-        head where the model does (qk_norm), then rotated."""
-        q, k, v = self.project_qkv(x, w)
+        """Phases 1-4: grouped queries [T, KV, G, D], k and v [T, KV, D]."""
+        return self.heads(*self.project_qkv(x, w), positions, w, config)
+
+    def heads(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, positions: torch.Tensor,
+              w: Mapping[str, torch.Tensor], config: ModelConfig):
+        """Phases 2-4 on projected q, k and v: split into heads, q and k normed per head where
+        the model does (qk_norm), then rotated, and the queries grouped. Apart from phase 1, so a
+        version that projects otherwise (v13's one GEMM) hands its q, k and v here."""
         q, k = self.split_heads(q, config.num_heads), self.split_heads(k, config.num_kv_heads)
         if config.qk_norm:
             q, k = self.qk_norm(q, k, w, config)

@@ -74,18 +74,14 @@ class PassOps(GQAOps):
                                           config.rms_eps), w)
 
     def forward_layers(self, weights, x: torch.Tensor, attend: Attend) -> torch.Tensor:
-        """Embedded rows x through every layer (layer_loop) as one pass: the rotation's cos and
-        sin are computed at the first layer and read by the others."""
-        with self.one_pass():
-            return self.layer_loop(weights, x, attend)
-
-    def layer_loop(self, weights, x: torch.Tensor, attend: Attend) -> torch.Tensor:
-        """Embedded rows x through every layer's residual block and the final norm. attend(h, i)
-        is layer i's attention output on its normed input h."""
+        """Embedded rows x through every layer's residual block and the final norm, as one pass:
+        the rotation's cos and sin are computed at the first layer and read by the others.
+        attend(h, i) is layer i's attention output on its normed input h."""
         config = weights.config
-        for i, w in enumerate(weights.layers):
-            x = self.residual_block(x, w, config, lambda h, i=i: attend(h, i))
-        return self.rms_norm(x, weights.norm, config.rms_eps)
+        with self.one_pass():
+            for i, w in enumerate(weights.layers):
+                x = self.residual_block(x, w, config, lambda h, i=i: attend(h, i))
+            return self.rms_norm(x, weights.norm, config.rms_eps)
 
 
 class SlotDecoder(CachedDecoder):

@@ -29,13 +29,17 @@ class PagedAttention:
     """K/V in blocks read through block tables, and the passes over them. `model` is the decoder
     it serves: the passes run its ops and its causal attention."""
 
+    # The K/V store and the decode attention in PyTorch (paged_attention.py): what a pass runs
+    # here, and where a later memory's kernels do not run.
+    pytorch = (paged_attention.store_kv, paged_attention.paged_decode_attention)
+
     def __init__(self, model):
         self.model = model
 
     def functions(self, t: torch.Tensor):
         """The K/V store and the decode attention a pass over tensors like t runs, chosen once
-        for the pass: v08's PyTorch ones (paged_attention.py)."""
-        return paged_attention.store_kv, paged_attention.paged_decode_attention
+        for the pass: v08's PyTorch ones."""
+        return self.pytorch
 
     def forward_decode_paged(self, weights, token_ids: torch.Tensor, positions: torch.Tensor,
                              block_tables: torch.Tensor, context_lens: torch.Tensor,

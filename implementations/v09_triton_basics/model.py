@@ -1,17 +1,17 @@
 """v08's decoder with its per-token layers on Triton kernels (kernels.py): RMSNorm, RoPE, SwiGLU,
 and the residual add fused into the norm that follows it.
 
-TritonOps is v05's ops (PassOps) with those layers overridden; every function that calls them
-(the attention phases, the layer loop) is v05's and earlier, and runs the kernels because it
-reaches the layers through self: Qwen3's per-head q/k norm (qk_norm) is the rms_norm kernel over
+TritonOps is v05's ops (PassOps) with those layers overridden; every other function that calls
+them (the attention phases) is v05's and earlier, and runs the kernels because it reaches the
+layers through self: Qwen3's per-head q/k norm (qk_norm) is the rms_norm kernel over
 each head. The decoder is v08's, composing these ops: its passes are unchanged.
 
 The fusion changes the shape of the layer loop. v08 writes each layer as x + attn(norm(x)), then
 h + mlp(norm(h)): every residual add is a pass over the stream, and the norm right after it reads
 the sum again. Here each add happens inside the next norm (add_rms_norm returns the normalized
 sum and the sum): the attention output joins the stream in the post-attention norm, the MLP output
-in the next layer's input norm, and the last MLP output in the final norm. layer_loop holds that
-loop once, in place of v05's; the ragged, prefill and decode passes differ only in their
+in the next layer's input norm, and the last MLP output in the final norm. forward_layers holds
+that loop once, in place of v05's; the ragged, prefill and decode passes differ only in their
 attention.
 
 The kernels take float32, float16 and bfloat16 on a GPU; on CPU only float32, and only under
@@ -87,22 +87,25 @@ class TritonOps(PassOps):
 
     # --- the layer loop ---------------------------------------------------------------------
 
-    def layer_loop(self, weights, x: torch.Tensor, attend) -> torch.Tensor:
-        """Embedded rows x through every layer and the final norm, each residual add fused into
-        the norm after it. attend(h, i) is layer i's attention output on its normed input h."""
+    def forward_layers(self, weights, x: torch.Tensor, attend) -> torch.Tensor:
+        """Embedded rows x through every layer and the final norm as one pass (v05's: the
+        rotation's angles once), each residual add fused into the norm after it. attend(h, i) is
+        layer i's attention output on its normed input h."""
         eps = weights.config.rms_eps
         residual, out = x, None  # out: the last sublayer's output, not yet added to the stream
-        for i, w in enumerate(weights.layers):
+        with self.one_pass():
+            for i, w in enumerate(weights.layers):
+                if out is None:
+                    h = self.rms_norm(residual, w["input_layernorm.weight"], eps)
+                else:
+                    h, residual = self.add_rms_norm(out, residual, w["input_layernorm.weight"],
+                                                    eps)
+                h, residual = self.add_rms_norm(attend(h, i), residual,
+                                                w["post_attention_layernorm.weight"], eps)
+                out = self.mlp(h, w)
             if out is None:
-                h = self.rms_norm(residual, w["input_layernorm.weight"], eps)
-            else:
-                h, residual = self.add_rms_norm(out, residual, w["input_layernorm.weight"], eps)
-            h, residual = self.add_rms_norm(attend(h, i), residual,
-                                            w["post_attention_layernorm.weight"], eps)
-            out = self.mlp(h, w)
-        if out is None:
-            return self.rms_norm(residual, weights.norm, eps)
-        return self.add_rms_norm(out, residual, weights.norm, eps)[0]
+                return self.rms_norm(residual, weights.norm, eps)
+            return self.add_rms_norm(out, residual, weights.norm, eps)[0]
 
 
 layers = PagedDecoder.composed(TritonOps(), PagedAttention)

@@ -26,7 +26,7 @@ class TritonPagedAttention(PagedAttention):
         ops' on_triton); elsewhere v08's PyTorch functions."""
         if self.model.ops.on_triton(t):
             return paged_kernels.store_kv, paged_kernels.paged_decode_attention
-        return super().functions(t)
+        return self.pytorch
 
 
 layers = PagedDecoder.composed(TritonOps(), TritonPagedAttention)

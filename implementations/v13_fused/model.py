@@ -58,34 +58,35 @@ class FusedOps(TritonOps):
 
     Weights = PackedWeights
 
-    def project_qkv(self, x: torch.Tensor, w: Mapping[str, torch.Tensor]):
-        """Phase 1 as one GEMM; q, k and v are its column blocks (views: with the kernels,
-        qkv_heads reads the packed rows whole instead). HF-named tensors: v12's three GEMMs."""
-        if f"{QKV}.weight" not in w:
-            return super().project_qkv(x, w)
-        q_width = w["self_attn.o_proj.weight"].shape[1]
-        kv_width = (w[f"{QKV}.weight"].shape[0] - q_width) // 2
-        return self.linear(x, w, QKV).split([q_width, kv_width, kv_width], dim=-1)
-
     def qkv_heads(self, x: torch.Tensor, positions: torch.Tensor, w: Mapping[str, torch.Tensor],
                   config: ModelConfig):
-        """Phases 1-4: one GEMM, then one kernel for RoPE and the heads (rope_split), the
-        angles' cos and sin once per pass as v09's rope_qk has them (kernel_cos_sin); for
-        Qwen3 the same kernel norms each q and k head first (qk_norm's step)."""
-        if f"{QKV}.weight" not in w or not self.on_triton(x):
+        """Phases 1-4 over the packed weights: phase 1 one GEMM, whose row is [q heads | k heads
+        | v heads]. With the kernels, one kernel for RoPE and the heads (rope_split) reads that
+        row whole, the angles' cos and sin once per pass as v09's rope_qk has them
+        (kernel_cos_sin), and for Qwen3 norms each q and k head first (qk_norm's step);
+        elsewhere the row's column blocks (views) go through v01_1's phases 2-4 (heads).
+        HF-named tensors: v12's phases."""
+        if f"{QKV}.weight" not in w:
             return super().qkv_heads(x, positions, w, config)
+        qkv = torch.nn.functional.linear(x, w[f"{QKV}.weight"], w.get(f"{QKV}.bias"))
+        if not self.on_triton(qkv):
+            q_width = w["self_attn.o_proj.weight"].shape[1]
+            kv_width = (qkv.shape[-1] - q_width) // 2
+            return self.heads(*qkv.split([q_width, kv_width, kv_width], dim=-1), positions, w,
+                              config)
         cos, sin = self.kernel_cos_sin(positions, config.head_dim, config.rope_theta)
         norms = ((w["self_attn.q_norm.weight"], w["self_attn.k_norm.weight"]) if config.qk_norm
                  else (None, None))
-        q, k, v = fused_kernels.rope_split(self.linear(x, w, QKV), cos, sin, config.num_heads,
-                                           config.num_kv_heads, *norms, config.rms_eps)
+        q, k, v = fused_kernels.rope_split(qkv, cos, sin, config.num_heads, config.num_kv_heads,
+                                           *norms, config.rms_eps)
         return self.group_queries(q, config.num_kv_heads), k, v
 
     def mlp(self, x: torch.Tensor, w: Mapping[str, torch.Tensor]) -> torch.Tensor:
         """down(swiglu(gate, up)) with gate and up from one GEMM."""
         if f"{GATE_UP}.weight" not in w:
             return super().mlp(x, w)
-        return self.linear(self.swiglu_packed(self.linear(x, w, GATE_UP)), w, "mlp.down_proj")
+        gate_up = torch.nn.functional.linear(x, w[f"{GATE_UP}.weight"], w.get(f"{GATE_UP}.bias"))
+        return self.linear(self.swiglu_packed(gate_up), w, "mlp.down_proj")
 
     def swiglu_packed(self, gate_up: torch.Tensor) -> torch.Tensor:
         """silu(gate) * up of each row [gate | up]: one kernel, or v09's swiglu on the halves."""

@@ -26,8 +26,8 @@ TWINS = (f"{PARITY}::test_two_checkpoints_of_one_shape_built_in_one_process_each
 
 MUTANTS = [
     Mutant("v13-qkv-split-from-the-hidden-size", "fusion", (
-        Edit(MODEL, '        q_width = w["self_attn.o_proj.weight"].shape[1]',
-             "        q_width = x.shape[-1]  # as wide as the rows: hidden_size"),),
+        Edit(MODEL, '            q_width = w["self_attn.o_proj.weight"].shape[1]',
+             "            q_width = x.shape[-1]  # as wide as the rows: hidden_size"),),
         (HEAD_DIM,), ("v13",),
         "the packed q/k/v output is split at the hidden size, not at heads x head_dim: right "
         "only where head_dim = hidden / heads"),
