@@ -26,7 +26,7 @@ import pytest
 import implementations
 from spec.support.models import tiny_checkpoint
 from torchlet import contract
-from torchlet.contract import (ALL_CAPABILITIES, API_OF, GENERATE, KV_CACHE, PAGED_KV,
+from torchlet.contract import (ALL_CAPABILITIES, API_OF, GENERATE, KV_CACHE, PAGED_KV, PART_NAMES,
                                RAGGED_BATCH, SAMPLING, SPLIT_GQA, GenerateAPI, Layers, PagedKVAPI,
                                RequestStatesAPI, Sampler, SplitGQALayers, lacking, members)
 
@@ -40,6 +40,19 @@ def test_every_engine_satisfies_the_api_of_each_capability_its_version_declares(
         assert isinstance(engine, API_OF[capability]), \
             f"{impl.name}: no {API_OF[capability].__name__} ({capability})"
     assert lacking(engine, impl.capabilities) == {}
+
+
+@pytest.mark.needs(GENERATE)
+def test_a_versions_recipe_names_each_part_and_a_writer_at_or_before_it(impl):
+    """What `torchlet parts` and the site print: every part named, written by this version or
+    an earlier one, and the parts it swaps among them."""
+    names = implementations.version_names()
+    rows = impl.recipe.table()
+    assert [part for part, _, _ in rows] == [p for p in PART_NAMES if p in impl.recipe.parts]
+    for part, label, _ in rows:
+        writer = impl.writer(part)
+        assert label and names.index(writer) <= names.index(impl.name), (part, label, writer)
+    assert {p for p, _, _ in rows if impl.writer(p) == impl.name} == set(impl.recipe.swapped())
 
 
 @pytest.mark.needs(GENERATE)

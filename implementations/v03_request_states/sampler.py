@@ -10,8 +10,6 @@ from torchlet.contract import GenerationParams
 
 class Greedy:
     samples = False  # check_request refuses a request that asks for sampling
-    # What a captured decode step asks of a sampler (v07): the graphs it may replay, by name.
-    variants = ("greedy",)
 
     @classmethod
     def assemble(cls, a) -> "Greedy":
@@ -23,19 +21,4 @@ class Greedy:
 
     def draw(self, logits: torch.Tensor, requests) -> torch.Tensor:
         """Each row's token, on the logits' device: its argmax."""
-        return logits.argmax(dim=-1)
-
-    def bind(self, requests) -> None:
-        """The requests have just taken decode lanes (v05 on)."""
-        pass  # the argmax keeps nothing per lane
-
-    def variant(self, lanes) -> str:
-        return "greedy"
-
-    def lane_tensors(self, variant: str) -> tuple[torch.Tensor, ...]:
-        return ()
-
-    def draw_lanes(self, variant: str, logits: torch.Tensor, positions: torch.Tensor,
-                   *settings: torch.Tensor) -> torch.Tensor:
-        """Inside a captured step: each lane's token, the argmax."""
         return logits.argmax(dim=-1)

@@ -18,13 +18,14 @@ from .kv import LaneKV
 from .model import PassOps, SlotDecoder, layers
 from .request import LaneRequest
 from .runner import LaneRunner
+from .sampler import LaneGreedy
 
 CAPABILITIES = PREVIOUS + (DECODE_SLOTS,)
 PARTS = BEFORE.replace("v05", model=layers, kv=LaneKV, inputs=LaneInputs, runner=LaneRunner,
-                       request=LaneRequest)
+                       request=LaneRequest, sampler=LaneGreedy)
 OPTIONS = PARTS.options
 build = PARTS.build
 
-__all__ = ["Batch", "CAPABILITIES", "CachedDecoder", "ContinuousBatching", "Greedy", "LaneInputs",
-           "LaneKV", "LaneRequest", "LaneRunner", "OPTIONS", "PARTS", "PassOps", "Request",
-           "Scheduler", "SlotDecoder", "StepEngine", "build", "layers"]
+__all__ = ["Batch", "CAPABILITIES", "CachedDecoder", "ContinuousBatching", "Greedy", "LaneGreedy",
+           "LaneInputs", "LaneKV", "LaneRequest", "LaneRunner", "OPTIONS", "PARTS", "PassOps",
+           "Request", "Scheduler", "SlotDecoder", "StepEngine", "build", "layers"]

@@ -93,9 +93,6 @@ class LaneKV:
         request = self.held.get(request_id)
         return None if request is None else request.lane
 
-    def __contains__(self, request_id: Hashable) -> bool:
-        return request_id in self.held
-
     def num_free(self) -> int:
         return self.num_lanes - len(self.held)
 

@@ -6,7 +6,7 @@ from torchlet.contract import STATIC_BUFFERS
 
 from ..v05_decode_slots import CAPABILITIES as PREVIOUS
 from ..v05_decode_slots import PARTS as BEFORE
-from ..v05_decode_slots import (Batch, CachedDecoder, ContinuousBatching, Greedy, LaneKV,
+from ..v05_decode_slots import (Batch, CachedDecoder, ContinuousBatching, Greedy, LaneGreedy, LaneKV,
                                 LaneRequest, LaneRunner, PassOps, Request, Scheduler, StepEngine,
                                 layers)
 from .inputs import DecodeBuffers, StaticInputs
@@ -16,6 +16,6 @@ PARTS = BEFORE.replace("v06", inputs=StaticInputs)
 OPTIONS = PARTS.options
 build = PARTS.build
 
-__all__ = ["Batch", "CAPABILITIES", "CachedDecoder", "ContinuousBatching", "DecodeBuffers", "Greedy",
-           "LaneKV", "LaneRequest", "LaneRunner", "OPTIONS", "PARTS", "PassOps", "Request",
-           "Scheduler", "StaticInputs", "StepEngine", "build", "layers"]
+__all__ = ["Batch", "CAPABILITIES", "CachedDecoder", "ContinuousBatching", "DecodeBuffers",
+           "Greedy", "LaneGreedy", "LaneKV", "LaneRequest", "LaneRunner", "OPTIONS", "PARTS",
+           "PassOps", "Request", "Scheduler", "StaticInputs", "StepEngine", "build", "layers"]

@@ -2,8 +2,8 @@
 CUDA graphs on a GPU, a TorchDispatchMode stand-in (graphs.CpuGraph) on a CPU that enforces the
 same contract.
 
-Swaps one part, the runner (runner.py: GraphedRunner, whose decode step replays the graphs of
-graphs.py)."""
+Swaps the runner (runner.py: GraphedRunner, whose decode step replays the graphs of graphs.py)
+and the sampler (sampler.py: CapturedGreedy, whose argmax the graph holds)."""
 from torchlet.contract import GRAPH_REPLAY
 
 from ..v06_static_buffers import CAPABILITIES as PREVIOUS
@@ -13,12 +13,14 @@ from ..v06_static_buffers import (Batch, CachedDecoder, ContinuousBatching, Deco
                                   StepEngine, layers)
 from . import graphs
 from .runner import GraphedRunner
+from .sampler import CapturedGreedy
 
 CAPABILITIES = PREVIOUS + (GRAPH_REPLAY,)
-PARTS = BEFORE.replace("v07", runner=GraphedRunner)
+PARTS = BEFORE.replace("v07", runner=GraphedRunner, sampler=CapturedGreedy)
 OPTIONS = PARTS.options
 build = PARTS.build
 
-__all__ = ["Batch", "CAPABILITIES", "CachedDecoder", "ContinuousBatching", "DecodeBuffers",
-           "GraphedRunner", "Greedy", "LaneKV", "LaneRequest", "OPTIONS", "PARTS", "PassOps",
-           "Request", "Scheduler", "StaticInputs", "StepEngine", "build", "graphs", "layers"]
+__all__ = ["Batch", "CAPABILITIES", "CachedDecoder", "CapturedGreedy", "ContinuousBatching",
+           "DecodeBuffers", "GraphedRunner", "Greedy", "LaneKV", "LaneRequest", "OPTIONS", "PARTS",
+           "PassOps", "Request", "Scheduler", "StaticInputs", "StepEngine", "build", "graphs",
+           "layers"]

@@ -86,10 +86,6 @@ class PagedKV(LaneKV):
         pool = self.pool
         return sum(pool.num_tokens(r.id) % pool.block_size == 0 for r in requests)
 
-    def can_grow(self, requests: Sequence) -> bool:
-        """Whether the free blocks hold a decode step of these requests."""
-        return self.blocks_for_decode(requests) <= self.pool.num_free
-
     def grow(self, requests: Sequence) -> None:
         """Each request takes the room of the token this decode step feeds (a new block only
         when its last one is full); RequestError when the pool has none left."""

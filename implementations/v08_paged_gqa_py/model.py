@@ -83,13 +83,6 @@ class PagedDecoder(CachedDecoder):
     ops = PassOps()
     Memory = PagedAttention
 
-    @classmethod
-    def composed(cls, ops, memory: type) -> "PagedDecoder":
-        """A decoder over these ops, its memory of this class."""
-        decoder = cls()
-        decoder.ops, decoder.Memory = ops, memory
-        return decoder
-
     def __repr__(self) -> str:
         """What the recipe shows of the model: the ops and the memory it composes."""
         return f"PagedDecoder({type(self.ops).__name__}, {self.Memory.__name__})"

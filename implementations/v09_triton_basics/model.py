@@ -108,4 +108,5 @@ class TritonOps(PassOps):
             return self.add_rms_norm(out, residual, weights.norm, eps)[0]
 
 
-layers = PagedDecoder.composed(TritonOps(), PagedAttention)
+layers = PagedDecoder()  # v08's decoder, composing this version's ops and memory
+layers.ops, layers.Memory = TritonOps(), PagedAttention

@@ -29,4 +29,5 @@ class TritonPagedAttention(PagedAttention):
         return self.pytorch
 
 
-layers = PagedDecoder.composed(TritonOps(), TritonPagedAttention)
+layers = PagedDecoder()  # v08's decoder, composing this version's ops and memory
+layers.ops, layers.Memory = TritonOps(), TritonPagedAttention

@@ -44,4 +44,5 @@ class ContextAttention(TritonPagedAttention):
                           for (a, b), slots in zip(model.spans(indptr), context)])
 
 
-layers = PagedDecoder.composed(TritonOps(), ContextAttention)
+layers = PagedDecoder()  # v08's decoder, composing this version's ops and memory
+layers.ops, layers.Memory = TritonOps(), ContextAttention

@@ -117,4 +117,5 @@ class FusedContextAttention(ContextAttention):
         return out.view(qg.shape)
 
 
-layers = PagedDecoder.composed(FusedOps(), FusedContextAttention)
+layers = PagedDecoder()  # v08's decoder, composing this version's ops and memory
+layers.ops, layers.Memory = FusedOps(), FusedContextAttention
