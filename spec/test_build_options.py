@@ -136,7 +136,7 @@ def bad_values(option: BuildOption) -> list:
 
 @pytest.mark.needs(GENERATE)
 def test_a_bad_device_dtype_or_option_value_is_refused_in_one_line_naming_it(impl):
-    """Checked once for every version (Version.build, from OPTIONS): max_decode_slots=0 used to
+    """Checked once for every version (Version.build, from OPTIONS): max_lanes=0 used to
     mean the default, and a bool passed for an int."""
     given = [("dtype", torch.int64), ("dtype", "float32"), ("device", "gpu")]
     given += [(o.name, v) for o in impl.options for v in bad_values(o)]

@@ -55,7 +55,7 @@ def test_every_mutant_is_listed_in_the_table_with_its_property_and_version():
 
 # The design card's five properties, the block allocator, bad-input atomicity, v11's seeded
 # sampling, v12's prefix cache and v08's preemption.
-PROPERTIES = ("token parity", "no history recompute", "slot stability", "graph replay",
+PROPERTIES = ("token parity", "no history recompute", "lane stability", "graph replay",
               "block table invariants", "block allocator", "bad-input atomicity",
               "seeded sampling", "prefix cache", "rotation once per pass", "fusion",
               "split decode attention", "overlap", "preemption")

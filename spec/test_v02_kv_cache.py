@@ -8,8 +8,8 @@ N tokens grows with N squared. The history's keys and values never change, so co
 again is pure waste.
 Core principle: decode reads history only from the cache, never from the token ids. Measured:
 every decode pass feeds exactly one row per running request to every layer. (From v05 on, a
-decode pass has fixed lanes, one per decode slot, idle or not: there the rows per pass are the
-same at every layer, at least the running requests and at most the slot count, and still do not
+decode pass has fixed lanes, every one run, idle or not: there the rows per pass are the
+same at every layer, at least the running requests and at most the lane count, and still do not
 grow with the history. From v14, which launches a decode before it has read whether the step's
 token stops its request, a request stopped by a stop token is fed that token too: one row at a
 new position, computed for nothing, at most one per request and never a recompute.)
@@ -34,7 +34,7 @@ from spec.support.meter import TokenMeter
 from spec.support.models import TINY, tiny_checkpoint
 from spec.support.oracle import cached_model
 from spec.support.overlap import wasted
-from torchlet.contract import DECODE_SLOTS, KV_CACHE, GenerationParams, RequestError
+from torchlet.contract import DECODE_LANES, KV_CACHE, GenerationParams, RequestError
 
 pytestmark = pytest.mark.needs(KV_CACHE)
 
@@ -53,7 +53,7 @@ def engine(impl):
 @pytest.fixture(scope="module")
 def slots(impl, engine):
     """Lanes a decode pass may carry beyond the running requests: none before v05."""
-    return engine.num_decode_slots if DECODE_SLOTS in impl.capabilities else None
+    return engine.num_lanes if DECODE_LANES in impl.capabilities else None
 
 
 def assert_decode_rows(rows: list[int], running: int, slots: int | None) -> None:

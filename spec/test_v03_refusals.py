@@ -16,7 +16,7 @@ taken from outside where it can be: the token rows of the next good call, metere
 matmuls, against a fresh engine's.
 Files: implementations/v03_request_states/engine.py (add_request, _checked, _enqueue, generate),
 the `check` of the K/V memory and of the admission policy that _checked asks:
-implementations/v05_decode_slots/kv.py (LaneKV.check, max_model_len),
+implementations/v05_decode_lanes/kv.py (LaneKV.check, max_model_len),
 implementations/v04_continuous_batching/scheduler.py (ContinuousBatching.check, max_step_tokens)
 and implementations/v08_paged_gqa_py/scheduler.py (PagedAdmission.check, the pool);
 torchlet/contract.py (check_request, check_prompts).
@@ -28,7 +28,7 @@ import torch
 
 from spec.support.meter import TokenMeter
 from spec.support.models import tiny_checkpoint
-from torchlet.contract import (CONTINUOUS_BATCHING, DECODE_SLOTS, PAGED_KV, REQUEST_STATES,
+from torchlet.contract import (CONTINUOUS_BATCHING, DECODE_LANES, PAGED_KV, REQUEST_STATES,
                                GenerationParams, RequestError)
 
 pytestmark = pytest.mark.needs(REQUEST_STATES)
@@ -64,7 +64,7 @@ REFUSALS = {
                                  REQUEST_STATES),
     "longer than max_step_tokens": ([5] * (STEP_TOKENS + 6), params(1), "max_step_tokens",
                                     CONTINUOUS_BATCHING),
-    "longer than max_model_len": ([5] * STEP_TOKENS, params(20), "max_model_len", DECODE_SLOTS),
+    "longer than max_model_len": ([5] * STEP_TOKENS, params(20), "max_model_len", DECODE_LANES),
     "more than the whole pool": ([5] * 18, params(22), "the pool has only", PAGED_KV),
     "a recompute past max_step_tokens": ([5] * 20, params(10), "could never run again",
                                          PAGED_KV),
@@ -75,7 +75,7 @@ def options(impl) -> dict:
     caps, opts = impl.capabilities, {}
     if CONTINUOUS_BATCHING in caps:
         opts["max_step_tokens"] = STEP_TOKENS
-    if DECODE_SLOTS in caps:
+    if DECODE_LANES in caps:
         opts["max_model_len"] = MODEL_LEN
     if PAGED_KV in caps:
         opts["num_blocks"] = NUM_BLOCKS

@@ -32,7 +32,7 @@ from spec.support.meter import TokenMeter
 from spec.support.models import tiny_checkpoint
 from spec.support.overlap import unread
 from spec.support.scenarios import late_arrival, run_alone
-from torchlet.contract import (CONTINUOUS_BATCHING, DECODE_SLOTS, REQUEST_STATES, FinishReason,
+from torchlet.contract import (CONTINUOUS_BATCHING, DECODE_LANES, REQUEST_STATES, FinishReason,
                                GenerationParams, RequestError, RequestState)
 
 pytestmark = pytest.mark.needs(REQUEST_STATES)
@@ -154,7 +154,7 @@ def test_a_finished_request_output_never_changes_while_others_run(impl):
 
 def test_step_stats_count_the_rows_each_request_brought_and_the_tokens_it_got(impl):
     """Checked against what the outputs show: a prefilled request got its first token, a
-    decoded one one more token; and, where every row is a request's (before decode slots),
+    decoded one one more token; and, where every row is a request's (before decode lanes),
     against the rows the model was fed."""
     engine = impl.build(CKPT)
     prompts = {engine.add_request(p, GenerationParams(max_new_tokens=n)): p
@@ -170,7 +170,7 @@ def test_step_stats_count_the_rows_each_request_brought_and_the_tokens_it_got(im
         assert stats.num_decode_tokens == len(stats.decode_ids)
         assert stats.num_running == len(grew)
         assert stats.num_tokens == stats.num_prefill_tokens + len(stats.decode_ids)
-        if DECODE_SLOTS not in impl.capabilities:
+        if DECODE_LANES not in impl.capabilities:
             assert meter.total(layer=0) == stats.num_tokens
         before = {i: len(engine.output(i).tokens) for i in prompts}
 

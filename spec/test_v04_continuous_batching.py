@@ -36,7 +36,7 @@ from spec.support.hypothesis_profiles import engine_settings
 from spec.support.meter import TokenMeter
 from spec.support.models import tiny_checkpoint
 from spec.support.scenarios import late_arrival
-from torchlet.contract import CONTINUOUS_BATCHING, DECODE_SLOTS, GenerationParams, RequestError
+from torchlet.contract import CONTINUOUS_BATCHING, DECODE_LANES, GenerationParams, RequestError
 
 pytestmark = pytest.mark.needs(CONTINUOUS_BATCHING)
 
@@ -115,7 +115,7 @@ def assert_rows_fed(passes, log, prompt_of, params_of, max_running, impl):
     prefill pass. From v14 a step also launches the next step's decode: when each request it
     was launched for stops at this step's token, no step reads that pass, computed for nothing."""
     firsts = [p[0] for p in passes]
-    if DECODE_SLOTS not in impl.capabilities:
+    if DECODE_LANES not in impl.capabilities:
         assert firsts == [s.num_tokens for s in log]
         return
     made = Counter()
@@ -138,8 +138,8 @@ PROMPT = [17, 5, 300, 42, 99, 8, 250]
 
 
 def test_prefill_and_decode_share_one_mixed_pass(impl):
-    if DECODE_SLOTS in impl.capabilities:
-        pytest.skip("from v05 decode runs in its own slot-shaped pass: see test_v05_decode_slots.py")
+    if DECODE_LANES in impl.capabilities:
+        pytest.skip("from v05 decode runs in its own lane-shaped pass: see test_v05_decode_lanes.py")
     engine = impl.build(CKPT, max_running=4, max_step_tokens=64)
     a = engine.add_request(PROMPT, GenerationParams(max_new_tokens=5))
     engine.step()

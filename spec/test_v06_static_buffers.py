@@ -16,7 +16,7 @@ write into the buffers, nothing allocates, not even the 0-dim tensor that `buf[i
 and its embedding lookup takes its ids from the token_ids buffer itself. And it is a refactor:
 tokens and logits equal v05's.
 Files: implementations/v06_static_buffers/inputs.py (DecodeBuffers, StaticInputs) against
-implementations/v05_decode_slots/inputs.py (LaneInputs.write); v06 swaps only the decode inputs,
+implementations/v05_decode_lanes/inputs.py (LaneInputs.write); v06 swaps only the decode inputs,
 which serve decode_buffers() on the engine.
 Tradeoff left visible: the buffers hold every lane, and every step rewrites them whole, idle lanes
 included, with a Python loop over the lanes. And only the inputs stand still: the model itself
@@ -99,9 +99,9 @@ def drive(engine, schedule, on_step=None) -> list[int]:
 def test_every_decode_step_reads_the_same_buffers_written_in_place_without_allocating(
         impl, schedule, slots):
     # float64 keeps Triton versions on their PyTorch path: the buffers are the point here
-    engine = impl.build(CKPT, max_decode_slots=slots, dtype=torch.float64)
+    engine = impl.build(CKPT, max_lanes=slots, dtype=torch.float64)
     at_build = identity(engine.decode_buffers())
-    assert at_build["token_ids"][2] == (slots,), "one token id per decode slot"
+    assert at_build["token_ids"][2] == (slots,), "one token id per decode lane"
 
     def on_step(stats, log):
         assert_same_buffers(engine, at_build)
@@ -114,14 +114,14 @@ def test_every_decode_step_reads_the_same_buffers_written_in_place_without_alloc
 
 @pytest.fixture(scope="module")
 def v05():
-    return implementations.load("v05_decode_slots")
+    return implementations.load("v05_decode_lanes")
 
 
 @pytest.mark.one_step_per_call
 def test_a_decode_step_writes_in_place_where_v05_allocated_its_inputs(impl, v05):
     steps = {}
     for version in (impl, v05):
-        engine = version.build(CKPT, max_decode_slots=4)
+        engine = version.build(CKPT, max_lanes=4)
         engine.add_request(PROMPT, GenerationParams(max_new_tokens=3))
         engine.add_request([9, 8, 7], GenerationParams(max_new_tokens=3))
         engine.step()
@@ -143,7 +143,7 @@ def test_a_decode_step_writes_in_place_where_v05_allocated_its_inputs(impl, v05)
 def test_for_any_arrival_schedule_the_tokens_equal_v05s(impl, v05, schedule, slots, poison):
     outputs = []
     for version, poisoned in ((v05, False), (impl, poison)):
-        engine = version.build(CKPT, dtype=torch.float64, max_decode_slots=slots,
+        engine = version.build(CKPT, dtype=torch.float64, max_lanes=slots,
                                poison_inactive_lanes=poisoned)
         ids = drive(engine, schedule)
         outputs.append([engine.output(i).tokens for i in ids])
@@ -152,7 +152,7 @@ def test_for_any_arrival_schedule_the_tokens_equal_v05s(impl, v05, schedule, slo
 
 def test_decode_logits_equal_v05s_step_after_step(impl, v05):
     prompts = {"a": PROMPT, "b": [9, 8, 7], "c": [4, 4, 4, 4, 4]}
-    engines = [version.build(CKPT, dtype=torch.float64, max_decode_slots=4)
+    engines = [version.build(CKPT, dtype=torch.float64, max_lanes=4)
                for version in (v05, impl)]
     first = [e.prefill(list(prompts), list(prompts.values())) for e in engines]
     torch.testing.assert_close(first[1], first[0])
@@ -178,7 +178,7 @@ def test_a_cuda_decode_step_makes_the_host_wait_once_for_its_tokens(impl):
     call it knows)."""
     import warnings
 
-    engine = impl.build(CKPT, device="cuda", max_decode_slots=4)
+    engine = impl.build(CKPT, device="cuda", max_lanes=4)
     ids = [engine.add_request(p, GenerationParams(max_new_tokens=8)) for p in (PROMPT, [5, 6, 7])]
     for _ in range(3):  # both prefilled, then decode steps (graphs captured, where there are)
         engine.step()

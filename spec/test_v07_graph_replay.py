@@ -1,7 +1,7 @@
 """v07_cuda_graph, the engine: the decode step replayed as a graph.
 
 What it introduces: v06's decode step (embedding, every layer, LM head, over the static decode
-buffers and the slot cache) captured once per bucket of lanes (1, 2, 4, ... up to the slot count)
+buffers and the lane cache) captured once per bucket of lanes (1, 2, 4, ... up to the lane count)
 and replayed at every later step. Prefill stays eager. graph_stats() reports captures and replays
 per bucket; build(..., use_graphs=False) runs the very same step eagerly.
 Why v06 needs it: v06 made the step's inputs static, but each step still launches every kernel
@@ -14,11 +14,11 @@ model's Python code and dispatches none of its ops, while the same step with gra
 at every step; on CUDA it is one cudaGraphLaunch and no kernel of the model launched eagerly.
 graph_stats() is the engine's own report: read, never the only evidence.
 Files: implementations/v07_cuda_graph/runner.py (GraphedRunner) against
-implementations/v05_decode_slots/runner.py (LaneRunner, whose decode step it captures) and
+implementations/v05_decode_lanes/runner.py (LaneRunner, whose decode step it captures) and
 implementations/v06_static_buffers/inputs.py (the buffers the graph reads); the graph machinery
 is page 1, test_v07_graph_capture.py.
-Tradeoff left visible: a step whose highest busy slot is 5 runs the bucket-8 graph, lanes 6 and 7
-included, and the slot cache is read in full (max_len rows per lane) by every lane.
+Tradeoff left visible: a step whose highest busy lane is 5 runs the bucket-8 graph, lanes 6 and 7
+included, and the lane cache is read in full (max_len rows per lane) by every lane.
 """
 import pytest
 import torch
@@ -79,14 +79,14 @@ def test_tokens_with_graphs_equal_tokens_without(impl, schedule):
     # float64: no near-tie can flip a token, and the Triton versions take their PyTorch path, so
     # this many examples stay cheap under the interpreter (their Triton step is replayed in
     # test_v10_triton_engine.py).
-    opts = dict(max_decode_slots=4, dtype=torch.float64)
+    opts = dict(max_lanes=4, dtype=torch.float64)
     on = run_schedule(impl.build(CKPT, **opts), schedule)
     off = run_schedule(impl.build(CKPT, use_graphs=False, **opts), schedule)
     assert on == off
 
 
 def test_each_bucket_is_captured_once_and_steady_state_only_replays(impl):
-    engine = impl.build(CKPT, max_decode_slots=8, dtype=torch.float64)  # float64: see above
+    engine = impl.build(CKPT, max_lanes=8, dtype=torch.float64)  # float64: see above
     params = GenerationParams(max_new_tokens=6)
     for n in (1, 2, 3, 5, 8):  # touches buckets 1, 2, 4, 8
         engine.generate([[7 + i, 9, 11] for i in range(n)], params)
@@ -107,7 +107,7 @@ def test_graphs_off_captures_nothing(impl):
 
 # --- replay, observed from outside the engine -----------------------------------------------
 
-STEADY = dict(max_decode_slots=8, dtype=torch.float64)  # float64: see above
+STEADY = dict(max_lanes=8, dtype=torch.float64)  # float64: see above
 
 
 def warm_every_bucket(engine):
@@ -199,7 +199,7 @@ HOST_KERNELS = 2
 @pytest.mark.gpu
 def test_cuda_steady_state_step_is_one_graph_launch_and_no_eager_model_kernel(impl):
     # float32, the default: v09 and v10 run their Triton kernels, inside the graph.
-    graphed = impl.build(CKPT, device="cuda", max_decode_slots=8)
+    graphed = impl.build(CKPT, device="cuda", max_lanes=8)
     warm_every_bucket(graphed)
     _, replayed = steady_state(graphed, lambda: CudaStepWatch(impl))
     # From v14 each step launches the next one's decode: the last step's ran in the step
@@ -213,7 +213,7 @@ def test_cuda_steady_state_step_is_one_graph_launch_and_no_eager_model_kernel(im
             f"decode step {step}: {watch.launches.calls}"
         assert not watch.model.model_calls and not watch.model.model_ops, \
             f"decode step {step} ran model code: {sorted(set(watch.model.model_calls))}"
-    eager = impl.build(CKPT, device="cuda", max_decode_slots=8, use_graphs=False)
+    eager = impl.build(CKPT, device="cuda", max_lanes=8, use_graphs=False)
     _, off = steady_state(eager, lambda: CudaStepWatch(impl))
     for step, watch in enumerate(off[:launching]):  # the profiler sees eager kernels if any
         assert watch.launches.graphs == 0, f"decode step {step}: {watch.launches.calls}"

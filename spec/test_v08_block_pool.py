@@ -4,14 +4,14 @@ What it introduces: the KV cache becomes a pool of fixed-size blocks (block_size
 request owns an ordered list of physical blocks, its block table, and takes a new block only when
 its last one is full. Physical block 0 is never handed out: padding points at it.
 
-Why v07 needs it: v05-v07 reserve one decode slot per request sized for the longest sequence the
-engine allows, so a short request holds the memory of a long one and the number of slots caps the
+Why v07 needs it: v05-v07 reserve one decode lane per request sized for the longest sequence the
+engine allows, so a short request holds the memory of a long one and the number of lanes caps the
 batch. A pool hands out memory as tokens arrive; a request holds ceil(tokens / block_size) blocks.
 
 Core principle: every usable block is either free or owned by exactly one request, at every
 step, and everything comes back when requests end (finish, abort or preemption).
 
-Files to compare: implementations/v05_decode_slots/kv.py (LaneKV: slot reservation) with
+Files to compare: implementations/v05_decode_lanes/kv.py (LaneKV: lane reservation) with
 implementations/v08_paged_gqa_py/block_pool.py.
 
 Tradeoff left visible: the unused tail of a request's last block is still wasted (under one
@@ -77,7 +77,7 @@ def test_free_returns_a_requests_blocks_tail_first_to_the_end_of_the_free_list(i
     assert pool.owners() == {5: "c", 6: "c", 7: "c"}
 
 
-def test_slot_of_a_position_is_its_physical_block_times_block_size_plus_offset(impl):
+def test_slot_at_a_position_is_its_physical_block_times_block_size_plus_offset(impl):
     pool = impl.package.BlockPool(8, block_size=4)
     pool.allocate("a", 2)                       # [1]
     pool.allocate("b", 4)                       # [2]

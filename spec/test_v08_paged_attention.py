@@ -13,7 +13,7 @@ Core principle: paged attention equals plain causal attention on the gathered K/
 physical order of the blocks, with grouped-query heads (query head h reads KV head h // group), and
 reads no slot outside a request's context (the caches here start as NaN, so such a read shows).
 
-Files to compare: implementations/v05_decode_slots/model.py (slot_attention: attention over
+Files to compare: implementations/v05_decode_lanes/model.py (lane_attention: attention over
 per-slot buffers, the model v07 replays) with
 implementations/v08_paged_gqa_py/{metadata.py, paged_attention.py}, and later
 implementations/v10_triton_paged_gqa/paged_kernels.py (the same cache layout in a Triton kernel).
@@ -31,7 +31,7 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from spec.support.paged_reference import causal_attention, new_cache, slot_of, write_tokens
+from spec.support.paged_reference import causal_attention, new_cache, slot_at, write_tokens
 from spec.support.paged_strategies import (GQA_RATIOS, Heads, PagedBatch, head_layouts,
                                            paged_batches)
 from torchlet.contract import PAGED_KV
@@ -109,7 +109,7 @@ def test_slot_mapping_names_each_new_tokens_slot_and_pads_with_minus_one(impl, b
     pad = data.draw(st.integers(0, 3))
     slots = impl.package.metadata.slot_mapping(batch.tables, starts, counts, batch.block_size,
                                                pad_to=sum(counts) + pad)
-    expected = [slot_of(t, p, batch.block_size)
+    expected = [slot_at(t, p, batch.block_size)
                 for t, s, c in zip(batch.tables, starts, counts) for p in range(s, s + c)]
     assert slots.dtype == torch.int64
     assert slots.tolist() == expected + [-1] * pad
@@ -125,7 +125,7 @@ def test_store_kv_writes_exactly_the_named_slots_and_nothing_else(impl, batch, h
     k_cache = torch.randn(shape, generator=g, dtype=torch.float64)
     v_cache = torch.randn(shape, generator=g, dtype=torch.float64)
     k_before, v_before = k_cache.clone(), v_cache.clone()
-    slots = [slot_of(t, p, batch.block_size)
+    slots = [slot_at(t, p, batch.block_size)
              for t, n in zip(batch.tables, batch.num_tokens) for p in range(n)]
     slots = slots[::2] + [-1, -1]        # every other token, plus padding that stores nothing
     k, v = random_kv(len(slots), heads, g)

@@ -13,7 +13,7 @@ waiting queue, and when admitted again its whole sequence is prefilled anew (rec
 Preemption is minimal, no more requests than the step's tokens need blocks for beyond the free
 ones, and fair: a preempted request is readmitted before any request that arrived after it.
 
-Why v07 needs it: v05-v07 allocate max_position rows per decode slot at build, used or not. This
+Why v07 needs it: v05-v07 allocate max_position rows per decode lane at build, used or not. This
 module's workload never holds more than 5 blocks of 16 tokens at once; a pool of those blocks
 serves it with the same tokens, and the K/V tensors it allocates are 9% of v07's (test_on_the_
 same_workload_a_pool_sized_to_its_peak_allocates_a_tenth_of_v07s_reservation measures both
@@ -34,7 +34,7 @@ num_blocks below 2) is refused at build, from the minimums OPTIONS declares
 (spec/test_build_options.py checks every version's).
 
 Files to compare: implementations/v08_paged_gqa_py/{kv.py, request.py, inputs.py, runner.py,
-scheduler.py} against implementations/v05_decode_slots/{kv.py, request.py},
+scheduler.py} against implementations/v05_decode_lanes/{kv.py, request.py},
 implementations/v06_static_buffers/inputs.py, implementations/v07_cuda_graph/runner.py and
 implementations/v04_continuous_batching/scheduler.py (the policy PagedAdmission wraps) with
 implementations/v03_request_states/scheduler.py (the scheduler PreemptingScheduler extends); the
@@ -78,7 +78,7 @@ F64 = torch.float64
 SCRIPT_PROMPTS = [[5, 6, 7, 8, 9, 10], [11, 12, 13], [40, 41, 42, 43, 44, 45, 46], [100, 101],
                   [200, 201, 202, 203, 204]]
 SCRIPT_PARAMS = GenerationParams(max_new_tokens=6)
-SCRIPT_POOL = dict(num_blocks=9, block_size=4, max_decode_slots=4)
+SCRIPT_POOL = dict(num_blocks=9, block_size=4, max_lanes=4)
 
 
 def bytes_per_token(dtype: torch.dtype) -> int:
@@ -145,14 +145,14 @@ def assert_pages_consistent(engine, ids, block_size, watch):
 @st.composite
 def tight_runs(draw):
     """An arrival schedule and a pool just big enough for its largest request, often too small
-    for all of them at once: block size, blocks (null block included) and decode slots."""
+    for all of them at once: block size, blocks (null block included) and decode lanes."""
     schedule = draw(sts.arrival_schedules(VOCAB, max_requests=5, max_len=10, max_new=8))
     block_size = draw(st.sampled_from((1, 3, 4, 16)))
     largest = max(blocks_for(len(p) + params.max_new_tokens, block_size)
                   for _, p, params in schedule)
     num_blocks = 1 + largest + draw(st.integers(0, 4))
     slots = draw(st.integers(1, 4))
-    return schedule, dict(num_blocks=num_blocks, block_size=block_size, max_decode_slots=slots)
+    return schedule, dict(num_blocks=num_blocks, block_size=block_size, max_lanes=slots)
 
 
 # --- block tables during real generation ------------------------------------------------------
@@ -182,7 +182,7 @@ def test_a_scripted_exhaustion_preempts_and_every_request_still_gets_its_solo_to
         for i in running - now:
             if engine.output(i).state is RequestState.WAITING:  # preempted: holds nothing
                 preempted.add(i)
-                assert i not in engine.block_tables() and engine.slot_of(i) is None
+                assert i not in engine.block_tables() and engine.lane_of(i) is None
                 assert engine.kv_bytes(i) == 0 and engine.num_cached_tokens(i) == 0
         running = now
     assert engine.num_preemptions > 0 and preempted
@@ -197,7 +197,7 @@ def test_a_scripted_exhaustion_preempts_and_every_request_still_gets_its_solo_to
 # new tokens). Blocks of 4, 6 usable, 3 lanes.
 FAIRNESS_SCHEDULE = [(0, [5, 6, 7, 8, 9, 10, 11], 8), (0, [21, 22, 23, 24, 25, 26], 8),
                      (2, [31, 32, 33, 34, 35], 3), (0, [41, 42], 3)]
-FAIRNESS_POOL = dict(num_blocks=7, block_size=4, max_decode_slots=3)
+FAIRNESS_POOL = dict(num_blocks=7, block_size=4, max_lanes=3)
 
 
 class AdmissionLog:
@@ -287,7 +287,7 @@ def test_with_unowned_blocks_poisoned_no_live_request_sees_a_nan_through_preempt
     while engine.has_unfinished():
         watch.step()
         for i in ids:
-            lane_holders.setdefault(engine.slot_of(i), set()).add(i)
+            lane_holders.setdefault(engine.lane_of(i), set()).add(i)
     lane_holders.pop(None)
     assert engine.num_preemptions > 0 and watch.decode_steps > 0 and watch.caches
     assert any(len(h) > 1 for h in lane_holders.values()), "no lane went to a second request"
@@ -328,11 +328,11 @@ def test_a_request_that_could_never_fit_the_pool_is_refused_when_added(impl):
 def test_a_request_whose_recompute_could_exceed_the_step_budget_is_refused_when_added(impl):
     """On a pool that can run out, a preempted request comes back as one prefill of its prompt
     and tokens; if that could exceed max_step_tokens it could never be admitted again."""
-    engine = impl.build(CKPT, num_blocks=5, block_size=4, max_decode_slots=2, max_step_tokens=8)
+    engine = impl.build(CKPT, num_blocks=5, block_size=4, max_lanes=2, max_step_tokens=8)
     engine.add_request([11, 12], GenerationParams(max_new_tokens=6))  # recompute <= 7 rows
     with pytest.raises(RequestError, match="max_step_tokens"):
         engine.add_request([5, 6, 7, 8, 9, 10, 13], GenerationParams(max_new_tokens=6))
-    roomy = impl.build(CKPT, max_decode_slots=2, max_step_tokens=8)  # the default pool: no
+    roomy = impl.build(CKPT, max_lanes=2, max_step_tokens=8)  # the default pool: no
     roomy.add_request([5, 6, 7, 8, 9, 10, 13], GenerationParams(max_new_tokens=6))  # preemption
 
 
@@ -382,7 +382,7 @@ def allocated_bytes(build):
 @pytest.mark.one_step_per_call
 def test_on_the_same_workload_a_pool_sized_to_its_peak_allocates_a_tenth_of_v07s_reservation(
         impl):
-    """v07 allocates max_position rows of K/V per decode slot at build, used or not: measured
+    """v07 allocates max_position rows of K/V per decode lane at build, used or not: measured
     from its allocations, as v05's page measures its own. v08's pool is num_blocks blocks,
     whatever the slots. Watched on a roomy pool, this workload's running requests held at most 5
     blocks of 16 at once; a pool of those 5 (and the null block) serves it with the same tokens,
@@ -391,16 +391,16 @@ def test_on_the_same_workload_a_pool_sized_to_its_peak_allocates_a_tenth_of_v07s
     (a quarter): the point is the order of magnitude, not the exact figure."""
     slots, per_token = 4, bytes_per_token(F64)
     v07 = implementations.load("v07_cuda_graph")
-    per_slot = [allocated_bytes(lambda n=n: v07.build(CKPT, dtype=F64, max_decode_slots=n))[1]
+    per_slot = [allocated_bytes(lambda n=n: v07.build(CKPT, dtype=F64, max_lanes=n))[1]
                 for n in (2, 4)]
     reserved = (per_slot[1] - per_slot[0]) / 2 * slots
     assert reserved >= slots * CONFIG.max_position * per_token  # a whole context per slot
 
-    roomy = BlockWatch(impl.build(CKPT, dtype=F64, max_decode_slots=slots), VOCAB)
+    roomy = BlockWatch(impl.build(CKPT, dtype=F64, max_lanes=slots), VOCAB)
     roomy.run(memory_workload())
     peak = roomy.peak_blocks
     engine, total = allocated_bytes(
-        lambda: impl.build(CKPT, dtype=F64, max_decode_slots=slots, num_blocks=peak + 1))
+        lambda: impl.build(CKPT, dtype=F64, max_lanes=slots, num_blocks=peak + 1))
     # All of it, weights and buffers included, comes to less than v07's by most of its K/V.
     assert per_slot[1] - total >= 0.75 * reserved, f"v08 allocated {total}, v07 {per_slot[1]}"
     watch = BlockWatch(engine, VOCAB)

@@ -69,13 +69,13 @@ def params_of(settings: oracle.Settings, seed: int | None, n: int = oracle.HORIZ
 
 @pytest.fixture(scope="module")
 def engine(impl):
-    return impl.build(tiny_checkpoint(FIXTURE), dtype=DTYPE, max_decode_slots=4)
+    return impl.build(tiny_checkpoint(FIXTURE), dtype=DTYPE, max_lanes=4)
 
 
 @pytest.fixture(scope="module")
 def tight(impl):
     """Four lanes over a pool too small for four requests: preemptions happen."""
-    return impl.build(tiny_checkpoint(FIXTURE), dtype=DTYPE, max_decode_slots=4, block_size=4,
+    return impl.build(tiny_checkpoint(FIXTURE), dtype=DTYPE, max_lanes=4, block_size=4,
                       num_blocks=14)
 
 
@@ -258,7 +258,7 @@ def test_a_sampling_step_reads_the_lanes_settings_and_draws_inside_the_replayed_
     rid = engine.add_request(list(prompt), params_of(settings, seed))
     engine.step()  # prefill: the lane gets its settings
     engine.step()  # the first decode step of this bucket captures it
-    lane = engine.slot_of(rid)
+    lane = engine.lane_of(rid)
     with StepLog(engine.sampling_buffers(), VOCAB) as log, \
             ModelWatch(impl, also=(impl.package.sampler,)) as watch:
         engine.step()
@@ -301,7 +301,7 @@ def test_once_a_sampling_request_has_left_its_lane_all_greedy_steps_sort_and_has
     lane it left had asked for (graphs off: the step's ops are dispatched as it runs them,
     through the sampling or the greedy graph runner). The greedy request keeps the oracle's
     tokens."""
-    engine = impl.build(tiny_checkpoint(FIXTURE), dtype=DTYPE, max_decode_slots=2,
+    engine = impl.build(tiny_checkpoint(FIXTURE), dtype=DTYPE, max_lanes=2,
                         use_graphs=False)
     prompt, settings, seed, _ = cases()[1]
     seeded = engine.add_request(list(prompt), params_of(settings, seed, 2))
@@ -330,7 +330,7 @@ def test_seeds_that_differ_in_any_one_of_their_63_bits_draw_differently(impl):
     two steps."""
     low = SEED & 0xFFFF_FFFF
     seeds = [SEED] + [SEED ^ (1 << b) for b in range(63)] + [low + (k << 32) for k in (0, 1, 2)]
-    engine = impl.build(tiny_checkpoint(FIXTURE), dtype=DTYPE, max_decode_slots=len(seeds),
+    engine = impl.build(tiny_checkpoint(FIXTURE), dtype=DTYPE, max_lanes=len(seeds),
                         use_graphs=False)
     flat = oracle.Settings(temperature=1000.0)
     ids = [engine.add_request([17, 5], params_of(flat, s, 2)) for s in seeds]
@@ -392,7 +392,7 @@ def test_on_cuda_the_replayed_step_draws_the_oracles_seeded_tokens(impl):
     kernels: each seeded request still draws the oracle's tokens (the golden cases are screened
     to survive float32-sized error), alone and four at once."""
     engine = impl.build(tiny_checkpoint(FIXTURE), device="cuda", dtype=torch.float32,
-                        max_decode_slots=4)
+                        max_lanes=4)
     for prompt, settings, seed, tokens in cases()[:1]:
         assert engine.generate([list(prompt)], params_of(settings, seed)) == [list(tokens)]
     ids = [engine.add_request(list(p), params_of(s, seed)) for p, s, seed, _ in cases()]

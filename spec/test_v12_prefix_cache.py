@@ -86,7 +86,7 @@ def request(case: int, cut: int, n: int):
 def engines(impl):
     """The cache on over four lanes and a pool that preempts (poisoned: a free block is NaN),
     the cache off, and the cache on with a hash under which every block collides."""
-    tight = dict(max_decode_slots=4, num_blocks=14, poison_free_blocks=True)
+    tight = dict(max_lanes=4, num_blocks=14, poison_free_blocks=True)
     return {"on": build(impl, **tight), "off": build(impl, prefix_cache=False, **tight),
             "weak hash": build(impl, block_hash=lambda parent, tokens: 7, **tight)}
 
@@ -118,7 +118,7 @@ def test_every_request_gets_the_oracles_tokens_with_the_cache_on_off_or_collidin
 def test_requests_that_share_prefixes_preempt_and_evict_and_still_get_the_oracles_tokens(impl):
     """What the property above relies on, on one schedule: over a tighter pool these requests
     hit the cache, preempt and evict cached blocks."""
-    engine = build(impl, max_decode_slots=4, num_blocks=11, poison_free_blocks=True)
+    engine = build(impl, max_lanes=4, num_blocks=11, poison_free_blocks=True)
     made = [request(c, cut, 8) for cut in (0, 2, 4) for c in range(len(cases()))]
     assert run(engine, [(0, p, q) for p, q, _ in made]) == [e for *_, e in made]
     stats = engine.prefix_cache_stats()
@@ -192,7 +192,7 @@ def test_a_prompt_the_cache_holds_whole_still_computes_its_last_token(impl):
 def test_requests_with_a_common_prefix_read_the_same_blocks_for_it_and_their_own_after(impl):
     """Read from decode_buffers(), the tensors the step reads: two running requests with a
     common 8-token prefix name the same two physical blocks for it, and different third ones."""
-    engine = build(impl, max_decode_slots=2)
+    engine = build(impl, max_lanes=2)
     base = [21, 22, 23, 24, 25, 26, 27, 28]
     a = engine.add_request(base + [1, 2], GenerationParams(max_new_tokens=6))
     engine.step()
@@ -200,7 +200,7 @@ def test_requests_with_a_common_prefix_read_the_same_blocks_for_it_and_their_own
     engine.step()
     engine.step()  # both decode now
     tables = engine.decode_buffers()["block_tables"]
-    row_a, row_b = tables[engine.slot_of(a)].tolist(), tables[engine.slot_of(b)].tolist()
+    row_a, row_b = tables[engine.lane_of(a)].tolist(), tables[engine.lane_of(b)].tolist()
     assert row_a[:2] == row_b[:2] and row_a[2] != row_b[2]
     assert engine.block_tables()[a][:2] == row_a[:2]  # the report agrees with what is read
     while engine.has_unfinished():
@@ -255,7 +255,7 @@ def test_on_cuda_shared_prefixes_still_give_the_oracles_tokens(impl):
     """On a GPU, in float32, with the paged kernels and graphs: the schedule that shares,
     preempts and evicts gives every request the oracle's tokens."""
     engine = impl.build(CKPT, device="cuda", dtype=torch.float32, block_size=BLOCK,
-                        max_decode_slots=4, num_blocks=11)
+                        max_lanes=4, num_blocks=11)
     made = [request(c, cut, 8) for cut in (0, 2, 4) for c in range(len(cases()))]
     assert run(engine, [(0, p, q) for p, q, _ in made]) == [e for *_, e in made]
     stats = engine.prefix_cache_stats()

@@ -298,7 +298,7 @@ class GemmOutputs(AtenCalls):
 
 
 def decode_step_widths(version, ckpt) -> list[int]:
-    engine = version.build(ckpt, max_decode_slots=2, use_graphs=False)
+    engine = version.build(ckpt, max_lanes=2, use_graphs=False)
     engine.add_request(PROMPTS[0], GenerationParams(max_new_tokens=4))
     engine.step()  # the prefill
     with GemmOutputs() as calls:
@@ -379,7 +379,7 @@ def kernels_per_decode_step(impl, ckpt) -> float:
     from torch.autograd import DeviceType
     from torch.profiler import ProfilerActivity, profile
 
-    engine = impl.build(ckpt, device="cuda", dtype=torch.bfloat16, max_decode_slots=2)
+    engine = impl.build(ckpt, device="cuda", dtype=torch.bfloat16, max_lanes=2)
     engine.add_request(PROMPTS[0], GenerationParams(max_new_tokens=16))
     for _ in range(4):
         engine.step()

@@ -62,7 +62,7 @@ BLOCK = 4
 
 
 def build(version, **options):
-    return version.build(CKPT, dtype=F64, block_size=BLOCK, max_decode_slots=4, **options)
+    return version.build(CKPT, dtype=F64, block_size=BLOCK, max_lanes=4, **options)
 
 
 @functools.lru_cache(maxsize=None)
@@ -111,7 +111,7 @@ def test_with_overlap_off_each_step_runs_in_order_as_v13s_does(impl):
         out = in_order.output(o)
         assert out.tokens == ahead.output(a).tokens
         assert in_order.num_cached_tokens(o) == len(out.prompt) + len(out.tokens) - 1
-        assert int(fed[in_order.slot_of(o)]) == out.tokens[-2]  # fed by this step, not the next
+        assert int(fed[in_order.lane_of(o)]) == out.tokens[-2]  # fed by this step, not the next
 
 
 def test_the_decode_ahead_feeds_each_lane_its_requests_last_token_at_the_next_position(impl):
@@ -124,7 +124,7 @@ def test_the_decode_ahead_feeds_each_lane_its_requests_last_token_at_the_next_po
     buffers = engine.decode_buffers()
     assert {name: t.data_ptr() for name, t in buffers.items()} == at_build  # written in place
     for i in ids:
-        out, lane = engine.output(i), engine.slot_of(i)
+        out, lane = engine.output(i), engine.lane_of(i)
         known = len(out.prompt) + len(out.tokens)
         assert int(buffers["token_ids"][lane]) == out.tokens[-1]
         assert int(buffers["positions"][lane]) == known - 1
@@ -185,7 +185,7 @@ def test_a_request_stopped_by_a_stop_token_or_aborted_leaves_the_others_their_to
     tokens are its solo ones (up to where it stopped), and every block comes free."""
     free = solo(tuple(PROMPTS[1]), GenerationParams(max_new_tokens=8))
     stop = next(t for k, t in enumerate(free) if k >= 2 and t not in free[:k])
-    engine = impl.build(CKPT, dtype=F64, block_size=BLOCK, max_decode_slots=3, num_blocks=12,
+    engine = impl.build(CKPT, dtype=F64, block_size=BLOCK, max_lanes=3, num_blocks=12,
                         poison_free_blocks=True)
     plain = GenerationParams(max_new_tokens=8)
     stopping = GenerationParams(max_new_tokens=8, stop_token_ids=(stop,))
@@ -225,7 +225,7 @@ def decoded_ahead(engine, ids) -> list[int]:
     for i in ids:
         o = engine.output(i)
         if o.state is RequestState.RUNNING:
-            lane, known = engine.slot_of(i), len(o.prompt) + len(o.tokens)
+            lane, known = engine.lane_of(i), len(o.prompt) + len(o.tokens)
             fed = int(buffers["token_ids"][lane]), int(buffers["positions"][lane])
             if fed == (o.tokens[-1], known - 1):
                 out.append(i)

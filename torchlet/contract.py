@@ -11,7 +11,7 @@ Token ids in, token ids out. A version package under `implementations/` declares
     PARTS: Recipe                   # the parts its engine is assembled from (build = PARTS.build)
 
 Capabilities are independent. Each has its own Protocol, named `<Capability>API` (GenerateAPI,
-RaggedBatchAPI, KVCacheAPI, RequestStatesAPI, ContinuousBatchingAPI, DecodeSlotsAPI,
+RaggedBatchAPI, KVCacheAPI, RequestStatesAPI, ContinuousBatchingAPI, DecodeLanesAPI,
 StaticBuffersAPI, GraphReplayAPI, PagedKVAPI, SamplingAPI, PrefixCacheAPI, OverlapAPI), that
 lists only the methods the capability adds and inherits from Protocol alone; API_OF maps each
 capability to its Protocol. An engine satisfies, side by side, the API of every capability its
@@ -45,7 +45,7 @@ SPLIT_GQA = "split_gqa"                 # v01_1: `layers` also exposes the atten
 KV_CACHE = "kv_cache"                   # v02: KVCacheAPI: prefill / decode / cache access
 REQUEST_STATES = "request_states"       # v03: RequestStatesAPI (add_request / step / abort)
 CONTINUOUS_BATCHING = "continuous_batching"  # v04: admission under limits, arrivals mid-run
-DECODE_SLOTS = "decode_slots"           # v05: slot_of(request_id)
+DECODE_LANES = "decode_lanes"           # v05: lane_of(request_id)
 STATIC_BUFFERS = "static_buffers"       # v06: decode_buffers()
 GRAPH_REPLAY = "graph_replay"           # v07: graph_stats()
 PAGED_KV = "paged_kv"                   # v08: block_tables(), BlockPool
@@ -58,7 +58,7 @@ OVERLAP = "overlap"                     # v14: the next decode launched before a
 
 ALL_CAPABILITIES = (
     GENERATE, RAGGED_BATCH, SPLIT_GQA, KV_CACHE, REQUEST_STATES, CONTINUOUS_BATCHING,
-    DECODE_SLOTS, STATIC_BUFFERS, GRAPH_REPLAY, PAGED_KV, TRITON_BASICS, TRITON_PAGED, SAMPLING,
+    DECODE_LANES, STATIC_BUFFERS, GRAPH_REPLAY, PAGED_KV, TRITON_BASICS, TRITON_PAGED, SAMPLING,
     PREFIX_CACHE, FUSED, OVERLAP,
 )
 
@@ -521,15 +521,15 @@ class ContinuousBatchingAPI(Protocol):
 
 
 @runtime_checkable
-class DecodeSlotsAPI(Protocol):
-    """Capability `decode_slots` (v05): build(ckpt, max_decode_slots=N, poison_inactive_lanes=False,
-    max_model_len=None). A request takes the lowest free slot when it is prefilled and keeps it
-    until the step it finishes; every decode pass has one lane per slot in use, idle or not."""
+class DecodeLanesAPI(Protocol):
+    """Capability `decode_lanes` (v05): build(ckpt, max_lanes=N, poison_inactive_lanes=False,
+    max_model_len=None). A request takes the lowest free lane when it is prefilled and keeps it
+    until the step it finishes; every decode pass runs the lanes, idle or not."""
 
-    num_decode_slots: int
+    num_lanes: int
 
-    def slot_of(self, request_id) -> int | None:
-        """The request's slot while it runs; None while it waits and once it has finished."""
+    def lane_of(self, request_id) -> int | None:
+        """The request's lane while it runs; None while it waits and once it has finished."""
         ...
 
 
@@ -652,7 +652,7 @@ API_OF: dict[str, type] = {
     KV_CACHE: KVCacheAPI,
     REQUEST_STATES: RequestStatesAPI,
     CONTINUOUS_BATCHING: ContinuousBatchingAPI,
-    DECODE_SLOTS: DecodeSlotsAPI,
+    DECODE_LANES: DecodeLanesAPI,
     STATIC_BUFFERS: StaticBuffersAPI,
     GRAPH_REPLAY: GraphReplayAPI,
     PAGED_KV: PagedKVAPI,
@@ -691,7 +691,7 @@ def lacking(engine: Any, capabilities: Iterable[str]) -> dict[str, list[str]]:
 
 # Roles a build option can play. A harness that sizes an engine to its work asks which option
 # has the role; a version has at most one option per role.
-MAX_RUNNING = "max_running"             # requests running at once (v04's limit, v05's slots)
+MAX_RUNNING = "max_running"             # requests running at once (v04's limit, v05's lanes)
 MAX_STEP_TOKENS = "max_step_tokens"     # rows one step may feed
 MAX_LEN = "max_len"                     # the longest sequence (prompt + output) it must hold
 NUM_BLOCKS = "num_blocks"               # K/V blocks in the pool, the null block included

@@ -1,6 +1,6 @@
 """Building an engine sized to the work at hand.
 
-From v05 on, versions preallocate per-request buffers and take sizing options (the rows a slot
+From v05 on, versions preallocate per-request buffers and take sizing options (the rows a lane
 holds, the running requests) that default to the model's whole context: 8192 tokens for SmolLM2,
 which a decode step then pays for on every step. The harness knows how long its requests can
 get, so it passes them to the options a version declares for those roles (MAX_LEN, MAX_RUNNING)

@@ -14,7 +14,7 @@ from torchlet.contract import GenerationParams
 device, dtype = "cuda", torch.bfloat16
 ckpt = random_checkpoint(QWEN25_05B, 0, device=device, dtype=dtype)
 engine = implementations.load("v13_fused").build(ckpt, device=device, dtype=dtype,
-                                                 max_decode_slots=256, max_model_len=2048)
+                                                 max_lanes=256, max_model_len=2048)
 engine.add_request(list(range(1000, 1128)), GenerationParams(max_new_tokens=1500, ignore_eos=True))
 for _ in range(20):
     engine.step()

@@ -24,7 +24,7 @@ ckpt = type(ckpt)(replace(ckpt.config, max_position=2048), ckpt.tensors)
 LENGTHS = (100, 150) if "--short" in sys.argv else (950, 1050)
 version = next((a for a in sys.argv[1:] if a.startswith("v")), "v13_fused")
 engine = implementations.load(version).build(
-    ckpt, dtype=torch.float32, max_decode_slots=256, use_graphs=False, max_model_len=1300,
+    ckpt, dtype=torch.float32, max_lanes=256, use_graphs=False, max_model_len=1300,
     max_step_tokens=300000)
 rng = random.Random(0)
 for _ in range(256):

@@ -20,7 +20,7 @@ version = implementations.load("v12_prefix_cache", tree) if tree else \
     implementations.load("v12_prefix_cache")
 ckpt = tiny_checkpoint("tiny_qwen2")
 ckpt = type(ckpt)(replace(ckpt.config, max_position=4096), ckpt.tensors)
-engine = version.build(ckpt, dtype=torch.float32, use_graphs=False, max_decode_slots=64,
+engine = version.build(ckpt, dtype=torch.float32, use_graphs=False, max_lanes=64,
                        max_model_len=1100, max_step_tokens=20000)
 runner, hidden = engine.runner, ckpt.config.hidden_size
 runner.model.forward_prefill_cached = lambda weights, ids, *rest: torch.zeros(ids.shape[0], hidden)

@@ -14,7 +14,7 @@ from torchlet.bench.workloads import QWEN25_05B, nano_vllm_workload, random_chec
 device, dtype = "cuda", torch.bfloat16
 ckpt = random_checkpoint(QWEN25_05B, 0, device=device, dtype=dtype)
 version = implementations.load(sys.argv[1] if len(sys.argv) > 1 else "v13_fused")
-engine = version.build(ckpt, device=device, dtype=dtype, max_decode_slots=256,
+engine = version.build(ckpt, device=device, dtype=dtype, max_lanes=256,
                        max_step_tokens=16384, max_model_len=2011, num_blocks=17423)
 workload = nano_vllm_workload()
 warm_up(engine, workload, True)

@@ -4,9 +4,9 @@ step reads the same tensors. Prefill stays dynamic.
 Swaps one part, the decode inputs (inputs.py: StaticInputs, written into DecodeBuffers)."""
 from torchlet.contract import STATIC_BUFFERS
 
-from ..v05_decode_slots import CAPABILITIES as PREVIOUS
-from ..v05_decode_slots import PARTS as BEFORE
-from ..v05_decode_slots import (Batch, CachedDecoder, ContinuousBatching, Greedy, LaneGreedy, LaneKV,
+from ..v05_decode_lanes import CAPABILITIES as PREVIOUS
+from ..v05_decode_lanes import PARTS as BEFORE
+from ..v05_decode_lanes import (Batch, CachedDecoder, ContinuousBatching, Greedy, LaneGreedy, LaneKV,
                                 LaneRequest, LaneRunner, PassOps, Request, Scheduler, StepEngine,
                                 layers)
 from .inputs import DecodeBuffers, StaticInputs

@@ -8,7 +8,7 @@ from typing import Sequence
 import numpy as np
 import torch
 
-from ..v05_decode_slots import LaneInputs
+from ..v05_decode_lanes import LaneInputs
 
 
 class DecodeBuffers:

@@ -4,8 +4,8 @@ CPU (each bucket at its first step). The graph holds the whole step, LM head and
 draw included, so a replay returns logits and each lane's token. Prefill stays eager and
 dynamic; the graph reads v06's static inputs.
 
-A step needs the lanes 0 .. (highest slot in use); the bucket is the smallest of 1, 2, 4, ... up
-to the slot count that covers them. Slots are handed out lowest first, so few running requests
+A step needs the lanes 0 .. (highest lane in use); the bucket is the smallest of 1, 2, 4, ... up
+to the lane count that covers them. Lanes are handed out lowest first, so few running requests
 replay a small graph."""
 from __future__ import annotations
 

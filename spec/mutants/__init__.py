@@ -27,7 +27,7 @@ REFERENCE = implementations.REFERENCE_ROOT
 
 @dataclass(frozen=True)
 class Edit:
-    file: str   # relative to implementations/, e.g. "v05_decode_slots/cache.py"
+    file: str   # relative to implementations/, e.g. "v05_decode_lanes/cache.py"
     old: str    # exact text; must occur exactly once
     new: str
 
@@ -35,7 +35,7 @@ class Edit:
 @dataclass(frozen=True)
 class Mutant:
     name: str                  # e.g. "v05-compacted-lanes"
-    property: str              # the named property it breaks, e.g. "slot stability"
+    property: str              # the named property it breaks, e.g. "lane stability"
     edits: tuple[Edit, ...]
     specs: tuple[str, ...]     # pytest node ids or spec module paths: the property's specs
     versions: tuple[str, ...]  # short version ids whose parameters run, e.g. ("v05",)

@@ -16,7 +16,7 @@ ENGINE = "v03_request_states/engine.py"  # the loop every later version runs
 POLICY_CHECK = ("        self.scheduler.policy.check(self.request(-1, prompt, params))"
                 "  # reads prompt and params\n")
 SLOT_CHECK = ("    def check(self, prompt: list[int], params) -> None:\n"
-              "        \"\"\"Refuse a request that could outgrow a slot's rows.\"\"\"\n"
+              "        \"\"\"Refuse a request that could outgrow a lane's rows.\"\"\"\n"
               "        if len(prompt) + params.max_new_tokens > self.max_len:\n")
 POOL_CHECK = "        self.inner.check(request)\n        pool = self.kv.pool\n"
 
@@ -33,12 +33,12 @@ MUTANTS = [
     Mutant("v05-generate-queues-each-prompt-as-it-checks-it", "bad-input atomicity", (
         # StepEngine._checked asks LaneKV.check up front; the mutant's check only points the
         # request class at it, and a request made to be queued (not _checked's id -1) checks
-        Edit("v05_decode_slots/kv.py", SLOT_CHECK,
+        Edit("v05_decode_lanes/kv.py", SLOT_CHECK,
              "    def check(self, prompt: list[int], params, queued: bool = False) -> None:\n"
              "        from .request import LaneRequest\n"
-             "        LaneRequest.kv = self  # the slot's limit checked only when queued\n"
+             "        LaneRequest.kv = self  # the lane's limit checked only when queued\n"
              "        if queued and len(prompt) + params.max_new_tokens > self.max_len:\n"),
-        Edit("v05_decode_slots/request.py",
+        Edit("v05_decode_lanes/request.py",
              "    lane: int | None = field(default=None, repr=False, compare=False)"
              "  # set by the K/V memory\n",
              "    lane: int | None = field(default=None, repr=False, compare=False)"

@@ -50,7 +50,7 @@ MUTANTS = [
              "        # idle lanes keep the context of the request they carried"),),
         (POISON, TIGHT), V08,
         "an idle lane keeps its last context length and attends over the null block"),
-    Mutant("v08-decode-slot-in-the-first-block", TABLES, (
+    Mutant("v08-decoded-slot-in-the-first-block", TABLES, (
         Edit(INPUTS, "            lanes[r.lane] = (r.sequence[-1], position, r.blocks, "
                      "pool.slot(r.id, position))",
              "            lanes[r.lane] = (r.sequence[-1], position, r.blocks,\n"

@@ -3,8 +3,8 @@ every later layer reads them. The first mutant keeps every token right and recom
 layer, so only the spec that counts the step's aten ops notices; the others turn by wrong angles."""
 from spec.mutants import Edit, Mutant
 
-MODEL = "v05_decode_slots/model.py"
-ONCE = ("spec/test_v05_decode_slots.py::test_a_pass_computes_the_rotations_cos_and_sin_once_for_"
+MODEL = "v05_decode_lanes/model.py"
+ONCE = ("spec/test_v05_decode_lanes.py::test_a_pass_computes_the_rotations_cos_and_sin_once_for_"
         "all_its_layers")
 
 MUTANTS = [

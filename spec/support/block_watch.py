@@ -25,7 +25,7 @@ a full block of one known prefix. block_tables() (a report) only tells which of 
 slots a prefill's first stored row starts from; every slot it names is checked against the
 stores.
 
-Which lane is a request's comes from `slot_of()`: the slot-stability specs observe that one.
+Which lane is a request's comes from `lane_of()`: the lane-stability specs observe that one.
 """
 from __future__ import annotations
 
@@ -156,7 +156,7 @@ class BlockWatch:
         e = self.engine
         sequences = {i: o.prompt + o.tokens for i in self.ids
                      if (o := e.output(i)).state is not RequestState.FINISHED}
-        lanes = {i: e.slot_of(i) for i in sequences}
+        lanes = {i: e.lane_of(i) for i in sequences}
         with StepLog(self.buffers, self.vocab) as log:
             outputs = e.step()
         if not outputs:

@@ -1,5 +1,5 @@
 """What a decode lane really carries and where each token's K/V really lands, watched from the
-aten ops a step runs, never from what the engine says about its slots.
+aten ops a step runs, never from what the engine says about its lanes.
 
 A forward pass takes in its token ids through one row lookup into the embedding table (OpLog's
 `lookups`), and stores each token's K and V with an in-place indexed write into the cache: an
@@ -137,14 +137,14 @@ class LaneLog(TorchDispatchMode):
 @dataclass
 class LaneTracker:
     """Steps an engine under a LaneLog and checks, at every step, what the passes really read and
-    wrote against what slot_of() says:
+    wrote against what lane_of() says:
 
-    - the decode lane slot_of(r) names feeds r's newest token;
+    - the decode lane lane_of(r) names feeds r's newest token;
     - r's K/V rows stay where its prefill stored them while r lives: nothing else writes them,
       they hold what cached_kv(r) reports, and each new token's row extends them (the next row
       of the same block; a block starts anew only at a multiple of `block_size`);
-    - with fixed slots (block_size None: a slot's rows are one run, v05-v07) slot s is one place:
-      whoever holds it stores its rows from the same first row, so a newcomer in a freed slot
+    - with fixed lanes (block_size None: a lane's rows are one run, v05-v07) lane s is one place:
+      whoever holds it stores its rows from the same first row, so a newcomer in a freed lane
       takes over its predecessor's rows.
     """
     engine: object
@@ -153,15 +153,15 @@ class LaneTracker:
     caches: dict[int, torch.Tensor] = field(default_factory=dict)
     order: list[int] = field(default_factory=list)      # cache storages: L0 K, L0 V, L1 K, ...
     home: dict = field(default_factory=dict)            # request -> its rows, by position
-    slot_start: dict[int, int] = field(default_factory=dict)  # fixed slots: slot -> first row
+    lane_start: dict[int, int] = field(default_factory=dict)  # fixed lanes: lane -> first row
 
     def step(self, ids) -> list:
         """engine.step(), checked; `ids` are the requests to follow. Returns what step returned."""
         e = self.engine
         outputs = {i: e.output(i) for i in ids}
         fed = {i: o.prompt + o.tokens for i, o in outputs.items()}
-        slot = {i: e.slot_of(i) for i in ids if outputs[i].state is RequestState.RUNNING}
-        self.home = {i: rows for i, rows in self.home.items() if slot.get(i) is not None}
+        lane = {i: e.lane_of(i) for i in ids if outputs[i].state is RequestState.RUNNING}
+        self.home = {i: rows for i, rows in self.home.items() if lane.get(i) is not None}
         with LaneLog(self.config, self.caches) as log:
             out = e.step()
         self.caches = log.caches
@@ -171,7 +171,7 @@ class LaneTracker:
         decode, prefill = self._split(log.passes(), stats, fed)
         assert not log.stray, f"a step wrote into the K/V cache outside its stores: {log.stray}"
         if decode is not None:
-            self._check_decode(decode, stats.decode_ids, slot, fed)
+            self._check_decode(decode, stats.decode_ids, lane, fed)
         if prefill is not None:
             self._check_prefill(prefill, stats.prefill_ids, fed)
         self._check_untouched(log, decode, prefill, stats)
@@ -199,13 +199,13 @@ class LaneTracker:
                 "a pass stored into one cache more than once"
         return (passes[0] if passes else None), prefill
 
-    def _check_decode(self, decode: Pass, ids, slot, fed):
+    def _check_decode(self, decode: Pass, ids, lane, fed):
         lanes = decode.ids.tolist()
         for i in ids:
-            s = slot[i]
-            assert s is not None and s < len(lanes), f"request {i} decoded in slot {s} of {lanes}"
+            s = lane[i]
+            assert s is not None and s < len(lanes), f"request {i} decoded in lane {s} of {lanes}"
             assert lanes[s] == fed[i][-1], (
-                f"lane {s}, request {i}'s slot by slot_of, fed {lanes[s]}, not its newest token "
+                f"lane {s}, request {i}'s lane by lane_of, fed {lanes[s]}, not its newest token "
                 f"{fed[i][-1]}; the lanes fed {lanes}")
             for c in self.order:
                 row, rows = decode.rows(c)[s], self.home[i][c]
@@ -225,14 +225,14 @@ class LaneTracker:
                     rows.append(row)
                 self.home[i][c] = rows
             start += n
-            s = self.engine.slot_of(i)
-            if self.block_size is None and s is not None:  # done at its first token: no slot
+            s = self.engine.lane_of(i)
+            if self.block_size is None and s is not None:  # done at its first token: no lane
                 first = self.home[i][self.order[0]][0]
-                assert self.slot_start.setdefault(s, first) == first, (
-                    f"request {i} in slot {s} stores from row {first}; slot {s}'s earlier holders "
-                    f"stored from row {self.slot_start[s]}: the slot moved")
-                others = {t for o, t in self.slot_start.items() if o != s}
-                assert first not in others, f"slots share rows: {self.slot_start}"
+                assert self.lane_start.setdefault(s, first) == first, (
+                    f"request {i} in lane {s} stores from row {first}; lane {s}'s earlier holders "
+                    f"stored from row {self.lane_start[s]}: the lane moved")
+                others = {t for o, t in self.lane_start.items() if o != s}
+                assert first not in others, f"lanes share rows: {self.lane_start}"
 
     def _extends(self, i, rows, row):
         p = len(rows)
@@ -252,7 +252,7 @@ class LaneTracker:
         for c in self.order:
             stray = changed.get(c, set()) - stored[c]
             assert not stray, f"cache rows {sorted(stray)} changed, yet no store wrote them"
-        live = {i: rows for i, rows in self.home.items() if e.slot_of(i) is not None}
+        live = {i: rows for i, rows in self.home.items() if e.lane_of(i) is not None}
         owner = {}
         for i, rows in live.items():
             for c in self.order:

@@ -13,14 +13,14 @@ def new_cache(num_blocks: int, block_size: int, kv_heads: int, head_dim: int,
     return torch.full((num_blocks, block_size, kv_heads, head_dim), fill, dtype=dtype)
 
 
-def slot_of(table: list[int], position: int, block_size: int) -> int:
+def slot_at(table: list[int], position: int, block_size: int) -> int:
     return table[position // block_size] * block_size + position % block_size
 
 
 def write_tokens(cache: torch.Tensor, table: list[int], x: torch.Tensor) -> None:
     """Put token p of x [n, kv_heads, head_dim] at cache[table[p // bs], p % bs]."""
     block_size = cache.shape[1]
-    slots = torch.tensor([slot_of(table, p, block_size) for p in range(x.shape[0])])
+    slots = torch.tensor([slot_at(table, p, block_size) for p in range(x.shape[0])])
     cache.view(-1, *cache.shape[2:])[slots] = x.to(cache.dtype)
 
 

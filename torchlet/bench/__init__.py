@@ -141,7 +141,7 @@ def _device_options(p) -> None:
 def _engine_options(p, max_running, max_step_tokens) -> None:
     p.add_argument("--max-running", type=int, default=max_running,
                    help="requests running at once: passed to the option each version declares "
-                        "for it (max_running, or v05's max_decode_slots)")
+                        "for it (max_running, or v05's max_lanes)")
     p.add_argument("--max-step-tokens", type=int, default=max_step_tokens)
     p.add_argument("--build-opt", action="append", default=[], metavar="NAME=INT",
                    help="another build option, passed only to versions whose OPTIONS declare it")

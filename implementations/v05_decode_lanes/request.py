@@ -1,4 +1,4 @@
-"""v03's request, which now also carries its decode lane: the slot it holds while it runs."""
+"""v03's request, which now also carries its decode lane, held while it runs."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field

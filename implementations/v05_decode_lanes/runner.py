@@ -1,5 +1,5 @@
-"""The runner over decode slots: prefill stays ragged and dynamic; a decode pass always has one
-lane per slot, whatever the number of running requests, so its shapes never change. A step runs
+"""The runner over decode lanes: prefill stays ragged and dynamic; a decode pass always has one
+row per lane, whatever the number of running requests, so its shapes never change. A step runs
 two passes: the decode of the running requests, then the prefill of the admitted ones."""
 from __future__ import annotations
 
@@ -38,7 +38,7 @@ class LaneRunner:
 
     @torch.inference_mode()
     def prefill(self, requests: Sequence) -> torch.Tensor:
-        """Give each request a slot and fill its rows; float logits [B, vocab] of each last
+        """Give each request a lane and fill its rows; float logits [B, vocab] of each last
         token."""
         self.kv.place(requests)
         indptr, ids = self.ragged_inputs([r.sequence for r in requests])
@@ -58,7 +58,7 @@ class LaneRunner:
 
     @torch.inference_mode()
     def step_lanes(self, requests: Sequence) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """One slot-shaped pass over the requests' lanes, each feeding the token at its position
+        """One lane-shaped pass over the requests' lanes, each feeding the token at its position
         `computed` (one more row computed): logits [lanes, vocab] by lane, and draws by lane
         where the pass draws them (not here: None)."""
         logits = self.decode_step(*self.inputs.write(requests))
@@ -67,7 +67,7 @@ class LaneRunner:
         return logits, None
 
     def decode_step(self, token_ids, positions, active) -> torch.Tensor:
-        """One slot-shaped pass: float logits [slots, vocab]."""
+        """One lane-shaped pass: float logits [lanes, vocab]."""
         hidden = self.model.forward_decode(self.weights, token_ids, positions, active, self.kv.kv)
         return self.model.lm_head(self.weights, hidden).float()
 

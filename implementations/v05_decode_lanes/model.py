@@ -1,10 +1,10 @@
-"""The decoder over decode slots. The K/V cache is one preallocated tensor per layer,
-[slots, max_len, kv_heads, head_dim]: slot s holds the request that owns it, row p its token at
-position p. A decode step has exactly one lane per slot, active or not, so its shapes never
+"""The decoder over decode lanes. The K/V cache is one preallocated tensor per layer,
+[lanes + 1, max_len, kv_heads, head_dim]: lane s's rows hold the request running in it, row p its
+token at position p. A decode step runs every lane, active or not, so its shapes never
 change (what v06 and v07 need); prefill stays ragged and writes rows 0 .. len - 1 of each
-request's slot.
+request's lane.
 
-SlotDecoder is v02's decoder (through v04) with two passes over the slot cache. Both run one
+LaneDecoder is v02's decoder (through v04) with two passes over the lane cache. Both run one
 layer loop, forward_layers, and differ only in their attention, which the loop is given.
 
 Every layer of a pass turns its q and k by the same positions, so the loop computes the angles'
@@ -24,7 +24,7 @@ from torchlet.contract import ModelConfig
 
 from ..v04_continuous_batching import CachedDecoder, GQAOps
 
-__all__ = ["PassOps", "SlotDecoder", "layers"]
+__all__ = ["PassOps", "LaneDecoder", "layers"]
 
 Attend = Callable[[torch.Tensor, int], torch.Tensor]  # (normed input h, layer i) -> output
 
@@ -84,19 +84,19 @@ class PassOps(GQAOps):
             return self.rms_norm(x, weights.norm, config.rms_eps)
 
 
-class SlotDecoder(CachedDecoder):
-    """v02's decoder over PassOps, plus the slot-shaped decode pass and the prefill into slots."""
+class LaneDecoder(CachedDecoder):
+    """v02's decoder over PassOps, plus the lane-shaped decode pass and the prefill into lanes."""
 
     ops = PassOps()
 
     def write_kv(self, cache: torch.Tensor, rows: torch.Tensor, new: torch.Tensor) -> None:
-        """cache [S, L, KV, D] viewed as S*L rows: new[i] goes to row rows[i] = slot * L +
+        """cache [S, L, KV, D] viewed as S*L rows: new[i] goes to row rows[i] = lane * L +
         position. index_copy_ takes the rows as a tensor, so no value leaves the device."""
         cache.view(-1, *cache.shape[2:]).index_copy_(0, rows, new)
 
-    def slot_attention(self, qg: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+    def lane_attention(self, qg: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                        positions: torch.Tensor) -> torch.Tensor:
-        """Lane s's query qg[s] [KV, G, D] attends over rows 0 .. positions[s] of slot s. Every
+        """Lane s's query qg[s] [KV, G, D] attends over rows 0 .. positions[s] of lane s. Every
         lane reads all max_len rows, masked: fixed shapes, at the price of reading empty rows."""
         scores = torch.einsum("skgd,slkd->skgl", qg, k_cache) * qg.shape[-1] ** -0.5
         visible = torch.arange(k_cache.shape[1], device=qg.device)[None, :] <= positions[:, None]
@@ -104,26 +104,26 @@ class SlotDecoder(CachedDecoder):
         probs = torch.softmax(scores.float(), dim=-1).to(qg.dtype)
         return torch.einsum("skgl,slkd->skgd", probs, v_cache)
 
-    def decode_rows(self, active: torch.Tensor, positions: torch.Tensor, cache_slots: int,
+    def decode_rows(self, active: torch.Tensor, positions: torch.Tensor, cache_lanes: int,
                     max_len: int) -> torch.Tensor:
-        """Cache row of each lane's new K/V: lane s writes slot s, row positions[s]; an inactive
-        lane writes into the sink slot (the cache's last), so whatever it carries lands where
+        """Cache row of each lane's new K/V: lane s writes its own rows, row positions[s]; an inactive
+        lane writes into the sink lane (the cache's last), so whatever it carries lands where
         nobody reads."""
         lanes = torch.arange(active.shape[0], device=active.device)
-        slot = torch.where(active, lanes, cache_slots - 1)
-        return slot * max_len + positions % max_len
+        lane = torch.where(active, lanes, cache_lanes - 1)
+        return lane * max_len + positions % max_len
 
     def forward_decode(self, weights, token_ids: torch.Tensor, positions: torch.Tensor,
                        active: torch.Tensor,
                        kv: list[tuple[torch.Tensor, torch.Tensor]]) -> torch.Tensor:
-        """One decode step over the first `lanes` slots, lane s = slot s: token_ids[s] at
-        positions[s]. kv[layer] = (k_cache, v_cache), each [slots + 1, L, KV, D], the last slot a
-        sink for inactive lanes. Writes each active lane's K/V to row positions[s] of its slot,
+        """One decode step over the first `lanes` lanes: token_ids[s] at
+        positions[s]. kv[layer] = (k_cache, v_cache), each [lanes + 1, L, KV, D], the last lane a
+        sink for inactive lanes. Writes each active lane's K/V to row positions[s] of its lane,
         then attends over rows 0 .. positions[s]. Hidden [lanes, hidden]; inactive lanes' rows
         are garbage."""
         config, ops = weights.config, self.ops
         lanes = token_ids.shape[0]
-        assert lanes < kv[0][0].shape[0], "at most one lane per slot; the last slot is the sink"
+        assert lanes < kv[0][0].shape[0], "the cache has one more lane than the pass: the sink"
         rows = self.decode_rows(active, positions, kv[0][0].shape[0], kv[0][0].shape[1])
 
         def attend(h, i):
@@ -132,20 +132,20 @@ class SlotDecoder(CachedDecoder):
             self.write_kv(k_cache, rows, k)
             self.write_kv(v_cache, rows, v)
             return ops.output_projection(
-                self.slot_attention(qg, k_cache[:lanes], v_cache[:lanes], positions), w)
+                self.lane_attention(qg, k_cache[:lanes], v_cache[:lanes], positions), w)
         return ops.forward_layers(weights, weights.embed[token_ids], attend)
 
     def forward_prefill(self, weights, token_ids: torch.Tensor, indptr: torch.Tensor,
-                        slots: list[int],
+                        lanes: list[int],
                         kv: list[tuple[torch.Tensor, torch.Tensor]]) -> torch.Tensor:
-        """Whole prompts, ragged: request i's rows go to rows 0 .. len - 1 of slot slots[i], and
+        """Whole prompts, ragged: request i's rows go to rows 0 .. len - 1 of lane lanes[i], and
         it attends causally over its own rows. Hidden [T, hidden]."""
         config, ops = weights.config, self.ops
         positions = self.row_positions(indptr)
         length = kv[0][0].shape[1]
-        slot_of_row = torch.tensor(slots, device=token_ids.device).repeat_interleave(
+        lane_of_row = torch.tensor(lanes, device=token_ids.device).repeat_interleave(
             (indptr[1:] - indptr[:-1]).long())
-        rows = slot_of_row * length + positions
+        rows = lane_of_row * length + positions
 
         def attend(h, i):
             w, (k_cache, v_cache) = weights.layers[i], kv[i]
@@ -156,4 +156,4 @@ class SlotDecoder(CachedDecoder):
         return ops.forward_layers(weights, weights.embed[token_ids], attend)
 
 
-layers = SlotDecoder()
+layers = LaneDecoder()

@@ -1,5 +1,5 @@
-"""A decode pass's inputs, one lane per slot whatever the number of running requests, so its
-shapes never change: lane s carries the request in slot s; the other lanes are dummies."""
+"""A decode pass's inputs, one row per lane whatever the number of running requests, so its
+shapes never change: lane s carries the request that holds it; the other lanes are dummies."""
 from __future__ import annotations
 
 from typing import Sequence

@@ -1,6 +1,6 @@
-"""Decode slots and the K/V memory behind them. A request takes the lowest free slot when it is
-prefilled and keeps it until it finishes; its K/V rows live in that slot, and the slot is also
-its lane in every decode pass. Each slot reserves max_len rows whatever the request uses: the
+"""Decode lanes and the K/V memory behind them. A request takes the lowest free lane when it is
+prefilled and keeps it until it finishes; its K/V rows live in that lane's max_len rows, and the
+lane is its row in every decode pass. Each lane reserves max_len rows whatever the request uses: the
 waste v08's paging removes."""
 from __future__ import annotations
 
@@ -14,21 +14,21 @@ DEFAULT_SLOTS = 8
 
 
 class LaneKV:
-    # Listed whole, not added to v04's: max_running now counts slots and has no default of its
+    # Listed whole, not added to v04's: max_running now counts lanes and has no default of its
     # own (the policy, built after this part, reads the count it settles on).
     OPTIONS = (
-        BuildOption("max_decode_slots", int, None, "decode slots, the requests running at once "
+        BuildOption("max_lanes", int, None, "decode lanes, the requests running at once "
                     f"(None: max_running, else {DEFAULT_SLOTS})", MAX_RUNNING, minimum=1),
-        BuildOption("max_running", int, None, "v04's name for the slot count; given with "
-                    "max_decode_slots, the two must agree", minimum=1),
-        BuildOption("max_model_len", int, None, "rows a slot holds: the longest prompt + output "
+        BuildOption("max_running", int, None, "v04's name for the lane count; given with "
+                    "max_lanes, the two must agree", minimum=1),
+        BuildOption("max_model_len", int, None, "rows a lane holds: the longest prompt + output "
                     "(None: the model's context)", MAX_LEN, minimum=1),
     )
-    SERVES = ("slot_of", "num_decode_slots")  # the decode_slots capability, served on the engine
+    SERVES = ("lane_of", "num_lanes")  # the decode_lanes capability, served on the engine
 
     def __init__(self, config: ModelConfig, num_lanes: int, max_len: int, device, dtype):
         self.num_lanes, self.max_len = num_lanes, max_len
-        self.held: dict[Hashable, object] = {}  # request id -> the request holding a slot
+        self.held: dict[Hashable, object] = {}  # request id -> the request holding a lane
         self.kv = self.memory(config, device, dtype)
 
     @classmethod
@@ -37,14 +37,14 @@ class LaneKV:
 
     @staticmethod
     def limits(a) -> tuple[int, int]:
-        """The slot count and the rows a request may hold, or TypeError naming a bad option.
-        The slots bound the running requests, so max_running (v04's name) is accepted as the
-        slot count, and the policy reads the count settled here."""
-        slots, running = a.options["max_decode_slots"], a.options["max_running"]
-        given = [n for n in (slots, running) if n is not None]  # 0 is no default
-        if len(given) == 2 and slots != running:
-            raise TypeError(f"max_decode_slots={slots} and max_running={running} disagree: the "
-                            f"slots are the running requests")
+        """The lane count and the rows a request may hold, or TypeError naming a bad option.
+        The lanes bound the running requests, so max_running (v04's name) is accepted as the
+        lane count, and the policy reads the count settled here."""
+        lanes, running = a.options["max_lanes"], a.options["max_running"]
+        given = [n for n in (lanes, running) if n is not None]  # 0 is no default
+        if len(given) == 2 and lanes != running:
+            raise TypeError(f"max_lanes={lanes} and max_running={running} disagree: the "
+                            f"lanes are the running requests")
         max_len, context = a.options["max_model_len"], a.config.max_position
         if max_len is not None and not 1 <= max_len <= context:
             raise TypeError(f"max_model_len must be in 1..{context}, got {max_len}")
@@ -52,44 +52,40 @@ class LaneKV:
         return a.options["max_running"], max_len or context
 
     def memory(self, config: ModelConfig, device, dtype) -> list[tuple[torch.Tensor, torch.Tensor]]:
-        """Per layer (k, v) [slots + 1, max_len, KV, D]: one more slot than lanes, the sink that
+        """Per layer (k, v) [lanes + 1, max_len, KV, D]: one lane more than the pass runs, the sink that
         inactive decode lanes write into."""
         shape = (self.num_lanes + 1, self.max_len, config.num_kv_heads, config.head_dim)
         return [(torch.zeros(shape, device=device, dtype=dtype),
                  torch.zeros(shape, device=device, dtype=dtype))
                 for _ in range(config.num_layers)]
 
-    @property
-    def num_decode_slots(self) -> int:
-        return self.num_lanes
-
     def check(self, prompt: list[int], params) -> None:
-        """Refuse a request that could outgrow a slot's rows."""
+        """Refuse a request that could outgrow a lane's rows."""
         if len(prompt) + params.max_new_tokens > self.max_len:
             raise RequestError(
                 f"prompt ({len(prompt)} tokens) + max_new_tokens ({params.max_new_tokens}) "
-                f"exceeds max_model_len={self.max_len}, the rows a slot holds")
+                f"exceeds max_model_len={self.max_len}, the rows a lane holds")
 
     def place(self, requests: Sequence) -> None:
-        """Each request takes the lowest free slot (request.lane); RequestError, taking none,
+        """Each request takes the lowest free lane (request.lane); RequestError, taking none,
         unless all of them get one."""
         if len(requests) > self.num_free():
             raise RequestError(f"{len(requests)} requests to prefill but only {self.num_free()} "
-                               f"free decode slots")
+                               f"free decode lanes")
         for request in requests:
             request.lane = self.free_lane(request.id)
             self.held[request.id] = request
 
     def free_lane(self, request_id: Hashable) -> int:
-        """The lowest slot nobody holds."""
+        """The lowest lane nobody holds."""
         if request_id in self.held:
-            raise RequestError(f"request {request_id!r} already holds slot "
+            raise RequestError(f"request {request_id!r} already holds lane "
                                f"{self.held[request_id].lane}")
         taken = set(self.lanes_in_use())
         return next(s for s in range(self.num_lanes) if s not in taken)
 
-    def slot_of(self, request_id: Hashable) -> int | None:
-        """The decode slot the request holds, None while waiting or once finished."""
+    def lane_of(self, request_id: Hashable) -> int | None:
+        """The decode lane the request holds, None while waiting or once finished."""
         request = self.held.get(request_id)
         return None if request is None else request.lane
 
@@ -107,7 +103,7 @@ class LaneKV:
         return [r.lane for r in self.held.values()]
 
     def free(self, request_id: Hashable) -> None:
-        """The request gives its slot and K/V back (nothing of it is computed any more)."""
+        """The request gives its lane and K/V back (nothing of it is computed any more)."""
         request = self.held.pop(request_id, None)
         if request is not None:
             request.lane, request.computed = None, 0
@@ -116,5 +112,5 @@ class LaneKV:
         """A copy of the request's rows: per layer (k, v), each [tokens, KV, D]."""
         if request_id not in self.held:
             raise RequestError(f"request {request_id!r} has no cache")
-        s, n = self.slot_of(request_id), self.num_tokens(request_id)
+        s, n = self.lane_of(request_id), self.num_tokens(request_id)
         return [(k[s, :n].clone(), v[s, :n].clone()) for k, v in self.kv]
