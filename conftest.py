@@ -1,7 +1,8 @@
 """Parametrizes specs over implementations by capability.
 
 A spec module declares `pytestmark = pytest.mark.needs(CAPABILITY)` (or marks one test); every
-test that takes the `impl` fixture then runs once per version that declares that capability. The
+test that takes the `impl` fixture then runs once per version that declares that capability
+(`needs(CAPABILITY, until=LATER)`: and not LATER, a later idea that changes the property). The
 version name is the test id and a marker (`pytest -k v08`, `pytest -m v08_paged_gqa_py`); the
 capability is a marker too (`pytest -m kv_cache`). `--impl-root DIR` runs the same specs against
 another tree of versions, such as a learner's. A part's own spec (`pytest.mark.part("kv")`) runs
@@ -47,7 +48,8 @@ def impl_root(config) -> Path:
 
 
 def pytest_configure(config):
-    config.addinivalue_line("markers", "needs(capability): run over versions that declare it")
+    config.addinivalue_line("markers", "needs(capability, until=None): run over versions that declare "
+                                       "it (and not `until`, whose idea changes the property)")
     config.addinivalue_line("markers", "gpu: needs CUDA; skipped on a CPU-only machine")
     config.addinivalue_line("markers", "real_model: runs the SmolLM2-135M model")
     config.addinivalue_line("markers", "mutants: a breakage of the reference its specs must notice")
@@ -79,9 +81,10 @@ def pytest_generate_tests(metafunc):
     marker = metafunc.definition.get_closest_marker("needs")
     if marker is None:
         raise pytest.UsageError(f"{metafunc.definition.nodeid} takes `impl` but has no needs() mark")
-    capability = marker.args[0]
+    capability, until = marker.args[0], marker.kwargs.get("until")
+    # until=LATER: a property the LATER capability's idea changes, so not held from it on.
     versions = [v for v in implementations.discover(impl_root(metafunc.config))
-                if capability in v.capabilities]
+                if capability in v.capabilities and until not in v.capabilities]
     params = [pytest.param(v, id=v.name, marks=[getattr(pytest.mark, v.name),
                                                  getattr(pytest.mark, capability)])
               for v in versions]

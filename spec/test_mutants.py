@@ -58,7 +58,7 @@ def test_every_mutant_is_listed_in_the_table_with_its_property_and_version():
 PROPERTIES = ("token parity", "no history recompute", "lane stability", "graph replay",
               "block table invariants", "block allocator", "bad-input atomicity",
               "seeded sampling", "prefix cache", "rotation once per pass", "fusion",
-              "split decode attention", "overlap", "preemption")
+              "split decode attention", "overlap", "preemption", "chunked prefill")
 
 
 def test_every_named_property_has_at_least_three_mutants():

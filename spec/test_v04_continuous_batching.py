@@ -36,7 +36,8 @@ from spec.support.hypothesis_profiles import engine_settings
 from spec.support.meter import TokenMeter
 from spec.support.models import tiny_checkpoint
 from spec.support.scenarios import late_arrival
-from torchlet.contract import CONTINUOUS_BATCHING, DECODE_LANES, GenerationParams, RequestError
+from torchlet.contract import (CHUNKED_PREFILL, CONTINUOUS_BATCHING, DECODE_LANES, GenerationParams,
+                               RequestError)
 
 pytestmark = pytest.mark.needs(CONTINUOUS_BATCHING)
 
@@ -169,6 +170,7 @@ def test_a_finished_request_leaves_at_its_step_and_its_room_goes_to_the_next_wai
     assert (stats.decode_ids, stats.prefill_ids) == ((), (b,))
 
 
+@pytest.mark.needs(CONTINUOUS_BATCHING, until=CHUNKED_PREFILL)  # v15 slices it
 def test_the_token_budget_holds_back_a_prompt_that_would_overflow_the_step(impl):
     engine = impl.build(CKPT, max_running=4, max_step_tokens=10)
     a = engine.add_request(PROMPT, GenerationParams(max_new_tokens=3))
@@ -184,6 +186,7 @@ def test_the_token_budget_holds_back_a_prompt_that_would_overflow_the_step(impl)
     assert engine.last_step_stats().prefill_ids == (big,)
 
 
+@pytest.mark.needs(CONTINUOUS_BATCHING, until=CHUNKED_PREFILL)  # v15 slices it
 def test_a_prompt_longer_than_the_step_budget_is_refused_when_added(impl):
     engine = impl.build(CKPT, max_running=2, max_step_tokens=8)
     with pytest.raises(RequestError, match="max_step_tokens"):

@@ -63,7 +63,7 @@ from spec.support.allocations import OpLog
 from spec.support.block_watch import BlockWatch
 from spec.support.hypothesis_profiles import engine_settings
 from spec.support.models import tiny_checkpoint
-from torchlet.contract import PAGED_KV, GenerationParams, RequestError, RequestState
+from torchlet.contract import CHUNKED_PREFILL, PAGED_KV, GenerationParams, RequestError, RequestState
 
 pytestmark = pytest.mark.needs(PAGED_KV)
 
@@ -325,6 +325,7 @@ def test_a_request_that_could_never_fit_the_pool_is_refused_when_added(impl):
     assert engine.output(fits).state is RequestState.FINISHED
 
 
+@pytest.mark.needs(PAGED_KV, until=CHUNKED_PREFILL)  # v15 recomputes in slices
 def test_a_request_whose_recompute_could_exceed_the_step_budget_is_refused_when_added(impl):
     """On a pool that can run out, a preempted request comes back as one prefill of its prompt
     and tokens; if that could exceed max_step_tokens it could never be admitted again."""

@@ -12,11 +12,12 @@ Token ids in, token ids out. A version package under `implementations/` declares
 
 Capabilities are independent. Each has its own Protocol, named `<Capability>API` (GenerateAPI,
 RaggedBatchAPI, KVCacheAPI, RequestStatesAPI, ContinuousBatchingAPI, DecodeLanesAPI,
-StaticBuffersAPI, GraphReplayAPI, PagedKVAPI, SamplingAPI, PrefixCacheAPI, OverlapAPI), that
+StaticBuffersAPI, GraphReplayAPI, PagedKVAPI, SamplingAPI, PrefixCacheAPI, OverlapAPI,
+ChunkedPrefillAPI), that
 lists only the methods the capability adds and inherits from Protocol alone; API_OF maps each
 capability to its Protocol. An engine satisfies, side by side, the API of every capability its
 version declares (`lacking(engine, CAPABILITIES)` names what it misses), whatever classes it is
-made of. A capability that adds no method (continuous_batching, overlap) keeps its promise in its
+made of. A capability that adds no method (continuous_batching, overlap, chunked_prefill) keeps its promise in its
 Protocol's docstring. Layers and SplitGQALayers are what the `layers` object offers, Sampler what
 a sampling version exports as `sampler`.
 
@@ -55,11 +56,12 @@ SAMPLING = "sampling"                   # v11: temperature, top-k, top-p, min-p 
 PREFIX_CACHE = "prefix_cache"           # v12: shared prompt prefixes, reference-counted blocks
 FUSED = "fused"                         # v13: one GEMM for q/k/v and for gate/up, fused attention
 OVERLAP = "overlap"                     # v14: the next decode launched before a step's read-back
+CHUNKED_PREFILL = "chunked_prefill"     # v15: one token budget a step, prompts computed in slices
 
 ALL_CAPABILITIES = (
     GENERATE, RAGGED_BATCH, SPLIT_GQA, KV_CACHE, REQUEST_STATES, CONTINUOUS_BATCHING,
     DECODE_LANES, STATIC_BUFFERS, GRAPH_REPLAY, PAGED_KV, TRITON_BASICS, TRITON_PAGED, SAMPLING,
-    PREFIX_CACHE, FUSED, OVERLAP,
+    PREFIX_CACHE, FUSED, OVERLAP, CHUNKED_PREFILL,
 )
 
 
@@ -517,7 +519,7 @@ class ContinuousBatchingAPI(Protocol):
     leave at the step they finish. It adds no method: the step-wise API's last_step_stats()
     (RequestStatesAPI) must then respect num_running <= max_running and num_tokens <=
     max_step_tokens at every step, and add_request refuses a prompt longer than
-    max_step_tokens."""
+    max_step_tokens (until chunked_prefill, which computes such a prompt in slices)."""
 
 
 @runtime_checkable
@@ -644,6 +646,18 @@ class OverlapAPI(Protocol):
     freed as before. overlap=False runs v13's step. It adds no method."""
 
 
+@runtime_checkable
+class ChunkedPrefillAPI(Protocol):
+    """Capability `chunked_prefill` (v15): build(..., max_step_tokens=budget). A step computes at
+    most `budget` rows: every running request past its prompt decodes its one row first, and the
+    rest of the budget goes to the next slices of prompts, oldest first (the running ones', then
+    those admitted now). A request samples its first token only after its prompt's last slice;
+    rows the prefix cache holds count as computed. A prompt longer than the budget is computed in
+    slices, not refused; a request preempted mid-prompt gives its blocks back and starts its
+    prompt again. last_step_stats().num_prefill_tokens counts the rows the step's slices
+    computed, and prefill_ids the requests that computed a slice. It adds no method."""
+
+
 # Capability -> the Protocol its engines satisfy. Capabilities missing here promise nothing an
 # engine exposes (see above).
 API_OF: dict[str, type] = {
@@ -659,6 +673,7 @@ API_OF: dict[str, type] = {
     SAMPLING: SamplingAPI,
     PREFIX_CACHE: PrefixCacheAPI,
     OVERLAP: OverlapAPI,
+    CHUNKED_PREFILL: ChunkedPrefillAPI,
 }
 
 

@@ -44,9 +44,12 @@ class Batch:
     prefill: list[Request] = field(default_factory=list)
     # Both, in row order: decodes first. A batch is made whole and never changed.
     requests: list[Request] = field(init=False, repr=False)
+    # The prompt rows its prefills compute (their whole sequences), counted before their tokens.
+    num_prefill_tokens: int = field(init=False, repr=False)
 
     def __post_init__(self):
         self.requests = self.decode + self.prefill
+        self.num_prefill_tokens = sum(len(r.sequence) for r in self.prefill)
 
     @property
     def chunks(self) -> list[list[int]]:
@@ -119,7 +122,7 @@ class Scheduler:
             step=self.steps, prefill_ids=tuple(r.id for r in batch.prefill),
             decode_ids=tuple(r.id for r in batch.decode),
             waiting_ids=tuple(r.id for r in self.waiting),
-            num_prefill_tokens=sum(len(r.sequence) - 1 for r in batch.prefill),  # before its token
+            num_prefill_tokens=batch.num_prefill_tokens,
             finished_ids=tuple(r.id for r in finished))
         return [r.output() for r in batch.requests]
 

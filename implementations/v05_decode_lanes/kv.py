@@ -102,6 +102,11 @@ class LaneKV:
     def lanes_in_use(self) -> list[int]:
         return [r.lane for r in self.held.values()]
 
+    def destinations(self, requests: Sequence) -> list[int]:
+        """Where a prefill of these placed requests stores their rows, as the model's prefill
+        pass takes it: each request's lane."""
+        return [r.lane for r in requests]
+
     def free(self, request_id: Hashable) -> None:
         """The request gives its lane and K/V back (nothing of it is computed any more)."""
         request = self.held.pop(request_id, None)

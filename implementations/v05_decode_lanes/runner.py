@@ -31,19 +31,24 @@ class LaneRunner:
         if batch.decode:
             tokens.append(self.decode_tokens(batch.decode))
         if batch.prefill:
-            logits = self.prefill(batch.prefill)
-            self.sampler.bind(batch.prefill)
-            tokens.append(self.sampler.draw(logits, batch.prefill))
+            tokens.append(self.prefill_tokens(batch))
         return tokens[0] if len(tokens) == 1 else torch.cat(tokens)
+
+    def prefill_tokens(self, batch) -> torch.Tensor:
+        """The prefill pass's tokens, in batch.prefill order: each request is given its lane,
+        the sampler is told so, and draws from the logits of its last row."""
+        logits = self.prefill(batch.prefill)
+        self.sampler.bind(batch.prefill)
+        return self.sampler.draw(logits, batch.prefill)
 
     @torch.inference_mode()
     def prefill(self, requests: Sequence) -> torch.Tensor:
-        """Give each request a lane and fill its rows; float logits [B, vocab] of each last
-        token."""
+        """Give each request a lane (and from v08 its blocks) and store its rows' K/V where the
+        K/V memory says they go; float logits [B, vocab] of each last token."""
         self.kv.place(requests)
         indptr, ids = self.ragged_inputs([r.sequence for r in requests])
         hidden = self.model.forward_prefill(self.weights, ids, indptr,
-                                            [r.lane for r in requests], self.kv.kv)
+                                            self.kv.destinations(requests), self.kv.kv)
         self.computed(requests)
         return self.last_logits(hidden, indptr)
 
@@ -66,9 +71,11 @@ class LaneRunner:
             request.computed += 1
         return logits, None
 
-    def decode_step(self, token_ids, positions, active) -> torch.Tensor:
-        """One lane-shaped pass: float logits [lanes, vocab]."""
-        hidden = self.model.forward_decode(self.weights, token_ids, positions, active, self.kv.kv)
+    def decode_step(self, *inputs: torch.Tensor) -> torch.Tensor:
+        """One lane-shaped pass over the inputs' buffers (v05's token ids, positions and active
+        lanes; v08 adds each lane's block table, context length and new slot): float logits
+        [lanes, vocab]."""
+        hidden = self.model.forward_decode(self.weights, *inputs, self.kv.kv)
         return self.model.lm_head(self.weights, hidden).float()
 
     @staticmethod

@@ -7,33 +7,29 @@ FlashInfer-style view), the request (request.py: PagedRequest, which carries its
 the model (model.py: PagedDecoder, v02's decoder composing two parts swapped on their own from
 here on: its ops, v05's PassOps, and its memory, PagedAttention: K/V stored and read through the
 block tables by paged_attention.py's PyTorch functions, and the paged passes), the
-decode inputs (inputs.py: PagedInputs, each lane's table, length and new slot), the runner
-(runner.py: PagedRunner, paged prefill and a decode that first grows every request), the policy
+decode inputs (inputs.py: PagedInputs, each lane's table, length and new slot, in room each
+request takes as it feeds a token), the policy
 (scheduler.py: PagedAdmission, admission over free blocks) and the scheduler (scheduler.py:
 PreemptingScheduler)."""
 from torchlet.contract import PAGED_DECODE_ATTENTION, PAGED_KV
 
 from ..v07_cuda_graph import CAPABILITIES as PREVIOUS
 from ..v07_cuda_graph import PARTS as BEFORE
-from ..v07_cuda_graph import Batch, DecodeBuffers, PassOps, StepEngine, graphs
+from ..v07_cuda_graph import Batch, ContinuousBatching, DecodeBuffers, GraphedRunner, PassOps, StepEngine, graphs
 from . import metadata, paged_attention
 from .block_pool import BlockPool, PoolExhausted
 from .inputs import PagedDecodeBuffers, PagedInputs
 from .kv import PagedKV
 from .model import PagedAttention, PagedDecoder, layers
 from .request import PagedRequest
-from .runner import PagedRunner
 from .scheduler import PagedAdmission, PreemptingScheduler
 
 CAPABILITIES = PREVIOUS + (PAGED_KV,)
 PARTS = BEFORE.replace("v08", kv=PagedKV, request=PagedRequest, model=layers, inputs=PagedInputs,
-                       runner=PagedRunner, policy=PagedAdmission, scheduler=PreemptingScheduler)
+                       policy=PagedAdmission, scheduler=PreemptingScheduler)
 OPTIONS = PARTS.options
 build = PARTS.build
 # The decode attention the model calls, for a harness to time alone (torchlet bench kernel).
 KERNELS = {PAGED_DECODE_ATTENTION: paged_attention.paged_decode_attention}
 
-__all__ = ["Batch", "CAPABILITIES", "BlockPool", "DecodeBuffers", "KERNELS", "OPTIONS", "PARTS",
-           "PagedAdmission", "PagedAttention", "PagedDecodeBuffers", "PagedDecoder", "PagedInputs",
-           "PagedKV", "PagedRequest", "PagedRunner", "PassOps", "PoolExhausted", "PreemptingScheduler", "StepEngine", "build",
-           "graphs", "layers", "metadata", "paged_attention"]
+__all__ = ["Batch", "BlockPool", "CAPABILITIES", "ContinuousBatching", "DecodeBuffers", "GraphedRunner", "KERNELS", "OPTIONS", "PARTS", "PagedAdmission", "PagedAttention", "PagedDecodeBuffers", "PagedDecoder", "PagedInputs", "PagedKV", "PagedRequest", "PassOps", "PoolExhausted", "PreemptingScheduler", "StepEngine", "build", "graphs", "layers", "metadata", "paged_attention"]

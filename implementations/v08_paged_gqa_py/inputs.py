@@ -66,7 +66,10 @@ class PagedInputs(StaticInputs):
     def write(self, requests: Sequence) -> tuple[torch.Tensor, ...]:
         """Write this step's lanes, each with its request's block table and the slot its token's
         K/V goes to, into the static buffers; returns those same buffers. A lane feeds its
-        request's last token at the position after the rows it has computed."""
+        request's last token at the position after the rows it has computed, in room the request
+        takes now (a new block only when its last one is full; RequestError if the pool has none:
+        the scheduler preempts before a step gets here)."""
+        self.kv.grow(requests)
         pool, lanes = self.kv.pool, {}
         for r in requests:
             position = r.computed

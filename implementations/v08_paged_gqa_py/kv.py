@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Hashable, Sequence
 
+import numpy as np
 import torch
 
 from torchlet.contract import BLOCK_SIZE, NUM_BLOCKS, BuildOption, ModelConfig, RequestError
@@ -79,6 +80,14 @@ class PagedKV(LaneKV):
         """The request holds this lane and the pool's blocks of its id."""
         request.lane, request.blocks = lane, self.pool.table_view(request.id)
         self.held[request.id] = request
+
+    def destinations(self, requests: Sequence) -> torch.Tensor:
+        """Where a prefill of these placed requests stores their rows: the slot of each token of
+        each request's sequence, through its table, in one long tensor on the device (built
+        through numpy: torch converts a list element by element)."""
+        slots = [s for r in requests for s in self.slots(r.id, 0, len(r.sequence))]
+        host = torch.from_numpy(np.fromiter(slots, np.int64, len(slots)))
+        return host.to(self.kv[0][0].device)
 
     def blocks_for_decode(self, requests: Sequence) -> int:
         """New blocks a decode step of these requests takes: one per request whose last block

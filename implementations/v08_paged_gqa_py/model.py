@@ -41,7 +41,7 @@ class PagedAttention:
         for the pass: v08's PyTorch ones."""
         return self.pytorch
 
-    def forward_decode_paged(self, weights, token_ids: torch.Tensor, positions: torch.Tensor,
+    def forward_decode(self, weights, token_ids: torch.Tensor, positions: torch.Tensor,
                              block_tables: torch.Tensor, context_lens: torch.Tensor,
                              slot_mapping: torch.Tensor, kv) -> torch.Tensor:
         """One decode step over fixed lanes. Lane b's token goes to slot slot_mapping[b] (an
@@ -61,7 +61,7 @@ class PagedAttention:
                 q, k_cache, v_cache, block_tables, context_lens, scale), w)
         return ops.forward_layers(weights, weights.embed[token_ids], attend)
 
-    def forward_prefill_paged(self, weights, token_ids: torch.Tensor, indptr: torch.Tensor,
+    def forward_prefill(self, weights, token_ids: torch.Tensor, indptr: torch.Tensor,
                               slot_mapping: torch.Tensor, kv) -> torch.Tensor:
         """Whole sequences, ragged, into empty tables: row i's K/V goes to slot slot_mapping[i],
         and each request attends causally over its own rows. Hidden [T, hidden]."""

@@ -28,15 +28,11 @@ class PagedAdmission:
         return cls(ContinuousBatching.assemble(a), a.kv)
 
     def check(self, request: Request) -> None:
-        """Refuse a request that could never finish, even alone in an empty pool."""
+        """v04's refusals, and a request the pool could never hold (check_pool) or one whose
+        recompute could never be admitted."""
         self.inner.check(request)
+        self.check_pool(request)
         pool = self.kv.pool
-        needed = pool.blocks_needed(len(request.prompt) + request.params.max_new_tokens)
-        if needed > pool.num_usable:
-            raise RequestError(
-                f"prompt ({len(request.prompt)} tokens) + max_new_tokens "
-                f"({request.params.max_new_tokens}) needs {needed} blocks of {pool.block_size} "
-                f"tokens, but the pool has only {pool.num_usable}: it could never finish")
         # A preempted request comes back as one prefill of all its tokens. If that could
         # exceed the step budget it would wait at the head of the queue forever, so when the
         # pool is too small for every lane's longest sequence (preemption can happen) refuse
@@ -50,6 +46,16 @@ class PagedAdmission:
                 f"({request.params.max_new_tokens}): if preempted it would be recomputed in one "
                 f"step of up to {longest} tokens, more than max_step_tokens="
                 f"{self.inner.max_step_tokens}, and could never run again")
+
+    def check_pool(self, request: Request) -> None:
+        """Refuse a request that could never finish, even alone in an empty pool."""
+        pool = self.kv.pool
+        needed = pool.blocks_needed(len(request.prompt) + request.params.max_new_tokens)
+        if needed > pool.num_usable:
+            raise RequestError(
+                f"prompt ({len(request.prompt)} tokens) + max_new_tokens "
+                f"({request.params.max_new_tokens}) needs {needed} blocks of {pool.block_size} "
+                f"tokens, but the pool has only {pool.num_usable}: it could never finish")
 
     def admit(self, waiting: deque[Request], running: list[Request]) -> int:
         pool = self.kv.pool

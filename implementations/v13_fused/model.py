@@ -89,11 +89,12 @@ class FusedOps(TritonOps):
         return self.linear(self.swiglu_packed(gate_up), w, "mlp.down_proj")
 
     def swiglu_packed(self, gate_up: torch.Tensor) -> torch.Tensor:
-        """silu(gate) * up of each row [gate | up]: one kernel, or v09's swiglu on the halves."""
+        """silu(gate) * up of each row [gate | up]: one kernel, or the same maths in PyTorch on
+        the halves (not v09's swiglu, which would ask on_triton again)."""
         if self.on_triton(gate_up):
             return fused_kernels.swiglu_packed(gate_up)
         gate, up = gate_up.chunk(2, dim=-1)
-        return self.swiglu(gate, up)
+        return torch.nn.functional.silu(gate) * up
 
 
 class FusedContextAttention(ContextAttention):

@@ -11,9 +11,7 @@ from torchlet.contract import OVERLAP
 
 from ..v13_fused import CAPABILITIES as PREVIOUS
 from ..v13_fused import PARTS as BEFORE
-from ..v13_fused import (KERNELS, BlockPool, PoolExhausted, PrefixBlockPool, PrefixKV,
-                         context_attention, fused_kernels, graphs, kernels, layers, metadata,
-                         paged_attention, paged_kernels, sampler)
+from ..v13_fused import (Batch, BlockPool, ContinuousBatching, KERNELS, PagedAdmission, PagedRequest, PoolExhausted, PreemptingScheduler, PrefixBlockPool, PrefixKV, PrefixRunner, context_attention, fused_kernels, graphs, kernels, layers, metadata, paged_attention, paged_kernels, sampler)
 from .engine import OverlapEngine
 from .inputs import OverlapInputs
 
@@ -22,7 +20,4 @@ PARTS = BEFORE.replace("v14", inputs=OverlapInputs, loop=OverlapEngine)
 OPTIONS = PARTS.options
 build = PARTS.build
 
-__all__ = ["CAPABILITIES", "KERNELS", "OPTIONS", "PARTS", "BlockPool", "OverlapEngine",
-           "OverlapInputs", "PoolExhausted", "PrefixBlockPool", "PrefixKV", "build",
-           "context_attention", "fused_kernels", "graphs", "kernels", "layers", "metadata",
-           "paged_attention", "paged_kernels", "sampler"]
+__all__ = ["Batch", "BlockPool", "CAPABILITIES", "ContinuousBatching", "KERNELS", "OPTIONS", "OverlapEngine", "OverlapInputs", "PARTS", "PagedAdmission", "PagedRequest", "PoolExhausted", "PreemptingScheduler", "PrefixBlockPool", "PrefixKV", "PrefixRunner", "build", "context_attention", "fused_kernels", "graphs", "kernels", "layers", "metadata", "paged_attention", "paged_kernels", "sampler"]

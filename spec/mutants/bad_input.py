@@ -18,7 +18,7 @@ POLICY_CHECK = ("        self.scheduler.policy.check(self.request(-1, prompt, pa
 SLOT_CHECK = ("    def check(self, prompt: list[int], params) -> None:\n"
               "        \"\"\"Refuse a request that could outgrow a lane's rows.\"\"\"\n"
               "        if len(prompt) + params.max_new_tokens > self.max_len:\n")
-POOL_CHECK = "        self.inner.check(request)\n        pool = self.kv.pool\n"
+POOL_CHECK = "        self.inner.check(request)\n        self.check_pool(request)\n"
 
 
 MUTANTS = [
@@ -73,7 +73,7 @@ MUTANTS = [
              "        self.inner.check(request)\n"
              "        if request.id == -1:  # up front, only v04's limits\n"
              "            return\n"
-             "        pool = self.kv.pool\n"),),
+             "        self.check_pool(request)\n"),),
         (GENERATE,), ("v08",),
         "up front only v04's limits: the pool refuses a prompt once those before it are queued"),
 ]

@@ -53,7 +53,7 @@ MUTANTS = [
         "a prefill's draw uses the stream of the last prompt token, not of the drawn one"),
     Mutant("v11-decode-draw-outside-the-graph", "seeded sampling", (
         Edit(PACKAGE, 'PARTS = BEFORE.replace("v11", sampler=SeededSampler)\n',
-             "class EagerDraw(PagedRunner):\n"
+             "class EagerDraw(GraphedRunner):\n"
              "    def decode_tokens(self, requests):\n"
              "        return self.sampler.draw(self.decode(requests), requests)\n"
              "\n\n"

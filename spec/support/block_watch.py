@@ -112,8 +112,10 @@ class BlockWatch:
     every step is checked as the module docstring says. `peak_blocks`: the most blocks the
     running requests held at once, counted from what the steps stored and read."""
 
-    def __init__(self, engine, vocab: int, poisoned: bool = False):
-        self.engine, self.vocab, self.poisoned = engine, vocab, poisoned
+    def __init__(self, engine, vocab: int, poisoned: bool = False, slices: bool = False):
+        """slices: the engine may compute a prompt over several steps (chunked prefill), each
+        step's slice storing the rows right after the ones its request stored before."""
+        self.engine, self.vocab, self.poisoned, self.slices = engine, vocab, poisoned, slices
         stats = engine.pool_stats()
         self.block_size, self.num_blocks = stats["block_size"], stats["num_blocks"]
         self.buffers = engine.decode_buffers()
@@ -126,6 +128,10 @@ class BlockWatch:
         self.shares = isinstance(engine, PrefixCacheAPI)
         self.peak_blocks = 0
         self.decode_steps = 0
+        # The latest step's rows, as its stores showed them: request -> rows its prefill (or
+        # slice) stored, and the lanes its decode pass ran live.
+        self.prefilled: dict[int, int] = {}
+        self.decoded = 0
 
     def add(self, prompt, params) -> int:
         self.ids.append(self.engine.add_request(prompt, params))
@@ -157,12 +163,14 @@ class BlockWatch:
         sequences = {i: o.prompt + o.tokens for i in self.ids
                      if (o := e.output(i)).state is not RequestState.FINISHED}
         lanes = {i: e.lane_of(i) for i in sequences}
+        ran = e.last_step_stats()
         with StepLog(self.buffers, self.vocab) as log:
             outputs = e.step()
-        if not outputs:
+        stats = e.last_step_stats()
+        if stats is None or ran is not None and stats.step == ran.step:  # no step ran
             return outputs
         assert log.nan_logits == 0, f"{log.nan_logits} logits tensors of this step hold a NaN"
-        stats = e.last_step_stats()
+        self.prefilled, self.decoded = {}, 0
         for s in log.stores:
             self.caches.setdefault(storage(s.target), s.target)
         if stats.decode_ids:
@@ -196,6 +204,7 @@ class BlockWatch:
         read = {name: t.tolist() for name, t in log.read.items()}
         live = {lanes[i]: i for i in decode_ids}
         assert len(live) == len(decode_ids), f"decoding requests share a lane: {lanes}"
+        self.decoded = sum(n > 0 for n in read["context_lens"])
         bucket = len(decode_stores[0].slots)
         assert max(live) < bucket, f"lane {max(live)} decodes, but the stores cover {bucket} lanes"
         for lane in range(self.num_lanes):
@@ -253,18 +262,30 @@ class BlockWatch:
             f"{len(prefill_ids)} requests prefilled, {len(contexts)} contexts read back")
         for k, i in enumerate(prefill_ids):
             seq = sequences[i]
+            before = self.slots.get(i, [])  # what its earlier slices stored (slices only)
+            assert not before or self.slices, f"request {i} was prefilled twice while running"
             n, shared = len(seq), []
-            if contexts:  # the rows it shares come first, unstored
+            if contexts:  # the rows it shares, or stored before, come first, unstored now
                 context = contexts[k]
-                assert len(context) == n and start < len(slots) and slots[start] in context, (
-                    f"request {i}'s prefill read a context of {len(context)} slots for its {n} "
-                    f"tokens, and stored from slot {slots[start] if start < len(slots) else None}")
+                n = len(context) if self.slices else n  # a slice ends where its context does
+                assert n <= len(seq) and len(context) == n and start < len(slots) \
+                    and slots[start] in context, (
+                        f"request {i}'s prefill read a context of {len(context)} slots for its "
+                        f"{len(seq)} tokens, and stored from slot "
+                        f"{slots[start] if start < len(slots) else None}")
                 h = context.index(slots[start])
-                assert h % self.block_size == 0, f"request {i} shares {h} tokens, not whole blocks"
+                if before:
+                    assert context[:h] == before, (
+                        f"request {i}'s slice stores from its token {h}, but its earlier slices "
+                        f"stored {len(before)} tokens, at {before[-3:]}...")
+                else:
+                    assert h % self.block_size == 0, (
+                        f"request {i} shares {h} tokens, not whole blocks")
                 shared = context[:h]
                 self._check_content(shared, seq, f"request {i}'s prefill")
             mine = slots[start:start + n - len(shared)]
             start += len(mine)
+            self.prefilled[i] = len(mine)
             table = self.blocks_of(shared + mine)
             assert len(shared + mine) == n and shared + mine == [self.slot(table, p)
                                                                  for p in range(n)], (
@@ -279,6 +300,15 @@ class BlockWatch:
         owned = [b for slots in self.slots.values() for b in self.blocks_of(slots)]
         if not self.shares:
             assert len(owned) == len(set(owned)), f"a block is held twice: {self.tables()}"
+        if self.slices:
+            # A prompt still being computed holds the blocks of its whole sequence: those its
+            # slices stored, then the ones block_tables() names for the rows still to come.
+            for i, table in self.engine.block_tables().items():
+                stored = self.tables().get(i, [])
+                assert table[:len(stored)] == stored, (
+                    f"request {i}'s table {table} does not start with the blocks it stored, "
+                    f"{stored}")
+                owned += table[len(stored):]
         owned = sorted(set(owned))
         for i, table in self.tables().items():
             for b in table:

@@ -1,0 +1,33 @@
+"""v15_chunked_prefill: one token budget a step. Running requests past their prompt decode first,
+one row each; the rest of the budget goes to the next slices of prompts, oldest first. A
+request remembers how much of its prompt is computed and samples its first token only after the
+last slice. A long prompt arriving no longer stalls the running requests for as long as its
+whole prefill takes, and a prompt longer than the budget is computed instead of refused.
+
+Swaps the request (request.py: ChunkedRequest, which knows how far its prefill must go), the
+policy and the scheduler (scheduler.py: TokenBudget and ChunkedScheduler: v03's scheduler took
+every running request for a decode, where now a running request may be mid-prompt, and placing
+a request in the K/V memory moves from its prefill to its admission, since the budget must know
+its cached prefix), and the runner (runner.py: ChunkedRunner, whose prefill computes slices and
+draws only for the requests a slice finishes)."""
+from torchlet.contract import CHUNKED_PREFILL
+
+from ..v14_overlap import CAPABILITIES as PREVIOUS
+from ..v14_overlap import PARTS as BEFORE
+from ..v14_overlap import (KERNELS, BlockPool, PoolExhausted, PrefixBlockPool, PrefixKV,
+                           context_attention, fused_kernels, graphs, kernels, layers, metadata,
+                           paged_attention, paged_kernels, sampler)
+from .request import ChunkedRequest
+from .runner import ChunkedRunner
+from .scheduler import ChunkedScheduler, SlicedBatch, TokenBudget
+
+CAPABILITIES = PREVIOUS + (CHUNKED_PREFILL,)
+PARTS = BEFORE.replace("v15", request=ChunkedRequest, policy=TokenBudget,
+                       scheduler=ChunkedScheduler, runner=ChunkedRunner)
+OPTIONS = PARTS.options
+build = PARTS.build
+
+__all__ = ["CAPABILITIES", "KERNELS", "OPTIONS", "PARTS", "BlockPool", "ChunkedRequest",
+           "ChunkedRunner", "ChunkedScheduler", "PoolExhausted", "PrefixBlockPool", "PrefixKV",
+           "SlicedBatch", "TokenBudget", "build", "context_attention", "fused_kernels", "graphs",
+           "kernels", "layers", "metadata", "paged_attention", "paged_kernels", "sampler"]

@@ -1,0 +1,121 @@
+"""One token budget a step: decodes first, then prompts in slices.
+
+The policy (TokenBudget) is v08's admission, with v04's limits, under one change: a prompt
+longer than the step's budget is no longer refused, since it need not fit one step. What a step
+computes is the scheduler's plan (ChunkedScheduler.schedule):
+1. every running request past its prompt decodes, one row each; if their next tokens need more
+   blocks than are free, the request admitted last gives its blocks back (v08's preemption;
+   here it may be one still in its prompt, which then starts its prompt again later);
+2. the budget's other rows go to the next slices of the prompts being computed, oldest first;
+3. while rows are left, waiting requests are admitted (first come, first served, within v08's
+   limits on lanes and blocks) and given the K/V memory for their whole sequence at once: with
+   the prefix cache their cached prefix counts as computed. Each takes the next slice.
+A slice that ends its request's sequence samples its first token; the others sample nothing."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from torchlet.contract import MAX_RUNNING, MAX_STEP_TOKENS, BuildOption, RequestState
+
+from ..v14_overlap import Batch, ContinuousBatching, PagedAdmission, PreemptingScheduler
+
+# Rows a step computes by default: enough for a step to keep a GPU busy, few enough that a long
+# prompt arriving delays the running requests' next tokens by a step of this size at most.
+DEFAULT_BUDGET = 2048
+
+
+@dataclass
+class SlicedBatch(Batch):
+    """v03's batch whose prefills are slices: prefill[i] computes rows[i] rows of its sequence,
+    from its row `computed` on. requests (those given a token, in row order) are the decodes and
+    the prefills whose slice ends their sequence."""
+
+    rows: list[int] = field(default_factory=list)
+
+    def __post_init__(self):
+        self.ends = [r.computed + n for r, n in zip(self.prefill, self.rows, strict=True)]
+        self.sampled = [r for r, end in zip(self.prefill, self.ends) if end == len(r.sequence)]
+        self.requests = self.decode + self.sampled
+        self.num_prefill_tokens = sum(self.rows)
+
+    @property
+    def chunks(self) -> list[list[int]]:
+        """The rows each request feeds: a decode its last token, a prefill its slice."""
+        return ([[r.sequence[-1]] for r in self.decode]
+                + [r.sequence[r.computed:end] for r, end in zip(self.prefill, self.ends)])
+
+
+class TokenBudget(PagedAdmission):
+    """v08's admission under a token budget a step that prompts share in slices."""
+
+    OPTIONS = (
+        ContinuousBatching.OPTIONS[0],
+        BuildOption("max_step_tokens", int, None, "rows one step may compute, decodes and prompt "
+                    f"slices together (None: {DEFAULT_BUDGET}, or max_running if that is more)",
+                    MAX_STEP_TOKENS, minimum=1),
+    )
+
+    @classmethod
+    def assemble(cls, a) -> "TokenBudget":
+        """v04's limits (which refuse a budget below max_running: every running request may
+        decode in one step), the budget's default DEFAULT_BUDGET."""
+        running, budget = a.options[MAX_RUNNING], a.options[MAX_STEP_TOKENS]
+        budget = max(DEFAULT_BUDGET, running) if budget is None else budget
+        return cls(ContinuousBatching(running, budget), a.kv)
+
+    @property
+    def budget(self) -> int:
+        return self.inner.max_step_tokens
+
+    def check(self, request) -> None:
+        """Only what the pool could never hold is refused: a prompt longer than the budget, or
+        a recompute that is, is computed in slices."""
+        self.check_pool(request)
+
+    def admits(self, request, running: list) -> bool:
+        """Whether the request at the head of the queue may join now: within max_running, a
+        lane free, and free blocks (less those the decodes take) for its whole sequence, counted
+        as if nothing were cached, as v08 counts them."""
+        pool = self.kv.pool
+        free = pool.num_free - self.kv.blocks_for_decode([r for r in running if not r.prefilling])
+        return (len(running) < self.inner.max_running and self.kv.num_free() > 0
+                and pool.blocks_needed(len(request.sequence)) <= free)
+
+
+class ChunkedScheduler(PreemptingScheduler):
+    def schedule(self, reserved: bool = False) -> SlicedBatch | None:
+        """This step's plan: the decodes (after v08's preemption, unless reserved: a decode
+        launched ahead holds their blocks), then slices of the prompts being computed, oldest
+        first, then the admitted requests' first slices, within the policy's budget."""
+        decode = [r for r in self.running if not r.prefilling]
+        if not reserved:
+            needed = self.kv.blocks_for_decode(decode)
+            while decode and needed > self.kv.pool.num_free:
+                victim = self.running[-1]  # admitted last, in its prompt or past it
+                if not victim.prefilling:
+                    decode.remove(victim)
+                    needed -= self.kv.blocks_for_decode([victim])
+                self.preempt(victim)
+        left = self.policy.budget - len(decode)
+        prefill = [r for r in self.running if r.prefilling]
+        while left > sum(r.prefill_to - r.computed for r in prefill) and self.waiting and \
+                self.policy.admits(self.waiting[0], self.running):
+            prefill.append(self.admit())
+        rows = []
+        for request in prefill:
+            rows.append(min(request.prefill_to - request.computed, left))
+            left -= rows[-1]
+        while prefill and not rows[-1]:  # the budget ran out before them: they wait a step
+            prefill.pop(), rows.pop()
+        batch = SlicedBatch(decode=decode, prefill=prefill, rows=rows)
+        return batch if batch.requests or batch.prefill else None
+
+    def admit(self):
+        """The request at the head of the queue runs, holding a lane and the blocks of its whole
+        sequence (sharing its cached prefix, which counts as computed from now on)."""
+        request = self.waiting.popleft()
+        (self.kv.place_cached if self.kv.enabled else self.kv.place)([request])
+        request.state = RequestState.RUNNING
+        request.prefill_to = len(request.sequence)
+        self.running.append(request)
+        return request

@@ -1,0 +1,60 @@
+"""Chunked prefill (v15): one token budget a step, decodes first, prompts in slices. Each mutant
+breaks the budget, the order or a slice's rows in a way the tokens of an easy run may not show,
+so the specs that read each step's stored rows must notice."""
+from spec.mutants import Edit, Mutant
+
+SCHEDULER = "v15_chunked_prefill/scheduler.py"
+RUNNER = "v15_chunked_prefill/runner.py"
+PAGE = "spec/test_v15_chunked_prefill.py"
+ALONE = f"{PAGE}::test_a_prompt_alone_is_cut_into_slices_of_the_budget_and_gets_the_oracles_tokens"
+BESIDE = f"{PAGE}::test_every_running_decode_gets_its_row_in_every_step_beside_slices"
+OLDEST = f"{PAGE}::test_the_rest_of_the_budget_goes_to_the_oldest_prompt_first"
+CACHED = f"{PAGE}::test_a_cached_prefix_counts_as_computed"
+LONG = f"{PAGE}::test_a_two_thousand_token_prompt_never_makes_a_step_compute_more_than_the_budget"
+PREEMPTED = (f"{PAGE}::test_a_request_preempted_mid_prompt_starts_again_and_every_request_gets_"
+             f"the_oracles_tokens")
+SEEDED = f"{PAGE}::test_seeded_requests_sliced_draw_the_golden_samples"
+DECODED = (f"{PAGE}::test_a_request_preempted_after_its_prompt_recomputes_its_prompt_and_tokens_"
+           f"in_slices")
+
+PROPERTY = "chunked prefill"
+V15 = ("v15",)
+
+MUTANTS = [
+    Mutant("v15-decodes-not-charged-to-the-budget", PROPERTY, (
+        Edit(SCHEDULER, "        left = self.policy.budget - len(decode)\n",
+             "        left = self.policy.budget\n"),),
+        (BESIDE, LONG), V15,
+        "the slices take the whole budget and the decodes come on top: a step computes more"),
+    Mutant("v15-a-slice-takes-its-whole-prompt", PROPERTY, (
+        Edit(SCHEDULER, "            rows.append(min(request.prefill_to - request.computed, left))\n",
+             "            rows.append(request.prefill_to - request.computed)\n"),),
+        (ALONE, LONG), V15,
+        "a prompt is computed whole in the step it starts: v14's prefill under v15's name"),
+    Mutant("v15-newest-prompt-sliced-first", PROPERTY, (
+        Edit(SCHEDULER, "        while left > sum(r.prefill_to - r.computed for r in prefill) and "
+                        "self.waiting and \\\n",
+             "        while left and self.waiting and \\\n"),
+        Edit(SCHEDULER, "            prefill.append(self.admit())\n",
+             "            prefill.insert(0, self.admit())\n"),),
+        (OLDEST,), V15,
+        "requests are admitted while any row is left, and the rows go to the prompt admitted "
+        "last first"),
+    Mutant("v15-cached-prefix-computed-again", PROPERTY, (
+        Edit(SCHEDULER, "        request.prefill_to = len(request.sequence)\n",
+             "        request.prefill_to, request.computed = len(request.sequence), 0\n"),),
+        (CACHED,), V15,
+        "a shared prefix is not counted as computed: its rows are computed again (same tokens)"),
+    Mutant("v15-slice-restarts-a-row-early", PROPERTY, (
+        Edit(RUNNER, "            request.computed = end\n",
+             "            request.computed = end - (end < len(request.sequence))\n"),),
+        (ALONE, PREEMPTED), V15,
+        "each slice but the last leaves its last row uncounted, so the next slice computes it "
+        "again"),
+    Mutant("v15-preempted-prompt-keeps-its-old-end", PROPERTY, (
+        Edit(SCHEDULER, "        request.prefill_to = len(request.sequence)\n",
+             "        request.prefill_to = request.prefill_to or len(request.sequence)\n"),),
+        (DECODED,), V15,
+        "a request preempted after its prompt recomputes only up to its prompt's end, then "
+        "decodes from the wrong row"),
+]

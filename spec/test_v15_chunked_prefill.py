@@ -1,0 +1,324 @@
+"""v15_chunked_prefill: one token budget a step, decodes first, prompts in slices.
+
+What it introduces: build(ckpt, max_step_tokens=budget). A step computes at most `budget` rows.
+Every running request past its prompt decodes its one row first; the rest of the budget goes to
+the next slices of the prompts being computed, oldest first, then to the first slices of requests
+admitted now. A request remembers how much of its sequence is computed and samples its first
+token only after the last slice. Rows the prefix cache holds count as computed. A prompt longer
+than the budget is computed in slices instead of refused; a request preempted mid-prompt gives
+its blocks back and starts its prompt again later, its seeded draws unchanged.
+
+Why v14 needs it: a v14 step computes whole prompts. A long prompt arriving while others decode
+either waits for a step with room for all of it, or stalls every running request for as long as
+its prefill takes; a prompt longer than max_step_tokens is refused outright.
+
+Core principle: the budget changes when rows are computed, never what is generated. Tokens equal
+the oracle's (greedy and seeded) for prompts cut into slices of 1, 4, 16 and 64 rows, with the
+prefix cache on, and through preemptions mid-prompt on a tight, poisoned pool. What a step
+computes is read from the K/V it stores (spec/support/block_watch.py): each slice stores exactly
+the rows after the ones its request stored before, a step's stored prefill rows and live decode
+lanes never exceed the budget, and every running decode gets its row in every step.
+
+Files to compare: implementations/v15_chunked_prefill/scheduler.py (TokenBudget, ChunkedScheduler,
+SlicedBatch) against implementations/v08_paged_gqa_py/scheduler.py (PagedAdmission,
+PreemptingScheduler) and implementations/v03_request_states/scheduler.py (Scheduler, Batch);
+implementations/v15_chunked_prefill/runner.py (ChunkedRunner.prefill_slices) against
+implementations/v12_prefix_cache/runner.py (PrefixRunner.prefill, forward_rows);
+implementations/v15_chunked_prefill/request.py against implementations/v08_paged_gqa_py/request.py.
+
+Tradeoff left visible: a request takes the blocks of its whole sequence when it is admitted, so
+a slice never waits for a block, at the price of holding blocks for rows not yet computed; a
+prompt's full blocks are shared with the prefix cache only once its last slice is computed; a
+step that spends its budget on slices computes fewer prompt rows than v14's whole prefill would,
+so the last request's first token comes later (the price of the running requests' steady pace).
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+
+from spec.support import sampling_oracle as oracle
+from spec.support.block_watch import BlockWatch, StepLog
+from spec.support.hypothesis_profiles import engine_settings
+from spec.support.models import tiny_checkpoint
+from spec.support.oracle import cached_model, greedy
+from spec.support.prompts import MARGIN, screened
+from torchlet.contract import CHUNKED_PREFILL, GenerationParams, RequestState
+
+pytestmark = pytest.mark.needs(CHUNKED_PREFILL)
+
+FIXTURE = "tiny_llama"
+CKPT = tiny_checkpoint(FIXTURE)
+VOCAB = CKPT.config.vocab_size
+F64 = torch.float64
+BLOCK = 4
+BUDGETS = (1, 4, 16, 64)
+NEW = 6  # tokens compared per long prompt
+
+
+def build(impl, ckpt=CKPT, overlap=False, **options):
+    """Steps in order (overlap=False) unless asked: the block watch reads what one step() call
+    computes, and with overlap a call launches the next step's decode too."""
+    return impl.build(ckpt, dtype=F64, block_size=BLOCK, overlap=overlap, **options)
+
+
+@functools.lru_cache(maxsize=None)
+def long_cases(count: int = 3) -> tuple[tuple[tuple[int, ...], tuple[int, ...]], ...]:
+    """(prompt, its NEW oracle tokens) for prompts of 70 to 140 tokens, longer than two slices
+    of the largest budget, kept only where the float64 reference's gap stays above MARGIN."""
+    g = torch.Generator().manual_seed(15)
+    model, found = cached_model(FIXTURE), []
+    for _ in range(60):
+        length = int(torch.randint(70, 140, (1,), generator=g))
+        prompt = tuple(torch.randint(3, VOCAB, (length,), generator=g).tolist())
+        ref = greedy(model, list(prompt), NEW, stop_below=MARGIN)
+        if len(ref.tokens) == NEW and ref.horizon(MARGIN) == NEW:
+            found.append((prompt, tuple(ref.tokens)))
+            if len(found) == count:
+                return tuple(found)
+    raise AssertionError(f"only {len(found)} of 60 long prompts keep a gap of {MARGIN}")
+
+
+def short_cases() -> list[tuple[tuple[int, ...], tuple[int, ...]]]:
+    """(prompt, its first NEW oracle tokens) for the screened prompts of 5 to 30 tokens."""
+    return [(p, tuple(ref.tokens[:NEW])) for p, ref in screened(FIXTURE)[:2]]
+
+
+def cases_for(budget: int):
+    """Prompts longer than one slice of `budget`, so each is cut into several."""
+    return [c for c in short_cases() + list(long_cases()) if len(c[0]) > budget]
+
+
+GREEDY = GenerationParams(max_new_tokens=NEW)
+
+
+def watched(engine, poisoned: bool = True) -> BlockWatch:
+    """The block watch over an engine built with poison_free_blocks (unless poisoned=False)."""
+    return BlockWatch(engine, VOCAB, poisoned=poisoned, slices=True)
+
+
+def run_watched(watch, schedule, budget, on_step=lambda watch: None):
+    """[(steps before adding, prompt, params)] through the block watch, checking after every
+    step that its stored rows and live decode lanes stay within the budget; the requests'
+    tokens in schedule order."""
+    def after():
+        rows = sum(watch.prefilled.values()) + watch.decoded
+        assert rows <= budget, f"a step computed {rows} rows on a budget of {budget}"
+        on_step(watch)
+    ids = watch.run(schedule, after)
+    return [watch.engine.output(i).tokens for i in ids]
+
+
+# --- token parity --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("budget", BUDGETS)
+def test_a_prompt_alone_is_cut_into_slices_of_the_budget_and_gets_the_oracles_tokens(impl,
+                                                                                  budget):
+    """One lane, so nothing decodes beside a prompt: every slice but the last computes exactly
+    `budget` rows, each the rows right after the last slice's, and the tokens are the oracle's."""
+    for prompt, expected in cases_for(budget)[:1]:
+        engine = build(impl, max_running=1, max_step_tokens=budget, poison_free_blocks=True)
+        watch, slices = watched(engine), []
+        out = run_watched(watch, [(0, list(prompt), GREEDY)], budget,
+                          lambda w: slices.extend(w.prefilled.values()))
+        assert out == [list(expected)]
+        assert sum(slices) == len(prompt) and len(slices) == -(-len(prompt) // budget), slices
+        assert set(slices[:-1]) <= {budget}, f"slices of a {budget}-row budget: {slices}"
+
+
+@st.composite
+def schedules(draw):
+    n = draw(st.integers(1, 4))
+    cases = short_cases() + list(long_cases())
+    return [(draw(st.integers(0, 3)), draw(st.integers(0, len(cases) - 1)),
+             draw(st.integers(1, NEW))) for _ in range(n)]
+
+
+@engine_settings()
+@given(schedule=schedules(), budget=st.sampled_from(BUDGETS[1:]),
+       cache=st.booleans())
+def test_slices_beside_decodes_give_the_oracles_tokens_under_any_arrivals(impl, schedule, budget,
+                                                                        cache):
+    """Requests arriving at any step over four lanes: slices share each step's budget with the
+    running decodes, with the prefix cache on or off; each request gets the oracle's tokens."""
+    engine = build(impl, max_running=4, max_step_tokens=budget, prefix_cache=cache,
+                   poison_free_blocks=True)
+    cases = short_cases() + list(long_cases())
+    made = [(gap, list(cases[c][0]), GenerationParams(max_new_tokens=n), list(cases[c][1][:n]))
+            for gap, c, n in schedule]
+    out = run_watched(watched(engine), [m[:3] for m in made], budget)
+    assert out == [m[3] for m in made]
+
+
+def test_slices_with_the_next_decode_launched_ahead_give_the_oracles_tokens(impl):
+    """v14's overlap on: a step that ends a prompt's last slice launches that request's first
+    decode before reading its token back; the tokens are still the oracle's."""
+    engine = build(impl, overlap=True, max_running=4, max_step_tokens=5)
+    cases = short_cases() + list(long_cases()[:2])
+    assert engine.generate([list(p) for p, _ in cases], GREEDY) == [list(t) for _, t in cases]
+
+
+def test_seeded_requests_sliced_draw_the_golden_samples(impl):
+    """Sampling with seeds: a request's draws depend on its seed and positions only, so slices
+    (and the draw after the last one) leave them as the golden cases have them."""
+    engine = build(impl, max_running=2, max_step_tokens=4, poison_free_blocks=True)
+    golden = oracle.golden_cases(FIXTURE)[:3]
+    schedule = [(0, list(p), GenerationParams(temperature=s.temperature, top_k=s.top_k,
+                                              top_p=s.top_p, min_p=s.min_p, seed=seed,
+                                              max_new_tokens=len(t))) for p, s, seed, t in golden]
+    assert run_watched(watched(engine), schedule, 4) == [list(t) for *_, t in golden]
+
+
+# --- the budget ---------------------------------------------------------------------------
+
+
+def test_every_running_decode_gets_its_row_in_every_step_beside_slices(impl):
+    """Three requests decode while long prompts arrive: in every step each of them that was
+    past its prompt gains one token, and the step stays within the budget."""
+    engine = build(impl, max_running=4, max_step_tokens=8,
+                   poison_free_blocks=True)
+    watch = watched(engine)
+    shorts = [watch.add(list(p), GenerationParams(max_new_tokens=30, ignore_eos=True))
+              for p, _ in short_cases()]
+    while any(not engine.output(i).tokens for i in shorts):
+        watch.step()
+    for prompt, _ in long_cases()[:2]:
+        watch.add(list(prompt), GREEDY)
+    sliced = 0
+    while engine.has_unfinished():
+        before = {i: len(o.tokens) for i in watch.ids
+                  if (o := engine.output(i)).state is RequestState.RUNNING and o.tokens}
+        watch.step()
+        assert sum(watch.prefilled.values()) + watch.decoded <= 8
+        sliced += bool(watch.prefilled)
+        for i, n in before.items():
+            assert len(engine.output(i).tokens) == n + 1, f"request {i} got no token this step"
+    assert sliced >= 2 * len(long_cases()[0][0]) // 8 // 2, "the long prompts were not sliced"
+
+
+def test_the_rest_of_the_budget_goes_to_the_oldest_prompt_first(impl):
+    """Two long prompts admitted together: while the first is mid-prompt, the second computes
+    rows only in the step whose slice ends the first's prompt."""
+    engine = build(impl, max_running=2, max_step_tokens=16)
+    watch = watched(engine, poisoned=False)
+    (a_prompt, _), (b_prompt, _) = long_cases()[:2]
+    a, b = watch.add(list(a_prompt), GREEDY), watch.add(list(b_prompt), GREEDY)
+    stored = {a: 0, b: 0}
+    while not engine.output(b).tokens:
+        watch.step()
+        if watch.prefilled.get(b) and stored[a] < len(a_prompt):
+            assert stored[a] + watch.prefilled.get(a, 0) == len(a_prompt), (
+                f"the newer prompt got {watch.prefilled[b]} rows while the older one had "
+                f"{len(a_prompt) - stored[a]} rows left")
+        for i in stored:
+            stored[i] += watch.prefilled.get(i, 0)
+    assert stored == {a: len(a_prompt), b: len(b_prompt)}
+
+
+def test_a_cached_prefix_counts_as_computed(impl):
+    """A prompt whose first blocks the cache holds computes its first slice from the first row
+    after them, so it needs fewer steps than the same prompt uncached."""
+    prompt = list(long_cases()[0][0])
+    engine = build(impl, max_running=1, max_step_tokens=16)
+    watch = watched(engine, poisoned=False)
+    run_watched(watch, [(0, prompt, GenerationParams(max_new_tokens=1))], 16)
+    slices = []
+    run_watched(watch, [(0, prompt[:-1] + [7], GenerationParams(max_new_tokens=1))], 16,
+                lambda w: slices.extend(w.prefilled.values()))
+    hit = (len(prompt) - 1) // BLOCK * BLOCK
+    assert sum(slices) == len(prompt) - hit, f"{slices}: the {hit} cached rows were computed"
+    assert len(slices) == -(-(len(prompt) - hit) // 16)
+
+
+def test_a_two_thousand_token_prompt_never_makes_a_step_compute_more_than_the_budget(impl):
+    """While a 2,000-token prompt arrives, three running requests keep one token a step, and no
+    step computes more than its budget of 256 rows, counted from the K/V the step stores and the
+    lanes its decode pass runs."""
+    ckpt = dataclasses.replace(CKPT, config=dataclasses.replace(CKPT.config,
+                                                                max_position=2304))
+    engine = build(impl, ckpt, max_running=4, max_step_tokens=256)
+    running = [engine.add_request([3 + i, 9, 27], GenerationParams(max_new_tokens=16,
+                                                                   ignore_eos=True))
+               for i in range(3)]
+    engine.step()
+    long = engine.add_request([5 + i % 300 for i in range(2000)], GenerationParams(max_new_tokens=1))
+    buffers, steps = engine.decode_buffers(), 0
+    while engine.output(long).state is not RequestState.FINISHED:
+        with StepLog(buffers, VOCAB) as log:
+            engine.step()
+        steps += 1
+        prefill = {}
+        for s in log.stores:
+            if "slot_mapping" not in s.source:
+                prefill.setdefault(id(s.target.untyped_storage()), []).extend(s.slots)
+        rows = len(next(iter(prefill.values()), []))
+        lanes = sum(n > 0 for n in log.read["context_lens"].tolist())
+        assert rows + lanes <= 256, f"step {steps}: {rows} prompt rows + {lanes} decodes"
+        assert lanes == 3, f"step {steps}: {lanes} of the 3 running requests decoded"
+    assert steps == -(-2000 // 253), f"the long prompt took {steps} steps of 253 rows"
+    assert all(len(engine.output(i).tokens) == 1 + steps for i in running)
+
+
+# --- preemption mid-prompt ------------------------------------------------------------------
+
+
+def test_a_request_preempted_mid_prompt_starts_again_and_every_request_gets_the_oracles_tokens(
+        impl):
+    """A tight, poisoned pool with the prefix cache on: requests sharing prefixes, sliced by a
+    small budget, preempt one another, and one is preempted before its prompt is done. It gives
+    its blocks back (they turn NaN), computes its prompt again, and every token is the oracle's."""
+    engine = build(impl, max_running=3, max_step_tokens=8, num_blocks=57,
+                   poison_free_blocks=True)
+    (p0, t0), (p1, t1) = long_cases()[:2]
+    schedule = [(0, list(p0), GREEDY), (0, list(p0) + list(t0[:3]), GenerationParams(
+        max_new_tokens=NEW - 3)), (2, list(p1), GREEDY)]
+    watch, mid_prompt = watched(engine), set()
+
+    def preempted_in_prompt(w):
+        for i in w.ids:
+            o = engine.output(i)
+            if o.state is RequestState.WAITING and not o.tokens and i in w.seen_sliced:
+                mid_prompt.add(i)
+        w.seen_sliced.update(w.prefilled)
+    watch.seen_sliced = set()
+    out = run_watched(watch, schedule, 8, preempted_in_prompt)
+    assert out == [list(t0), list(t0[3:]), list(t1)]
+    assert mid_prompt, f"no request was preempted mid-prompt ({engine.num_preemptions} in all)"
+
+
+def test_a_request_preempted_after_its_prompt_recomputes_its_prompt_and_tokens_in_slices(impl):
+    """Requests preempted while they decode come back with their prompt and tokens to compute,
+    in slices of the budget, and go on with the oracle's tokens."""
+    engine = build(impl, max_running=3, max_step_tokens=8, num_blocks=13,
+                   poison_free_blocks=True)
+    cases = [(p, ref.tokens) for p, ref in screened(FIXTURE)[:3]]
+    schedule = [(0, list(p), GenerationParams(max_new_tokens=len(t))) for p, t in cases]
+    watch, recomputed = watched(engine), set()
+
+    def preempted_with_tokens(w):
+        recomputed.update(i for i in w.ids if engine.output(i).state is RequestState.WAITING
+                          and engine.output(i).tokens)
+    assert run_watched(watch, schedule, 8, preempted_with_tokens) == [list(t) for _, t in cases]
+    assert recomputed, "no request was preempted after its prompt"
+
+
+# --- bad input ------------------------------------------------------------------------------
+
+
+def test_a_budget_below_the_running_decodes_or_zero_is_refused_and_a_long_prompt_is_not(impl):
+    with pytest.raises(ValueError, match="max_step_tokens"):
+        build(impl, max_running=4, max_step_tokens=3)
+    with pytest.raises(TypeError, match="max_step_tokens"):  # check_build's BuildError
+        build(impl, max_running=4, max_step_tokens=0)
+    engine = build(impl, max_running=4, max_step_tokens=4)
+    prompt, expected = long_cases()[0]
+    rid = engine.add_request(list(prompt), GREEDY)
+    while engine.has_unfinished():
+        engine.step()
+    assert engine.output(rid).tokens == list(expected)
