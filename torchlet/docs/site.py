@@ -28,6 +28,7 @@ body.js-sbs .view-uni,body.js-uni .view-sbs{display:none}.toggle{display:none}bo
 table.src{width:100%;font:12px/1.35 ui-monospace,monospace}table.src td{border:0;padding:0 .4em}
 table.src td.n a{color:inherit;text-decoration:none}table.src tr:target td{background:#fff3b0}
 table.recipe tr.swapped td{background:#fff3d6;font-weight:600}
+figure{margin:1em 0;overflow-x:auto}figcaption{color:#555;font-size:13px;max-width:60em}
 """
 
 # Without JavaScript both views are on the page; the script shows one at a time and adds
@@ -191,8 +192,24 @@ def recipe_html(p: VersionPage, owned: dict[str, list[str]]) -> str:
             + "</table>")
 
 
+def pictures_html(pictures, why: str) -> str:
+    """The version's pictures, inline (each box's tooltip names what it stands for), each with
+    a link to its own SVG file; or why it has none."""
+    if why:
+        return f'<h2 id="pictures">Pictures</h2><p>Not drawn here: {escape(why)}</p>'
+    if not pictures:
+        return ""
+    figures = "".join(f'<figure id="picture-{p.view}">{p.svg}<figcaption>{escape(p.view)}: '
+                      f'{escape(p.caption)} (<a href="../{p.file}">SVG</a>)</figcaption></figure>'
+                      for p in pictures)
+    return ('<h2 id="pictures">Pictures</h2><p>Drawn by <code>torchlet docs build</code> from '
+            "a run of this version: its scenario (torchlet/docs/scenarios.py) on the tiny Qwen2 "
+            "fixture on the CPU, recorded through the engine contract after every step.</p>"
+            + figures)
+
+
 def version_html(p: VersionPage, prev: str | None, nxt: str | None, results,
-                 owned: dict[str, list[str]] | None = None) -> str:
+                 owned: dict[str, list[str]] | None = None, pictures=(), why: str = "") -> str:
     """A version's page; owned (version -> the files it owns) is what its recipe table links."""
     nav = ['<a href="../index.html">version map</a>']
     if prev:
@@ -201,7 +218,8 @@ def version_html(p: VersionPage, prev: str | None, nxt: str | None, results,
     if nxt:
         nav.append(f'<a href="{nxt}.html" rel="next">{nxt} →</a>')
     out = [f"<nav>{''.join(nav)}</nav><h1>{p.name}</h1><p>{escape(p.idea)}</p>"
-           f"<p>Capability it adds: <code>{escape(p.capability)}</code></p>"]
+           f"<p>Capability it adds: <code>{escape(p.capability)}</code></p>",
+           pictures_html(pictures, why)]
     for i, part in enumerate(p.parts):
         src = "../" + source_path("spec", part.path.name)
         out.append(f'<section id="part-{i}"><h2>{escape(part.title)}</h2>'
@@ -256,9 +274,12 @@ def compare_html(a: str, b: str, diffs: list[compare.FileDiff], named: list[str]
     return page(f"{a} → {b}", "".join(out), 1, script=True)
 
 
-def write_site(out: Path, pages: list[VersionPage], results, figures, root: Path) -> int:
-    """Writes every file of the site; returns how many pages it wrote."""
+def write_site(out: Path, pages: list[VersionPage], results, figures, root: Path,
+               drawn: dict | None = None) -> int:
+    """Writes every file of the site; returns how many pages it wrote. drawn: version ->
+    (its pictures, why none), from torchlet/docs/pictures.py."""
     out = Path(out)
+    drawn = drawn or {}
     names = [p.name for p in pages]
     by_name = {p.name: p for p in pages}
     owned = {p.name: p.owned for p in pages}
@@ -268,7 +289,10 @@ def write_site(out: Path, pages: list[VersionPage], results, figures, root: Path
     for i, p in enumerate(pages):
         prev = names[i - 1] if i else None
         nxt = names[i + 1] if i + 1 < len(names) else None
-        files[f"versions/{p.name}.html"] = version_html(p, prev, nxt, results, owned)
+        pictures, why = drawn.get(p.name, ([], ""))
+        files[f"versions/{p.name}.html"] = version_html(p, prev, nxt, results, owned,
+                                                        pictures, why)
+        files.update({pic.file: pic.svg + "\n" for pic in pictures})
         for part in p.parts:  # a page's sources: its spec modules and the files it owns
             path = source_path("spec", part.path.name)
             files[path] = source_html(path, f"spec/{part.path.name}", part.path.read_text(), p.name)
@@ -284,4 +308,4 @@ def write_site(out: Path, pages: list[VersionPage], results, figures, root: Path
         (out / rel).mkdir(parents=True, exist_ok=True)
     for rel, text in sorted(files.items()):
         (out / rel).write_text(text, encoding="utf-8")
-    return len(files) - 2
+    return sum(rel.endswith(".html") for rel in files)
