@@ -9,6 +9,7 @@ where it has one). To give a new version its picture, add an entry: options by r
 (torchlet/docs/draw.py's VIEWS) with the steps the pool views show."""
 from __future__ import annotations
 
+import contextlib
 import os
 from dataclasses import dataclass, field
 from typing import Callable
@@ -200,19 +201,26 @@ def checkpoint():
     return load_hf_dir(REPO / "fixtures" / FIXTURE)
 
 
-def run_scenario(version, checkpoint) -> tuple[Scenario, Run]:
-    """Build the version's engine and run its scenario; Triton layers take their PyTorch path
-    (TRITON_INTERPRET=0), tensors one thread."""
-    scenario = scenario_for(version.name)
+@contextlib.contextmanager
+def on_cpu():
+    """Triton layers on their PyTorch path (TRITON_INTERPRET=0), torch on one thread: the
+    tensors are tiny, and a second thread costs more in hand-offs than it computes."""
     before, threads = os.environ.get("TRITON_INTERPRET"), torch.get_num_threads()
     os.environ["TRITON_INTERPRET"] = "0"
     torch.set_num_threads(1)
     try:
-        engine = build_engine(version, scenario, checkpoint)
-        return scenario, record(engine, version.name, scenario.script)
+        yield
     finally:
         torch.set_num_threads(threads)
         if before is None:
             os.environ.pop("TRITON_INTERPRET")
         else:
             os.environ["TRITON_INTERPRET"] = before
+
+
+def run_scenario(version, checkpoint) -> tuple[Scenario, Run]:
+    """Build the version's engine and run its scenario, recorded."""
+    scenario = scenario_for(version.name)
+    with on_cpu():
+        engine = build_engine(version, scenario, checkpoint)
+        return scenario, record(engine, version.name, scenario.script)
