@@ -166,8 +166,10 @@ def lanes(run: Run) -> str:
             body.append(text(x + W / 2, y + 16, f"r{r}", fill="#fff"))
         y += H
     body.append(text(8, y + 20, "a request keeps its lane from its prefill to the step it "
-                     "finishes; grey: an idle lane, still run by the decode pass", "start", "#666"))
-    return svg(max(LEFT + W * len(run.steps) + 10, 640), y + 32, body,
+                     "finishes;", "start", "#666"))
+    body.append(text(8, y + 36, "grey: an idle lane, still run by the decode pass", "start",
+                     "#666"))
+    return svg(max(LEFT + W * len(run.steps) + 10, 640), y + 46, body,
                f"{run.version}: lanes by step")
 
 
@@ -307,11 +309,14 @@ def pool(run: Run, numbers: tuple[int, ...], prefix_cache: bool = False) -> str:
                 body.append(text(x + 14, y + 13, b, fill="#fff"))
             y += 21
         y += 14
-    body.append(text(8, y + 4, "hatched: a last block's empty rows (the wasted tail)"
-                     + ("; ×n: held by n tables (shared prefix); yellow: kept for reuse"
-                        if prefix_cache else ""), "start", "#666"))
+    notes = ["hatched: a last block's empty rows (the wasted tail)"]
+    if prefix_cache:
+        notes.append("×n: held by n tables (a shared prefix); yellow: kept for reuse")
+    for note in notes:
+        body.append(text(8, y + 4, note, "start", "#666"))
+        y += 16
     width = max(16 + num_blocks * (bw + gap), 640)
-    return svg(width, y + 14, body, f"{run.version}: block pool by step")
+    return svg(width, y, body, f"{run.version}: block pool by step")
 
 
 VIEWS = ("timeline", "lanes", "buffers", "pool", "tokens")

@@ -29,7 +29,8 @@ body.js-sbs .view-uni,body.js-uni .view-sbs{display:none}.toggle{display:none}bo
 table.src{width:100%;font:12px/1.35 ui-monospace,monospace}table.src td{border:0;padding:0 .4em}
 table.src td.n a{color:inherit;text-decoration:none}table.src tr:target td{background:#fff3b0}
 table.recipe tr.swapped td{background:#fff3d6;font-weight:600}
-.reason{color:#777;font-size:13px}img{max-width:100%}figure{margin:1em 0;overflow-x:auto}figcaption{color:#555;font-size:13px;max-width:60em}
+mark{background:#f9c0c0;color:inherit}td.ins mark{background:#a6e3ad}
+details>summary{cursor:pointer;color:#336}.reason{color:#777;font-size:13px}img{max-width:100%}figure{margin:1em 0;overflow-x:auto}figcaption{color:#555;font-size:13px;max-width:60em}
 """
 
 # Without JavaScript both views are on the page; the script shows one at a time and adds
@@ -42,7 +43,7 @@ b.classList.toggle('js-sbs',!s);b.classList.toggle('js-uni',s);
 t.textContent=s?'Show side by side':'Show unified';cur=-1;});
 function go(d){var c=document.querySelectorAll('.'+view()+' tr.change');if(!c.length)return;
 if(cur>=0&&c[cur])c[cur].classList.remove('current');cur=Math.max(0,Math.min(c.length-1,cur+d));
-c[cur].classList.add('current');c[cur].scrollIntoView({block:'center'});}
+c[cur].classList.add('current');var d=c[cur].closest('details');if(d)d.open=true;c[cur].scrollIntoView({block:'center'});}
 document.addEventListener('keydown',function(e){if(e.key==='n')go(1);if(e.key==='p')go(-1);});})();
 """
 
@@ -289,6 +290,9 @@ def version_html(p: VersionPage, prev: str | None, nxt: str | None, results,
     return page(p.name, "".join(out), 1)
 
 
+LARGE_ROWS, OPEN_FILES = 1500, 3
+
+
 def compare_html(a: str, b: str, diffs: list[compare.FileDiff], named: list[str]) -> str:
     shown = compare.order_files(diffs, named)
     rows = []
@@ -307,12 +311,18 @@ def compare_html(a: str, b: str, diffs: list[compare.FileDiff], named: list[str]
            'Views: side by side (<a href="#side-by-side">jump</a>) and unified '
            '(<a href="#unified">jump</a>); keys n / p step through changes.</p>']
     sbs, uni = [], []
-    for d in shown:
-        left, right = compare.render_file(d)
+    rendered = [compare.render_file(d) for d in shown]
+    # A large pair (v00 -> the newest is thousands of rows) keeps only its first files open, so
+    # the page lays out fast and reads from the top; a summary opens the others.
+    large = sum(left.count("<tr") for left, _ in rendered) > LARGE_ROWS
+    for i, (d, (left, right)) in enumerate(zip(shown, rendered)):
         head = f"{escape(d.rel)} ({d.status})"
         fid = compare.file_id(d.rel)
-        sbs.append(f'<h3 id="{fid}">{head}</h3>{left}')
-        uni.append(f'<h3 id="{fid}-unified">{head}</h3>{right}')
+        rows_in = left.count("<tr")
+        state = "" if large and i >= OPEN_FILES else " open"
+        summary = f"<summary>{rows_in} rows</summary>"
+        sbs.append(f'<h3 id="{fid}">{head}</h3><details{state}>{summary}{left}</details>')
+        uni.append(f'<h3 id="{fid}-unified">{head}</h3><details{state}>{summary}{right}</details>')
     out.append('<section class="view-sbs" id="side-by-side"><h2>Side by side</h2>'
                + "".join(sbs) + "</section>")
     out.append('<section class="view-uni" id="unified"><h2>Unified</h2>'
