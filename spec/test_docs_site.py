@@ -12,8 +12,10 @@ missing section fails the build, naming the version and the section), every link
 file of the site (the sources it links to are pages of it, with an id per line), so it works
 served or opened as files, a page lists as specs what pytest collects, and two builds are
 byte-identical.
-Files: torchlet/docs/{pages.py, compare.py, site.py, __init__.py}, torchlet/parts.py (the
-recipe's rows); spec/test_docs_browser.py opens the same site in a real browser.
+Files: torchlet/docs/{pages.py, compare.py, site.py, markdown.py, __init__.py},
+torchlet/parts.py (the recipe's rows); the pictures (torchlet/docs/{scenarios, record, draw,
+pictures}.py) have their own page, spec/test_docs_pictures.py; spec/test_docs_browser.py opens
+the same site in a real browser.
 Tradeoff left visible: spec counts are test functions, not parametrizations, because counting
 those needs pytest's collection; and the status shown is only as fresh as the last JUnit file.
 """
