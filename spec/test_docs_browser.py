@@ -9,7 +9,8 @@ shows that the pages load without console errors, that links are followed from a
 the script's toggle really hides one view and shows the other, and where a #L anchor scrolls to.
 Core principle: observe what a reader sees: navigation by clicks, visibility by computed style,
 errors from the browser's own console, screenshots as evidence.
-Files: spec/support/cdp.py, torchlet/docs/site.py (the toggle script, the source pages).
+Files: spec/support/cdp.py, torchlet/docs/site.py (the toggle script, the source pages),
+torchlet/docs/draw.py (the pictures, whose screenshots must not be blank).
 Tradeoff left visible: it needs /usr/bin/chromium, so it is a separate step of .ci/run
 (`pytest -m browser spec/test_docs_browser.py`) and skips elsewhere; it checks one pair of
 versions, not every page.
@@ -121,3 +122,43 @@ def test_a_spec_link_opens_its_source_at_the_spec_line_highlighted_served_and_fr
         assert browser.js(shade.format(row)) != browser.js(shade.format(f"{row}.nextSibling")), \
             "the line is not highlighted"
     assert browser.errors == []
+
+
+PICTURES = (("v08", "pool"), ("v05", "lanes"), ("v12", "pool"))
+
+
+def painted(png: Path) -> tuple[float, int]:
+    """(share of pixels that are not white, distinct colours) of a screenshot."""
+    from PIL import Image
+
+    pixels = list(Image.open(png).convert("RGB").getdata())
+    return sum(p != (255, 255, 255) for p in pixels) / len(pixels), len(set(pixels))
+
+
+def test_a_version_pages_pictures_render_and_a_compare_page_marks_what_changed_in_a_line(
+        served, browser, tmp_path):
+    names = implementations.version_names()
+    shots = []
+    for short, view in PICTURES:
+        name = next(n for n in names if n.startswith(short + "_"))
+        browser.goto(f"{served}/versions/{name}.html")
+        rect = browser.js(f"(function(r){{return {{x: r.left + scrollX, y: r.top + scrollY, "
+                          f"width: r.width, height: r.height}}}})(document.querySelector("
+                          f"'#picture-{view} svg').getBoundingClientRect())")
+        assert rect["width"] > 300 and rect["height"] > 80, (name, view, rect)
+        shot = tmp_path / f"picture-{short}-{view}.png"
+        browser.screenshot(shot, clip=rect)
+        share, colours = painted(shot)
+        assert share > 0.05 and colours >= 4, f"{name}'s {view} picture looks blank: {share:.3f}"
+        shots.append(shot)
+    old, new = names[5:7]
+    browser.goto(f"{served}/compare/{old}--{new}.html")
+    assert browser.js("document.querySelectorAll('#side-by-side td.ins mark').length") > 0
+    assert browser.js("getComputedStyle(document.querySelector('#side-by-side td.ins mark'))"
+                      ".backgroundColor") != browser.js(
+        "getComputedStyle(document.querySelector('#side-by-side td.ins')).backgroundColor")
+    assert browser.errors == []
+    keep = os.environ.get("TORCHLET_SCREENSHOTS")
+    if keep:
+        for shot in shots:
+            shutil.copy(shot, Path(keep) / shot.name)

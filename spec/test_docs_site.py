@@ -12,8 +12,10 @@ missing section fails the build, naming the version and the section), every link
 file of the site (the sources it links to are pages of it, with an id per line), so it works
 served or opened as files, a page lists as specs what pytest collects, and two builds are
 byte-identical.
-Files: torchlet/docs/{pages.py, compare.py, site.py, __init__.py}, torchlet/parts.py (the
-recipe's rows); spec/test_docs_browser.py opens the same site in a real browser.
+Files: torchlet/docs/{pages.py, compare.py, site.py, markdown.py, __init__.py},
+torchlet/parts.py (the recipe's rows); the pictures (torchlet/docs/{scenarios, record, draw,
+pictures}.py) have their own page, spec/test_docs_pictures.py; spec/test_docs_browser.py opens
+the same site in a real browser.
 Tradeoff left visible: spec counts are test functions, not parametrizations, because counting
 those needs pytest's collection; and the status shown is only as fresh as the last JUnit file.
 """
@@ -221,6 +223,8 @@ def test_a_junit_file_shows_pass_fail_and_skip_per_spec_and_per_version(tmp_path
     assert '[passed]</span> <a href="' in html.split("Decode ignores the history")[0][-200:]
     assert "[failed]" in html.split("Decode reads the cache")[0][-200:]
     assert "[skipped]" in html.split("The cache holds the keys")[0][-200:]
+    skipped = html.split("The cache holds the keys")[1].split("</li>")[0]
+    assert '<span class="reason"> (no oracle)</span>' in skipped, "the skip reason is not shown"
     index = (tmp_path / "out" / "index.html").read_text()
     row = index[index.index('href="versions/v02_kv_cache.html"'):].split("</tr>")[0]
     assert "1 passed, 1 failed, 1 skipped" in row
@@ -294,3 +298,31 @@ def test_the_reference_v14_page_lists_every_part_of_its_recipe_with_its_writer(s
     for _, _, writer, _, _, writer_href, file_href in table:
         assert writer in VERSIONS and writer_href == f"{writer}.html"
         assert file_href is not None and (page.parent / file_href).resolve().is_file()
+
+
+def test_every_version_from_v03_on_shows_pictures_of_its_run_inline_and_as_svg_files(site):
+    start = next(i for i, n in enumerate(VERSIONS) if n.startswith("v03"))
+    for name in VERSIONS:
+        html = (site / "versions" / f"{name}.html").read_text()
+        figures = re.findall(r'<figure id="picture-(\w+)"><svg .*?</svg>', html)
+        if VERSIONS.index(name) < start:
+            assert not figures, name
+            continue
+        assert figures, f"{name}'s page has no picture"
+        for view in figures:
+            drawn = (site / "pictures" / f"{name}-{view}.svg").read_text()
+            assert drawn.startswith("<svg ") and drawn.strip().endswith("</svg>")
+            assert 'data-step="' in drawn, f"{name} {view}: no box of a step"
+
+
+def test_the_index_links_the_reader_documents_and_says_where_its_cpu_figures_come_from(site):
+    index = Page((site / "index.html").read_text())
+    for doc in ("learners", "benchmarks", "mutants"):
+        assert f"docs/{doc}.html" in index.links
+        assert (site / "docs" / f"{doc}.html").is_file()
+    bench = Page((site / "docs" / "benchmarks.html").read_text())
+    charts = [link for link in bench.links if link.endswith(".png")]
+    assert charts and all((site / "docs" / c).is_file() for c in charts)
+    text = "".join(index.text)
+    assert "CPU tok/s: output tokens per second of torchlet bench cpu" in text
+    assert "not SmolLM2" in text

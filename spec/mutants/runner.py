@@ -38,8 +38,10 @@ class Worker:
             stdin=subprocess.PIPE, stdout=subprocess.PIPE,
             env={**learner.child_env(), "HYPOTHESIS_PROFILE": "mutants", **(env or {})})
 
-    def pytest(self, args: list[str], log: Path) -> int:
-        self.proc.stdin.write(json.dumps({"args": args, "log": str(log)}) + "\n")
+    def pytest(self, args: list[str], log: Path, **harness) -> int:
+        """harness: for a harness mutant, the edited package's dir and the modules to import
+        anew (spec/mutants/worker.py)."""
+        self.proc.stdin.write(json.dumps({"args": args, "log": str(log), **harness}) + "\n")
         self.proc.stdin.flush()
         reply = self.proc.stdout.readline()
         if not reply:
@@ -55,12 +57,17 @@ class Worker:
 def run(mutant: Mutant, worker: Worker) -> Result:
     with tempfile.TemporaryDirectory(prefix=f"mutant-{mutant.name}-") as tmp:
         tmp = Path(tmp)
-        root = apply(mutant, tmp / "implementations")
         xml, log = tmp / "junit.xml", tmp / "pytest.log"
-        args = [*mutant.specs, f"--impl-root={root}", "-m", mutant.markexpr, "-x", "-q",
+        marks = ["-m", mutant.markexpr] if mutant.markexpr else []
+        args = [*mutant.specs, *marks, "-x", "-q",
                 "-p", "no:randomly", "-p", "no:xdist", "-p", "no:cacheprovider",
                 "--snapshot-warn-unused", f"--junitxml={xml}"]
-        rc = worker.pytest(args, log)
+        if mutant.harness:
+            package = apply(mutant, tmp / "torchlet")
+            rc = worker.pytest(args, log, harness=str(package), fresh=mutant.fresh)
+        else:
+            root = apply(mutant, tmp / "implementations")
+            rc = worker.pytest([*args, f"--impl-root={root}"], log)
         outcomes = learner.read_junit(xml) if xml.exists() else []
         text = log.read_text()[-4000:] if log.exists() else ""
     failed = [o.test for o in outcomes if o.status == "failed"]

@@ -3,12 +3,55 @@ specs and not a fresh torch import and collection setup.
 
 Protocol: one JSON object per line on stdin, {"args": [...], "log": PATH}; for each, one JSON line
 {"rc": N} on the protocol stream (the original stdout). pytest's own output goes to PATH.
+A harness mutant's request adds "harness": DIR (an edited copy of the torchlet package) and
+"fresh": [module names]: for that run those modules and their submodules are imported anew,
+the torchlet subpackages among them from DIR; afterwards the reference modules are back.
 """
 from __future__ import annotations
 
+import contextlib
+import importlib
+import importlib.util
 import json
 import os
 import sys
+
+
+@contextlib.contextmanager
+def harness_copy(directory: str | None, fresh: list[str]):
+    """Run with the modules named in `fresh` (and their submodules) imported anew, the torchlet
+    subpackages among them from `directory`, an edited copy of the package; every other module
+    stays the reference's."""
+    if not directory:
+        yield
+        return
+
+    def named(name):
+        return any(name == f or name.startswith(f + ".") for f in fresh)
+
+    saved = {n: m for n, m in sys.modules.items() if named(n)}
+    for n in saved:
+        del sys.modules[n]
+    for name in fresh:
+        parts = name.split(".")
+        if parts[0] != "torchlet" or len(parts) != 2:
+            continue
+        package = os.path.join(directory, parts[1])
+        spec = importlib.util.spec_from_file_location(
+            name, os.path.join(package, "__init__.py"), submodule_search_locations=[package])
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    try:
+        yield
+    finally:
+        for n in [n for n in sys.modules if named(n)]:
+            del sys.modules[n]
+        sys.modules.update(saved)
+        for n, module in saved.items():  # a parent's attribute names the reference again
+            parent, _, child = n.rpartition(".")
+            if parent in sys.modules:
+                setattr(sys.modules[parent], child, module)
 
 
 def main() -> int:
@@ -27,7 +70,8 @@ def main() -> int:
                 # passes over this interpreter's whole heap (torch, and what earlier runs left):
                 # about 1.2 s of CPU a run, most of a mutant's. A run's verdict is its exit
                 # code and junit file, which the plugin's warnings never change.
-                rc = int(pytest.main([*request["args"], "-p", "no:unraisableexception"]))
+                with harness_copy(request.get("harness"), request.get("fresh", [])):
+                    rc = int(pytest.main([*request["args"], "-p", "no:unraisableexception"]))
             except BaseException as e:  # a crash of one run must not end the worker
                 print(f"worker: {type(e).__name__}: {e}", file=sys.stderr)
                 rc = 3

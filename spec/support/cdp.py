@@ -135,9 +135,11 @@ class Browser:
         self.js(f"document.querySelector({json.dumps(selector)}).click()")
         self.wait_for("Page.loadEventFired")
 
-    def screenshot(self, path: Path) -> None:
+    def screenshot(self, path: Path, clip: dict | None = None) -> None:
+        """The viewport, or with clip ({x, y, width, height} in page coordinates) that region."""
+        extra = {"clip": {**clip, "scale": 1}, "captureBeyondViewport": True} if clip else {}
         Path(path).write_bytes(base64.b64decode(self.call("Page.captureScreenshot",
-                                                          format="png")["data"]))
+                                                          format="png", **extra)["data"]))
 
     def close(self) -> None:
         self.proc.terminate()

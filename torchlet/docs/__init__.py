@@ -12,18 +12,21 @@ from torchlet.learner import REPO, SPEC_DIR
 
 DEFAULT_OUT = REPO / "docs" / "_site"
 DEFAULT_RESULTS = REPO / "build" / "junit.xml"  # where the README's test command leaves it
-BENCH_DIR = REPO / "docs" / "benchmarks"
+DOCS_DIR = REPO / "docs"          # the reader documents the index links (learners.md, ...)
+BENCH_DIR = DOCS_DIR / "benchmarks"
 
 
 def build(out: Path = DEFAULT_OUT, results: Path | None = None, spec_dir: Path = SPEC_DIR,
           root: Path = REFERENCE_ROOT, bench_dir: Path = BENCH_DIR) -> int:
     """Builds the site into `out`; returns the number of pages written."""
     from torchlet.docs.pages import version_pages
+    from torchlet.docs.pictures import all_pictures
     from torchlet.docs.site import load_benchmarks, load_results, write_site
 
     pages = version_pages(Path(spec_dir), Path(root))
+    drawn = all_pictures([p.name for p in pages], Path(root))
     return write_site(Path(out), pages, load_results(results), load_benchmarks(bench_dir),
-                      Path(root))
+                      Path(root), drawn, DOCS_DIR, Path(bench_dir))
 
 
 def _cmd_build(args) -> int:

@@ -79,9 +79,26 @@ def _lines(path: Path | None) -> list[str]:
     return path.read_text().splitlines() if path else []
 
 
-def _cell(number, text: str, kind: str) -> str:
+def intraline(old: str, new: str) -> tuple[str, str]:
+    """Both lines escaped, the characters that differ wrapped in <mark>: within a changed line,
+    the reader sees what changed."""
+    a, b = [], []
+    for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(None, old, new,
+                                                       autojunk=False).get_opcodes():
+        left, right = escape(old[i1:i2]), escape(new[j1:j2])
+        if tag == "equal":
+            a.append(left)
+            b.append(right)
+            continue
+        a.append(f"<mark>{left}</mark>" if left else "")
+        b.append(f"<mark>{right}</mark>" if right else "")
+    return "".join(a), "".join(b)
+
+
+def _cell(number, text: str, kind: str, html: str | None = None) -> str:
     num = "" if number is None else str(number)
-    return f'<td class="n">{num}</td><td class="{kind}"><pre>{escape(text)}</pre></td>'
+    body = escape(text) if html is None else html
+    return f'<td class="n">{num}</td><td class="{kind}"><pre>{body}</pre></td>'
 
 
 def _fold(count: int, cols: int) -> str:
@@ -120,7 +137,11 @@ def side_by_side(a: list[str], b: list[str], fid: str) -> str:
                 rk = {"equal": "eq", "replace": "ins", "insert": "ins", "delete": "empty"}[tag]
                 lk = lk if left[0] is not None else "empty"
                 rk = rk if right[0] is not None else "empty"
-                rows.append(f"<tr{mark}>{_cell(*left, lk)}{_cell(*right, rk)}</tr>")
+                marked = (None, None)
+                if tag == "replace" and left[0] is not None and right[0] is not None:
+                    marked = intraline(left[1], right[1])
+                rows.append(f"<tr{mark}>{_cell(*left, lk, marked[0])}"
+                            f"{_cell(*right, rk, marked[1])}</tr>")
     return '<table class="sbs">' + "".join(rows) + "</table>"
 
 
@@ -140,11 +161,15 @@ def unified(a: list[str], b: list[str], fid: str) -> str:
                     rows.append(f'<tr><td class="n">{i1 + k + 1}</td><td class="n">{j1 + k + 1}</td>'
                                 f'<td class="eq"><pre> {escape(a[i1 + k])}</pre></td></tr>')
                 continue
-            lines = [(i1 + k + 1, None, "-", a[i1 + k], "del") for k in range(i2 - i1)]
-            lines += [(None, j1 + k + 1, "+", b[j1 + k], "ins") for k in range(j2 - j1)]
-            for old_n, new_n, sign, text, kind in lines:
+            olds, news = [escape(a[i1 + k]) for k in range(i2 - i1)], \
+                [escape(b[j1 + k]) for k in range(j2 - j1)]
+            for k in range(min(len(olds), len(news)) if tag == "replace" else 0):
+                olds[k], news[k] = intraline(a[i1 + k], b[j1 + k])
+            lines = [(i1 + k + 1, None, "-", olds[k], "del") for k in range(i2 - i1)]
+            lines += [(None, j1 + k + 1, "+", news[k], "ins") for k in range(j2 - j1)]
+            for old_n, new_n, sign, html, kind in lines:
                 rows.append(f'<tr{mark}><td class="n">{old_n or ""}</td><td class="n">'
-                            f'{new_n or ""}</td><td class="{kind}"><pre>{sign}{escape(text)}'
+                            f'{new_n or ""}</td><td class="{kind}"><pre>{sign}{html}'
                             f'</pre></td></tr>')
                 mark = ""
     return '<table class="uni">' + "".join(rows) + "</table>"

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 from html import escape
 from pathlib import Path
 
@@ -28,6 +29,8 @@ body.js-sbs .view-uni,body.js-uni .view-sbs{display:none}.toggle{display:none}bo
 table.src{width:100%;font:12px/1.35 ui-monospace,monospace}table.src td{border:0;padding:0 .4em}
 table.src td.n a{color:inherit;text-decoration:none}table.src tr:target td{background:#fff3b0}
 table.recipe tr.swapped td{background:#fff3d6;font-weight:600}
+mark{background:#f9c0c0;color:inherit}td.ins mark{background:#a6e3ad}
+details>summary{cursor:pointer;color:#336}.reason{color:#777;font-size:13px}img{max-width:100%}figure{margin:1em 0;overflow-x:auto}figcaption{color:#555;font-size:13px;max-width:60em}
 """
 
 # Without JavaScript both views are on the page; the script shows one at a time and adds
@@ -40,7 +43,7 @@ b.classList.toggle('js-sbs',!s);b.classList.toggle('js-uni',s);
 t.textContent=s?'Show side by side':'Show unified';cur=-1;});
 function go(d){var c=document.querySelectorAll('.'+view()+' tr.change');if(!c.length)return;
 if(cur>=0&&c[cur])c[cur].classList.remove('current');cur=Math.max(0,Math.min(c.length-1,cur+d));
-c[cur].classList.add('current');c[cur].scrollIntoView({block:'center'});}
+c[cur].classList.add('current');var d=c[cur].closest('details');if(d)d.open=true;c[cur].scrollIntoView({block:'center'});}
 document.addEventListener('keydown',function(e){if(e.key==='n')go(1);if(e.key==='p')go(-1);});})();
 """
 
@@ -90,8 +93,9 @@ def file_link(version: str, rel: str, text: str) -> str:
 
 # ---------------------------------------------------------------- spec results and benchmarks
 
-def load_results(path: Path | None) -> dict[tuple[str, str], list[tuple[str, str]]]:
-    """(spec file name, qualname) -> [(parametrization id, status)] from a pytest JUnit XML."""
+def load_results(path: Path | None) -> dict[tuple[str, str], list[tuple[str, str, str]]]:
+    """(spec file name, qualname) -> [(parametrization id, status, message)] from a pytest
+    JUnit XML; the message is a skip's reason or a failure's first line."""
     found: dict[tuple[str, str], list[tuple[str, str]]] = {}
     if path is None:
         return found
@@ -99,20 +103,35 @@ def load_results(path: Path | None) -> dict[tuple[str, str], list[tuple[str, str
         file, _, rest = outcome.test.partition("::")
         name, _, params = rest.partition("[")
         key = (Path(file).name, name.replace("::", "."))
-        found.setdefault(key, []).append((params.rstrip("]"), outcome.status))
+        found.setdefault(key, []).append((params.rstrip("]"), outcome.status, outcome.message))
     return found
 
 
-def spec_status(runs: list[tuple[str, str]] | None, version: str) -> str:
-    """The status of a spec for a version: its runs parametrized with the version where there
-    are such runs, else all its runs; failed beats passed beats skipped."""
+def _mine(runs, version: str) -> list:
+    """A spec's runs parametrized with the version where there are such runs, else all."""
+    return [r for r in runs if version in re.split(r"[-\[\]]", r[0])] or list(runs)
+
+
+def spec_status(runs: list[tuple[str, str, str]] | None, version: str) -> str:
+    """The status of a spec for a version: its runs for the version (_mine); failed beats
+    passed beats skipped."""
     if not runs:
         return "not run"
-    mine = [s for p, s in runs if version in re.split(r"[-\[\]]", p)] or [s for _, s in runs]
+    mine = [r[1] for r in _mine(runs, version)]
     for status in ("failed", "passed", "skipped"):
         if status in mine:
             return status
     return "not run"
+
+
+def skip_reasons(runs, version: str) -> list[str]:
+    """The distinct reasons the version's runs of a spec were skipped, in order."""
+    found = []
+    for _, status, message in _mine(runs or [], version):
+        reason = message.removeprefix("Skipped: ").strip()
+        if status == "skipped" and reason and reason not in found:
+            found.append(reason)
+    return found
 
 
 def load_benchmarks(bench_dir: Path) -> dict[str, dict[str, str]]:
@@ -134,7 +153,29 @@ def load_benchmarks(bench_dir: Path) -> dict[str, dict[str, str]]:
 
 # ---------------------------------------------------------------- pages
 
-def index_html(pages: list[VersionPage], results, figures, pairs) -> str:
+READING = (("learners.md", "The learner's path", "fill in one version at a time"),
+           ("benchmarks.md", "Benchmarks", "every measured figure, with its command and charts"),
+           ("mutants.md", "Mutants", "each deliberate breakage and the spec that notices it"))
+
+
+def cpu_source(bench_dir: Path) -> str:
+    """Where the index's CPU tok/s come from: the model, the workload, the command and when."""
+    path = Path(bench_dir) / "cpu.json"
+    if not path.is_file():
+        return ""
+    data = json.loads(path.read_text())
+    m, w, env = data.get("model", {}), data.get("workload", {}), data.get("environment", {})
+    return (f"CPU tok/s: output tokens per second of <code>{escape(data.get('command', ''))}"
+            f"</code> ({escape(data.get('created', '')[:10])}, commit "
+            f"{escape(str(env.get('commit', '?')))}, {env.get('cpus', '?')} cores): "
+            f"{escape(w.get('describe', ''))}, on a random {escape(str(m.get('family', '')))} "
+            f"model (hidden {m.get('hidden_size')}, {m.get('num_layers')} layers, vocab "
+            f"{m.get('vocab_size')}), not SmolLM2; see the "
+            '<a href="docs/benchmarks.html">benchmarks</a>.')
+
+
+def index_html(pages: list[VersionPage], results, figures, pairs, cpu_note: str = "",
+               reading: tuple = ()) -> str:
     rows = []
     for p in pages:
         status = version_status(p, results)
@@ -151,7 +192,11 @@ def index_html(pages: list[VersionPage], results, figures, pairs) -> str:
             "functions in a version's own spec modules (not their parametrizations).</p>"
             "<table><tr><th>version</th><th>idea</th><th>capability it adds</th><th>specs</th>"
             "<th>last run</th><th>CPU tok/s</th><th>H200 workload</th><th>% of floor</th></tr>"
-            + "".join(rows) + "</table><h2>Code compare</h2><ul>" + links + "</ul>")
+            + "".join(rows) + "</table>" + (f"<p>{cpu_note}</p>" if cpu_note else "")
+            + ("<h2>Read further</h2><ul>" + "".join(
+                f'<li><a href="docs/{name.replace(".md", ".html")}">{title}</a>: {what}</li>'
+                for name, title, what in reading) + "</ul>" if reading else "")
+            + "<h2>Code compare</h2><ul>" + links + "</ul>")
     return page("Torchlet versions", body, 0)
 
 
@@ -191,8 +236,24 @@ def recipe_html(p: VersionPage, owned: dict[str, list[str]]) -> str:
             + "</table>")
 
 
+def pictures_html(pictures, why: str) -> str:
+    """The version's pictures, inline (each box's tooltip names what it stands for), each with
+    a link to its own SVG file; or why it has none."""
+    if why:
+        return f'<h2 id="pictures">Pictures</h2><p>Not drawn here: {escape(why)}</p>'
+    if not pictures:
+        return ""
+    figures = "".join(f'<figure id="picture-{p.view}">{p.svg}<figcaption>{escape(p.view)}: '
+                      f'{escape(p.caption)} (<a href="../{p.file}">SVG</a>)</figcaption></figure>'
+                      for p in pictures)
+    return ('<h2 id="pictures">Pictures</h2><p>Drawn by <code>torchlet docs build</code> from '
+            "a run of this version: its scenario (torchlet/docs/scenarios.py) on the tiny Qwen2 "
+            "fixture on the CPU, recorded through the engine contract after every step.</p>"
+            + figures)
+
+
 def version_html(p: VersionPage, prev: str | None, nxt: str | None, results,
-                 owned: dict[str, list[str]] | None = None) -> str:
+                 owned: dict[str, list[str]] | None = None, pictures=(), why: str = "") -> str:
     """A version's page; owned (version -> the files it owns) is what its recipe table links."""
     nav = ['<a href="../index.html">version map</a>']
     if prev:
@@ -201,7 +262,8 @@ def version_html(p: VersionPage, prev: str | None, nxt: str | None, results,
     if nxt:
         nav.append(f'<a href="{nxt}.html" rel="next">{nxt} →</a>')
     out = [f"<nav>{''.join(nav)}</nav><h1>{p.name}</h1><p>{escape(p.idea)}</p>"
-           f"<p>Capability it adds: <code>{escape(p.capability)}</code></p>"]
+           f"<p>Capability it adds: <code>{escape(p.capability)}</code></p>",
+           pictures_html(pictures, why)]
     for i, part in enumerate(p.parts):
         src = "../" + source_path("spec", part.path.name)
         out.append(f'<section id="part-{i}"><h2>{escape(part.title)}</h2>'
@@ -211,8 +273,11 @@ def version_html(p: VersionPage, prev: str | None, nxt: str | None, results,
         out.append("<h3>Specs</h3><ul>")
         for s in part.specs:
             st = spec_status(results.get((part.path.name, s.qualname)), p.name)
+            runs = results.get((part.path.name, s.qualname))
+            why = "".join(f'<span class="reason"> ({escape(r)})</span>'
+                          for r in skip_reasons(runs, p.name)) if st == "skipped" else ""
             out.append(f'<li id="{s.qualname}"><span class="{st.replace(" ", "")}">[{st}]</span> '
-                       f'<a href="{src}#L{s.line}">{escape(s.sentence)}</a>'
+                       f'<a href="{src}#L{s.line}">{escape(s.sentence)}</a>{why}'
                        f'{prose(s.doc)}</li>')
         out.append("</ul></section>")
     out.append(recipe_html(p, owned or {}))
@@ -223,6 +288,9 @@ def version_html(p: VersionPage, prev: str | None, nxt: str | None, results,
             f"<li>{file_link(v, f, f)} (from {v})</li>" for f, v in sorted(p.inherited.items()))
             + "</ul>")
     return page(p.name, "".join(out), 1)
+
+
+LARGE_ROWS, OPEN_FILES = 1500, 3
 
 
 def compare_html(a: str, b: str, diffs: list[compare.FileDiff], named: list[str]) -> str:
@@ -243,12 +311,18 @@ def compare_html(a: str, b: str, diffs: list[compare.FileDiff], named: list[str]
            'Views: side by side (<a href="#side-by-side">jump</a>) and unified '
            '(<a href="#unified">jump</a>); keys n / p step through changes.</p>']
     sbs, uni = [], []
-    for d in shown:
-        left, right = compare.render_file(d)
+    rendered = [compare.render_file(d) for d in shown]
+    # A large pair (v00 -> the newest is thousands of rows) keeps only its first files open, so
+    # the page lays out fast and reads from the top; a summary opens the others.
+    large = sum(left.count("<tr") for left, _ in rendered) > LARGE_ROWS
+    for i, (d, (left, right)) in enumerate(zip(shown, rendered)):
         head = f"{escape(d.rel)} ({d.status})"
         fid = compare.file_id(d.rel)
-        sbs.append(f'<h3 id="{fid}">{head}</h3>{left}')
-        uni.append(f'<h3 id="{fid}-unified">{head}</h3>{right}')
+        rows_in = left.count("<tr")
+        state = "" if large and i >= OPEN_FILES else " open"
+        summary = f"<summary>{rows_in} rows</summary>"
+        sbs.append(f'<h3 id="{fid}">{head}</h3><details{state}>{summary}{left}</details>')
+        uni.append(f'<h3 id="{fid}-unified">{head}</h3><details{state}>{summary}{right}</details>')
     out.append('<section class="view-sbs" id="side-by-side"><h2>Side by side</h2>'
                + "".join(sbs) + "</section>")
     out.append('<section class="view-uni" id="unified"><h2>Unified</h2>'
@@ -256,19 +330,54 @@ def compare_html(a: str, b: str, diffs: list[compare.FileDiff], named: list[str]
     return page(f"{a} → {b}", "".join(out), 1, script=True)
 
 
-def write_site(out: Path, pages: list[VersionPage], results, figures, root: Path) -> int:
-    """Writes every file of the site; returns how many pages it wrote."""
+def reading_pages(docs_dir: Path) -> tuple[dict[str, str], dict[str, Path], tuple]:
+    """(site path -> html, site path -> file to copy, READING entries present) for the reader
+    documents under docs_dir and the images they show."""
+    from torchlet.docs import markdown
+
+    present = tuple(r for r in READING if (Path(docs_dir) / r[0]).is_file())
+    html, copies = {}, {}
+
+    def keep(target: str) -> str | None:
+        if target in {name for name, _, _ in present}:
+            return target.replace(".md", ".html")
+        source = Path(docs_dir) / target
+        if target.endswith(".png") and ".." not in target and source.is_file():
+            copies[f"docs/{target}"] = source
+            return target
+        return None
+
+    for name, title, _ in present:
+        body = markdown.render((Path(docs_dir) / name).read_text(), keep)
+        nav = '<nav><a href="../index.html">version map</a></nav>'
+        html[f"docs/{name.replace('.md', '.html')}"] = page(title, nav + body, 1)
+    return html, copies, present
+
+
+def write_site(out: Path, pages: list[VersionPage], results, figures, root: Path,
+               drawn: dict | None = None, docs_dir: Path | None = None,
+               bench_dir: Path | None = None) -> int:
+    """Writes every file of the site; returns how many pages it wrote. drawn: version ->
+    (its pictures, why none), from torchlet/docs/pictures.py; docs_dir: where the reader
+    documents the index links lie; bench_dir: the benchmark results (the CPU column's source)."""
     out = Path(out)
+    drawn = drawn or {}
+    reading, copies, present = reading_pages(docs_dir) if docs_dir else ({}, {}, ())
     names = [p.name for p in pages]
     by_name = {p.name: p for p in pages}
     owned = {p.name: p.owned for p in pages}
     pairs = compare.pairs(names)
     files = {"style.css": CSS, "site.js": JS,
-             "index.html": index_html(pages, results, figures, pairs)}
+             "index.html": index_html(pages, results, figures, pairs,
+                                      cpu_source(bench_dir) if bench_dir else "", present),
+             **reading}
     for i, p in enumerate(pages):
         prev = names[i - 1] if i else None
         nxt = names[i + 1] if i + 1 < len(names) else None
-        files[f"versions/{p.name}.html"] = version_html(p, prev, nxt, results, owned)
+        pictures, why = drawn.get(p.name, ([], ""))
+        files[f"versions/{p.name}.html"] = version_html(p, prev, nxt, results, owned,
+                                                        pictures, why)
+        files.update({pic.file: pic.svg + "\n" for pic in pictures})
         for part in p.parts:  # a page's sources: its spec modules and the files it owns
             path = source_path("spec", part.path.name)
             files[path] = source_html(path, f"spec/{part.path.name}", part.path.read_text(), p.name)
@@ -284,4 +393,7 @@ def write_site(out: Path, pages: list[VersionPage], results, figures, root: Path
         (out / rel).mkdir(parents=True, exist_ok=True)
     for rel, text in sorted(files.items()):
         (out / rel).write_text(text, encoding="utf-8")
-    return len(files) - 2
+    for rel, source in sorted(copies.items()):
+        (out / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(source, out / rel)
+    return sum(rel.endswith(".html") for rel in files)

@@ -1,0 +1,147 @@
+"""The docs site's pictures: each drawn from a run, and equal to it.
+
+What it introduces: the pictures `torchlet docs build` puts on every version page from v03 on
+(torchlet/docs/{scenarios,record,draw,pictures}.py): a scripted scenario run on the version with
+the tiny fixture, recorded after every step through the engine contract, and drawn as plain SVG
+whose boxes name what they stand for in data- attributes.
+Why: a picture drawn by hand drifts from the code; one drawn from a run is true when the run is,
+and only a spec that runs the same scenario and reads the picture back shows that the drawing
+does not misplace what it was given.
+Core principle: the spec drives its own engine through the scenario's script (its own stepper,
+not the recorder), reads last_step_stats(), block_tables() and lane_of() at each step k, and
+finds exactly those in the SVG's elements for step k.
+Files: torchlet/docs/{scenarios.py, record.py, draw.py, pictures.py}; spec/mutants/pictures.py
+breaks the drawing.
+Tradeoff left visible: a picture is as small as its scenario (a handful of requests and steps),
+and the spec reads back the views it names (timeline, lanes, pool), not the layout a reader sees;
+the browser spec (spec/test_docs_browser.py) checks that they render.
+"""
+from __future__ import annotations
+
+import functools
+import xml.etree.ElementTree as ET
+
+import pytest
+
+import implementations
+from torchlet.docs import pictures, scenarios
+from torchlet.docs.record import DECODE, PREFILL, SLICE
+
+# One version per view: v04's arrivals, v05's lanes, v08's preemption, v12's shared blocks.
+CHECKED = ("v04", "v05", "v08", "v12")
+
+
+class Stepper:
+    """The scenario's script run on an engine the spec holds, stepping it itself: after each
+    step, what the engine says (stats, tables, lanes)."""
+
+    def __init__(self, engine):
+        self.engine, self.ids, self.seen = engine, [], {}
+
+    def add(self, prompt, params):
+        self.ids.append(self.engine.add_request(list(prompt), params))
+        return self.ids[-1]
+
+    def abort(self, rid):
+        self.engine.abort(rid)
+
+    def step(self):
+        e = self.engine
+        lanes_before = {r: e.lane_of(r) for r in self.ids} if hasattr(e, "lane_of") else {}
+        e.step()
+        stats = e.last_step_stats()
+        self.seen[stats.step] = {
+            "stats": stats,
+            "tables": {r: list(t) for r, t in e.block_tables().items()}
+            if hasattr(e, "block_tables") else {},
+            "lanes": {r: e.lane_of(r) if e.lane_of(r) is not None else lanes_before.get(r)
+                      for r in self.ids} if lanes_before else {}}
+
+    def finish(self, limit=64):
+        for _ in range(limit):
+            if not self.engine.has_unfinished():
+                return
+            self.step()
+
+
+@functools.lru_cache(maxsize=None)
+def observed(short: str):
+    """(what the spec saw at each step, {view: the picture's SVG root}) for a version."""
+    version = implementations.load(short)
+    ckpt = scenarios.checkpoint()
+    scenario = scenarios.scenario_for(version.name)
+    stepper = Stepper(scenarios.build_engine(version, scenario, ckpt))
+    with scenarios.on_cpu():
+        scenario.script(stepper)
+        drawn = {p.view: ET.fromstring(p.svg) for p in pictures.version_pictures(version, ckpt)}
+    return stepper.seen, drawn
+
+
+def boxes(root, **want) -> list[dict]:
+    """The attributes of every rect whose data- attributes include `want`."""
+    found = []
+    for el in root.iter("{http://www.w3.org/2000/svg}rect"):
+        data = {k[5:]: v for k, v in el.attrib.items() if k.startswith("data-")}
+        if all(data.get(k) == str(v) for k, v in want.items()):
+            found.append(data)
+    return found
+
+
+@pytest.mark.parametrize("short", CHECKED)
+def test_the_timeline_shows_at_each_step_what_the_engine_says_each_request_did(short):
+    seen, drawn = observed(short)
+    if "timeline" not in drawn:
+        pytest.skip(f"{short}'s scenario draws no timeline")
+    for k, step in seen.items():
+        stats = step["stats"]
+        cells = {int(b["request"]): b["kind"] for b in boxes(drawn["timeline"], step=k)
+                 if "request" in b}
+        want = {**{r: PREFILL for r in stats.prefill_ids}, **{r: DECODE for r in stats.decode_ids}}
+        ran = {r: (DECODE if kind == DECODE else PREFILL) for r, kind in cells.items()
+               if kind in (PREFILL, SLICE, DECODE)}
+        assert ran == want, f"step {k}: drawn {cells}, the engine ran {want}"
+        assert set(stats.waiting_ids) <= set(cells), f"step {k}: a waiting request is not drawn"
+
+
+@pytest.mark.parametrize("short", ("v08", "v12"))
+def test_the_pool_picture_holds_the_block_tables_the_engine_has_at_the_steps_it_draws(short):
+    seen, drawn = observed(short)
+    steps = {int(b["step"]) for b in boxes(drawn["pool"]) if "index" in b}
+    assert steps, "the pool picture draws no table"
+    for k in steps:
+        entries = [b for b in boxes(drawn["pool"], step=k) if "index" in b]
+        tables: dict[int, list] = {}
+        for b in sorted(entries, key=lambda b: int(b["index"])):
+            tables.setdefault(int(b["request"]), []).append(int(b["block"]))
+        assert tables == seen[k]["tables"], f"step {k}"
+        held = {int(b["block"]): sorted(map(int, b["holders"].split()))
+                for b in boxes(drawn["pool"], step=k, state="used")}
+        want: dict[int, list] = {}
+        for r, table in sorted(seen[k]["tables"].items()):
+            for block in table:
+                want.setdefault(block, []).append(r)
+        assert held == want, f"step {k}: the pool's blocks and their holders"
+
+
+def test_the_lanes_picture_puts_each_request_in_the_lane_lane_of_names():
+    seen, drawn = observed("v05")
+    for k, step in seen.items():
+        shown = {int(b["request"]): int(b["lane"]) for b in boxes(drawn["lanes"], step=k)
+                 if b.get("request")}
+        ran = set(step["stats"].prefill_ids) | set(step["stats"].decode_ids)
+        assert shown == {r: step["lanes"][r] for r in ran}, f"step {k}"
+
+
+def test_v08s_picture_shows_its_preemption_and_v12s_a_block_shared_by_two_tables():
+    seen, drawn = observed("v08")
+    preempted = [b for b in boxes(drawn["timeline"], kind="preempted")]
+    assert preempted, "v08's scenario is drawn without its preemption"
+    _, drawn = observed("v12")
+    assert any(len(b["holders"].split()) > 1 for b in boxes(drawn["pool"], state="used"))
+
+
+def test_a_version_whose_run_fails_gets_no_picture_and_the_reason_in_one_line():
+    drawn = pictures.all_pictures(["v08_missing"], implementations.REFERENCE_ROOT)
+    assert drawn["v08_missing"][0] == []
+    reason = drawn["v08_missing"][1]
+    assert reason.startswith("UnknownVersionError") and "\n" not in reason
