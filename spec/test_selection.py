@@ -112,7 +112,8 @@ def runs(ids: set[str], spec: str) -> bool:
 def test_every_spec_a_mutant_names_runs_against_a_version_it_names(carrying):
     """A mutant breaks a part of the version it names, which writes that part: the part's own
     specs, which run only against the versions that write it, still run against the mutant."""
-    lost = [f"{m.name}: {spec} ({m.markexpr})" for m in all_mutants() for spec in m.specs
+    versioned = [m for m in all_mutants() if m.markexpr]  # a harness mutant names no version
+    lost = [f"{m.name}: {spec} ({m.markexpr})" for m in versioned for spec in m.specs
             if not runs(set().union(*(carrying[n] for n in m.markexpr.split(" or "))), spec)]
     assert not lost, "specs that run against none of their mutant's versions:\n" + "\n".join(lost)
 

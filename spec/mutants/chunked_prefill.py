@@ -57,4 +57,19 @@ MUTANTS = [
         (DECODED,), V15,
         "a request preempted after its prompt recomputes only up to its prompt's end, then "
         "decodes from the wrong row"),
+    Mutant("v15-first-token-drawn-after-a-middle-slice", PROPERTY, (
+        Edit(SCHEDULER, "        self.sampled = [r for r, end in zip(self.prefill, self.ends) "
+                        "if end == len(r.sequence)]\n",
+             "        self.sampled = list(self.prefill)\n"),
+        Edit(RUNNER, "            if end == len(request.sequence):\n                done.append(i)\n",
+             "            done.append(i)\n            if end == len(request.sequence):\n"),),
+        (ALONE, SEEDED), V15,
+        "every slice draws a token from its last row, the middle ones too"),
+    Mutant("v15-a-decode-starved-by-a-slice", PROPERTY, (
+        Edit(SCHEDULER, "        left = self.policy.budget - len(decode)\n",
+             "        if any(r.prefilling for r in self.running):\n"
+             "            decode = decode[:1]  # a prompt being sliced holds the others back\n"
+             "        left = self.policy.budget - len(decode)\n"),),
+        (BESIDE,), V15,
+        "while a prompt is sliced only the oldest running request decodes; the others wait"),
 ]
