@@ -386,3 +386,22 @@ def test_a_result_names_the_commit_the_sender_gives_over_the_trees_own(monkeypat
     assert environment("cpu")["commit"]  # this checkout's, from git
     monkeypatch.setenv("TORCHLET_COMMIT", "b92a54a")
     assert environment("cpu")["commit"] == "b92a54a"
+
+
+def test_mixed_traffic_reports_each_versions_inter_token_latency_and_long_prompts_first_tokens(
+        tmp_path):
+    """A tiny mixed run on the CPU: both versions' rows carry ITL and TTFT percentiles, and the
+    chunked-prefill version ran with the budget asked for, the other with room for a whole prompt,
+    so it computed the long prompts in fewer steps."""
+    out = tmp_path / "mixed"
+    assert main(["bench", "mixed", "--device", "cpu", "--versions", "v14,v15", "--decoders", "2",
+                 "--short-len", "8", "--decode-tokens", "16", "--long-prompts", "2",
+                 "--long-len", "48", "--every", "3", "--budget", "8", "--quiet",
+                 "--out", str(out)]) == 0
+    rows = {r["version"]: r for r in json.loads((out / "mixed.json").read_text())["rows"]}
+    v14, v15 = rows["v14_overlap"], rows["v15_chunked_prefill"]
+    assert (v14["budget"], v15["budget"]) == (48 + 2 + 2, 8)
+    for row in rows.values():
+        assert row["itl_p50_ms"] <= row["itl_p99_ms"] <= row["itl_max_ms"]
+        assert row["ttft_p50_ms"] > 0 and row["output_tokens"] == 2 * 16 + 2 * 4
+    assert v15["steps"] > v14["steps"]

@@ -27,8 +27,9 @@ DEFAULT_BUDGET = 2048
 @dataclass
 class SlicedBatch(Batch):
     """v03's batch whose prefills are slices: prefill[i] computes rows[i] rows of its sequence,
-    from its row `computed` on. requests (those given a token, in row order) are the decodes and
-    the prefills whose slice ends their sequence."""
+    from its row `computed` on, to ends[i]. requests (those given a token, in row order) are the
+    decodes and the prefills whose slice ends their sequence. (v03's `chunks`, whole sequences,
+    is what v03's runner feeds; the paged runners read the requests and ends.)"""
 
     rows: list[int] = field(default_factory=list)
 
@@ -37,12 +38,6 @@ class SlicedBatch(Batch):
         self.sampled = [r for r, end in zip(self.prefill, self.ends) if end == len(r.sequence)]
         self.requests = self.decode + self.sampled
         self.num_prefill_tokens = sum(self.rows)
-
-    @property
-    def chunks(self) -> list[list[int]]:
-        """The rows each request feeds: a decode its last token, a prefill its slice."""
-        return ([[r.sequence[-1]] for r in self.decode]
-                + [r.sequence[r.computed:end] for r, end in zip(self.prefill, self.ends)])
 
 
 class TokenBudget(PagedAdmission):

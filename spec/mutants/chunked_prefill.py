@@ -6,7 +6,9 @@ from spec.mutants import Edit, Mutant
 SCHEDULER = "v15_chunked_prefill/scheduler.py"
 RUNNER = "v15_chunked_prefill/runner.py"
 PAGE = "spec/test_v15_chunked_prefill.py"
-ALONE = f"{PAGE}::test_a_prompt_alone_is_cut_into_slices_of_the_budget_and_gets_the_oracles_tokens"
+# The cheapest run that shows a slice's size and rows: a short prompt in slices of 4.
+ALONE = (f"{PAGE}::test_a_prompt_alone_is_cut_into_slices_of_the_budget_and_gets_the_oracles_"
+         f"tokens[v15_chunked_prefill-4]")
 BESIDE = f"{PAGE}::test_every_running_decode_gets_its_row_in_every_step_beside_slices"
 OLDEST = f"{PAGE}::test_the_rest_of_the_budget_goes_to_the_oldest_prompt_first"
 CACHED = f"{PAGE}::test_a_cached_prefix_counts_as_computed"

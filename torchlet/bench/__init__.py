@@ -4,6 +4,7 @@
     torchlet bench long-prompt    a 5,000-token prompt's first token: the same pair
     torchlet bench cpu            every CPU version on a small workload (32 requests, 10..100)
     torchlet bench gpu-workload   nano-vllm's 256-request workload on a Qwen2.5-0.5B-shaped model
+    torchlet bench mixed          decodes while long prompts arrive: ITL p50/p99, TTFT
     torchlet bench decode         one decode step: ms and GB/s, batch x context
     torchlet bench kernel         the newest paged decode attention against torch SDPA
     torchlet bench floor          the physical floor of the GPU workload, computed
@@ -87,6 +88,23 @@ def add_commands(subparsers) -> None:
     _engine_options(p, max_running=None, max_step_tokens=16384)
     _shared_prefix(p)
     _rates(p)
+
+    p = _parser(sub, "mixed", _lazy("run_mixed"), "requests decoding while long prompts arrive: "
+                "inter-token latency and the long prompts' first tokens")
+    _device_options(p)
+    p.add_argument("--decoders", type=int, default=16, help="requests decoding throughout")
+    p.add_argument("--short-len", type=int, default=64, help="their prompts' tokens")
+    p.add_argument("--decode-tokens", type=int, default=None,
+                   help="tokens each decodes (default: 512 on CUDA, 64 on CPU)")
+    p.add_argument("--long-prompts", type=int, default=4, help="long prompts arriving")
+    p.add_argument("--long-len", type=int, default=None,
+                   help="their tokens (default: 8192 on CUDA, 512 on CPU)")
+    p.add_argument("--long-tokens", type=int, default=4, help="tokens each long prompt asks for")
+    p.add_argument("--every", type=int, default=None,
+                   help="steps between arrivals (default: 64 on CUDA, 8 on CPU)")
+    p.add_argument("--budget", type=int, default=None,
+                   help="max_step_tokens of a chunked-prefill version (default: 512 on CUDA, "
+                        "64 on CPU)")
 
     p = _parser(sub, "decode", _lazy("run_decode"), "one decode step, batch x context")
     _device_options(p)

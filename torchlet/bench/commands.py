@@ -218,6 +218,21 @@ def floor_info(floor) -> dict:
     return {**asdict(floor), "seconds": floor.seconds, "lines": floor.lines()}
 
 
+def run_mixed(args) -> int:
+    from .mixed import measure, summary
+
+    cuda = device_of(args).startswith("cuda")
+    defaults = {"decode_tokens": (512, 64), "long_len": (8192, 512), "every": (64, 8),
+                "budget": (512, 64)}
+    for name, (gpu, cpu) in defaults.items():
+        if getattr(args, name) is None:
+            setattr(args, name, gpu if cuda else cpu)
+    payload, device = measure(args, log)
+    report("mixed", args, payload, device)
+    print(summary(payload["rows"]))
+    return 0
+
+
 def run_decode(args) -> int:
     from .micro import decode_step_bench
     from .workloads import random_checkpoint

@@ -15,13 +15,14 @@ from .report import markdown_table
 from .workloads import QWEN25_05B, nano_vllm_workload
 
 REPO = Path(__file__).resolve().parents[2]
-KINDS = ("main-job", "long-prompt", "cpu", "gpu-workload", "decode", "kernel")
+KINDS = ("main-job", "long-prompt", "cpu", "gpu-workload", "mixed", "decode", "kernel")
 TITLES = {
     "main-job": "CPU main job: torchlet generate's default version against Hugging Face generate",
     "long-prompt": "CPU long prompt: torchlet generate's default version against Hugging Face "
                    "generate, to the first token",
     "cpu": "CPU: what each version buys",
     "gpu-workload": "GPU: nano-vllm's workload on a Qwen2.5-0.5B-shaped model",
+    "mixed": "Mixed traffic: requests decoding while long prompts arrive (chunked prefill)",
     "decode": "Decode step: batch x context",
     "kernel": "Paged decode attention kernel against torch SDPA",
 }
@@ -30,6 +31,7 @@ HOW_TO = {
     "long-prompt": "torchlet bench long-prompt --threads 1",
     "cpu": "torchlet bench cpu",
     "gpu-workload": "torchlet bench gpu-workload --hf-baseline",
+    "mixed": "torchlet bench mixed --versions v14,v15",
     "decode": "torchlet bench decode",
     "kernel": "torchlet bench kernel",
 }
@@ -62,6 +64,14 @@ NOTES = {
                     "ignored, so every request makes exactly the tokens it asks for. % of floor = "
                     "floor / wall time. The HF baseline runs length-sorted, left-padded batches of "
                     "64 and counts only the tokens the requests asked for. Peak memory: {memory}.",
+    "mixed": "One process, one model; each version built with max_running for every request, "
+             "the chunked-prefill one (v15) with the budget the command gives as its "
+             "max_step_tokens, the others with room for a whole long prompt in one step (which "
+             "v14 needs to admit it). After a short warm-up, the decoding requests start; once "
+             "each has its first token, the long prompts arrive one every few steps. A step's "
+             "time is taken when step() returns its tokens. ITL: the gaps between a decoding "
+             "request's tokens from the first long prompt's arrival on; TTFT: a long prompt's "
+             "arrival to its first token. Percentiles are nearest-rank.",
     "decode": "Each cell prefills B requests of `context` tokens, then times pure decode steps "
               "(the step stats are checked: no prefill row, all B requests decoding). Bytes per "
               "step = every weight once + B x context x KV bytes per token; GPU ms/step is kernel "

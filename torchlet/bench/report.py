@@ -95,7 +95,17 @@ LONG_PROMPT_COLUMNS = [
     ("CPU s (median)", lambda r: _num(",.2f")(r.get("cpu_s_median"))),
     ("same first token as HF", _parity),
 ]
-COLUMNS = {"main-job": MAIN_JOB_COLUMNS, "long-prompt": LONG_PROMPT_COLUMNS,
+MIXED_COLUMNS = [
+    ("version", lambda r: r["version"]),
+    ("max_step_tokens", lambda r: _num(",d")(r.get("budget"))),
+    ("ITL p50 ms", lambda r: _num(",.2f")(r.get("itl_p50_ms"))),
+    ("ITL p99 ms", lambda r: _num(",.2f")(r.get("itl_p99_ms"))),
+    ("ITL max ms", lambda r: _num(",.2f")(r.get("itl_max_ms"))),
+    ("long prompts' TTFT p50 ms", lambda r: _num(",.1f")(r.get("ttft_p50_ms"))),
+    ("TTFT p99 ms", lambda r: _num(",.1f")(r.get("ttft_p99_ms"))),
+    ("steps", lambda r: _num(",d")(r.get("steps"))),
+]
+COLUMNS = {"main-job": MAIN_JOB_COLUMNS, "mixed": MIXED_COLUMNS, "long-prompt": LONG_PROMPT_COLUMNS,
            "cpu": WORKLOAD_COLUMNS, "gpu-workload": WORKLOAD_COLUMNS + GPU_EXTRA,
            "decode": DECODE_COLUMNS, "kernel": KERNEL_COLUMNS}
 
@@ -219,6 +229,15 @@ def chart(kind: str, payload: dict, path: Path) -> None:
                 ax.annotate(f" {v:,.0f}" if v else " n/a", (v or 0, y), va="center",
                             fontsize=8, annotation_clip=False)
         fig.suptitle(f"{payload.get('workload', {}).get('describe', kind)}", fontsize=9)
+    elif kind == "mixed":
+        fig, axes = plt.subplots(1, 2, figsize=(11, 0.45 * len(rows) + 1.8))
+        names = [r["version"] for r in rows]
+        for ax, key, label in ((axes[0], "itl_p99_ms", "decodes' p99 inter-token latency, ms"),
+                               (axes[1], "ttft_p50_ms", "long prompts' median TTFT, ms")):
+            ax.barh(names, [r.get(key) or 0 for r in rows], color="tab:blue")
+            ax.invert_yaxis()
+            ax.set_xlabel(label + " (lower is better)")
+        fig.suptitle(payload["workload"]["describe"], fontsize=7, wrap=True)
     elif kind == "main-job":
         fig, ax = plt.subplots(figsize=(8, 0.5 * len(rows) + 1.6))
         mid = [r["tok_s_median"] for r in rows]
