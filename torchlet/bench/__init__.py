@@ -96,15 +96,15 @@ def add_commands(subparsers) -> None:
     p.add_argument("--short-len", type=int, default=64, help="their prompts' tokens")
     p.add_argument("--decode-tokens", type=int, default=None,
                    help="tokens each decodes (default: 512 on CUDA, 64 on CPU)")
-    p.add_argument("--long-prompts", type=int, default=4, help="long prompts arriving")
+    p.add_argument("--long-prompts", type=int, default=16, help="long prompts arriving")
     p.add_argument("--long-len", type=int, default=None,
                    help="their tokens (default: 8192 on CUDA, 512 on CPU)")
     p.add_argument("--long-tokens", type=int, default=4, help="tokens each long prompt asks for")
     p.add_argument("--every", type=int, default=None,
-                   help="steps between arrivals (default: 64 on CUDA, 8 on CPU)")
+                   help="steps between arrivals (default: 16 on CUDA, 4 on CPU)")
     p.add_argument("--budget", type=int, default=None,
-                   help="max_step_tokens of a chunked-prefill version (default: 512 on CUDA, "
-                        "64 on CPU)")
+                   help="max_step_tokens of a chunked-prefill version (default: 2048 on CUDA, "
+                        "its default there, and 64 on CPU)")
 
     p = _parser(sub, "decode", _lazy("run_decode"), "one decode step, batch x context")
     _device_options(p)

@@ -222,8 +222,8 @@ def run_mixed(args) -> int:
     from .mixed import measure, summary
 
     cuda = device_of(args).startswith("cuda")
-    defaults = {"decode_tokens": (512, 64), "long_len": (8192, 512), "every": (64, 8),
-                "budget": (512, 64)}
+    defaults = {"decode_tokens": (512, 64), "long_len": (8192, 512), "every": (16, 4),
+                "budget": (2048, 64)}
     for name, (gpu, cpu) in defaults.items():
         if getattr(args, name) is None:
             setattr(args, name, gpu if cuda else cpu)
