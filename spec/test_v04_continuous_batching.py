@@ -78,6 +78,7 @@ def solo():
 @example(schedule=[(0, [3, 3, 3, 173, 3], GenerationParams(max_new_tokens=3, stop_token_ids=(34,))),
                    (3, [5, 6], GenerationParams(max_new_tokens=2))], max_running=2, extra_budget=4)
 @pytest.mark.engine_parts
+@pytest.mark.needs(CONTINUOUS_BATCHING, until=CHUNKED_PREFILL)  # whole prompts; v15's page: slices
 @engine_settings()
 def test_for_any_arrival_schedule_each_request_gets_its_solo_tokens_within_the_limits(
         impl, solo, schedule, max_running, extra_budget):
