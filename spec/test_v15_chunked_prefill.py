@@ -125,8 +125,12 @@ def test_a_prompt_alone_is_cut_into_slices_of_the_budget_and_gets_the_oracles_to
     for prompt, expected in cases_for(budget)[:1]:
         engine = build(impl, max_running=1, max_step_tokens=budget, poison_free_blocks=True)
         watch, slices = watched(engine), []
-        out = run_watched(watch, [(0, list(prompt), GREEDY)], budget,
-                          lambda w: slices.extend(w.prefilled.values()))
+
+        def sliced(w):
+            slices.extend(w.prefilled.values())
+            if len(slices) < -(-len(prompt) // budget):  # mid-prompt: its cache holds its slices
+                assert engine.num_cached_tokens(w.ids[0]) == sum(slices)
+        out = run_watched(watch, [(0, list(prompt), GREEDY)], budget, sliced)
         assert out == [list(expected)]
         assert sum(slices) == len(prompt) and len(slices) == -(-len(prompt) // budget), slices
         assert set(slices[:-1]) <= {budget}, f"slices of a {budget}-row budget: {slices}"
@@ -247,7 +251,8 @@ def test_a_two_thousand_token_prompt_never_makes_a_step_compute_more_than_the_bu
                                                                    ignore_eos=True))
                for i in range(3)]
     engine.step()
-    long = engine.add_request([5 + i % 300 for i in range(2000)], GenerationParams(max_new_tokens=1))
+    long = engine.add_request([5 + i % 300 for i in range(2000)],
+                              GenerationParams(max_new_tokens=1))
     buffers, steps = engine.decode_buffers(), 0
     while engine.output(long).state is not RequestState.FINISHED:
         with StepLog(buffers, VOCAB) as log:

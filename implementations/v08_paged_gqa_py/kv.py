@@ -103,12 +103,6 @@ class PagedKV(LaneKV):
                 raise RequestError(f"no free block for request {r.id!r}'s next token")
             self.pool.append_token(r.id)
 
-    def num_tokens(self, request_id: Hashable) -> int:
-        return self.pool.num_tokens(request_id) if request_id in self.held else 0
-
-    def total_tokens(self) -> int:
-        return sum(self.pool.num_tokens(r) for r in self.held)
-
     def free(self, request_id: Hashable) -> None:
         if request_id in self.held:
             if self.poison_free_blocks:

@@ -42,8 +42,8 @@ class PagedAttention:
         return self.pytorch
 
     def forward_decode(self, weights, token_ids: torch.Tensor, positions: torch.Tensor,
-                             block_tables: torch.Tensor, context_lens: torch.Tensor,
-                             slot_mapping: torch.Tensor, kv) -> torch.Tensor:
+                       block_tables: torch.Tensor, context_lens: torch.Tensor,
+                       slot_mapping: torch.Tensor, kv) -> torch.Tensor:
         """One decode step over fixed lanes. Lane b's token goes to slot slot_mapping[b] (an
         idle lane's to a slot of the null block, which no table names for a real token), then
         attends over the context_lens[b] tokens its block table names (0 for an idle lane:
@@ -62,7 +62,7 @@ class PagedAttention:
         return ops.forward_layers(weights, weights.embed[token_ids], attend)
 
     def forward_prefill(self, weights, token_ids: torch.Tensor, indptr: torch.Tensor,
-                              slot_mapping: torch.Tensor, kv) -> torch.Tensor:
+                        slot_mapping: torch.Tensor, kv) -> torch.Tensor:
         """Whole sequences, ragged, into empty tables: row i's K/V goes to slot slot_mapping[i],
         and each request attends causally over its own rows. Hidden [T, hidden]."""
         config, model, ops = weights.config, self.model, self.model.ops

@@ -29,7 +29,8 @@ MUTANTS = [
         (BESIDE, LONG), V15,
         "the slices take the whole budget and the decodes come on top: a step computes more"),
     Mutant("v15-a-slice-takes-its-whole-prompt", PROPERTY, (
-        Edit(SCHEDULER, "            rows.append(min(request.prefill_to - request.computed, left))\n",
+        Edit(SCHEDULER,
+             "            rows.append(min(request.prefill_to - request.computed, left))\n",
              "            rows.append(request.prefill_to - request.computed)\n"),),
         (ALONE, LONG), V15,
         "a prompt is computed whole in the step it starts: v14's prefill under v15's name"),
@@ -63,7 +64,8 @@ MUTANTS = [
         Edit(SCHEDULER, "        self.sampled = [r for r, end in zip(self.prefill, self.ends) "
                         "if end == len(r.sequence)]\n",
              "        self.sampled = list(self.prefill)\n"),
-        Edit(RUNNER, "            if end == len(request.sequence):\n                done.append(i)\n",
+        Edit(RUNNER,
+             "            if end == len(request.sequence):\n                done.append(i)\n",
              "            done.append(i)\n            if end == len(request.sequence):\n"),),
         (ALONE, SEEDED), V15,
         "every slice draws a token from its last row, the middle ones too"),
