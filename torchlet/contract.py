@@ -57,11 +57,12 @@ PREFIX_CACHE = "prefix_cache"           # v12: shared prompt prefixes, reference
 FUSED = "fused"                         # v13: one GEMM for q/k/v and for gate/up, fused attention
 OVERLAP = "overlap"                     # v14: the next decode launched before a step's read-back
 CHUNKED_PREFILL = "chunked_prefill"     # v15: one token budget a step, prompts computed in slices
+TENSOR_PARALLEL = "tensor_parallel"     # v16: the model sharded over the ranks of a process group
 
 ALL_CAPABILITIES = (
     GENERATE, RAGGED_BATCH, SPLIT_GQA, KV_CACHE, REQUEST_STATES, CONTINUOUS_BATCHING,
     DECODE_LANES, STATIC_BUFFERS, GRAPH_REPLAY, PAGED_KV, TRITON_BASICS, TRITON_PAGED, SAMPLING,
-    PREFIX_CACHE, FUSED, OVERLAP, CHUNKED_PREFILL,
+    PREFIX_CACHE, FUSED, OVERLAP, CHUNKED_PREFILL, TENSOR_PARALLEL,
 )
 
 
@@ -658,6 +659,27 @@ class ChunkedPrefillAPI(Protocol):
     computed, and prefill_ids the requests that computed a slice. It adds no method."""
 
 
+@runtime_checkable
+class TensorParallelAPI(Protocol):
+    """Capability `tensor_parallel` (v16): built on every rank of a torch.distributed process
+    group (gloo on CPUs, NCCL on GPUs; the harness starts it, torchlet.parallel), the engine holds
+    its rank's shard of the model and of the K/V pool. Rank 0's engine is the one a caller
+    drives, through every other capability's API; each of its steps sends the others that step's
+    plan, and the other ranks' engines serve it in follow() until rank 0's close(). Outside a
+    process group, or in a group of one, it is the version before it. A rank that stops makes
+    the others' next call fail with a TorchletError, not hang."""
+
+    rank: int
+    world_size: int
+
+    def follow(self) -> None:
+        """On a rank other than 0: run rank 0's plans until rank 0 closes; returns then."""
+
+    def close(self) -> None:
+        """On rank 0: tell the other ranks to stop following (their follow() returns). Once
+        closed, the engine takes no more work. Closing twice does nothing."""
+
+
 # Capability -> the Protocol its engines satisfy. Capabilities missing here promise nothing an
 # engine exposes (see above).
 API_OF: dict[str, type] = {
@@ -674,6 +696,7 @@ API_OF: dict[str, type] = {
     PREFIX_CACHE: PrefixCacheAPI,
     OVERLAP: OverlapAPI,
     CHUNKED_PREFILL: ChunkedPrefillAPI,
+    TENSOR_PARALLEL: TensorParallelAPI,
 }
 
 
@@ -802,7 +825,8 @@ PART_NAMES = ("model", "kv", "sampler", "inputs", "runner", "request", "policy",
 class Assembly:
     """What the parts of one engine are built from: the checkpoint and its config, the device
     and dtype, the value of every option the recipe's parts declare (given, or the default), and
-    each part built so far, as an attribute by its name (`a.kv`, `a.runner`)."""
+    each part built so far, as an attribute by its name (`a.kv`, `a.runner`). A part may narrow
+    the checkpoint and config that the parts after it see (v16's model: its rank's shard)."""
 
     def __init__(self, checkpoint: Checkpoint, device: Any, dtype: torch.dtype,
                  options: Mapping[str, Any]):

@@ -297,6 +297,8 @@ class CpuGraph:
                     leaves[pos] = env[slot]
                 args, kwargs = tree_unflatten(leaves, op.spec)
                 out = op.func(*args, **kwargs)
+                if op.func.namespace == "c10d":  # a collective (v16): a CUDA graph orders it
+                    _wait_for(out)               # on the stream; here its work is waited for
                 if op.writes:
                     out_leaves = tree_leaves(out)
                     for pos, slot in op.writes:
@@ -307,6 +309,14 @@ class CpuGraph:
                 if env[slot] is not static_out:
                     static_out.copy_(env[slot])
         return self.outputs
+
+
+def _wait_for(out) -> None:
+    """Wait for the work a collective op returned (torch.distributed's call waits for it, not
+    the op the tape replays)."""
+    for leaf in tree_leaves(out):
+        if hasattr(leaf, "wait") and not isinstance(leaf, torch.Tensor):
+            leaf.wait()
 
 
 # ---------------------------------------------------------------------------------------------

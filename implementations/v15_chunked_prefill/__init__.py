@@ -14,7 +14,8 @@ from torchlet.contract import CHUNKED_PREFILL
 
 from ..v14_overlap import CAPABILITIES as PREVIOUS
 from ..v14_overlap import PARTS as BEFORE
-from ..v14_overlap import (KERNELS, BlockPool, PoolExhausted, PrefixBlockPool, PrefixKV,
+from ..v14_overlap import (KERNELS, BlockPool, FusedContextAttention, FusedOps, OverlapEngine,
+                           PackedWeights, PagedDecoder, PoolExhausted, PrefixBlockPool, PrefixKV,
                            context_attention, fused_kernels, graphs, kernels, layers, metadata,
                            paged_attention, paged_kernels, sampler)
 from .request import ChunkedRequest
@@ -28,6 +29,7 @@ OPTIONS = PARTS.options
 build = PARTS.build
 
 __all__ = ["CAPABILITIES", "KERNELS", "OPTIONS", "PARTS", "BlockPool", "ChunkedRequest",
-           "ChunkedRunner", "ChunkedScheduler", "PoolExhausted", "PrefixBlockPool", "PrefixKV",
+           "ChunkedRunner", "ChunkedScheduler", "FusedContextAttention", "FusedOps", "OverlapEngine",
+           "PackedWeights", "PagedDecoder", "PoolExhausted", "PrefixBlockPool", "PrefixKV",
            "SlicedBatch", "TokenBudget", "build", "context_attention", "fused_kernels", "graphs",
            "kernels", "layers", "metadata", "paged_attention", "paged_kernels", "sampler"]

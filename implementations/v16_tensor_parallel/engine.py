@@ -1,0 +1,126 @@
+"""v15's engine on every rank, rank 0's driven and the others following it.
+
+Every rank runs the same scheduler, K/V manager and sampler over the same events, as SGLang's
+tensor-parallel workers do: v15's parts stay as they are, and no block table crosses a rank.
+Only rank 0's engine is called; what changes state there (a request queued, aborted, a step) is
+recorded as it happens, and each step sends the others that step's plan: the events since the
+last step, then the step, one broadcast of a small list. Given the same events, every rank's
+scheduler makes the same batches, its pool the same tables, and its sampler the same draws from
+the same logits (the LM head's slices are gathered on every rank), so the ranks stay in step
+without sending tokens. A request without a seed gets one on rank 0, sent with it.
+
+The plan goes over the group's gloo ranks even beside NCCL (a CPU broadcast of a pickled list,
+no GPU sync)."""
+from __future__ import annotations
+
+import torch.distributed as dist
+
+from torchlet.contract import RequestError, TorchletError
+
+from ..v15_chunked_prefill import OverlapEngine
+from .model import collective
+
+# The calls that change a rank's state, by the name a plan carries them under: those that
+# compute (step and the kv_cache capability's passes) send the plan; the others wait for one.
+COMPUTE = ("step", "prefill", "decode", "logits", "forward_ragged")
+QUEUE = ("enqueue", "abort", "release")
+
+
+class TensorParallelEngine(OverlapEngine):
+    """v14's loop (v15 keeps it), its state-changing calls sent to the other ranks."""
+
+    def __init__(self, *parts, overlap: bool = True):
+        super().__init__(*parts, overlap=overlap)
+        shard = self.runner.model.ops.shard
+        self.rank, self.world_size = shard.rank, shard.world
+        self.pending: list[tuple] = []
+        self.closed = False
+        self.plans = None
+        if self.world_size > 1 and dist.get_backend() != "gloo":
+            self.plans = dist.new_group(backend="gloo")  # every rank builds, so every rank calls
+
+    @classmethod
+    def assemble(cls, a) -> "TensorParallelEngine":
+        return cls(a.runner, a.scheduler, a.sampler, a.request, overlap=a.options["overlap"])
+
+    # -- rank 0: record and send ------------------------------------------------------------------
+
+    def record(self, name: str, *args) -> None:
+        """Rank 0 with others: note a call for the plan; a computing one sends the plan now."""
+        if self.world_size == 1 or self.rank != 0:
+            return
+        if self.closed:
+            raise TorchletError("tensor parallel: this engine is closed; its ranks have stopped")
+        self.pending.append((name, args))
+        if name in COMPUTE:
+            plan, self.pending = self.pending, []
+            self.broadcast([plan])
+
+    def broadcast(self, box: list) -> None:
+        collective(dist.broadcast_object_list, box, src=0, group=self.plans)
+
+    def close(self) -> None:
+        if self.world_size > 1 and self.rank == 0 and not self.closed:
+            self.pending.append(("close", ()))
+            plan, self.pending = self.pending, []
+            self.closed = True
+            self.broadcast([plan])
+
+    def _enqueue(self, prompt, params):
+        params = self.sampler.prepare(params)  # the seed every rank draws with
+        self.record("enqueue", list(prompt), params)
+        return super()._enqueue(prompt, params)
+
+    def abort(self, request_id: int) -> None:
+        request = self._request(request_id)  # an unknown id is refused before it is sent
+        self.record("abort", request_id)
+        self.scheduler.abort(request)
+
+    def step(self):
+        self.record("step")
+        return super().step()
+
+    def prefill(self, request_ids, prompts):
+        self.record("prefill", request_ids, prompts)
+        return super().prefill(request_ids, prompts)
+
+    def decode(self, request_ids, sequences):
+        self.record("decode", request_ids, sequences)
+        return super().decode(request_ids, sequences)
+
+    def release(self, request_id) -> None:
+        self.record("release", request_id)
+        super().release(request_id)
+
+    def logits(self, token_ids):
+        self.record("logits", token_ids)
+        return super().logits(token_ids)
+
+    def forward_ragged(self, token_ids, req_indptr):
+        self.record("forward_ragged", token_ids, req_indptr)
+        return super().forward_ragged(token_ids, req_indptr)
+
+    # -- the other ranks: follow ------------------------------------------------------------------
+
+    def follow(self) -> None:
+        """Run rank 0's plans, call by call, until it closes. A call rank 0 refused with a
+        RequestError is refused here alike (the same checks of the same state), so it is
+        skipped; an aborted request is dropped, since no caller reads it here."""
+        if self.rank == 0:
+            raise TorchletError("follow() runs on the ranks other than 0; rank 0 is driven")
+        while True:
+            box = [None]
+            self.broadcast(box)
+            for name, args in box[0]:
+                if name == "close":
+                    return
+                if name == "abort":
+                    request = self.requests.pop(args[0], None)
+                    if request is not None:
+                        self.scheduler.abort(request)
+                    continue
+                call = super()._enqueue if name == "enqueue" else getattr(super(), name)
+                try:
+                    call(*args)
+                except RequestError:
+                    pass

@@ -1,0 +1,112 @@
+"""v15's decoder on one rank's shard (shard.py), and the collectives that make the ranks' parts
+one model: after o and after down, one all-reduce each adds the ranks' partial sums; the
+embedding's masked lookup is summed by one all-reduce; the LM head's logit slices are gathered.
+Everything between them (norms, RoPE, attention over the rank's own K/V heads) is v15's, run on
+fewer heads. Collectives go through torch.distributed, so that NCCL's are captured in v07's CUDA
+graphs as any kernel is."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+
+from torchlet.contract import TorchletError
+
+from ..v15_chunked_prefill import FusedContextAttention, FusedOps, PackedWeights, PagedDecoder
+from .shard import Shard, ShardCheckpoint, shard_checkpoint
+
+__all__ = ["ShardedDecoder", "ShardedOps", "ShardedWeights", "VocabShard", "collective"]
+
+
+def collective(op, *args, **kwargs):
+    """A torch.distributed collective; a rank that stopped or never answers (gloo: the peer
+    closed its connection, or the group's timeout passed) is a TorchletError saying so."""
+    try:
+        return op(*args, **kwargs)
+    except RuntimeError as e:  # DistBackendError is one
+        raise TorchletError(f"tensor parallel: {op.__name__} failed, a rank stopped or did not "
+                            f"answer ({str(e).strip().splitlines()[0][:200]})") from None
+
+
+@dataclass
+class VocabShard:
+    """A rank's rows of the embedding, indexed as the whole table is: token ids outside its
+    rows look up zeros, and one all-reduce sums the ranks' lookups into every token's row. (A
+    dataclass, so that a graph's constants find its table as they find a Weights' tensors.)"""
+
+    table: torch.Tensor
+    vocab: range
+
+    def __getitem__(self, token_ids: torch.Tensor) -> torch.Tensor:
+        local = token_ids - self.vocab.start
+        mine = (local >= 0) & (local < len(self.vocab))
+        rows = self.table[local.clamp(0, len(self.vocab) - 1)] * mine.unsqueeze(-1)
+        collective(dist.all_reduce, rows)
+        return rows
+
+
+class ShardedWeights(PackedWeights):
+    """v13's packed weights of a rank's shard, the embedding a VocabShard when there are other
+    ranks."""
+
+    @classmethod
+    def from_checkpoint(cls, ckpt, device="cpu", dtype=torch.float32):
+        weights = super().from_checkpoint(ckpt, device, dtype)
+        if isinstance(ckpt, ShardCheckpoint):
+            weights.embed = VocabShard(weights.embed, ckpt.shard.vocab)
+        return weights
+
+
+class ShardedOps(FusedOps):
+    """v13's ops, each row-split product summed over the ranks, the LM head's slices gathered."""
+
+    Weights = ShardedWeights
+
+    def __init__(self, shard: Shard):
+        self.shard = shard
+
+    def output_projection(self, out, w):
+        return self.summed(super().output_projection(out, w))
+
+    def mlp(self, x, w):
+        return self.summed(super().mlp(x, w))
+
+    def summed(self, partial_sum: torch.Tensor) -> torch.Tensor:
+        if self.shard.world > 1:
+            collective(dist.all_reduce, partial_sum)
+        return partial_sum
+
+    def lm_head(self, weights, hidden: torch.Tensor) -> torch.Tensor:
+        """Logits over the whole vocabulary: each rank's slice, padded to the common width,
+        gathered from every rank, the padding cut."""
+        mine = super().lm_head(weights, hidden)
+        if self.shard.world == 1:
+            return mine
+        width = self.shard.vocab_width
+        if mine.shape[-1] < width:
+            mine = torch.nn.functional.pad(mine, (0, width - mine.shape[-1]))
+        slices = [torch.empty_like(mine) for _ in range(self.shard.world)]
+        collective(dist.all_gather, slices, mine.contiguous())
+        return torch.cat(slices, dim=-1)[..., :self.shard.vocab_size]
+
+
+class ShardedDecoder(PagedDecoder):
+    """v15's decoder (v08's, composing v13's ops and memory) with ShardedOps. Built once per
+    engine: it reads its rank and world from the process group, if there is one, and narrows
+    the assembly's checkpoint and config to its shard, so that the K/V memory the parts after
+    it build holds only its KV heads and the runner loads only its weights."""
+
+    Memory = FusedContextAttention
+
+    @classmethod
+    def assemble(cls, a) -> "ShardedDecoder":
+        rank, world = ((dist.get_rank(), dist.get_world_size()) if dist.is_initialized()
+                       else (0, 1))
+        shard = Shard.of(a.config, rank, world)
+        if world > 1:
+            a.checkpoint = shard_checkpoint(a.checkpoint, shard)
+            a.config = a.checkpoint.config
+        decoder = cls()
+        decoder.ops = ShardedOps(shard)
+        return decoder

@@ -1,0 +1,141 @@
+"""Ranks of a tensor-parallel group for the specs: every rank a child process (spawned, so the
+pytest process never joins a group), over gloo on loopback, always stopped when the spec ends.
+
+`run_ranks(scenario, *args)` runs `scenario(ranks, counts, *args)` on rank 0, where `ranks` is a
+torchlet.parallel.Ranks joined from the environment torchrun would set (the launcher's own
+path) and `counts` the list of collectives this rank has called so far; the other ranks follow
+rank 0's builds (torchlet.parallel.follow_builds) with the same counter installed. Returns
+(rank 0's result, [each other rank's collectives]). A scenario raising, or a rank that stops or
+hangs, fails the spec with its reason."""
+from __future__ import annotations
+
+import multiprocessing
+import os
+import pickle
+import traceback
+
+import torch.distributed as dist
+
+from torchlet.parallel import BuildSpec, Ranks, follow_builds, free_port
+
+WAIT_S = 240  # a guard against a hung group, not a measure: the specs take seconds
+COUNTED = ("all_reduce", "all_gather", "all_gather_into_tensor", "reduce_scatter", "broadcast")
+
+
+def count_collectives() -> list[str]:
+    """Wrap torch.distributed's collectives in this process so that each call is appended, by
+    name, to the list returned (what the code asks of the group, seen from outside it)."""
+    calls: list[str] = []
+    for name in COUNTED:
+        original = getattr(dist, name)
+
+        def counted(*args, _name=name, _original=original, **kwargs):
+            calls.append(_name)
+            return _original(*args, **kwargs)
+        counted.__name__ = name
+        setattr(dist, name, counted)
+    return calls
+
+
+def _environment(rank: int, world: int, port: int) -> None:
+    os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank),
+                      MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+
+def _rank0(conn, scenario, args, world, port, peers):
+    import torch
+    torch.set_num_threads(1)
+    _environment(0, world, port)
+    os.environ["TORCHLET_SPEC_PEER_PID"] = str(peers[0])  # for a scenario that stops a rank
+    try:
+        counts = count_collectives()
+        with Ranks.from_env() as ranks:
+            result = scenario(ranks, counts, *args)
+        conn.send_bytes(pickle.dumps(("ok", result)))
+    except BaseException:  # the spec shows the rank's traceback
+        conn.send_bytes(pickle.dumps(("error", traceback.format_exc())))
+
+
+def _follower(conn, rank, world, port):
+    import torch
+    torch.set_num_threads(1)
+    _environment(rank, world, port)
+    counts = count_collectives()
+    try:
+        with Ranks.from_env() as ranks:
+            if ranks.rank != rank:
+                raise AssertionError(f"joined as rank {ranks.rank}, not {rank}")
+            # its new collectives each time an engine closes (a scenario may stop this rank)
+            sent = [0]
+
+            def report():
+                conn.send_bytes(pickle.dumps(("ok", counts[sent[0]:])))
+                sent[0] = len(counts)
+            follow_builds(rank, report)
+            report()
+    except BaseException:
+        conn.send_bytes(pickle.dumps(("error", traceback.format_exc())))
+
+
+class Group:
+    """The child processes of one run, started and stopped together."""
+
+    def __init__(self, scenario, args, world: int):
+        ctx = multiprocessing.get_context("spawn")
+        port = free_port()
+        self.pipes, self.procs = [None] * world, [None] * world
+        for rank in [*range(1, world), 0]:  # rank 0 last: it is told the others' pids
+            mine, theirs = ctx.Pipe(duplex=False)
+            target, targs = ((_rank0, (theirs, scenario, args, world, port,
+                                       [p.pid for p in self.procs[1:]])) if rank == 0
+                             else (_follower, (theirs, rank, world, port)))
+            proc = ctx.Process(target=target, args=targs, daemon=True)
+            proc.start()
+            self.pipes[rank], self.procs[rank] = mine, proc
+
+    def result(self, rank: int):
+        """Rank 0's result; another rank's reports so far, joined (its collectives up to the
+        last engine it closed)."""
+        pipe = self.pipes[rank]
+        if rank == 0 and not pipe.poll(WAIT_S):
+            raise AssertionError(f"rank 0 gave no result within {WAIT_S} s")
+        found = []
+        while rank == 0 or pipe.poll(0):
+            try:
+                # plain pickle: torch would send tensors as shared memory of a process now gone
+                status, value = pickle.loads(pipe.recv_bytes())
+            except EOFError:
+                if rank == 0:
+                    raise AssertionError("rank 0 stopped without a result") from None
+                break
+            if status != "ok":
+                raise AssertionError(f"rank {rank} failed:\n{value}")
+            if rank == 0:
+                return value
+            found.extend(value)
+        return found
+
+    def stop(self) -> None:
+        for proc in self.procs:
+            proc.join(timeout=5)
+            if proc.is_alive():
+                proc.kill()
+                proc.join()
+
+
+def run_ranks(scenario, *args, world: int = 2):
+    group = Group(scenario, args, world)
+    try:
+        first = group.result(0)
+        return first, [group.result(r) for r in range(1, world)]
+    finally:
+        group.stop()
+
+
+def spec_for(impl, model_dir, **options) -> BuildSpec:
+    """The BuildSpec of `impl` (a reference version or a mutant's copy) in float64."""
+    from pathlib import Path
+
+    root = Path(impl.package.__file__).resolve().parents[1]
+    return BuildSpec(impl.name, str(model_dir), dtype="float64", options=options, root=str(root))

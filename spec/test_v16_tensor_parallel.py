@@ -1,0 +1,320 @@
+"""v16_tensor_parallel: one model sharded over the ranks of a torch.distributed group.
+
+What it introduces: built on every rank of a process group (gloo here, NCCL on GPUs; the harness
+starts the group, torchlet.parallel), the engine holds its rank's shard, Megatron-style: q/k/v
+and gate/up split by output rows (whole heads, a share of the intermediate), o and down by input
+columns and summed by one all-reduce each, the embedding and the LM head split by vocabulary (a
+masked lookup summed by an all-reduce, the logits' slices gathered). A rank's K/V pool holds
+only its KV heads; with fewer KV heads than ranks, a KV head is replicated on the ranks that
+share it. Rank 0's engine is the one called; the others follow its plans (contract:
+TensorParallelAPI).
+
+Why v15 needs it: a model whose weights and K/V outgrow one device cannot run on v15 at all.
+
+Core principle: sharding changes where the maths runs, never what it computes. At TP=2 in
+float64 the tokens are the oracle's (greedy and seeded), and the logits equal TP=1's within
+float64's tolerance, on a tied Qwen2, on 5 query heads sharing 1 KV head (replicated), and on a
+Llama with 3 KV heads (split 2 and 1, as SmolLM2's are) and an o-projection bias. Every rank runs
+in a child process over gloo on loopback (spec/support/ranks.py); what a rank does is read from
+outside it: the collectives it calls (torch.distributed wrapped in the rank), the weights its
+matmuls read (the ops it dispatches), the K/V it stores (the kv_cache capability).
+
+Files to compare: implementations/v16_tensor_parallel/model.py (ShardedOps, VocabShard)
+against implementations/v13_fused/model.py (FusedOps); implementations/v16_tensor_parallel/
+engine.py (TensorParallelEngine) against implementations/v14_overlap/engine.py; shard.py is new.
+
+Tradeoff left visible: every rank runs the scheduler, the K/V manager and the sampler itself
+(the same events in, the same decisions out), so no block table or token crosses a rank, at the
+price of the host's per-step work on every rank; the norms and a replicated KV head's weights
+are held on every rank; a forward pass waits on 2 all-reduces a layer.
+"""
+from __future__ import annotations
+
+import functools
+
+import pytest
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from spec.support import sampling_oracle
+from spec.support.hf_dirs import save_tiny
+from spec.support.models import FIXTURES_DIR, tiny_checkpoint
+from spec.support.oracle import greedy, hf_model
+from spec.support.prompts import MARGIN
+from spec.support.ranks import run_ranks, spec_for
+from torchlet.checkpoints import load_hf_dir
+from torchlet.contract import TENSOR_PARALLEL, GenerationParams, TorchletError
+
+pytestmark = pytest.mark.needs(TENSOR_PARALLEL)
+
+F64 = torch.float64
+NEW = 8
+GREEDY = GenerationParams(max_new_tokens=NEW)
+EXACT_F64 = dict(atol=1e-9, rtol=1e-9)  # float64 sums in another order: far below float32's
+EXACT = dict(overlap=False, use_graphs=False)  # one forward pass a call: what the counts read
+# A Llama with 3 KV heads of 2 query heads each (split 2 and 1 over 2 ranks, as SmolLM2's 3 KV
+# heads are), biases on q, k, v and o (the o bias is added once, not once a rank), and its LM
+# head tied to its embedding (one vocabulary slice serves both), on an odd vocabulary of 259.
+UNEVEN = dict(hidden_size=96, num_attention_heads=6, num_key_value_heads=3, head_dim=16,
+              intermediate_size=160, attention_bias=True, tie_word_embeddings=True)
+
+
+@functools.lru_cache(maxsize=None)
+def uneven_dir() -> str:
+    import tempfile
+    from pathlib import Path
+
+    out = Path(tempfile.mkdtemp(prefix="torchlet-tp-")) / "uneven"
+    save_tiny(out, "llama", seed=16, **UNEVEN)
+    return str(out)
+
+
+def model_dir(name: str) -> str:
+    return uneven_dir() if name == "uneven" else str(FIXTURES_DIR / name)
+
+
+def checkpoint(name: str):
+    return load_hf_dir(model_dir(name)) if name == "uneven" else tiny_checkpoint(name)
+
+
+# tiny_llama: 6 heads on 2 KV heads, split evenly (and the golden samples' fixture); tiny_gqa5:
+# 5 query heads on 1 KV head, replicated, with qkv biases.
+CASES = ("tiny_llama", "tiny_gqa5", "uneven")
+SAMPLED = "tiny_llama"
+
+
+@functools.lru_cache(maxsize=None)
+def oracle_cases(name: str, count: int = 2):
+    """(prompt, the oracle's NEW greedy tokens) for prompts whose float64 gap stays above MARGIN."""
+    model, vocab = hf_model(checkpoint(name)), checkpoint(name).config.vocab_size
+    g, found = torch.Generator().manual_seed(16), []
+    for _ in range(60):
+        prompt = torch.randint(3, vocab, (int(torch.randint(2, 24, (1,), generator=g)),),
+                               generator=g).tolist()
+        with torch.no_grad():
+            ref = greedy(model, prompt, NEW, stop_below=MARGIN)
+        if len(ref.tokens) == NEW and ref.horizon(MARGIN) == NEW:
+            found.append((prompt, ref.tokens))
+            if len(found) == count:
+                return found
+    raise AssertionError(f"only {len(found)} screened prompts for {name}")
+
+
+def sampled_cases(name: str):
+    """(prompt, params, golden tokens) of the sampling oracle's seeded cases (named fixtures)."""
+    if name != SAMPLED:
+        return []
+    return [(list(p), GenerationParams(temperature=s.temperature, top_k=s.top_k, top_p=s.top_p,
+                                       min_p=s.min_p, seed=seed, max_new_tokens=len(t)), list(t))
+            for p, s, seed, t in sampling_oracle.golden_cases(name)[:2]]
+
+
+# --- what a rank is observed doing (run on rank 0, and in this process at TP=1) ---------------
+
+
+class MatmulWeights(TorchDispatchMode):
+    """Elements of the weight operand of every matmul dispatched whose operand has the model's
+    hidden size as one side: the projections and the LM head, not attention's products."""
+
+    def __init__(self, hidden: int):
+        super().__init__()
+        self.hidden, self.numel = hidden, 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        name = func.overloadpacket.__name__
+        if name in ("linear", "matmul", "mm", "addmm"):
+            w = args[1] if name in ("linear", "matmul") else args[-1]
+            if self.hidden in w.shape:
+                self.numel += w.numel()
+        return func(*args, **kwargs or {})
+
+
+def observe_one(engine, name, cases, sampled, counts):
+    """Everything the specs compare, from one engine built EXACT on this rank (or alone)."""
+    seen = {}
+    prompt = cases[0][0]
+    before = len(counts)
+    seen["logits"] = engine.logits(prompt)
+    seen["collectives_logits"] = counts[before:]
+    with MatmulWeights(engine.config.hidden_size) as mode:
+        engine.logits(prompt)
+    seen["weights"] = mode.numel
+    engine.prefill(["kv"], [prompt])
+    seen["kv"] = [(k.clone(), v.clone()) for k, v in engine.cached_kv("kv")]
+    seen["kv_bytes"] = engine.kv_bytes("kv")
+    engine.release("kv")
+    request = engine.add_request(prompt, GenerationParams(max_new_tokens=3))
+    engine.step()  # the prompt
+    before = len(counts)
+    engine.step()  # one decode row
+    seen["collectives_decode"] = counts[before:]
+    engine.abort(request)
+    return seen
+
+
+def observe(ranks, counts, specs):
+    """Rank 0's scenario: for each case, an EXACT engine's observations, then the tokens of a
+    default engine (overlap, the prefix cache, graphs where the version has them) and of a tight
+    one (slices of 4 rows, a pool small enough to preempt)."""
+    seen = {}
+    for name, (exact, default, tight, cases, sampled) in specs.items():
+        engine = ranks.build(exact)
+        seen[name] = observe_one(engine, name, cases, sampled, counts)
+        seen[name]["rank"], seen[name]["world"] = engine.rank, engine.world_size
+        engine = ranks.build(default)
+        prompts = [p for p, _ in cases]
+        seen[name]["greedy"] = engine.generate(prompts + prompts[:1], GREEDY)
+        seen[name]["sampled"] = [engine.generate([p], params)[0] for p, params in sampled]
+        engine = ranks.build(tight)
+        seen[name]["tight"] = engine.generate(prompts, GREEDY)
+    ranks.close_engine()  # rank 1 reports its collectives when an engine closes
+    seen["counts"] = list(counts)
+    seen["killed"] = after_a_kill(ranks, specs[CASES[0]][0])
+    return seen
+
+
+def after_a_kill(ranks, spec):
+    """Rank 0: build, stop rank 1 (SIGKILL), call again: the call must fail, not hang. The
+    error's class and text, or None when the call did not fail."""
+    import os
+    import signal
+
+    engine = ranks.build(spec)
+    engine.generate([[5, 6, 7]], GenerationParams(max_new_tokens=2))
+    os.kill(int(os.environ["TORCHLET_SPEC_PEER_PID"]), signal.SIGKILL)
+    try:
+        engine.generate([[5, 6, 7]], GenerationParams(max_new_tokens=2))
+    except TorchletError as e:
+        return type(e).__name__, str(e)
+    return None
+
+
+def tight_options(name):
+    longest = max(len(p) for p, _ in oracle_cases(name)) + NEW
+    blocks = 2 * -(-longest // 4) + 1  # one request's blocks at a time, and the null block
+    return dict(max_step_tokens=4, max_running=2, block_size=4, num_blocks=blocks,
+                poison_free_blocks=True)
+
+
+@functools.lru_cache(maxsize=None)
+def _tp2(impl):
+    specs = {name: (spec_for(impl, model_dir(name), **EXACT), spec_for(impl, model_dir(name)),
+                    spec_for(impl, model_dir(name), **tight_options(name)),
+                    oracle_cases(name), [c[:2] for c in sampled_cases(name)])
+             for name in CASES}
+    return run_ranks(observe, specs)
+
+
+@pytest.fixture
+def tp2(impl):
+    """(rank 0's observations, [rank 1's collectives]) of one 2-rank run per version."""
+    return _tp2(impl)
+
+
+@functools.lru_cache(maxsize=None)
+def _tp1(impl, name):
+    engine = impl.build(checkpoint(name), dtype=F64, **EXACT)
+    return observe_one(engine, name, oracle_cases(name), [], [])
+
+
+# --- parity ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_tp2_greedy_tokens_are_the_oracles(impl, tp2, name):
+    """Tied Qwen2, a replicated KV head, an uneven KV split with an o bias: the oracle's tokens,
+    a repeated prompt's too (the prefix cache on, overlap on)."""
+    seen, _ = tp2
+    expected = [t for _, t in oracle_cases(name)]
+    assert seen[name]["world"] == 2 and seen[name]["rank"] == 0
+    assert seen[name]["greedy"] == expected + expected[:1]
+
+
+def test_tp2_seeded_samples_are_the_golden_samples(impl, tp2):
+    """Every rank samples from the gathered logits with the request's seed: rank 0's draws are
+    the golden ones."""
+    seen, _ = tp2
+    assert seen[SAMPLED]["sampled"] == [t for *_, t in sampled_cases(SAMPLED)]
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_tp2_logits_equal_tp1s(impl, tp2, name):
+    seen, _ = tp2
+    torch.testing.assert_close(seen[name]["logits"], _tp1(impl, name)["logits"],
+                               **EXACT_F64)
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_slices_a_tight_pool_and_preemption_keep_the_oracles_tokens(impl, tp2, name):
+    """Chunked prefill (4-row budget), a pool for one request at a time (preemption): the ranks'
+    schedulers make the same choices, so the tokens stay the oracle's."""
+    seen, _ = tp2
+    assert seen[name]["tight"] == [t for _, t in oracle_cases(name)]
+
+
+# --- sharding, observed ----------------------------------------------------------------------
+
+
+def test_each_rank_reads_half_the_weights_of_an_evenly_split_model(impl, tp2):
+    """tiny_llama (6 heads on 2 KV heads, an even intermediate and vocabulary): rank 0's matmuls
+    in one forward pass read exactly half the projection and LM-head elements TP=1's read."""
+    seen, _ = tp2
+    assert seen["tiny_llama"]["weights"] * 2 == _tp1(impl, "tiny_llama")["weights"]
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_each_rank_reads_only_its_share_of_the_weights(impl, tp2, name):
+    """At most its heads' and its intermediate's share, plus one vocabulary slice: never the
+    whole model."""
+    seen, _ = tp2
+    full = _tp1(impl, name)["weights"]
+    assert full * 0.3 < seen[name]["weights"] <= full * 0.65
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_a_rank_stores_the_kv_of_its_own_kv_heads(impl, tp2, name):
+    """Rank 0 holds the first of the KV heads (its run of them), with TP=1's values for those
+    heads; with one KV head for two ranks, that head, replicated."""
+    seen, _ = tp2
+    full = _tp1(impl, name)["kv"]
+    heads = checkpoint(name).config.num_kv_heads
+    mine = seen[name]["kv"][0][0].shape[1]
+    assert mine == (-(-heads // 2) if heads >= 2 else 1)
+    for (k, v), (fk, fv) in zip(seen[name]["kv"], full, strict=True):
+        torch.testing.assert_close(k, fk[:, :mine], **EXACT_F64)
+        torch.testing.assert_close(v, fv[:, :mine], **EXACT_F64)
+    assert seen[name]["kv_bytes"] * heads == _tp1(impl, name)["kv_bytes"] * mine
+
+
+# --- collectives, counted ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_a_forward_pass_all_reduces_twice_a_layer_and_gathers_the_logits_once(impl, tp2, name):
+    """Per forward pass (a prompt's, a decode step's): one all-reduce after o and one after down
+    in every layer, one for the embedding's lookup, and one gather of the LM head's slices."""
+    seen, _ = tp2
+    layers = checkpoint(name).config.num_layers
+    for key in ("collectives_logits", "collectives_decode"):
+        calls = seen[name][key]
+        assert calls.count("all_reduce") == 2 * layers + 1, (key, calls)
+        assert calls.count("all_gather") == 1, (key, calls)
+        assert set(calls) <= {"all_reduce", "all_gather"}, (key, calls)
+
+
+def test_the_other_rank_calls_the_same_collectives_in_the_same_order(impl, tp2):
+    seen, followers = tp2
+    compute = {"all_reduce", "all_gather"}
+    assert [c for c in followers[0] if c in compute] == [c for c in seen["counts"] if c in compute]
+
+
+# --- a rank that stops -------------------------------------------------------------------------
+
+
+def test_a_killed_rank_makes_rank_0s_next_call_fail_with_a_clear_error(impl, tp2):
+    """Rank 1 killed between two calls: rank 0's next call raises a TorchletError of one line
+    naming tensor parallelism (the run's own guard fails the spec if it hangs instead)."""
+    seen, _ = tp2
+    assert seen["killed"] is not None, "the call after the kill did not fail"
+    kind, message = seen["killed"]
+    assert kind == "TorchletError" and "tensor parallel" in message and "\n" not in message
