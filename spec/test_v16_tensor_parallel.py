@@ -152,6 +152,18 @@ def observe_one(engine, name, cases, sampled, counts):
     return seen
 
 
+def unseeded_run(engine, prompt):
+    """A request sampled without a seed, stepped NEW times: its tokens and rank 0's K/V of it."""
+    request = engine.add_request(prompt, GenerationParams(temperature=1.0,
+                                                          max_new_tokens=NEW + 1))
+    for _ in range(NEW):
+        engine.step()
+    tokens = engine.output(request).tokens
+    kv = [(k.clone(), v.clone()) for k, v in engine.cached_kv(request)]
+    engine.abort(request)
+    return tokens, kv
+
+
 def observe(ranks, counts, specs):
     """Rank 0's scenario: for each case, an EXACT engine's observations, then the tokens of a
     default engine (overlap, the prefix cache, graphs where the version has them) and of a tight
@@ -161,6 +173,8 @@ def observe(ranks, counts, specs):
         engine = ranks.build(exact)
         seen[name] = observe_one(engine, name, cases, sampled, counts)
         seen[name]["rank"], seen[name]["world"] = engine.rank, engine.world_size
+        if sampled:
+            seen[name]["unseeded"] = unseeded_run(engine, cases[0][0])
         engine = ranks.build(default)
         prompts = [p for p, _ in cases]
         seen[name]["greedy"] = engine.generate(prompts + prompts[:1], GREEDY)
@@ -250,6 +264,23 @@ def test_slices_a_tight_pool_and_preemption_keep_the_oracles_tokens(impl, tp2, n
     schedulers make the same choices, so the tokens stay the oracle's."""
     seen, _ = tp2
     assert seen[name]["tight"] == [t for _, t in oracle_cases(name)]
+
+
+def test_an_unseeded_request_feeds_every_rank_the_tokens_rank_0_drew(impl, tp2):
+    """No seed given: rank 0 draws one and sends it with the request, so every rank draws the
+    same tokens and feeds them back. Rank 0's K/V of the sampled sequence is then TP=1's K/V of
+    those very tokens, for its KV heads (a rank that drew others would have fed its half of the
+    embedding another token)."""
+    seen, _ = tp2
+    tokens, kv = seen[SAMPLED]["unseeded"]
+    prompt = oracle_cases(SAMPLED)[0][0]
+    engine = impl.build(checkpoint(SAMPLED), dtype=F64, **EXACT)
+    engine.prefill(["again"], [prompt + tokens])
+    full = engine.cached_kv("again")
+    for (k, v), (fk, fv) in zip(kv, full, strict=True):
+        rows, mine = k.shape[0], k.shape[1]
+        torch.testing.assert_close(k, fk[:rows, :mine], **EXACT_F64)
+        torch.testing.assert_close(v, fv[:rows, :mine], **EXACT_F64)
 
 
 # --- sharding, observed ----------------------------------------------------------------------

@@ -58,7 +58,7 @@ def default_version(versions, device: str):
     return versions[-1]
 
 
-def pick_version(name: str | None, root: str | None, device: str, need: str | None = None,
+def pick_version(name: str | None, root: str | None, device: str, need=None,
                  interpret: bool = False):
     """The version --impl names, else the default for the device; with `need` (a capability the
     flags ask for, e.g. sampling) and no --impl, the newest version that has it. interpret: on a
@@ -75,10 +75,14 @@ def pick_version(name: str | None, root: str | None, device: str, need: str | No
     if name is not None:  # --impl "" is a mistake to report, not a request for the default
         return implementations.load(name, root)
     implementations.require_versions(root)
-    if need:
-        able = [v for v in implementations.discover(root) if need in v.capabilities]
+    needs = (need,) if isinstance(need, str) else tuple(need or ())
+    if needs:
+        able = [v for v in implementations.discover(root)
+                if all(n in v.capabilities for n in needs)]
         if not able:
-            raise UnknownVersionError(f"no version under {root} has the {need} capability")
+            raise UnknownVersionError(f"no version under {root} has the "
+                                      f"{' and '.join(needs)} capabilit"
+                                      f"{'y' if len(needs) == 1 else 'ies'}")
         return able[-1]
     return default_version(implementations.discover(root), device)
 
@@ -250,7 +254,7 @@ class Runner:
     its tokenizer, the settings of every answer, and an engine sized to the longest request so
     far. Everything the user can get wrong is refused before the model loads."""
 
-    def __init__(self, args):
+    def __init__(self, args, ranks=None):
         check_run_args(args)
         from torchlet.checkpoints import load_hf_dir
         from torchlet.contract import GenerationParams, TorchletError
@@ -258,16 +262,26 @@ class Runner:
         from torchlet.text import load_tokenizer, stop_ids
 
         self.device = resolve_device(args.device)
-        self.threads = set_threads(args.threads)
+        self.ranks = ranks
+        world = 1 if ranks is None else ranks.world
+        # each rank's process takes its share of the cores
+        self.threads = set_threads(args.threads if args.threads or world == 1
+                                   else max(1, default_threads()[0] // world))
         self.interpret = args.triton_interpret
-        self.version = pick_version(args.impl, args.impl_root, self.device,
-                                    need="sampling" if sampling_asked(args) else None,
+        needs = ("sampling",) * sampling_asked(args) + ("tensor_parallel",) * (world > 1)
+        self.version = pick_version(args.impl, args.impl_root, self.device, need=needs,
                                     interpret=args.triton_interpret)
+        if world > 1 and "tensor_parallel" not in self.version.capabilities:
+            raise TorchletError(f"{self.version.name} runs on one device: --tensor-parallel "
+                                f"{world} needs a version with the tensor_parallel capability "
+                                f"(v16 and later), or leave --impl out")
+        self.root = args.impl_root
         if sampling_asked(args) and "sampling" not in self.version.capabilities:
             raise TorchletError(f"{self.version.name} decodes greedily: --temperature "
                                 f"{args.temperature} needs a version with the sampling "
                                 f"capability (v11 and later), or leave --impl out")
         model_dir, self.model_name = resolve_model(args.model, progress=True)
+        self.model_dir = model_dir
         self.checkpoint = load_hf_dir(model_dir)
         self.tokenizer = load_tokenizer(model_dir)
         self.context = self.checkpoint.config.max_position
@@ -290,6 +304,8 @@ class Runner:
             f"sampling t={p.temperature} top-k={p.top_k} top-p={p.top_p} min-p={p.min_p} "
             f"seed={p.seed}{' (drawn)' if self.drawn else ''}")
         mode = run_mode(self.version, self.device, self.serving, self.interpret)
+        if self.ranks is not None and self.ranks.world > 1:
+            mode += f", tensor parallel over {self.ranks.world} ranks"
         return (f"[{self.version.name} on {self.device}{mode}, {self.threads}, {self.model_name}, "
                 + "".join(f"{e}, " for e in extra) + f"{how}]")
 
@@ -303,10 +319,26 @@ class Runner:
         if self.engine is None or needed > self.sized:
             self.engine = None  # the old one's buffers go before the new one's are allocated
             self.sized = min(self.context, max(needed, 2 * self.sized))
-            self.engine = build_sized(self.version, self.checkpoint, device=self.device,
-                                      dtype=self.dtype, max_model_len=self.sized, max_running=1,
-                                      **self.serving)
+            if self.ranks is not None and self.ranks.world > 1:
+                self.engine = self.ranks.build(self.rank_spec())
+            else:
+                self.engine = build_sized(self.version, self.checkpoint, device=self.device,
+                                          dtype=self.dtype, max_model_len=self.sized,
+                                          max_running=1, **self.serving)
         return self.engine
+
+    def rank_spec(self):
+        """What every rank builds: this version and model, sized as build_sized sizes it."""
+        import torch
+
+        from torchlet.contract import MAX_LEN, MAX_RUNNING
+        from torchlet.parallel import BuildSpec
+
+        sizing = self.version.options_by_role({MAX_LEN: self.sized, MAX_RUNNING: 1})
+        return BuildSpec(self.version.name, str(self.model_dir), self.device,
+                         str(self.dtype).removeprefix("torch."), {**self.serving, **sizing},
+                         self.root and str(Path(self.root).resolve()), self.interpret,
+                         torch.get_num_threads())
 
     def answer(self, ids: list[int]) -> tuple[str, str]:
         """Streams the answer to a prompt's token ids to stdout as its tokens come. Returns its
@@ -336,18 +368,48 @@ class Runner:
 
 
 def run_generate(args) -> int:
+    from torchlet.parallel import follow_builds
     from torchlet.text import prompt_ids
 
     prompt = read_prompt(args)
-    runner = Runner(args)
-    ids = prompt_ids(runner.tokenizer, prompt, chat=not args.no_chat)
-    print(runner.banner(f"prompt {len(ids)} tokens"), file=sys.stderr, flush=True)
-    _, timing = runner.answer(ids)
-    if timing:
-        print(timing, file=sys.stderr)
-    if args.stats:
-        print(prefix_cache_line(runner.version, runner.engine), file=sys.stderr)
+    with tensor_parallel_ranks(args) as ranks:
+        if ranks is not None and ranks.rank != 0:  # torchrun's other ranks follow rank 0's
+            follow_builds(ranks.local_rank)
+            return 0
+        runner = Runner(args, ranks)
+        ids = prompt_ids(runner.tokenizer, prompt, chat=not args.no_chat)
+        print(runner.banner(f"prompt {len(ids)} tokens"), file=sys.stderr, flush=True)
+        _, timing = runner.answer(ids)
+        if timing:
+            print(timing, file=sys.stderr)
+        if args.stats:
+            print(prefix_cache_line(runner.version, runner.engine), file=sys.stderr)
     return 0
+
+
+@contextlib.contextmanager
+def tensor_parallel_ranks(args):
+    """The ranks of a tensor-parallel run, or None for one device: --tensor-parallel N starts
+    N - 1 ranks here (torchlet.parallel.Ranks); under torchrun (WORLD_SIZE set) this process is
+    one of the ranks torchrun started, and --tensor-parallel, if given, must say as many."""
+    from torchlet.contract import TorchletError
+    from torchlet.parallel import Ranks
+
+    asked, env = args.tensor_parallel, os.environ.get("WORLD_SIZE")
+    if asked is not None and asked < 1:
+        raise TorchletError(f"--tensor-parallel must be at least 1, got {asked}")
+    if env is not None and int(env) > 1:
+        if asked is not None and asked != int(env):
+            raise TorchletError(f"--tensor-parallel {asked}, but torchrun started {env} ranks "
+                                f"(WORLD_SIZE): leave the flag out under torchrun")
+        ranks = Ranks.from_env(resolve_device(args.device))
+    elif asked is not None and asked > 1:
+        ranks = Ranks(asked, resolve_device(args.device))
+    else:
+        yield None
+        return
+    with ranks:
+        yield ranks
 
 
 def prefix_cache_line(version, engine) -> str:
@@ -382,6 +444,10 @@ def add_run_args(p) -> None:
     p.add_argument("--dtype", choices=DTYPES, default="auto",
                    help="auto: float32 on CPU, bfloat16 on CUDA")
     add_threads(p)
+    p.add_argument("--tensor-parallel", type=int, default=None, metavar="N",
+                   help="shard the model over N ranks, one process each, started here (a "
+                        "version with tensor_parallel, v16 and later); under torchrun, its "
+                        "ranks (default: 1, or torchrun's WORLD_SIZE)")
     p.add_argument("--triton-interpret", action="store_true",
                    help="on a CPU, run a version's Triton kernels in Triton's interpreter (slow: "
                         "the specs' way) instead of their PyTorch path")

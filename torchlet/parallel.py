@@ -35,19 +35,22 @@ TIMEOUT_S = 120
 @dataclass(frozen=True)
 class BuildSpec:
     """What every rank needs to build the same engine: the version (by name, under root), the
-    checkpoint directory, the device kind and dtype, the build options, and whether Triton
+    model, the device kind and dtype, the build options, and whether Triton
     kernels run in the interpreter on a CPU."""
 
     version: str
-    model_dir: str
+    model: Any  # a checkpoint directory, or an object whose checkpoint(device, dtype) makes one
     device: str = "cpu"
     dtype: str = "float32"
     options: dict = field(default_factory=dict)
     root: str | None = None
     interpret: bool = False
+    threads: int | None = None  # torch's CPU threads on each rank
 
     def engine(self, local_rank: int):
         """This rank's engine: on a GPU, on the GPU of its local rank."""
+        if self.interpret and not self.device.startswith("cuda"):
+            os.environ["TRITON_INTERPRET"] = "1"  # before any kernel is defined
         import torch
 
         import implementations
@@ -56,8 +59,12 @@ class BuildSpec:
         root = implementations.REFERENCE_ROOT if self.root is None else self.root
         version = implementations.load(self.version, root)
         device = f"cuda:{local_rank}" if self.device.startswith("cuda") else self.device
-        return version.build(load_hf_dir(self.model_dir), device=device,
-                             dtype=getattr(torch, self.dtype), **self.options)
+        if self.threads is not None:
+            torch.set_num_threads(self.threads)
+        dtype = getattr(torch, self.dtype)
+        checkpoint = (load_hf_dir(self.model) if isinstance(self.model, str)
+                      else self.model.checkpoint(device, dtype))
+        return version.build(checkpoint, device=device, dtype=dtype, **self.options)
 
 
 def free_port() -> int:
@@ -197,21 +204,24 @@ class Ranks:
             engine.close()
 
     def __exit__(self, kind, error, trace) -> None:
+        """Release the other ranks. After an error the group may be mid-collective, where a
+        goodbye would wait for the timeout: then this rank just leaves (the others' next call
+        fails as the connections close) and the ranks it started are killed."""
         import torch.distributed as dist
 
         try:
-            if self.world > 1 and dist.is_initialized():
+            if kind is None and self.world > 1 and dist.is_initialized() and self.rank == 0:
                 with contextlib.suppress(TorchletError, RuntimeError):
                     self.close_engine()
                     dist.broadcast_object_list([None], src=0)
         finally:
             if dist.is_initialized():
                 dist.destroy_process_group()
-            self._stop_children()
+            self._stop_children(wait=kind is None)
 
-    def _stop_children(self) -> None:
+    def _stop_children(self, wait: bool = False) -> None:
         for child in self.children:
-            child.join(timeout=10)
+            child.join(timeout=10 if wait else 0)
         for child in self.children:
             if child.is_alive():
                 child.kill()

@@ -98,16 +98,16 @@ def _data_dependent(func, args, kwargs) -> str | None:
     return None
 
 
-def _tensors_in(obj) -> list[torch.Tensor]:
+def tensors_in(obj) -> list[torch.Tensor]:
     """Every tensor inside nested mappings, sequences and dataclasses (e.g. a Weights)."""
     if isinstance(obj, torch.Tensor):
         return [obj]
     if isinstance(obj, Mapping):
-        return [t for v in obj.values() for t in _tensors_in(v)]
+        return [t for v in obj.values() for t in tensors_in(v)]
     if isinstance(obj, (list, tuple)):
-        return [t for v in obj for t in _tensors_in(v)]
+        return [t for v in obj for t in tensors_in(v)]
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        return [t for f in dataclasses.fields(obj) for t in _tensors_in(getattr(obj, f.name))]
+        return [t for f in dataclasses.fields(obj) for t in tensors_in(getattr(obj, f.name))]
     return []
 
 
@@ -256,7 +256,7 @@ class CpuGraph:
     def __init__(self, fn: Callable, static_inputs: Sequence[torch.Tensor], constants=()):
         self.static_inputs = tuple(static_inputs)
         self.pool = None  # memory is eager CPU memory; nothing to share
-        self._pinned = _Pinned(self.static_inputs, _tensors_in(constants))
+        self._pinned = _Pinned(self.static_inputs, tensors_in(constants))
         # Replay under the same mode as capture: in-place ops on inference tensors (and copies
         # into the outputs, which are inference tensors if captured so) need inference mode.
         self._inference = torch.is_inference_mode_enabled()
@@ -328,7 +328,7 @@ class CudaGraph:
     def __init__(self, fn: Callable, static_inputs: Sequence[torch.Tensor], constants=(),
                  pool=None, warmup: int = 3):
         self.static_inputs = tuple(static_inputs)
-        self._pinned = _Pinned(self.static_inputs, _tensors_in(constants))
+        self._pinned = _Pinned(self.static_inputs, tensors_in(constants))
         self.pool = pool
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())

@@ -17,12 +17,12 @@ import torch.distributed as dist
 
 from torchlet.contract import RequestError, TorchletError
 
-from ..v15_chunked_prefill import OverlapEngine
+from ..v15_chunked_prefill import OverlapEngine, graphs
 from .model import collective
 
 # The calls that change a rank's state, by the name a plan carries them under: those that
 # compute (step and the kv_cache capability's passes) send the plan; the others wait for one.
-COMPUTE = ("step", "prefill", "decode", "logits", "forward_ragged")
+COMPUTE = ("step", "prefill", "decode", "logits", "forward_ragged", "memory_by_rank")
 QUEUE = ("enqueue", "abort", "release")
 
 
@@ -100,6 +100,19 @@ class TensorParallelEngine(OverlapEngine):
         self.record("forward_ragged", token_ids, req_indptr)
         return super().forward_ragged(token_ids, req_indptr)
 
+    def memory_by_rank(self) -> list[dict[str, int]]:
+        """Bytes of weights and of K/V each rank holds, gathered from every rank."""
+        self.record("memory_by_rank")
+        return self.gather_memory()
+
+    def gather_memory(self) -> list[dict[str, int]]:
+        mine = {"weights": storage_bytes(self.runner.weights), "kv": storage_bytes(self.kv.kv)}
+        if self.world_size == 1:
+            return [mine]
+        found = [None] * self.world_size
+        collective(dist.all_gather_object, found, mine, group=self.plans)
+        return found
+
     # -- the other ranks: follow ------------------------------------------------------------------
 
     def follow(self) -> None:
@@ -119,8 +132,17 @@ class TensorParallelEngine(OverlapEngine):
                     if request is not None:
                         self.scheduler.abort(request)
                     continue
-                call = super()._enqueue if name == "enqueue" else getattr(super(), name)
+                call = {"enqueue": super()._enqueue, "memory_by_rank": self.gather_memory
+                        }.get(name) or getattr(super(), name)
                 try:
                     call(*args)
                 except RequestError:
                     pass
+
+
+def storage_bytes(tensors) -> int:
+    """Bytes of the distinct storages behind the tensors in a nest of them (a tied LM head and
+    its embedding counted once)."""
+    storages = {t.untyped_storage().data_ptr(): t.untyped_storage().nbytes()
+                for t in graphs.tensors_in(tensors)}
+    return sum(storages.values())

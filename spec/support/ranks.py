@@ -19,6 +19,9 @@ import torch.distributed as dist
 from torchlet.parallel import BuildSpec, Ranks, follow_builds, free_port
 
 WAIT_S = 240  # a guard against a hung group, not a measure: the specs take seconds
+# The group's own timeout in the specs: a rank that failed mid-collective leaves the other
+# waiting this long at most (torchlet's default is for a user's model loads, minutes).
+GROUP_TIMEOUT_S = 60
 COUNTED = ("all_reduce", "all_gather", "all_gather_into_tensor", "reduce_scatter", "broadcast")
 
 
@@ -50,7 +53,7 @@ def _rank0(conn, scenario, args, world, port, peers):
     os.environ["TORCHLET_SPEC_PEER_PID"] = str(peers[0])  # for a scenario that stops a rank
     try:
         counts = count_collectives()
-        with Ranks.from_env() as ranks:
+        with Ranks.from_env(timeout_s=GROUP_TIMEOUT_S) as ranks:
             result = scenario(ranks, counts, *args)
         conn.send_bytes(pickle.dumps(("ok", result)))
     except BaseException:  # the spec shows the rank's traceback
@@ -63,7 +66,7 @@ def _follower(conn, rank, world, port):
     _environment(rank, world, port)
     counts = count_collectives()
     try:
-        with Ranks.from_env() as ranks:
+        with Ranks.from_env(timeout_s=GROUP_TIMEOUT_S) as ranks:
             if ranks.rank != rank:
                 raise AssertionError(f"joined as rank {ranks.rank}, not {rank}")
             # its new collectives each time an engine closes (a scenario may stop this rank)

@@ -5,6 +5,7 @@
     torchlet bench cpu            every CPU version on a small workload (32 requests, 10..100)
     torchlet bench gpu-workload   nano-vllm's 256-request workload on a Qwen2.5-0.5B-shaped model
     torchlet bench mixed          decodes while long prompts arrive: ITL p50/p99, TTFT
+    torchlet bench tp             tensor parallelism: bytes per rank, decode step, TP=1 and 2
     torchlet bench decode         one decode step: ms and GB/s, batch x context
     torchlet bench kernel         the newest paged decode attention against torch SDPA
     torchlet bench floor          the physical floor of the GPU workload, computed
@@ -105,6 +106,14 @@ def add_commands(subparsers) -> None:
     p.add_argument("--budget", type=int, default=None,
                    help="max_step_tokens of a chunked-prefill version (default: 2048 on CUDA, "
                         "its default there, and 64 on CPU)")
+
+    p = _parser(sub, "tp", _lazy("run_tp"), "tensor parallelism: each rank's weight and K/V "
+                "bytes and the decode step, at TP=1 and TP=2")
+    _device_options(p)
+    p.add_argument("--tensor-parallel", default=None, help="degrees, default 1,2")
+    p.add_argument("--batch", type=int, default=4, help="requests decoding")
+    p.add_argument("--context", type=int, default=64, help="their prompts' tokens")
+    p.add_argument("--steps", type=int, default=10, help="decode steps timed")
 
     p = _parser(sub, "decode", _lazy("run_decode"), "one decode step, batch x context")
     _device_options(p)

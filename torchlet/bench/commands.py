@@ -233,6 +233,14 @@ def run_mixed(args) -> int:
     return 0
 
 
+def run_tp(args) -> int:
+    from .tp import measure
+
+    payload, device = measure(args, log)
+    report("tp", args, payload, device)
+    return 0
+
+
 def run_decode(args) -> int:
     from .micro import decode_step_bench
     from .workloads import random_checkpoint

@@ -105,7 +105,14 @@ MIXED_COLUMNS = [
     ("TTFT p99 ms", lambda r: _num(",.1f")(r.get("ttft_p99_ms"))),
     ("steps", lambda r: _num(",d")(r.get("steps"))),
 ]
-COLUMNS = {"main-job": MAIN_JOB_COLUMNS, "mixed": MIXED_COLUMNS, "long-prompt": LONG_PROMPT_COLUMNS,
+TP_COLUMNS = [
+    ("TP", lambda r: str(r["tensor_parallel"])),
+    ("rank", lambda r: str(r["rank"])),
+    ("weights MiB", lambda r: _num(",.2f")(r.get("weights_mib"))),
+    ("K/V MiB", lambda r: _num(",.2f")(r.get("kv_mib"))),
+    ("decode step ms (rank 0)", lambda r: _num(",.2f")(r.get("step_ms"))),
+]
+COLUMNS = {"tp": TP_COLUMNS, "main-job": MAIN_JOB_COLUMNS, "mixed": MIXED_COLUMNS, "long-prompt": LONG_PROMPT_COLUMNS,
            "cpu": WORKLOAD_COLUMNS, "gpu-workload": WORKLOAD_COLUMNS + GPU_EXTRA,
            "decode": DECODE_COLUMNS, "kernel": KERNEL_COLUMNS}
 
@@ -237,6 +244,17 @@ def chart(kind: str, payload: dict, path: Path) -> None:
             ax.barh(names, [r.get(key) or 0 for r in rows], color="tab:blue")
             ax.invert_yaxis()
             ax.set_xlabel(label + " (lower is better)")
+        fig.suptitle(payload["workload"]["describe"], fontsize=7, wrap=True)
+    elif kind == "tp":
+        fig, ax = plt.subplots(figsize=(8, 0.5 * len(rows) + 1.6))
+        names = [f"TP={r['tensor_parallel']} rank {r['rank']}" for r in rows]
+        weights = [r["weights_mib"] for r in rows]
+        ax.barh(names, weights, color="tab:blue", label="weights")
+        ax.barh(names, [r["kv_mib"] for r in rows], left=weights, color="tab:orange",
+                label="K/V")
+        ax.invert_yaxis()
+        ax.set_xlabel("MiB a rank holds")
+        ax.legend(fontsize=8)
         fig.suptitle(payload["workload"]["describe"], fontsize=7, wrap=True)
     elif kind == "main-job":
         fig, ax = plt.subplots(figsize=(8, 0.5 * len(rows) + 1.6))

@@ -1,0 +1,108 @@
+"""Page contract: `torchlet generate --tensor-parallel N` and torchrun run a tensor-parallel
+version's ranks.
+
+What it shows: the harness side of v16. `--tensor-parallel 2` starts one more process here (rank
+1) and joins it in a gloo group (NCCL on GPUs) with this one (rank 0); under torchrun (one machine
+or several) every process torchrun starts finds its rank and the world in its environment, rank 0
+answers and the others follow (torchlet/parallel.py). Without --impl, the newest version with the
+tensor_parallel capability runs. The answer is the one-device answer, token for token.
+
+Every failure a user can cause (N below 1, a version that runs on one device, a flag that
+contradicts torchrun's world) is one line and a non-zero exit status, and leaves no rank behind.
+
+Tradeoff left visible: a rank is a process with its own interpreter: the start-up (torch's
+import, the model's load on every rank) is paid once per run, seconds on a CPU."""
+from __future__ import annotations
+
+import functools
+import multiprocessing
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from spec.support.hf_dirs import save_tiny
+from torchlet import cli
+from torchlet.contract import TENSOR_PARALLEL
+from torchlet.learner import child_env
+from torchlet.parallel import free_port
+from torchlet.text import load_tokenizer, prompt_ids
+
+import implementations
+
+pytestmark = pytest.mark.skipif(
+    not any(TENSOR_PARALLEL in v.capabilities for v in implementations.discover()),
+    reason="no version has the tensor_parallel capability")
+
+NEW = "8"
+
+
+@functools.lru_cache(maxsize=None)
+def model_dir() -> tuple[Path, str]:
+    """A tiny Llama with a byte tokenizer, and its answer to "Hello" as Hugging Face's greedy
+    generate gives it (float32, one device)."""
+    import tempfile
+
+    out = Path(tempfile.mkdtemp(prefix="torchlet-tp-cli-"))
+    model = save_tiny(out, "llama", tokenizer=True, seed=3, printable=True)
+    tokenizer = load_tokenizer(out)
+    prompt = prompt_ids(tokenizer, "Hello")
+    with torch.inference_mode():
+        tokens = model.generate(torch.tensor([prompt]), max_new_tokens=int(NEW), do_sample=False,
+                                eos_token_id=tokenizer.eos_token_id, pad_token_id=0)
+    answer = tokenizer.decode(tokens[0, len(prompt):], skip_special_tokens=True)
+    assert answer.strip(), "the tiny model should say something for this spec to mean anything"
+    return out, answer
+
+
+def run(capsys, *argv):
+    code = cli.main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_tensor_parallel_2_answers_as_one_device_does_and_leaves_no_rank_behind(capsys):
+    path, expected = model_dir()
+    code, out, err = run(capsys, "generate", "Hello", "--model", str(path), "--max-new-tokens",
+                         NEW, "--tensor-parallel", "2")
+    assert code == 0, err
+    assert out == expected + "\n"
+    assert "tensor parallel over 2 ranks" in err and "v16" in err
+    assert multiprocessing.active_children() == []
+
+
+def test_torchrun_with_two_local_ranks_over_loopback_answers_the_same():
+    """The multi-node command of the README, on one machine: torchrun starts both ranks."""
+    path, expected = model_dir()
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
+           "--master-addr", "127.0.0.1", "--master-port", str(free_port()),
+           "-m", "torchlet", "generate", "Hello", "--model", str(path), "--max-new-tokens", NEW]
+    env = {**child_env(), "OMP_NUM_THREADS": "1"}
+    done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout == expected + "\n"
+    assert "tensor parallel over 2 ranks" in done.stderr
+
+
+@pytest.mark.parametrize("argv, says", [
+    (["--tensor-parallel", "0"], "--tensor-parallel must be at least 1"),
+    (["--tensor-parallel", "2", "--impl", "v07"], "tensor_parallel capability"),
+])
+def test_a_tensor_parallel_mistake_is_one_line_and_leaves_no_rank_behind(capsys, argv, says):
+    path, _ = model_dir()
+    code, out, err = run(capsys, "generate", "Hello", "--model", str(path), *argv)
+    assert code == 1 and out == ""
+    assert says in err and err.count("\n") == 1, err
+    assert multiprocessing.active_children() == []
+
+
+def test_a_tensor_parallel_flag_that_contradicts_torchrun_is_refused(capsys, monkeypatch):
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    path, _ = model_dir()
+    code, out, err = run(capsys, "generate", "Hello", "--model", str(path),
+                         "--tensor-parallel", "3")
+    assert code == 1 and "torchrun started 2 ranks" in err and err.count("\n") == 1, err
+    assert os.environ["WORLD_SIZE"] == "2"

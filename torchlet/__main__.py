@@ -1,0 +1,5 @@
+import sys
+
+from torchlet.cli import main
+
+sys.exit(main())
