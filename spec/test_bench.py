@@ -405,3 +405,14 @@ def test_mixed_traffic_reports_each_versions_inter_token_latency_and_long_prompt
         assert row["itl_p50_ms"] <= row["itl_p99_ms"] <= row["itl_max_ms"]
         assert row["ttft_p50_ms"] > 0 and row["output_tokens"] == 2 * 16 + 2 * 4
     assert v15["steps"] > v14["steps"]
+
+
+def test_tp_reports_each_ranks_bytes_and_the_step_of_rank_0(tmp_path):
+    """TP=1 only here (a rank is a process; v16's page runs 2 ranks and reads memory_by_rank
+    there): one row, the model's weights and its K/V pool, and a step time."""
+    out = tmp_path / "tp"
+    assert main(["bench", "tp", "--device", "cpu", "--tensor-parallel", "1", "--batch", "2",
+                 "--context", "8", "--steps", "3", "--quiet", "--out", str(out)]) == 0
+    rows = json.loads((out / "tp.json").read_text())["rows"]
+    assert [(r["tensor_parallel"], r["rank"]) for r in rows] == [(1, 0)]
+    assert rows[0]["weights_mib"] > rows[0]["kv_mib"] > 0 and rows[0]["step_ms"] > 0

@@ -142,6 +142,7 @@ def observe_one(engine, name, cases, sampled, counts):
     engine.prefill(["kv"], [prompt])
     seen["kv"] = [(k.clone(), v.clone()) for k, v in engine.cached_kv("kv")]
     seen["kv_bytes"] = engine.kv_bytes("kv")
+    seen["memory"] = engine.memory_by_rank()
     engine.release("kv")
     request = engine.add_request(prompt, GenerationParams(max_new_tokens=3))
     engine.step()  # the prompt
@@ -315,6 +316,16 @@ def test_a_rank_stores_the_kv_of_its_own_kv_heads(impl, tp2, name):
         torch.testing.assert_close(k, fk[:, :mine], **EXACT_F64)
         torch.testing.assert_close(v, fv[:, :mine], **EXACT_F64)
     assert seen[name]["kv_bytes"] * heads == _tp1(impl, name)["kv_bytes"] * mine
+
+
+def test_memory_by_rank_reports_what_the_shards_hold(impl, tp2):
+    """The report agrees with the shards observed: the evenly split model's ranks hold equal
+    bytes, each half of TP=1's weights and K/V."""
+    seen, _ = tp2
+    alone = _tp1(impl, "tiny_llama")["memory"][0]
+    for rank in seen["tiny_llama"]["memory"]:
+        assert rank["kv"] * 2 == alone["kv"]
+        assert abs(rank["weights"] * 2 - alone["weights"]) <= alone["weights"] * 0.05
 
 
 # --- collectives, counted ----------------------------------------------------------------------
