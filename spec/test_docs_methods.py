@@ -27,7 +27,7 @@ from torchlet.docs import site
 
 class Methods(HTMLParser):
     """Each div.method of a page: its data- attributes, its heading's text and its table's rows
-    as (left text, right text)."""
+    as (left text, right text): side by side, or a method alone's lines as its right side."""
 
     def __init__(self, text: str):
         super().__init__()
@@ -57,6 +57,8 @@ class Methods(HTMLParser):
         elif tag == "tr" and self._cells is not None:
             if len(self._cells) == 4:  # number, text, number, text; a fold is one cell
                 self.found[-1]["rows"].append((self._cells[1], self._cells[3]))
+            elif len(self._cells) == 3:  # a method alone: two numbers, "+" and its line
+                self.found[-1]["rows"].append(("", self._cells[2][1:]))
             self._cells = None
         elif tag == "td":
             self._cell = None

@@ -149,8 +149,10 @@ def side_by_side(a: list[str], b: list[str], fid: str, starts: tuple[int, int] =
     return '<table class="sbs">' + "".join(rows) + "</table>"
 
 
-def unified(a: list[str], b: list[str], fid: str) -> str:
+def unified(a: list[str], b: list[str], fid: str, starts: tuple[int, int] = (1, 1)) -> str:
+    """starts: the line numbers of a's and b's first lines."""
     rows, n = [], 0
+    da, db = starts[0] - 1, starts[1] - 1
     for folded, group in _groups(a, b):
         if folded:
             rows.append(_fold(folded, 3))
@@ -162,15 +164,16 @@ def unified(a: list[str], b: list[str], fid: str) -> str:
                 mark, n = f' id="{fid}-u{n}" class="change"', n + 1
             if tag == "equal":
                 for k in range(i2 - i1):
-                    rows.append(f'<tr><td class="n">{i1 + k + 1}</td><td class="n">{j1 + k + 1}</td>'
-                                f'<td class="eq"><pre> {escape(a[i1 + k])}</pre></td></tr>')
+                    rows.append(f'<tr><td class="n">{da + i1 + k + 1}</td><td class="n">'
+                                f'{db + j1 + k + 1}</td><td class="eq"><pre> '
+                                f'{escape(a[i1 + k])}</pre></td></tr>')
                 continue
             olds, news = [escape(a[i1 + k]) for k in range(i2 - i1)], \
                 [escape(b[j1 + k]) for k in range(j2 - j1)]
             for k in range(min(len(olds), len(news)) if tag == "replace" else 0):
                 olds[k], news[k] = intraline(a[i1 + k], b[j1 + k])
-            lines = [(i1 + k + 1, None, "-", olds[k], "del") for k in range(i2 - i1)]
-            lines += [(None, j1 + k + 1, "+", news[k], "ins") for k in range(j2 - j1)]
+            lines = [(da + i1 + k + 1, None, "-", olds[k], "del") for k in range(i2 - i1)]
+            lines += [(None, db + j1 + k + 1, "+", news[k], "ins") for k in range(j2 - j1)]
             for old_n, new_n, sign, html, kind in lines:
                 rows.append(f'<tr{mark}><td class="n">{old_n or ""}</td><td class="n">'
                             f'{new_n or ""}</td><td class="{kind}"><pre>{sign}{html}'

@@ -322,7 +322,7 @@ def pool(run: Run, numbers: tuple[int, ...], prefix_cache: bool = False) -> str:
 
 
 KIND_FILL = {GEMM: "#4c78a8", KERNEL: "#f58518", MATHS: "#54a24b", MEMORY: "#bab0ac"}
-KIND_LEGEND = {GEMM: "GEMM (a weight matrix)", KERNEL: "Triton kernel",
+KIND_LEGEND = {GEMM: "GEMM (matrix multiply)", KERNEL: "Triton kernel",
                MATHS: "other torch maths (elementwise, reductions)",
                MEMORY: "copies, indexing, fills"}
 

@@ -17,7 +17,7 @@ from torchlet.docs import compare, methods
 from torchlet.docs.pages import SECTIONS, VersionPage
 from torchlet.learner import read_junit
 
-CSS = """body{font:15px/1.5 system-ui,sans-serif;margin:2em auto;max-width:78em;padding:0 1em;color:#222}
+CSS = """html{overflow-y:scroll}body{font:15px/1.5 system-ui,sans-serif;margin:2em auto;max-width:78em;padding:0 1em;color:#222}
 table{border-collapse:collapse}th,td{border:1px solid #ddd;padding:.2em .5em;vertical-align:top}
 nav a{margin-right:1em}.passed{color:#17702a}.failed{color:#b00020}.skipped,.notrun{color:#777}
 table.sbs,table.uni{width:100%;font:12px/1.35 ui-monospace,monospace}
@@ -30,7 +30,8 @@ table.src{width:100%;font:12px/1.35 ui-monospace,monospace}table.src td{border:0
 table.src td.n a{color:inherit;text-decoration:none}table.src tr:target td{background:#fff3b0}
 table.recipe tr.swapped td{background:#fff3d6;font-weight:600}
 mark{background:#f9c0c0;color:inherit}td.ins mark{background:#a6e3ad}
-details>summary{cursor:pointer;color:#336}div.method h4{margin:.8em 0 .2em;font-weight:500}.reason{color:#777;font-size:13px}img{max-width:100%}figure{margin:1em 0;overflow-x:auto}figcaption{color:#555;font-size:13px;max-width:60em}
+details>summary{cursor:pointer;color:#336}div.method h4{margin:.8em 0 .2em;font-weight:500}div.method table.sbs{table-layout:fixed}
+div.method td.n{width:3em}.reason{color:#777;font-size:13px}img{max-width:100%}figure{margin:1em 0;overflow-x:auto}figcaption{color:#555;font-size:13px;max-width:60em}
 """
 
 # Without JavaScript both views are on the page; the script shows one at a time and adds
@@ -331,9 +332,11 @@ def methods_html(changes: list[methods.PartChange] | None, why: str = "") -> str
                    f"({len(c.pairings)} method{'s' if len(c.pairings) != 1 else ''})</summary>")
         for p in c.pairings:
             mid = f"m-{c.part}-{p.new.owner}-{p.new.name}"
-            old = p.old.lines if p.old else []
-            table = compare.side_by_side(list(old), list(p.new.lines), mid,
-                                         (p.old.line if p.old else 1, p.new.line))
+            if p.old is None:  # alone: its lines, numbered as in its file
+                table = compare.unified([], list(p.new.lines), mid, (1, p.new.line))
+            else:
+                table = compare.side_by_side(list(p.old.lines), list(p.new.lines), mid,
+                                             (p.old.line, p.new.line))
             out.append(f'<div class="method" id="{escape(mid)}" data-part="{c.part}" '
                        f'data-new="{escape(p.new.version)}:{escape(p.new.qualname)}" '
                        f'data-old="{escape(p.old.version) + ":" + escape(p.old.qualname) if p.old else ""}">'
