@@ -115,6 +115,7 @@ def _source(fn) -> tuple[list[str], int, Path] | None:
         return None
 
 
+@functools.lru_cache(maxsize=None)
 def _method(fn, owner: str, root: Path) -> Method | None:
     """None for a function without readable source (a dataclass's generated __init__)."""
     found = _source(inspect.unwrap(fn))  # a decorated method's own source, not its decorator's
@@ -178,12 +179,14 @@ def superseding(callers: list[Pairing]) -> dict[str, list[str]]:
                                                             autojunk=False).get_opcodes():
             if tag != "replace":
                 continue
+            calls = [_calls(line) for line in b[j1:j2]]
+            called = set().union(*calls)
             for i in range(i1, i2):
-                gone = _calls(a[i]) - set().union(*map(_calls, b[j1:j2]))
-                for name in sorted(gone):
-                    near = sorted(range(j1, j2), key=lambda j: (abs((j - j1) - (i - i1)), j))
-                    took = [n for j in near for n in sorted(_calls(b[j]) - _calls(a[i]))]
-                    found.setdefault(name, []).extend(took)
+                before = _calls(a[i])
+                for name in sorted(before - called):
+                    near = sorted(range(j2 - j1), key=lambda j: (abs(j - (i - i1)), j))
+                    found.setdefault(name, []).extend(
+                        n for j in near for n in sorted(calls[j] - before))
     return found
 
 
@@ -200,7 +203,7 @@ def pair_methods(old: dict[Any, Method], new: dict[Any, Method],
         if same is not None:
             pairings[m] = Pairing(m, same)
             left.remove(same)
-    took = superseding(callers or [])
+    took = superseding(callers or []) if left and callers else {}
     for o in list(left):
         free = {m.name: m for m in added if m not in pairings}
         name = next((n for n in took.get(o.name, ()) if n in free), None)

@@ -291,7 +291,7 @@ def version_html(p: VersionPage, prev: str | None, nxt: str | None, results,
     return page(p.name, "".join(out), 1)
 
 
-LARGE_ROWS, OPEN_FILES = 1500, 3
+LARGE_ROWS, OPEN_FILES, METHOD_ROWS = 1500, 3, 800
 
 
 def _method_link(m: methods.Method) -> str:
@@ -317,9 +317,11 @@ def methods_html(changes: list[methods.PartChange] | None, why: str = "") -> str
         return f'<section id="methods"><h2>Methods</h2><p>Not read here: {escape(why)}</p></section>'
     if not changes:
         return ""
-    rows = sum(len(p.new.lines) + len(p.old.lines if p.old else ())
+    # Open unless the parts are most of the program (v00 against the newest: over a thousand
+    # rows, where each part's summary is the way in); an adjacent pair has a few hundred.
+    rows = sum(max(len(p.new.lines), len(p.old.lines if p.old else ()))
                for c in changes for p in c.pairings)
-    state = "" if rows > LARGE_ROWS else " open"
+    state = "" if rows > METHOD_ROWS else " open"
     out = ['<section id="methods"><h2>Methods</h2><p>The parts the two recipes (PARTS) hold '
            "differently, method by method: each method the newer part runs and the older one "
            "does not, beside the one it takes the place of (of the same name, or, where a part "
