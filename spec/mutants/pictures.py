@@ -35,7 +35,8 @@ MUTANTS = [
     Mutant("docs-kernels-ops-drawn-in-the-strip-of-the-op-before", PROPERTY, (
         Edit(DRAW, "            rows.setdefault(op.segment, []).append((i, op))\n",
              "            rows.setdefault(ops[max(i - 1, 0)].segment, []).append((i, op))\n"),),
-        (f"{SPEC}::test_each_op_that_reads_a_layers_weights_is_drawn_in_that_layers_strip",), (),
+        (f"{SPEC}::test_each_op_that_reads_a_layers_weights_is_drawn_in_that_layers_"
+         "strip[v09]",), (),
         "the kernels picture draws each layer's first op in the previous layer's strip"),
     Mutant("docs-methods-paired-by-position-not-name", PROPERTY, (
         Edit(METHODS, "        same = next((o for o in left if o.name == m.name), None)\n",

@@ -314,7 +314,8 @@ def methods_html(changes: list[methods.PartChange] | None, why: str = "") -> str
     """The method view: per part the recipes hold differently, each method the newer part runs
     beside the one it takes the place of (or alone), side by side."""
     if why:
-        return f'<section id="methods"><h2>Methods</h2><p>Not read here: {escape(why)}</p></section>'
+        return (f'<section id="methods"><h2>Methods</h2><p>Not read here: {escape(why)}</p>'
+                "</section>")
     if not changes:
         return ""
     # Open unless the parts are most of the program (v00 against the newest: over a thousand
@@ -339,10 +340,10 @@ def methods_html(changes: list[methods.PartChange] | None, why: str = "") -> str
             else:
                 table = compare.side_by_side(list(p.old.lines), list(p.new.lines), mid,
                                              (p.old.line, p.new.line))
+            old = f"{p.old.version}:{p.old.qualname}" if p.old else ""
             out.append(f'<div class="method" id="{escape(mid)}" data-part="{c.part}" '
                        f'data-new="{escape(p.new.version)}:{escape(p.new.qualname)}" '
-                       f'data-old="{escape(p.old.version) + ":" + escape(p.old.qualname) if p.old else ""}">'
-                       f"<h4>{method_title(p)}</h4>{table}</div>")
+                       f'data-old="{escape(old)}"><h4>{method_title(p)}</h4>{table}</div>')
         if c.gone:
             out.append("<p>No longer run by the part: " + ", ".join(
                 f"{m.short}'s {_method_link(m)}" for m in c.gone) + "</p>")
