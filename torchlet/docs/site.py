@@ -249,7 +249,9 @@ def pictures_html(pictures, why: str) -> str:
                       for p in pictures)
     return ('<h2 id="pictures">Pictures</h2><p>Drawn by <code>torchlet docs build</code> from '
             "a run of this version: its scenario (torchlet/docs/scenarios.py) on the tiny Qwen2 "
-            "fixture on the CPU, recorded through the engine contract after every step.</p>"
+            "fixture on the CPU, recorded through the engine contract after every step"
+            + (" (one step also watched below torch's dispatcher, op by op)"
+               if any(p.view == "kernels" for p in pictures) else "") + ".</p>"
             + figures)
 
 
