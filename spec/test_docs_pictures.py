@@ -205,10 +205,11 @@ def watched(short: str):
     version = implementations.load(short)
     ckpt = scenarios.checkpoint()
     scenario = scenarios.scenario_for(version.name)
+    here = scenarios.placed(scenario, ckpt)  # on a GPU where there is one: the kernels' device
     seen = {}
     for name in (scenario.against, short):
         v = implementations.load(name)
-        watcher = Watcher(scenarios.build_engine(v, scenario, ckpt), scenario.watch, ckpt)
+        watcher = Watcher(scenarios.build_engine(v, scenario, here), scenario.watch, here)
         with scenarios.on_cpu():
             scenario.script(watcher)
         seen[v.name] = watcher.dispatched.ops

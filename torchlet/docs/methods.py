@@ -4,12 +4,14 @@ methods the newer one brings and which of the older one's each takes the place o
 Read from the recipes (PARTS), not the files: a part is a class, an object or a module, and what
 it runs is its methods, found with `inspect`. A part's components are itself and the classes its
 class-level public attributes name (v08's decoder composes `ops` and `Memory`, swapped on their
-own from v09 on), found again in each of those. A method the newer part runs that the older one
-runs too (the same function object) is unchanged and not shown; the others are paired:
+own from v09 on), found again in each of those; a name an earlier one holds hides a later one's,
+as the decoder's lookup does. A method the newer part runs that the older one runs too (the same
+function object) is unchanged and not shown; the others are paired:
 - with the older part's method of the same name (an override, or the same name in a class that
   took the older one's place);
-- else with the older method it supersedes: one of the same part that the newer part no longer
-  runs, whose source it resembles most (SIMILAR of difflib's ratio at least);
+- else with the older method it supersedes: one the newer part no longer runs, whose calls a
+  paired method of either version (any part's) now makes to it instead, on the lines that took
+  the calling line's place (v04's runner called kv.allocate where v05's calls kv.place);
 - else shown alone, as an addition.
 Methods the older part runs and the newer one no longer does, paired with none, are named."""
 from __future__ import annotations
@@ -50,8 +52,8 @@ class Method:
 
 @dataclass
 class Pairing:
-    new: Method | None    # None never, today: a pairing shows what the newer part runs
-    old: Method | None    # None: an addition
+    new: Method           # what the newer part runs
+    old: Method | None    # what it takes the place of; None: an addition
 
 
 @dataclass
@@ -95,9 +97,9 @@ def components(part: Any, tree: str) -> list[Any]:
         if not isinstance(cls, type):
             continue
         for name in sorted(n for n in dir(cls) if not n.startswith("_")):
-            value = inspect.getattr_static(cls, name)
-            if cls is start and not isinstance(part, type):
-                value = getattr(part, name, value)  # the instance's own choice of component
+            # the instance's own choice of component where it made one (layers.ops = ...);
+            # static, so that reading a part runs none of its properties
+            value = inspect.getattr_static(part if cls is start else cls, name)
             kind = value if isinstance(value, (type, types.ModuleType)) else type(value)
             if _function(value) is None and _in_tree(kind, tree) and kind not in found:
                 todo.append(kind)
@@ -213,21 +215,13 @@ def pair_methods(old: dict[Any, Method], new: dict[Any, Method],
     return [pairings.get(m, Pairing(m, None)) for m in added], left
 
 
-def _label(part: Any) -> str:
-    if part is None:
-        return ""
-    if isinstance(part, types.ModuleType):
-        return part.__name__.rsplit(".", 1)[-1]
-    return part.__qualname__ if isinstance(part, type) else repr(part) \
-        if type(part).__repr__ is not object.__repr__ else f"{type(part).__qualname__} instance"
-
-
 def part_changes(old_version, new_version, root: Path) -> list[PartChange]:
     """For each part (in assembly order) the two recipes hold differently, its pairings."""
     old_recipe, new_recipe = old_version.recipe, new_version.recipe
     if old_recipe is None or new_recipe is None:
         return []
     tree = new_version.package.__name__.split(".")[0]
+    labels = [{name: label for name, label, _ in r.table()} for r in (old_recipe, new_recipe)]
     changes = []
     for name in PART_NAMES:
         a, b = old_recipe.parts.get(name), new_recipe.parts.get(name)
@@ -236,5 +230,5 @@ def part_changes(old_version, new_version, root: Path) -> list[PartChange]:
         old = methods_of(a, root, tree) if a is not None else {}
         changes.append((name, a, b, old, methods_of(b, root, tree)))
     first = [p for *_, old, new in changes for p in pair_methods(old, new)[0]]
-    return [PartChange(name, _label(a), _label(b), *pair_methods(old, new, first))
-            for name, a, b, old, new in changes]
+    return [PartChange(name, labels[0].get(name, ""), labels[1][name],
+                       *pair_methods(old, new, first)) for name, a, b, old, new in changes]

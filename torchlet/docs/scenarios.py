@@ -18,7 +18,7 @@ from typing import Callable
 import torch
 
 from torchlet.contract import (BLOCK_SIZE, MAX_LEN, MAX_RUNNING, MAX_STEP_TOKENS, NUM_BLOCKS,
-                               GenerationParams)
+                               Checkpoint, GenerationParams)
 from torchlet.docs.record import Recorder, Run, record
 
 FIXTURE = "tiny_qwen2"
@@ -212,7 +212,22 @@ def build_engine(version, scenario: Scenario, checkpoint):
                if v is not None}
     options.update({k: False for k in ("use_graphs", "overlap") if k in names})
     options.update({k: v for k, v in scenario.options.items() if k in names})
-    return version.build(checkpoint, dtype=torch.float32, **options)
+    return version.build(checkpoint, device=checkpoint_device(checkpoint), dtype=torch.float32,
+                         **options)
+
+
+def placed(scenario: Scenario, checkpoint) -> Checkpoint:
+    """The checkpoint where the scenario runs: the CPU; but a scenario that watches its kernels
+    runs on a GPU where there is one, since there they are compiled for it (Triton's interpreter,
+    which runs them on the CPU, is chosen when they are defined, and only without a GPU). The
+    engine is built from the tensors there, so an op that reads a weight reads one of these."""
+    if not (scenario.watch and torch.cuda.is_available()):
+        return checkpoint
+    return Checkpoint(checkpoint.config, {k: t.to("cuda") for k, t in checkpoint.tensors.items()})
+
+
+def checkpoint_device(checkpoint) -> str:
+    return next(iter(checkpoint.tensors.values())).device.type
 
 
 def checkpoint():
@@ -242,6 +257,7 @@ def on_cpu():
 def run_scenario(version, checkpoint, scenario: Scenario | None = None) -> tuple[Scenario, Run]:
     """Build the version's engine and run its scenario (or the one given), recorded."""
     scenario = scenario or scenario_for(version.name)
+    checkpoint = placed(scenario, checkpoint)
     with on_cpu():
         engine = build_engine(version, scenario, checkpoint)
         return scenario, record(engine, version.name, scenario.script, checkpoint,
