@@ -14,7 +14,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
 import torch
@@ -107,7 +107,7 @@ def segments(ops: list[Op]) -> list[Op]:
             anchors.append(BEFORE if any("embed" in r for r in op.reads) else AFTER)
         else:
             anchors.append(None)
-        if anchors[-1] not in order and anchors[-1] != AFTER and anchors[-1] is not None:
+        if anchors[-1] not in (None, AFTER, *order):
             order.append(anchors[-1])
     order.append(AFTER)
     rank = {name: i for i, name in enumerate(order)}
@@ -117,7 +117,7 @@ def segments(ops: list[Op]) -> list[Op]:
         seg[i] = nxt
     for i in range(1, len(ops)):
         seg[i] = max(seg[i], seg[i - 1])
-    return [Op(op.name, op.kernel, op.kind, op.reads, order[seg[i]]) for i, op in enumerate(ops)]
+    return [replace(op, segment=order[seg[i]]) for i, op in enumerate(ops)]
 
 
 @contextlib.contextmanager
