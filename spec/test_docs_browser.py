@@ -3,7 +3,8 @@
 What it introduces: headless Chromium, driven over the Chrome DevTools protocol
 (spec/support/cdp.py), clicking through the site the way a reader does: the version map, a
 version page, its compare view, and the switch between the side-by-side and unified views; and
-a spec link, served and opened as files, landing on the spec's line.
+a spec link, served and opened as files, landing on the spec's line; the pictures, and a
+compare page's method view with its two methods side by side.
 Why the previous version needs it: spec/test_docs_site.py checks the HTML as text; only a browser
 shows that the pages load without console errors, that links are followed from a server and that
 the script's toggle really hides one view and shows the other, and where a #L anchor scrolls to.
@@ -124,7 +125,8 @@ def test_a_spec_link_opens_its_source_at_the_spec_line_highlighted_served_and_fr
     assert browser.errors == []
 
 
-PICTURES = (("v08", "pool"), ("v05", "lanes"), ("v12", "pool"))
+PICTURES = (("v08", "pool"), ("v05", "lanes"), ("v12", "pool"), ("v09", "kernels"),
+            ("v13", "kernels"))
 
 
 def painted(png: Path) -> tuple[float, int]:
@@ -162,3 +164,26 @@ def test_a_version_pages_pictures_render_and_a_compare_page_marks_what_changed_i
     if keep:
         for shot in shots:
             shutil.copy(shot, Path(keep) / shot.name)
+
+
+def test_a_compare_pages_method_view_shows_the_two_methods_side_by_side(served, browser,
+                                                                         tmp_path):
+    old, new = (next(n for n in implementations.version_names() if n.startswith(v + "_"))
+                for v in ("v05", "v06"))
+    browser.goto(f"{served}/compare/{old}--{new}.html")
+    method = "document.querySelector('#methods div.method[data-new$=\"StaticInputs.write\"]')"
+    assert browser.js(f"{method}.dataset.old").endswith("LaneInputs.write")
+    cells = browser.js(f"Array.from({method}.querySelector('tr').cells).map(function(c){{"
+                       "var r = c.getBoundingClientRect(); return [r.left, r.top, r.width];})")
+    (_, top, _), (left_x, left_top, left_w), _, (right_x, right_top, right_w) = cells
+    assert left_top == right_top == top and left_x + left_w <= right_x, "not side by side"
+    assert left_w > 100 and right_w > 100, cells
+    browser.js(f"{method}.scrollIntoView(); window.scrollBy(0, -60)")  # its heading too
+    shot = tmp_path / "site-compare-methods.png"
+    browser.screenshot(shot)
+    share, colours = painted(shot)
+    assert share > 0.05 and colours >= 4, f"the method view looks blank: {share:.3f}"
+    assert browser.errors == []
+    keep = os.environ.get("TORCHLET_SCREENSHOTS")
+    if keep:
+        shutil.copy(shot, Path(keep) / shot.name)

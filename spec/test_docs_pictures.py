@@ -9,19 +9,28 @@ and only a spec that runs the same scenario and reads the picture back shows tha
 does not misplace what it was given.
 Core principle: the spec drives its own engine through the scenario's script (its own stepper,
 not the recorder), reads last_step_stats(), block_tables() and lane_of() at each step k, and
-finds exactly those in the SVG's elements for step k.
+finds exactly those in the SVG's elements for step k. For v09's and v13's kernels view it watches
+the same decode step with its own dispatch mode, beside the predecessor's, and finds every op
+that launches work in the picture's strips in order, each op that reads layer i's weights in
+layer i's strip.
 Files: torchlet/docs/{scenarios.py, record.py, draw.py, pictures.py}; spec/mutants/pictures.py
 breaks the drawing.
 Tradeoff left visible: a picture is as small as its scenario (a handful of requests and steps),
-and the spec reads back the views it names (timeline, lanes, pool), not the layout a reader sees;
-the browser spec (spec/test_docs_browser.py) checks that they render.
+and the spec reads back the views it names (timeline, lanes, pool, kernels), not the layout a
+reader sees; the browser spec (spec/test_docs_browser.py) checks that they render. Watching the
+kernels runs them under Triton's interpreter for one step of four engines: seconds, not the
+tenths the other views take.
 """
 from __future__ import annotations
 
 import functools
+import os
+import re
 import xml.etree.ElementTree as ET
 
 import pytest
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 import implementations
 from torchlet.docs import pictures, scenarios
@@ -145,3 +154,94 @@ def test_a_version_whose_run_fails_gets_no_picture_and_the_reason_in_one_line():
     assert drawn["v08_missing"][0] == []
     reason = drawn["v08_missing"][1]
     assert reason.startswith("UnknownVersionError") and "\n" not in reason
+
+
+class Dispatched(TorchDispatchMode):
+    """What a block dispatched below torch: (op name, its namespace, the checkpoint tensors
+    among its arguments) for each op but views and ops that return no tensor (launching no
+    kernel: promote_types)."""
+
+    def __init__(self, checkpoint):
+        super().__init__()
+        self.weights = {(t.data_ptr(), t.numel()): n for n, t in checkpoint.tensors.items()}
+        self.ops = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        tensor_out = any("Tensor" in str(r.type) for r in func._schema.returns)
+        if func.namespace != "aten" or (tensor_out and not func.is_view):
+            flat = [*args, *(kwargs or {}).values()]
+            flat += [t for a in flat if isinstance(a, (list, tuple)) for t in a]
+            reads = {self.weights.get((a.data_ptr(), a.numel())) for a in flat
+                     if isinstance(a, torch.Tensor)} - {None}
+            self.ops.append((func._opname, func.namespace, reads))
+        return func(*args, **(kwargs or {}))
+
+
+class Watcher(Stepper):
+    """The Stepper, its `watch`-th step run with the Triton kernels on (the interpreter) and
+    watched."""
+
+    def __init__(self, engine, watch, checkpoint):
+        super().__init__(engine)
+        self.number, self.watch, self.dispatched = 0, watch, Dispatched(checkpoint)
+
+    def step(self):
+        self.number += 1
+        if self.number != self.watch:
+            return super().step()
+        before = os.environ.get("TRITON_INTERPRET")
+        os.environ["TRITON_INTERPRET"] = "1"
+        try:
+            with self.dispatched:
+                super().step()
+        finally:
+            os.environ["TRITON_INTERPRET"] = before or "0"
+
+
+@functools.lru_cache(maxsize=None)
+def watched(short: str):
+    """({version: the ops its watched step dispatched}, the kernels picture's SVG root) for a
+    version and the one its picture sets beside it."""
+    version = implementations.load(short)
+    ckpt = scenarios.checkpoint()
+    scenario = scenarios.scenario_for(version.name)
+    here = scenarios.placed(scenario, ckpt)  # on a GPU where there is one: the kernels' device
+    seen = {}
+    for name in (scenario.against, short):
+        v = implementations.load(name)
+        watcher = Watcher(scenarios.build_engine(v, scenario, here), scenario.watch, here)
+        with scenarios.on_cpu():
+            scenario.script(watcher)
+        seen[v.name] = watcher.dispatched.ops
+    with scenarios.on_cpu():
+        svg = next(p.svg for p in pictures.version_pictures(version, ckpt) if p.view == "kernels")
+    return seen, ET.fromstring(svg)
+
+
+@pytest.mark.parametrize("short", ("v09", "v13"))
+def test_the_kernels_picture_shows_each_op_the_watched_step_dispatched_in_order(short):
+    """Both versions' strips: one box per op, in the order the step dispatched them, the
+    Triton kernels (ops of a kernels module, not aten's) marked as kernels."""
+    seen, drawn = watched(short)
+    assert len(seen) == 2
+    for name, ops in seen.items():
+        shown = sorted(boxes(drawn, version=name), key=lambda b: int(b["index"]))
+        assert [int(b["index"]) for b in shown] == list(range(len(ops)))
+        assert [b["op"] for b in shown] == [op for op, _, _ in ops], name
+        assert [b["kind"] == "kernel" for b in shown] == [ns != "aten" for _, ns, _ in ops]
+    newer = seen[implementations.load(short).name]
+    assert any(ns != "aten" for _, ns, _ in newer), f"{short}'s step launched no Triton kernel"
+
+
+LAYER_WEIGHT = re.compile(r"model\.layers\.(\d+)\.")
+
+
+@pytest.mark.parametrize("short", ("v09", "v13"))
+def test_each_op_that_reads_a_layers_weights_is_drawn_in_that_layers_strip(short):
+    seen, drawn = watched(short)
+    for name, ops in seen.items():
+        strip = {int(b["index"]): b["segment"] for b in boxes(drawn, version=name)}
+        for i, (op, _, reads) in enumerate(ops):
+            layers = {int(m.group(1)) for r in reads if (m := LAYER_WEIGHT.match(r))}
+            if layers:
+                assert strip[i] == f"layer {layers.pop()}", f"{name}: op {i} ({op}) reads {reads}"

@@ -14,8 +14,9 @@ served or opened as files, a page lists as specs what pytest collects, and two b
 byte-identical.
 Files: torchlet/docs/{pages.py, compare.py, site.py, markdown.py, __init__.py},
 torchlet/parts.py (the recipe's rows); the pictures (torchlet/docs/{scenarios, record, draw,
-pictures}.py) have their own page, spec/test_docs_pictures.py; spec/test_docs_browser.py opens
-the same site in a real browser.
+pictures}.py) have their own page, spec/test_docs_pictures.py, and so has the compare pages'
+method view (torchlet/docs/methods.py), spec/test_docs_methods.py; spec/test_docs_browser.py
+opens the same site in a real browser.
 Tradeoff left visible: spec counts are test functions, not parametrizations, because counting
 those needs pytest's collection; and the status shown is only as fresh as the last JUnit file.
 """

@@ -1,11 +1,15 @@
 """Picture content: the docs site's pictures show the run they claim to draw
-(spec/test_docs_pictures.py reads each back against the engine). These mutants edit the
-drawing, not a version (harness mutants: spec/mutants/__init__.py), each misplacing what it was
-given while still drawing a plausible picture."""
+(spec/test_docs_pictures.py reads each back against the engine); and the compare page's method
+view sets each method beside the one it takes the place of (spec/test_docs_methods.py), the
+same property of another drawn view (spec/test_mutants.py names the properties). These
+mutants edit the docs site, not a version (harness mutants: spec/mutants/__init__.py), each
+misplacing what it was given while still drawing a plausible page."""
 from spec.mutants import Edit, Mutant
 
 DRAW = "torchlet/docs/draw.py"
+METHODS = "torchlet/docs/methods.py"
 SPEC = "spec/test_docs_pictures.py"
+METHODS_SPEC = "spec/test_docs_methods.py"
 PROPERTY = "picture content"
 
 MUTANTS = [
@@ -28,4 +32,17 @@ MUTANTS = [
              "                    if s == step.number and n == run.num_lanes - 1 - lane]\n"),),
         (f"{SPEC}::test_the_lanes_picture_puts_each_request_in_the_lane_lane_of_names",), (),
         "the lanes picture draws lane 0's request in the last lane's row"),
+    Mutant("docs-kernels-ops-drawn-in-the-strip-of-the-op-before", PROPERTY, (
+        Edit(DRAW, "            rows.setdefault(op.segment, []).append((i, op))\n",
+             "            rows.setdefault(ops[max(i - 1, 0)].segment, []).append((i, op))\n"),),
+        (f"{SPEC}::test_each_op_that_reads_a_layers_weights_is_drawn_in_that_layers_"
+         "strip[v09]",), (),
+        "the kernels picture draws each layer's first op in the previous layer's strip"),
+    Mutant("docs-methods-paired-by-position-not-name", PROPERTY, (
+        Edit(METHODS, "        same = next((o for o in left if o.name == m.name), None)\n",
+             "        same = left[added.index(m)] if added.index(m) < len(left) else None\n"),),
+        (f"{METHODS_SPEC}::test_a_swapped_parts_override_is_shown_beside_the_method_it_"
+         "overrides",), (),
+        "the compare page sets each changed method beside the older part's method in the same "
+        "place in its class, not the one of its name"),
 ]

@@ -19,6 +19,15 @@ BENCH_DIR = DOCS_DIR / "benchmarks"
 def build(out: Path = DEFAULT_OUT, results: Path | None = None, spec_dir: Path = SPEC_DIR,
           root: Path = REFERENCE_ROOT, bench_dir: Path = BENCH_DIR) -> int:
     """Builds the site into `out`; returns the number of pages written."""
+    import os
+
+    import torch
+
+    if not torch.cuda.is_available():
+        # Kernels are made interpretable when their module is imported, so before any version
+        # is; the pictures run the layers' PyTorch path, but for the one step whose kernel
+        # launches they watch (torchlet/docs/record.py: kernels_on).
+        os.environ["TRITON_INTERPRET"] = "1"
     from torchlet.docs.pages import version_pages
     from torchlet.docs.pictures import all_pictures
     from torchlet.docs.site import load_benchmarks, load_results, write_site

@@ -81,10 +81,13 @@ def _lines(path: Path | None) -> list[str]:
 
 def intraline(old: str, new: str) -> tuple[str, str]:
     """Both lines escaped, the characters that differ wrapped in <mark>: within a changed line,
-    the reader sees what changed."""
+    the reader sees what changed. Lines that share less than half their characters are two
+    different lines, not one edited: marking the scraps they share would hide that."""
     a, b = [], []
-    for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(None, old, new,
-                                                       autojunk=False).get_opcodes():
+    matcher = difflib.SequenceMatcher(None, old, new, autojunk=False)
+    if matcher.ratio() < 0.5:
+        return escape(old), escape(new)
+    for tag, i1, i2, j1, j2 in matcher.get_opcodes():
         left, right = escape(old[i1:i2]), escape(new[j1:j2])
         if tag == "equal":
             a.append(left)
@@ -117,7 +120,8 @@ def _groups(a: list[str], b: list[str]):
     yield len(a) - at, None
 
 
-def side_by_side(a: list[str], b: list[str], fid: str) -> str:
+def side_by_side(a: list[str], b: list[str], fid: str, starts: tuple[int, int] = (1, 1)) -> str:
+    """starts: the line numbers of a's and b's first lines (a method's, in its file)."""
     rows, n = [], 0
     for folded, group in _groups(a, b):
         if folded:
@@ -127,8 +131,8 @@ def side_by_side(a: list[str], b: list[str], fid: str) -> str:
         for tag, i1, i2, j1, j2 in group:
             first = True
             for k in range(max(i2 - i1, j2 - j1)):
-                left = (i1 + k + 1, a[i1 + k]) if i1 + k < i2 else (None, "")
-                right = (j1 + k + 1, b[j1 + k]) if j1 + k < j2 else (None, "")
+                left = (starts[0] + i1 + k, a[i1 + k]) if i1 + k < i2 else (None, "")
+                right = (starts[1] + j1 + k, b[j1 + k]) if j1 + k < j2 else (None, "")
                 mark = ""
                 if tag != "equal" and first:
                     mark, n = f' id="{fid}-s{n}" class="change"', n + 1
@@ -145,8 +149,10 @@ def side_by_side(a: list[str], b: list[str], fid: str) -> str:
     return '<table class="sbs">' + "".join(rows) + "</table>"
 
 
-def unified(a: list[str], b: list[str], fid: str) -> str:
+def unified(a: list[str], b: list[str], fid: str, starts: tuple[int, int] = (1, 1)) -> str:
+    """starts: the line numbers of a's and b's first lines."""
     rows, n = [], 0
+    da, db = starts[0] - 1, starts[1] - 1
     for folded, group in _groups(a, b):
         if folded:
             rows.append(_fold(folded, 3))
@@ -158,15 +164,16 @@ def unified(a: list[str], b: list[str], fid: str) -> str:
                 mark, n = f' id="{fid}-u{n}" class="change"', n + 1
             if tag == "equal":
                 for k in range(i2 - i1):
-                    rows.append(f'<tr><td class="n">{i1 + k + 1}</td><td class="n">{j1 + k + 1}</td>'
-                                f'<td class="eq"><pre> {escape(a[i1 + k])}</pre></td></tr>')
+                    rows.append(f'<tr><td class="n">{da + i1 + k + 1}</td><td class="n">'
+                                f'{db + j1 + k + 1}</td><td class="eq"><pre> '
+                                f'{escape(a[i1 + k])}</pre></td></tr>')
                 continue
             olds, news = [escape(a[i1 + k]) for k in range(i2 - i1)], \
                 [escape(b[j1 + k]) for k in range(j2 - j1)]
             for k in range(min(len(olds), len(news)) if tag == "replace" else 0):
                 olds[k], news[k] = intraline(a[i1 + k], b[j1 + k])
-            lines = [(i1 + k + 1, None, "-", olds[k], "del") for k in range(i2 - i1)]
-            lines += [(None, j1 + k + 1, "+", news[k], "ins") for k in range(j2 - j1)]
+            lines = [(da + i1 + k + 1, None, "-", olds[k], "del") for k in range(i2 - i1)]
+            lines += [(None, db + j1 + k + 1, "+", news[k], "ins") for k in range(j2 - j1)]
             for old_n, new_n, sign, html, kind in lines:
                 rows.append(f'<tr{mark}><td class="n">{old_n or ""}</td><td class="n">'
                             f'{new_n or ""}</td><td class="{kind}"><pre>{sign}{html}'

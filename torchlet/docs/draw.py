@@ -6,13 +6,15 @@ picture back and compare it with the engine (spec/test_docs_pictures.py).
 Views, each a function of the Run: timeline (step x request, coloured by what the request did),
 lanes (lane x step, the request in each lane), buffers (the decode step's static inputs, lane x
 step), pool (the block pool and each request's block table at chosen steps; for a prefix-cache
-version, how many tables hold a block) and tokens (the tokens each request took, step by step).
+version, how many tables hold a block), tokens (the tokens each request took, step by step) and
+kernels (the ops one step dispatched, layer by layer, beside another version's).
 The output depends on the run alone, so two builds draw the same bytes."""
 from __future__ import annotations
 
 from html import escape
 
-from torchlet.docs.record import DECODE, IDLE, PREEMPTED, PREFILL, SLICE, WAITING, Cell, Run
+from torchlet.docs.record import (DECODE, GEMM, IDLE, KERNEL, MATHS, MEMORY, PREEMPTED, PREFILL,
+                                  SLICE, WAITING, Cell, Run)
 
 W, H, LEFT, TOP = 46, 24, 118, 30  # a step's column, a row, the label column, the header
 FILL = {PREFILL: "#4c78a8", SLICE: "url(#slice)", DECODE: "#59a14f", WAITING: "#e6e6e6",
@@ -319,11 +321,64 @@ def pool(run: Run, numbers: tuple[int, ...], prefix_cache: bool = False) -> str:
     return svg(width, y, body, f"{run.version}: block pool by step")
 
 
-VIEWS = ("timeline", "lanes", "buffers", "pool", "tokens")
+KIND_FILL = {GEMM: "#4c78a8", KERNEL: "#f58518", MATHS: "#54a24b", MEMORY: "#bab0ac"}
+KIND_LEGEND = {GEMM: "GEMM (matrix multiply)", KERNEL: "Triton kernel",
+               MATHS: "other torch maths (elementwise, reductions)",
+               MEMORY: "copies, indexing, fills"}
+
+
+def kernels(runs: list[Run]) -> str:
+    """Each run's watched step, op by op, a row per segment (before the layers, each layer,
+    after them), one box per op coloured by what it does: the ops a step launches."""
+    bw, bh, left = 12, 20, 170
+    body, y, widest, kinds = [], 8, 0, set()
+    for run in runs:
+        step = next((s for s in run.steps if s.ops), None)
+        if step is None:
+            continue
+        ops = step.ops
+        triton = sum(op.kind == KERNEL for op in ops)
+        body.append(text(8, y + 12, f"{run.version}, step {step.number}: {len(ops)} ops, "
+                     f"{triton} of them Triton kernels", "start", "#333", ' font-weight="600"'))
+        y += 20
+        rows: dict[str, list[tuple[int, object]]] = {}
+        for i, op in enumerate(ops):
+            rows.setdefault(op.segment, []).append((i, op))
+        for segment, row in rows.items():
+            body.append(text(left - 8, y + 14, f"{segment} ({len(row)})", "end"))
+            for k, (i, op) in enumerate(row):
+                kinds.add(op.kind)
+                reads = f"; reads {', '.join(op.reads)}" if op.reads else ""
+                body.append(box(left + k * bw, y, bw - 1, bh, KIND_FILL[op.kind],
+                                {"version": run.version, "step": step.number, "segment": segment,
+                                 "index": i, "op": op.name, "kind": op.kind,
+                                 "kernel": op.kernel},
+                                f"{segment}: {op.name} ({KIND_LEGEND[op.kind]}){reads}"))
+            count = {kind: sum(op.kind == kind for _, op in row) for kind in (GEMM, KERNEL)}
+            body.append(text(left + len(row) * bw + 8, y + 14,
+                             f"{count[GEMM]} GEMM, {count[KERNEL]} Triton", "start", "#777"))
+            widest = max(widest, len(row))
+            y += bh + 4
+        y += 10
+    x = 8
+    for kind in [k for k in KIND_FILL if k in kinds]:
+        body.append(f'<rect x="{x}" y="{y}" width="12" height="12" fill="{KIND_FILL[kind]}"/>')
+        body.append(text(x + 16, y + 10, KIND_LEGEND[kind], "start", "#444"))
+        x += 30 + 6.6 * len(KIND_LEGEND[kind])
+    note = ("one box per op the step dispatched below torch, in order (a kernel launch each "
+            "on a GPU); views, which launch nothing, left out")
+    body.append(text(8, y + 30, note, "start", "#666"))
+    return svg(max(left + widest * bw + 130, int(x) + 10, int(16 + 6.7 * len(note))), y + 40, body,
+               f"{runs[-1].version}: the ops of one decode step, by layer")
+
+
+VIEWS = ("timeline", "lanes", "buffers", "pool", "tokens", "kernels")
 
 
 def draw(run: Run, view: str, pool_steps: tuple[int, ...] = (),
-         prefix_cache: bool = False) -> str:
+         prefix_cache: bool = False, beside: Run | None = None) -> str:
+    """beside: the run the kernels view sets before this one (the version it is drawn
+    against)."""
     if view == "timeline":
         return timeline(run)
     if view == "lanes":
@@ -334,4 +389,6 @@ def draw(run: Run, view: str, pool_steps: tuple[int, ...] = (),
         return pool(run, pool_steps, prefix_cache)
     if view == "tokens":
         return tokens(run)
+    if view == "kernels":
+        return kernels([beside, run] if beside is not None else [run])
     raise ValueError(f"no view {view!r}; views: {', '.join(VIEWS)}")

@@ -34,8 +34,13 @@ def views_of(version, scenario: scenarios.Scenario) -> tuple[str, ...]:
 def version_pictures(version, checkpoint) -> list[Picture]:
     scenario, run = scenarios.run_scenario(version, checkpoint)
     steps = scenario.pool_steps or tuple(s.number for s in run.steps[::3])
+    beside = None
+    if scenario.against:  # the same scenario on the version this one is drawn against
+        root = Path(version.package.__file__).resolve().parent.parent
+        beside = scenarios.run_scenario(implementations.load(scenario.against, root),
+                                        checkpoint, scenario)[1]
     return [Picture(version.name, view, scenario.caption,
-                    draw.draw(run, view, steps, PREFIX_CACHE in version.capabilities))
+                    draw.draw(run, view, steps, PREFIX_CACHE in version.capabilities, beside))
             for view in views_of(version, scenario)]
 
 

@@ -6,11 +6,20 @@ rows a request's cache grew by: its share of the step's rows, which the stats gi
 total), output() (the tokens taken), and where the version has them lane_of(), block_tables(),
 pool_stats(), num_preemptions, prefix_cache_stats(), graph_stats() and decode_buffers(). No
 private attribute is read, so a picture drawn from a Run shows what the engine did, not what a
-field of it says."""
+field of it says. One chosen step may also be watched from below torch's dispatcher (OpWatch):
+every op it dispatched that launches work, Triton kernels included, and which checkpoint
+weights each read, which is how its ops are told apart by layer."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import contextlib
+import os
+import re
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_leaves
 
 # What a request did in one step, as the pictures colour it.
 PREFILL, SLICE, DECODE, WAITING, PREEMPTED, IDLE = (
@@ -30,6 +39,103 @@ class Cell:
     finished: str = ""              # the finish reason, in the step it finished
 
 
+# What an op of a watched step does, as the kernels picture colours it.
+GEMM, KERNEL, MATHS, MEMORY = "gemm", "kernel", "maths", "memory"
+GEMMS = {"linear", "matmul", "mm", "addmm", "bmm", "baddbmm", "einsum"}
+MOVES = {"copy_", "zero_", "fill_", "index", "index_put_", "index_select", "cat", "stack",
+         "arange", "clone", "zeros", "zeros_like", "empty", "empty_like", "full", "new_zeros",
+         "scatter_", "gather", "_to_copy", "lift_fresh_copy", "where"}
+BEFORE, AFTER = "before the layers", "after the layers"
+LAYER = re.compile(r"^model\.layers\.(\d+)\.")
+
+
+@dataclass(frozen=True)
+class Op:
+    """One op a watched step dispatched, in order."""
+    name: str                   # "linear", "rms_norm"
+    kernel: str                 # a Triton kernel's op namespace (its kernels module); "": torch's
+    kind: str                   # GEMM, KERNEL, MATHS or MEMORY
+    reads: tuple[str, ...]      # the checkpoint tensors among its arguments
+    segment: str = ""           # BEFORE, "layer 0", ..., AFTER (segments())
+
+
+def launches_nothing(func) -> bool:
+    """A view (every result an alias of an input, none written) or an op that returns no tensor
+    (promote_types): torch ops that launch no kernel. A kernel's own op always counts."""
+    if func.namespace != "aten":
+        return False
+    returns = func._schema.returns
+    tensors = [r for r in returns if "Tensor" in str(r.type)]
+    return not tensors or all(r.alias_info is not None and not r.alias_info.is_write
+                              for r in tensors)
+
+
+class OpWatch(TorchDispatchMode):
+    """Every op below torch's dispatcher that launches work, in order: aten ops and the Triton
+    kernels, which the versions wrap as torch.library custom ops (one op a launch). `names`:
+    (data_ptr, numel) of each checkpoint tensor -> its name, to say which weights an op reads."""
+
+    def __init__(self, names: dict[tuple[int, int], str]):
+        super().__init__()
+        self.names, self.ops = names, []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if not launches_nothing(func):
+            reads = sorted({self.names[k] for k in (
+                (a.data_ptr(), a.numel()) for a in tree_leaves((args, kwargs or {}))
+                if isinstance(a, torch.Tensor)) if k in self.names})
+            kernel = "" if func.namespace == "aten" else func.namespace
+            name = func._opname
+            kind = KERNEL if kernel else GEMM if name in GEMMS else MEMORY if name in MOVES \
+                else MATHS
+            self.ops.append(Op(name, kernel, kind, tuple(reads)))
+        return func(*args, **(kwargs or {}))
+
+
+def segments(ops: list[Op]) -> list[Op]:
+    """Each op with its segment: an op that reads a layer's weights is that layer's, one that
+    reads the embedding or the final norm's is before or after the layers, and one that reads
+    no weight goes with the next op that does (after the layers where none does); segments only
+    move forward, so the tied embedding read again as the LM head is after the layers."""
+    order = [BEFORE]
+    anchors = []
+    for op in ops:
+        layers = {int(m.group(1)) for r in op.reads if (m := LAYER.match(r))}
+        if layers:
+            anchors.append(f"layer {min(layers)}")
+        elif op.reads:
+            anchors.append(BEFORE if any("embed" in r for r in op.reads) else AFTER)
+        else:
+            anchors.append(None)
+        if anchors[-1] not in (None, AFTER, *order):
+            order.append(anchors[-1])
+    order.append(AFTER)
+    rank = {name: i for i, name in enumerate(order)}
+    seg, nxt = [0] * len(ops), rank[AFTER]
+    for i in range(len(ops) - 1, -1, -1):
+        nxt = rank[anchors[i]] if anchors[i] is not None else nxt
+        seg[i] = nxt
+    for i in range(1, len(ops)):
+        seg[i] = max(seg[i], seg[i - 1])
+    return [replace(op, segment=order[seg[i]]) for i, op in enumerate(ops)]
+
+
+@contextlib.contextmanager
+def kernels_on():
+    """On a CPU, the Triton kernels run under the interpreter for the block (the layers read
+    TRITON_INTERPRET at call time), so that their launches are there to watch."""
+    before = os.environ.get("TRITON_INTERPRET")
+    if not torch.cuda.is_available():
+        os.environ["TRITON_INTERPRET"] = "1"
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop("TRITON_INTERPRET", None)
+        else:
+            os.environ["TRITON_INTERPRET"] = before
+
+
 @dataclass
 class Step:
     number: int
@@ -39,6 +145,7 @@ class Step:
     graphs: dict[int, str] = field(default_factory=dict)    # bucket -> "capture" / "replay"
     buffers: dict[str, tuple] = field(default_factory=dict)  # decode input name -> values
     same_buffers: bool = True       # decode_buffers() returned the same tensors as at step 1
+    ops: list[Op] = field(default_factory=list)  # what the step dispatched, where it is watched
 
 
 @dataclass
@@ -66,8 +173,12 @@ class Recorder:
     """Drives an engine the way a scenario says and records each step. A scenario calls add(),
     step(), abort() and finish(); the Run is in `.run`."""
 
-    def __init__(self, engine, version: str):
-        self.engine = engine
+    def __init__(self, engine, version: str, checkpoint=None, watch: int = 0):
+        """watch: the step whose dispatched ops are recorded (0: none); checkpoint: the one the
+        engine was built from, whose tensors say which weights an op reads."""
+        self.engine, self.watch = engine, watch
+        self.names = {(t.data_ptr(), t.numel()): n for n, t in checkpoint.tensors.items()} \
+            if checkpoint is not None else {}
         self.run = Run(version, num_lanes=getattr(engine, "num_lanes", 0))
         self._buffers: dict[str, Any] | None = None
         self._graphs: dict[int, dict[str, int]] = {}
@@ -93,7 +204,12 @@ class Recorder:
         live = [r for r in self.run.prompts if e.output(r).finish_reason is None]
         before = {r: (e.num_cached_tokens(r), len(e.output(r).tokens)) for r in live}
         hits_before = e.prefix_cache_stats()["hit_tokens"] if _has(e, "prefix_cache_stats") else 0
-        e.step()
+        watch = OpWatch(self.names)
+        if self.watch == len(self.run.steps) + 1:
+            with kernels_on(), watch:
+                e.step()
+        else:
+            e.step()
         stats = e.last_step_stats()
         tables = e.block_tables() if _has(e, "block_tables") else {}
         hits = (e.prefix_cache_stats()["hit_tokens"] if _has(e, "prefix_cache_stats") else 0) \
@@ -114,7 +230,7 @@ class Recorder:
             if cell.kind in (PREFILL, SLICE) and len(stats.prefill_ids) == 1:
                 cell.hit = hits  # with one prefill in the step, the step's hits are its own
             cells[r] = cell
-        step = Step(stats.step, cells)
+        step = Step(stats.step, cells, ops=segments(watch.ops))
         if _has(e, "pool_stats"):
             step.pool = dict(e.pool_stats())
             self.run.block_size = step.pool["block_size"]
@@ -172,7 +288,8 @@ def mark_slices(run: Run) -> Run:
     return run
 
 
-def record(engine, version: str, script: Callable[[Recorder], None]) -> Run:
-    rec = Recorder(engine, version)
+def record(engine, version: str, script: Callable[[Recorder], None], checkpoint=None,
+           watch: int = 0) -> Run:
+    rec = Recorder(engine, version, checkpoint, watch)
     script(rec)
     return mark_slices(rec.run)

@@ -6,7 +6,8 @@ SCENARIOS is keyed by short version id ("v08"). A version without its own scenar
 FALLBACK: three staggered requests, drawn as the step x request timeline (and its block pool
 where it has one). To give a new version its picture, add an entry: options by role or by name
 (only those the version declares are passed), a script over a Recorder, and the views to draw
-(torchlet/docs/draw.py's VIEWS) with the steps the pool views show."""
+(torchlet/docs/draw.py's VIEWS) with the steps the pool views show, or the step the kernels
+view watches and the version it sets beside this one."""
 from __future__ import annotations
 
 import contextlib
@@ -17,7 +18,7 @@ from typing import Callable
 import torch
 
 from torchlet.contract import (BLOCK_SIZE, MAX_LEN, MAX_RUNNING, MAX_STEP_TOKENS, NUM_BLOCKS,
-                               GenerationParams)
+                               Checkpoint, GenerationParams)
 from torchlet.docs.record import Recorder, Run, record
 
 FIXTURE = "tiny_qwen2"
@@ -39,6 +40,8 @@ class Scenario:
     roles: dict[str, int] = field(default_factory=dict)     # role -> value
     options: dict[str, object] = field(default_factory=dict)  # option name -> value
     pool_steps: tuple[int, ...] = ()                          # steps the pool views show
+    watch: int = 0          # the step whose dispatched ops are recorded (the kernels view)
+    against: str = ""       # the version whose run of the scenario the kernels view shows too
 
 
 def _v03(r: Recorder):
@@ -120,6 +123,13 @@ def _chunked(r: Recorder):
     r.finish()
 
 
+def _kernels(r: Recorder):
+    # step 1 prefills, step 2 decodes: the step the kernels view watches. One request: a step
+    # launches the same kernels for one as for many, and the interpreter runs each row in turn
+    r.add(prompt(5), params(2))
+    r.finish()
+
+
 def _fallback(r: Recorder):
     r.add(prompt(5), params(4))
     r.step()
@@ -148,6 +158,11 @@ SCENARIOS: dict[str, Scenario] = {
                     "empty (the wasted tail); at step 5 the pool runs out, so the request "
                     "admitted last is preempted and recomputed once the others finish.", _paged,
                     views=("timeline", "pool"), roles=SMALL_POOL, pool_steps=(1, 4, 5, 7)),
+    "v09": Scenario("One decode step, every op it dispatched (views, which "
+                    "launch nothing, left out), layer by layer: v08's norms, RoPE and SwiGLU are "
+                    "several torch ops each; here each is one Triton kernel, and the residual "
+                    "add rides in the norm after it.", _kernels, views=("kernels",),
+                    roles={MAX_RUNNING: 1, MAX_LEN: 32}, watch=2, against="v08"),
     "v10": Scenario("The pool of v08's run as the Triton decode kernel is given it: each "
                     "request's block table, rows of 4 tokens, the last one partly filled.",
                     _paged, views=("pool", "timeline"), roles=SMALL_POOL, pool_steps=(3,)),
@@ -160,6 +175,12 @@ SCENARIOS: dict[str, Scenario] = {
                     _prefix, views=("pool", "timeline"),
                     roles={NUM_BLOCKS: 12, BLOCK_SIZE: 4, MAX_RUNNING: 4, MAX_LEN: 32},
                     pool_steps=(1, 2, 5, 6)),
+    "v13": Scenario("One decode step, op by op and layer by layer: v12 "
+                    "projects q, k and v with three GEMMs and gate and up with two, and turns q "
+                    "and k with two RoPE kernels; here one GEMM over packed weights for each, "
+                    "one kernel for RoPE and the head split, one for SwiGLU over the packed "
+                    "row.", _kernels, views=("kernels",), roles={MAX_RUNNING: 1, MAX_LEN: 32},
+                    watch=2, against="v12"),
     "v14": Scenario("Overlap on: each step launches the next decode before reading its own "
                     "tokens, so a running request's cache holds one row ahead (marked +1).",
                     _overlap, roles={MAX_RUNNING: 4, MAX_LEN: 32}, options={"overlap": True}),
@@ -191,7 +212,22 @@ def build_engine(version, scenario: Scenario, checkpoint):
                if v is not None}
     options.update({k: False for k in ("use_graphs", "overlap") if k in names})
     options.update({k: v for k, v in scenario.options.items() if k in names})
-    return version.build(checkpoint, dtype=torch.float32, **options)
+    return version.build(checkpoint, device=checkpoint_device(checkpoint), dtype=torch.float32,
+                         **options)
+
+
+def placed(scenario: Scenario, checkpoint) -> Checkpoint:
+    """The checkpoint where the scenario runs: the CPU; but a scenario that watches its kernels
+    runs on a GPU where there is one, since there they are compiled for it (Triton's interpreter,
+    which runs them on the CPU, is chosen when they are defined, and only without a GPU). The
+    engine is built from the tensors there, so an op that reads a weight reads one of these."""
+    if not (scenario.watch and torch.cuda.is_available()):
+        return checkpoint
+    return Checkpoint(checkpoint.config, {k: t.to("cuda") for k, t in checkpoint.tensors.items()})
+
+
+def checkpoint_device(checkpoint) -> str:
+    return next(iter(checkpoint.tensors.values())).device.type
 
 
 def checkpoint():
@@ -218,9 +254,11 @@ def on_cpu():
             os.environ["TRITON_INTERPRET"] = before
 
 
-def run_scenario(version, checkpoint) -> tuple[Scenario, Run]:
-    """Build the version's engine and run its scenario, recorded."""
-    scenario = scenario_for(version.name)
+def run_scenario(version, checkpoint, scenario: Scenario | None = None) -> tuple[Scenario, Run]:
+    """Build the version's engine and run its scenario (or the one given), recorded."""
+    scenario = scenario or scenario_for(version.name)
+    checkpoint = placed(scenario, checkpoint)
     with on_cpu():
         engine = build_engine(version, scenario, checkpoint)
-        return scenario, record(engine, version.name, scenario.script)
+        return scenario, record(engine, version.name, scenario.script, checkpoint,
+                                scenario.watch)

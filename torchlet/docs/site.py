@@ -13,11 +13,11 @@ import shutil
 from html import escape
 from pathlib import Path
 
-from torchlet.docs import compare
+from torchlet.docs import compare, methods
 from torchlet.docs.pages import SECTIONS, VersionPage
 from torchlet.learner import read_junit
 
-CSS = """body{font:15px/1.5 system-ui,sans-serif;margin:2em auto;max-width:78em;padding:0 1em;color:#222}
+CSS = """html{overflow-y:scroll}body{font:15px/1.5 system-ui,sans-serif;margin:2em auto;max-width:78em;padding:0 1em;color:#222}
 table{border-collapse:collapse}th,td{border:1px solid #ddd;padding:.2em .5em;vertical-align:top}
 nav a{margin-right:1em}.passed{color:#17702a}.failed{color:#b00020}.skipped,.notrun{color:#777}
 table.sbs,table.uni{width:100%;font:12px/1.35 ui-monospace,monospace}
@@ -30,7 +30,8 @@ table.src{width:100%;font:12px/1.35 ui-monospace,monospace}table.src td{border:0
 table.src td.n a{color:inherit;text-decoration:none}table.src tr:target td{background:#fff3b0}
 table.recipe tr.swapped td{background:#fff3d6;font-weight:600}
 mark{background:#f9c0c0;color:inherit}td.ins mark{background:#a6e3ad}
-details>summary{cursor:pointer;color:#336}.reason{color:#777;font-size:13px}img{max-width:100%}figure{margin:1em 0;overflow-x:auto}figcaption{color:#555;font-size:13px;max-width:60em}
+details>summary{cursor:pointer;color:#336}div.method h4{margin:.8em 0 .2em;font-weight:500}div.method table.sbs{table-layout:fixed}
+div.method td.n{width:3em}.reason{color:#777;font-size:13px}img{max-width:100%}figure{margin:1em 0;overflow-x:auto}figcaption{color:#555;font-size:13px;max-width:60em}
 """
 
 # Without JavaScript both views are on the page; the script shows one at a time and adds
@@ -248,7 +249,9 @@ def pictures_html(pictures, why: str) -> str:
                       for p in pictures)
     return ('<h2 id="pictures">Pictures</h2><p>Drawn by <code>torchlet docs build</code> from '
             "a run of this version: its scenario (torchlet/docs/scenarios.py) on the tiny Qwen2 "
-            "fixture on the CPU, recorded through the engine contract after every step.</p>"
+            "fixture on the CPU, recorded through the engine contract after every step"
+            + (" (one step also watched below torch's dispatcher, op by op)"
+               if any(p.view == "kernels" for p in pictures) else "") + ".</p>"
             + figures)
 
 
@@ -290,10 +293,68 @@ def version_html(p: VersionPage, prev: str | None, nxt: str | None, results,
     return page(p.name, "".join(out), 1)
 
 
-LARGE_ROWS, OPEN_FILES = 1500, 3
+LARGE_ROWS, OPEN_FILES, METHOD_ROWS = 1500, 3, 800
 
 
-def compare_html(a: str, b: str, diffs: list[compare.FileDiff], named: list[str]) -> str:
+def _method_link(m: methods.Method) -> str:
+    version, _, rel = m.file.partition("/")
+    if not rel:  # defined outside the tree of versions: its module's name
+        return f"<code>{escape(m.qualname)}</code>"
+    target = "../" + source_path("implementations", version, rel) + f"#L{m.line}"
+    return f'<a href="{target}"><code>{escape(m.qualname)}</code></a>'
+
+
+def method_title(p: methods.Pairing) -> str:
+    """"v06's StaticInputs.write in place of v05's LaneInputs.write", or "..., new"."""
+    new = f"{p.new.short}'s {_method_link(p.new)}"
+    if p.old is None:
+        return f"{new}, new in the part"
+    return f"{new} in place of {p.old.short}'s {_method_link(p.old)}"
+
+
+def methods_html(changes: list[methods.PartChange] | None, why: str = "") -> str:
+    """The method view: per part the recipes hold differently, each method the newer part runs
+    beside the one it takes the place of (or alone), side by side."""
+    if why:
+        return (f'<section id="methods"><h2>Methods</h2><p>Not read here: {escape(why)}</p>'
+                "</section>")
+    if not changes:
+        return ""
+    # Open unless the parts are most of the program (v00 against the newest: over a thousand
+    # rows, where each part's summary is the way in); an adjacent pair has a few hundred.
+    rows = sum(max(len(p.new.lines), len(p.old.lines if p.old else ()))
+               for c in changes for p in c.pairings)
+    state = "" if rows > METHOD_ROWS else " open"
+    out = ['<section id="methods"><h2>Methods</h2><p>The parts the two recipes (PARTS) hold '
+           "differently, method by method: each method the newer part runs and the older one "
+           "does not, beside the one it takes the place of (of the same name, or, where a part "
+           "was rewritten, the one whose calls it took over), or alone where it is new. Read "
+           "from the parts themselves, not the files; the whole files follow.</p>"]
+    for c in changes:
+        was = f"{escape(c.old_label)} → " if c.old_label else "new: "
+        out.append(f'<details class="part" id="part-{c.part}"{state}><summary><code>'
+                   f'{escape(c.part)}</code>: {was}{escape(c.new_label)} '
+                   f"({len(c.pairings)} method{'s' if len(c.pairings) != 1 else ''})</summary>")
+        for p in c.pairings:
+            mid = f"m-{c.part}-{p.new.owner}-{p.new.name}"
+            if p.old is None:  # alone: its lines, numbered as in its file
+                table = compare.unified([], list(p.new.lines), mid, (1, p.new.line))
+            else:
+                table = compare.side_by_side(list(p.old.lines), list(p.new.lines), mid,
+                                             (p.old.line, p.new.line))
+            old = f"{p.old.version}:{p.old.qualname}" if p.old else ""
+            out.append(f'<div class="method" id="{escape(mid)}" data-part="{c.part}" '
+                       f'data-new="{escape(p.new.version)}:{escape(p.new.qualname)}" '
+                       f'data-old="{escape(old)}"><h4>{method_title(p)}</h4>{table}</div>')
+        if c.gone:
+            out.append("<p>No longer run by the part: " + ", ".join(
+                f"{m.short}'s {_method_link(m)}" for m in c.gone) + "</p>")
+        out.append("</details>")
+    return "".join(out) + "</section>"
+
+
+def compare_html(a: str, b: str, diffs: list[compare.FileDiff], named: list[str],
+                 changes: list[methods.PartChange] | None = None, why: str = "") -> str:
     shown = compare.order_files(diffs, named)
     rows = []
     for d in diffs:
@@ -307,8 +368,9 @@ def compare_html(a: str, b: str, diffs: list[compare.FileDiff], named: list[str]
            "the files it owns and those it takes from earlier versions.</p>",
            '<table class="files"><tr><th>file</th><th>status</th><th>from</th></tr>'
            + "".join(rows) + "</table>",
+           methods_html(changes, why),
            '<p><button id="toggle" class="toggle" type="button">Show unified</button> '
-           'Views: side by side (<a href="#side-by-side">jump</a>) and unified '
+           'Files: side by side (<a href="#side-by-side">jump</a>) and unified '
            '(<a href="#unified">jump</a>); keys n / p step through changes.</p>']
     sbs, uni = [], []
     rendered = [compare.render_file(d) for d in shown]
@@ -354,6 +416,18 @@ def reading_pages(docs_dir: Path) -> tuple[dict[str, str], dict[str, Path], tupl
     return html, copies, present
 
 
+def method_changes(a: str, b: str, root: Path) -> tuple[list | None, str]:
+    """(the part changes between two versions' recipes, ""), or (None, why) where a version's
+    package cannot be imported here (a learner's stub, Triton missing)."""
+    import implementations
+
+    try:
+        return methods.part_changes(implementations.load(a, root), implementations.load(b, root),
+                                    root), ""
+    except Exception as e:  # noqa: BLE001  (the page says why, in one line)
+        return None, f"{type(e).__name__}: {(str(e).splitlines() or [''])[0]}"
+
+
 def write_site(out: Path, pages: list[VersionPage], results, figures, root: Path,
                drawn: dict | None = None, docs_dir: Path | None = None,
                bench_dir: Path | None = None) -> int:
@@ -387,8 +461,9 @@ def write_site(out: Path, pages: list[VersionPage], results, figures, root: Path
                                       (Path(root) / p.name / rel).read_text(), p.name)
     for a, b in pairs:
         named = compare.named_files(b, [part.sections["files"] for part in by_name[b].parts])
+        changes, why = method_changes(a, b, root)
         files[f"compare/{compare_name(a, b)}"] = compare_html(
-            a, b, compare.file_diffs(a, b, root), named)
+            a, b, compare.file_diffs(a, b, root), named, changes, why)
     for rel in sorted({str(Path(rel).parent) for rel in files}):
         (out / rel).mkdir(parents=True, exist_ok=True)
     for rel, text in sorted(files.items()):
