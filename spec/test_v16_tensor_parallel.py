@@ -19,7 +19,7 @@ in a child process over gloo on loopback (spec/support/ranks.py); what a rank do
 outside it: the collectives it calls (torch.distributed wrapped in the rank), the weights its
 matmuls read (the ops it dispatches), the K/V it stores (the kv_cache capability).
 
-Files to compare: implementations/v16_tensor_parallel/model.py (ShardedOps, VocabShard)
+Files to compare: implementations/v16_tensor_parallel/model.py (sharded, VocabShard)
 against implementations/v13_fused/model.py (FusedOps); implementations/v16_tensor_parallel/
 engine.py (TensorParallelEngine) against implementations/v14_overlap/engine.py; shard.py is new.
 

@@ -11,8 +11,8 @@ The schedule, the block tables and the draws are then the same on every rank, ma
 parts from the same events; the logits are gathered on every rank, so each samples the same
 tokens itself and none is sent (engine.py).
 
-Swaps the model (model.py: ShardedDecoder, which builds its rank's shard and narrows what the
-parts after it see to it; ShardedOps, v13's ops with the collectives) and the loop (engine.py:
+Swaps the model (model.py: ShardedModel, which builds its rank's shard, narrows what the parts
+after it see to it, and hands v08's decoder v13's ops with the collectives set on them) and the loop (engine.py:
 TensorParallelEngine, which sends the plans and follows them). Outside a process group, or in a
 group of one, it is v15: TP=1 runs the same parts with no collective."""
 from torchlet.contract import TENSOR_PARALLEL
@@ -23,16 +23,15 @@ from ..v15_chunked_prefill import (KERNELS, BlockPool, PoolExhausted, PrefixBloc
                                    context_attention, fused_kernels, graphs, kernels, layers,
                                    metadata, paged_attention, paged_kernels, sampler)
 from .engine import TensorParallelEngine
-from .model import ShardedDecoder, ShardedOps, ShardedWeights, VocabShard
+from .model import ShardedModel, ShardedWeights, VocabShard, sharded
 from .shard import Shard, shard_checkpoint
 
 CAPABILITIES = PREVIOUS + (TENSOR_PARALLEL,)
-PARTS = BEFORE.replace("v16", model=ShardedDecoder, loop=TensorParallelEngine)
+PARTS = BEFORE.replace("v16", model=ShardedModel, loop=TensorParallelEngine)
 OPTIONS = PARTS.options
 build = PARTS.build
 
 __all__ = ["CAPABILITIES", "KERNELS", "OPTIONS", "PARTS", "BlockPool", "PoolExhausted",
-           "PrefixBlockPool", "PrefixKV", "Shard", "ShardedDecoder", "ShardedOps",
-           "ShardedWeights", "TensorParallelEngine", "VocabShard", "build", "context_attention",
+           "PrefixBlockPool", "PrefixKV", "Shard", "ShardedModel", "ShardedWeights", "TensorParallelEngine", "VocabShard", "build", "context_attention",
            "fused_kernels", "graphs", "kernels", "layers", "metadata", "paged_attention",
-           "paged_kernels", "sampler", "shard_checkpoint"]
+           "paged_kernels", "sampler", "shard_checkpoint", "sharded"]

@@ -39,10 +39,6 @@ class TensorParallelEngine(OverlapEngine):
         if self.world_size > 1 and dist.get_backend() != "gloo":
             self.plans = dist.new_group(backend="gloo")  # every rank builds, so every rank calls
 
-    @classmethod
-    def assemble(cls, a) -> "TensorParallelEngine":
-        return cls(a.runner, a.scheduler, a.sampler, a.request, overlap=a.options["overlap"])
-
     # -- rank 0: record and send ------------------------------------------------------------------
 
     def record(self, name: str, *args) -> None:

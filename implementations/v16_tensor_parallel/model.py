@@ -16,7 +16,7 @@ from torchlet.contract import TorchletError
 from ..v15_chunked_prefill import FusedContextAttention, FusedOps, PackedWeights, PagedDecoder
 from .shard import Shard, ShardCheckpoint, shard_checkpoint
 
-__all__ = ["ShardedDecoder", "ShardedOps", "ShardedWeights", "VocabShard", "collective"]
+__all__ = ["ShardedModel", "ShardedWeights", "VocabShard", "collective", "sharded"]
 
 
 def collective(op, *args, **kwargs):
@@ -58,55 +58,51 @@ class ShardedWeights(PackedWeights):
         return weights
 
 
-class ShardedOps(FusedOps):
-    """v13's ops, each row-split product summed over the ranks, the LM head's slices gathered."""
+def sharded(ops: FusedOps, shard: Shard) -> FusedOps:
+    """v13's ops object with the three places a Megatron split meets the other ranks: o's and
+    down's products (each rank's a partial sum) summed by an all-reduce, and the LM head's
+    logit slices gathered. Set on the object, not in a subclass: the layer loop calls its own
+    mlp and the passes its output_projection, and these are what they then run."""
+    ops.shard, ops.Weights = shard, ShardedWeights
+    if shard.world == 1:
+        return ops
+    project, mlp, lm_head = ops.output_projection, ops.mlp, ops.lm_head
 
-    Weights = ShardedWeights
-
-    def __init__(self, shard: Shard):
-        self.shard = shard
-
-    def output_projection(self, out, w):
-        return self.summed(super().output_projection(out, w))
-
-    def mlp(self, x, w):
-        return self.summed(super().mlp(x, w))
-
-    def summed(self, partial_sum: torch.Tensor) -> torch.Tensor:
-        if self.shard.world > 1:
-            collective(dist.all_reduce, partial_sum)
+    def summed(partial_sum: torch.Tensor) -> torch.Tensor:
+        collective(dist.all_reduce, partial_sum)
         return partial_sum
 
-    def lm_head(self, weights, hidden: torch.Tensor) -> torch.Tensor:
+    def gathered(weights, hidden: torch.Tensor) -> torch.Tensor:
         """Logits over the whole vocabulary: each rank's slice, padded to the common width,
         gathered from every rank, the padding cut."""
-        mine = super().lm_head(weights, hidden)
-        if self.shard.world == 1:
-            return mine
-        width = self.shard.vocab_width
-        if mine.shape[-1] < width:
-            mine = torch.nn.functional.pad(mine, (0, width - mine.shape[-1]))
-        slices = [torch.empty_like(mine) for _ in range(self.shard.world)]
+        mine = lm_head(weights, hidden)
+        if mine.shape[-1] < shard.vocab_width:
+            mine = torch.nn.functional.pad(mine, (0, shard.vocab_width - mine.shape[-1]))
+        slices = [torch.empty_like(mine) for _ in range(shard.world)]
         collective(dist.all_gather, slices, mine.contiguous())
-        return torch.cat(slices, dim=-1)[..., :self.shard.vocab_size]
+        return torch.cat(slices, dim=-1)[..., :shard.vocab_size]
+
+    ops.output_projection = lambda out, w: summed(project(out, w))
+    ops.mlp = lambda x, w: summed(mlp(x, w))
+    ops.lm_head = gathered
+    return ops
 
 
-class ShardedDecoder(PagedDecoder):
-    """v15's decoder (v08's, composing v13's ops and memory) with ShardedOps. Built once per
-    engine: it reads its rank and world from the process group, if there is one, and narrows
-    the assembly's checkpoint and config to its shard, so that the K/V memory the parts after
-    it build holds only its KV heads and the runner loads only its weights."""
-
-    Memory = FusedContextAttention
+class ShardedModel:
+    """The model part: v15's decoder (v08's, composing v13's ops and memory) over this rank's
+    shard. Built once per engine: it reads its rank and world from the process group, if there
+    is one, and narrows the assembly's checkpoint and config to its shard, so that the K/V
+    memory the parts after it build holds only its KV heads and the runner loads only its
+    weights."""
 
     @classmethod
-    def assemble(cls, a) -> "ShardedDecoder":
+    def assemble(cls, a) -> PagedDecoder:
         rank, world = ((dist.get_rank(), dist.get_world_size()) if dist.is_initialized()
                        else (0, 1))
         shard = Shard.of(a.config, rank, world)
         if world > 1:
             a.checkpoint = shard_checkpoint(a.checkpoint, shard)
             a.config = a.checkpoint.config
-        decoder = cls()
-        decoder.ops = ShardedOps(shard)
+        decoder = PagedDecoder()
+        decoder.ops, decoder.Memory = sharded(FusedOps(), shard), FusedContextAttention
         return decoder
