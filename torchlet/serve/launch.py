@@ -1,0 +1,103 @@
+"""Everything `torchlet serve` does before and after uvicorn runs: refuse what the user got
+wrong (before the model loads, the port first), build the engine sized for serving, and shut
+down with status 0 on SIGTERM."""
+from __future__ import annotations
+
+import signal
+import socket
+
+import uvicorn
+
+from torchlet import cli
+from torchlet.checkpoints import load_hf_dir
+from torchlet.contract import NUM_BLOCKS, REQUEST_STATES, SAMPLING, TorchletError
+from torchlet.engines import build_sized
+from torchlet.gguf_model import resolve_model
+from torchlet.serve import DEFAULT_MAX_LEN
+from torchlet.serve.app import Model, Served, create_app
+from torchlet.serve.metrics import Metrics
+from torchlet.serve.worker import Worker
+from torchlet.text import load_tokenizer, stop_ids
+
+
+def listen(host: str, port: int) -> socket.socket:
+    if not 0 <= port <= 65535:
+        raise TorchletError(f"--port must be in 0..65535, got {port}")
+    try:
+        return socket.create_server((host, port))
+    except OSError as e:
+        raise TorchletError(f"cannot listen on {host}:{port}: {e.strerror or e}") from None
+
+
+class Launch:
+    def __init__(self, args):
+        for flag in ("max_running", "max_model_len", "num_blocks"):
+            value = getattr(args, flag)
+            if value is not None and value < 1:
+                raise TorchletError(f"--{flag.replace('_', '-')} must be at least 1, got {value}")
+        self.device = cli.resolve_device(args.device)
+        self.threads = cli.set_threads(args.threads)
+        self.interpret = args.triton_interpret
+        self.version = cli.pick_version(args.impl, args.impl_root, self.device,
+                                        interpret=args.triton_interpret)
+        if REQUEST_STATES not in self.version.capabilities:
+            raise TorchletError(f"{self.version.name} has no step API (request_states): serve "
+                                f"needs v03 or later")
+        sizing = {}
+        if args.num_blocks is not None:
+            option = self.version.option_for(NUM_BLOCKS)
+            if option is None:
+                raise TorchletError(f"--num-blocks: {self.version.name} has no block pool "
+                                    f"(paged_kv, v08 and later)")
+            sizing[option.name] = args.num_blocks
+        self.sock = listen(args.host, args.port)
+        model_dir, name = resolve_model(args.model, progress=True)
+        checkpoint = load_hf_dir(model_dir)
+        tokenizer = load_tokenizer(model_dir)
+        config = checkpoint.config
+        context = min(config.max_position, args.max_model_len or DEFAULT_MAX_LEN)
+        self.serving = cli.serving_options(self.version, self.device)
+        engine = build_sized(self.version, checkpoint, device=self.device,
+                             dtype=cli.resolve_dtype(args.dtype, self.device),
+                             max_model_len=context, max_running=args.max_running,
+                             **self.serving, **sizing)
+        metrics = Metrics()
+        self.worker = Worker(engine, self.version.capabilities, metrics,
+                             context=lambda: cli.kernels_off(self.device, self.interpret))
+        self.model = Model(name, self.version.name, tokenizer, context, config.vocab_size,
+                           stop_ids(tokenizer, config.eos_token_ids),
+                           SAMPLING in self.version.capabilities)
+        self.served = Served(self.worker, self.model, metrics)
+        self.app = create_app(self.served)
+
+    def url(self) -> str:
+        host, port = self.sock.getsockname()[:2]
+        return f"http://{host if ':' not in host else f'[{host}]'}:{port}"
+
+    def banner(self) -> str:
+        mode = cli.run_mode(self.version, self.device, self.serving, self.interpret)
+        return (f"[{self.version.name} on {self.device}{mode}, {self.threads}, {self.model.name}, "
+                f"context {self.model.context}] serving on {self.url()}")
+
+    def run(self) -> int:
+        served = self.served
+
+        class Server(uvicorn.Server):
+            def handle_exit(self, sig, frame):
+                served.begin_shutdown()
+                super().handle_exit(sig, frame)
+
+        server = Server(uvicorn.Config(self.app, log_level="warning", access_log=False,
+                                       lifespan="on"))
+        # uvicorn raises the signal it handled again once it has shut down; with the default
+        # handler SIGTERM would then kill the process. This shutdown is ours: exit status 0.
+        before = signal.signal(signal.SIGTERM, lambda *_: None)
+        self.worker.start()
+        try:
+            server.run(sockets=[self.sock])
+        finally:
+            signal.signal(signal.SIGTERM, before)
+            self.worker.stop("the server stopped")
+            self.worker.join(timeout=30)
+            self.sock.close()
+        return 0
