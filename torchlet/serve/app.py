@@ -194,7 +194,7 @@ async def complete(served: Served, body, request: Request):
     if body.stream:
         usage = body.stream_options is not None and body.stream_options.include_usage
         return StreamingResponse(answer.chunks(usage), media_type="text/event-stream",
-                                 headers={"Cache-Control": "no-cache"})
+                                 headers={"Cache-Control": "no-cache", **answer.headers()})
     whole = asyncio.ensure_future(answer.whole())
     gone = asyncio.ensure_future(_disconnected(request))
     try:
@@ -206,7 +206,7 @@ async def complete(served: Served, body, request: Request):
         whole.cancel()
         return Response(status_code=499)  # nginx's "client closed request": nobody reads it
     text, reason = whole.result()  # or its ApiError
-    return answer.response(text, reason)
+    return JSONResponse(answer.response(text, reason), headers=answer.headers())
 
 
 async def _disconnected(request: Request) -> None:
@@ -239,7 +239,7 @@ class Answer:
                 if shown:
                     yield shown, None
                 if self.text.stopped:
-                    self.served.worker.cancel(self.job)
+                    self.served.worker.cancel(self.job, "stop")
                     yield "", "stop"
                     return
             elif event[0] == "end":
@@ -263,6 +263,10 @@ class Answer:
             status = 503 if self.served.closing else 500
             raise ApiError(status, self.error, kind="server_error")
         return "".join(parts), reason
+
+    def headers(self) -> dict[str, str]:
+        """The engine's id of the request, as the page and /engine/state show it."""
+        return {"x-torchlet-request-id": str(self.job.request_id)}
 
     def usage(self) -> dict:
         return protocol.usage(len(self.job.prompt), self.count)

@@ -74,8 +74,10 @@ class Worker:
     def submit(self, job: Job) -> None:
         self.inbox.put(("add", job))
 
-    def cancel(self, job: Job) -> None:
-        self.inbox.put(("abort", job))
+    def cancel(self, job: Job, reason: str = "aborted") -> None:
+        """Aborts the request if it still runs; `reason` is what it ended by (a stop string
+        found in its text: "stop")."""
+        self.inbox.put(("abort", (job, reason)))
 
     def stop(self, why: str) -> None:
         """Ends every request with ("end", "shutdown", why), then the thread."""
@@ -107,7 +109,7 @@ class Worker:
             if kind == "add":
                 self._add(arg)
             elif kind == "abort":
-                self._abort(arg, "aborted", None)
+                self._abort(*arg, None)
             else:
                 for job in list(self.jobs.values()):
                     self._abort(job, "shutdown", arg)
