@@ -20,22 +20,26 @@ ENTRY = "import sys; from torchlet.cli import main; sys.exit(main())"  # the con
 READY = re.compile(r"serving on (http://\S+)")
 
 
-def harness_env(impl_root: Path) -> dict[str, str]:
-    env = child_env()
-    if (impl_root.parent / "torchlet" / "serve").is_dir():
-        env["PYTHONPATH"] = os.pathsep.join([str(impl_root.parent),
-                                             *filter(None, [env.get("PYTHONPATH")])])
-    return env
+def harness(impl_root: Path) -> tuple[Path | None, dict[str, str]]:
+    """The directory to run the child in and its environment: the one holding both the tree
+    and a harness, first on the path (`python -c` puts its working directory before
+    PYTHONPATH), if there is one."""
+    env, beside = child_env(), impl_root.parent
+    if not (beside / "torchlet" / "serve").is_dir():
+        return None, env
+    env["PYTHONPATH"] = os.pathsep.join([str(beside), *filter(None, [env.get("PYTHONPATH")])])
+    return beside, env
 
 
 class Server:
     """One `torchlet serve` child; `url` once started. Its stderr is kept in `log`."""
 
     def __init__(self, impl_root: Path, version: str, model: Path, *flags: str):
+        cwd, env = harness(impl_root)
         self.proc = subprocess.Popen(
             [sys.executable, "-c", ENTRY, "serve", "--impl", version, f"--impl-root={impl_root}",
              "--model", str(model), "--port", "0", "--device", "cpu", "--threads", "1",
-             *flags], env=harness_env(impl_root), stdin=subprocess.DEVNULL,
+             *flags], cwd=cwd, env=env, stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         self.log: list[str] = []
         self.lines: queue.Queue = queue.Queue()

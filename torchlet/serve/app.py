@@ -141,6 +141,10 @@ def create_app(served: Served) -> FastAPI:
     async def page():
         return HTMLResponse(_page("index.html"))
 
+    @app.get("/favicon.ico")
+    async def favicon():  # none: an empty answer, so that browsers log no 404
+        return Response(status_code=204)
+
     @app.get("/page/{name}")
     async def page_file(name: str):
         if name not in PAGE_FILES:

@@ -52,6 +52,7 @@ class Launch:
             sizing[option.name] = args.num_blocks
         self.sock = listen(args.host, args.port)
         model_dir, name = resolve_model(args.model, progress=True)
+        name = name.split(" (")[0]  # "SmolLM2-135M-Instruct (Q4_1 GGUF)": the model, as an id
         checkpoint = load_hf_dir(model_dir)
         tokenizer = load_tokenizer(model_dir)
         config = checkpoint.config
