@@ -89,7 +89,12 @@ NOTES = {
              "the client, in this one, streams each request from /v1/completions as OpenAI's "
              "clients do. TTFT: from a request's send to its first token; ITL: the gaps "
              "between a request's next tokens; output tok/s: every request's tokens over the "
-             "seconds from the first send to the last token. The same requests at every rate.",
+             "seconds from the first send to the last token. The same requests at every rate. "
+             "On a CPU, `--model /tmp/tiny-chat` is the specs' tiny chat model (a random Llama "
+             "of 2 layers, hidden 64, a byte tokenizer, context 128), written by `python -c "
+             "\"from pathlib import Path; from spec.support.hf_dirs import save_tiny; "
+             "save_tiny(Path('/tmp/tiny-chat'), 'llama', tokenizer=True, seed=5, "
+             "printable=True)\"`.",
 }
 
 PREFIX_NOTE = ("Prefix hit rate: of the prompt tokens a version with prefix_cache looked up in its "
