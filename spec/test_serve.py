@@ -99,7 +99,7 @@ def client(server):
 
 @pytest.fixture(scope="module")
 def engine(version, model):
-    return build_sized(version, load_hf_dir(model), max_model_len=CONTEXT, max_running=64,
+    return build_sized(version, load_hf_dir(model), max_model_len=CONTEXT, max_running=8,
                        **cli.serving_options(version, "cpu"))
 
 
