@@ -5,23 +5,26 @@ runs in one background thread, which takes them from a queue between steps and h
 request's tokens back to its handler; the handler turns them into text (stop strings that span
 tokens included) and streams them as server-sent events. A client that goes is aborted before
 the next step and its blocks are freed; bad input is refused with OpenAI's JSON error and
-queues nothing; SIGTERM ends every running request with an error chunk and exits 0.
+queues nothing; more requests than lanes wait their turn; SIGTERM ends every running request
+with an error chunk and exits 0.
 
 Core principle: the spec is a client. The official `openai` package (and plain httpx for what
-the client hides: raw chunks, headers, invalid JSON) talks to `torchlet serve` running in a
-child process on a free loopback port, and every expected answer is the one `engine.generate`
-of the same version gives in this process. What the engine holds is read from the server's own
-/engine/events feed and /metrics, never from its objects.
+the client hides: raw chunks, headers, invalid JSON) talks over a loopback socket to the
+server's app, and every expected answer is the one `engine.generate` of the same version gives.
+What the engine holds is read from the server's own /engine/events feed and /metrics, and what
+it computed from its steps' outputs, never from its objects.
 
 Files to compare: torchlet/serve/ (worker.py the engine thread, app.py the endpoints,
-protocol.py the checks and stop strings, metrics.py), spec/support/serve_server.py.
+protocol.py the checks and stop strings, metrics.py, launch.py), spec/support/serve_app.py.
 
-Tradeoff left visible: the model is a tiny random Llama answering in printable ASCII (one
-character per token: spec/support/hf_dirs.py printable_only), whose text shows every token.
-Two servers run, each a child process (about 5 s to start, mostly torch's import): one on the
-PyTorch path, fast, with a pool of 6 usable blocks, so that 64 clients preempt one another; one
-with Triton's interpreter, about 0.1 s a step, so that a request is still running when its
-client goes or SIGTERM comes, however loaded the machine.
+Tradeoff left visible: the app runs in this process, uvicorn in a thread (spec/support/
+serve_app.py), one server for the module: a child process would cost its imports and model
+load, about 5 s, each time. One spec starts the real `torchlet serve` command, as the README
+does. The model is a tiny random Llama answering in printable ASCII, one character per token
+(spec/support/hf_dirs.py ascii_chat_dir), whose text shows every token; its pool of 6 usable
+blocks makes 64 clients preempt one another. Where a request must still be running when its
+client goes or SIGTERM comes, the spec holds the engine's steps (serve_app.Paced) instead of
+hoping the machine is slow enough.
 """
 from __future__ import annotations
 
@@ -29,6 +32,8 @@ import asyncio
 import json
 import re
 import signal
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
@@ -36,16 +41,18 @@ import openai
 import pytest
 
 import implementations
-from spec.support.hf_dirs import save_tiny
+from spec.support.hf_dirs import ascii_chat_dir, byte_tokenizer
+from spec.support.serve_app import InProcess, Paced
 from spec.support.serve_server import Server
 from torchlet import cli
 from torchlet.checkpoints import load_hf_dir
 from torchlet.contract import PREFIX_CACHE, REQUEST_STATES, GenerationParams
 from torchlet.engines import build_sized
-from torchlet.text import load_tokenizer, prompt_ids, stop_ids
+from torchlet.text import prompt_ids, stop_ids
 
 CONTEXT = 128      # the fixture's max_position_embeddings
 NUM_BLOCKS = 7     # the null block and 6 of 16 tokens: 96 tokens in all
+LANES = 8
 NEW = 8
 
 
@@ -66,27 +73,50 @@ def version(root):
 
 @pytest.fixture(scope="module")
 def model(tmp_path_factory) -> Path:
-    path = tmp_path_factory.mktemp("serve_model")
-    save_tiny(path, "llama", tokenizer=True, seed=5, printable=True)
-    return path
+    return ascii_chat_dir(tmp_path_factory.mktemp("serve_model"))
 
 
 @pytest.fixture(scope="module")
-def tokenizer(model):
-    return load_tokenizer(model)
+def checkpoint(model):
+    return load_hf_dir(model)
 
 
 @pytest.fixture(scope="module")
-def server(root, version, model):
-    s = Server(root, version.name, model, "--num-blocks", str(NUM_BLOCKS), "--max-running", "8")
+def tokenizer():
+    return byte_tokenizer()  # what ascii_chat_dir saved
+
+
+def build(version, checkpoint, **sizing):
+    return build_sized(version, checkpoint, max_model_len=CONTEXT,
+                       **{"max_running": LANES, **cli.serving_options(version, "cpu"), **sizing})
+
+
+@pytest.fixture(scope="module")
+def engine(version, checkpoint):
+    """The spec's own engine, for the answers each request must get."""
+    return build(version, checkpoint)
+
+
+@pytest.fixture(scope="module")
+def paced(version, checkpoint):
+    """The server's engine: its steps run freely unless a spec holds them."""
+    return Paced(build(version, checkpoint, num_blocks=NUM_BLOCKS))
+
+
+@pytest.fixture(autouse=True)
+def kernels_off(monkeypatch):
+    """Triton layers on their PyTorch path, as the server runs them on a CPU. The layers read
+    TRITON_INTERPRET, one process's environment, when called: the suite sets it before each
+    spec (spec/support/kernel_mode.py), and the server's engine thread, which outlives one
+    spec, would otherwise run the rest of the module in the interpreter."""
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+
+
+@pytest.fixture(scope="module")
+def server(paced, version, checkpoint, tokenizer, model):
+    s = InProcess(paced, version, tokenizer, checkpoint.config, model.name, CONTEXT)
     yield s
-    s.stop()
-
-
-@pytest.fixture(scope="module")
-def slow_server(root, version, model):
-    s = Server(root, version.name, model, "--triton-interpret", "--max-running", "2")
-    yield s
+    paced.release()
     s.stop()
 
 
@@ -97,18 +127,11 @@ def client(server):
         yield c
 
 
-@pytest.fixture(scope="module")
-def engine(version, model):
-    return build_sized(version, load_hf_dir(model), max_model_len=CONTEXT, max_running=8,
-                       **cli.serving_options(version, "cpu"))
-
-
-def solo(engine, tokenizer, prompts, interpret=False, **settings) -> list[str]:
-    """Each prompt's answer from engine.generate: the server's path on a CPU (Triton kernels
-    off, or in the interpreter)."""
+def solo(engine, tokenizer, prompts, **settings) -> list[str]:
+    """Each prompt's answer from engine.generate, on the server's path (Triton kernels off)."""
     params = GenerationParams(eos_token_ids=stop_ids(tokenizer, (tokenizer.eos_token_id,)),
                               **{"max_new_tokens": NEW, **settings})
-    with cli.kernels_off("cpu", interpret):
+    with cli.kernels_off("cpu", False):
         outs = engine.generate(prompts, params)
     return [tokenizer.decode(t, skip_special_tokens=True) for t in outs]
 
@@ -141,6 +164,20 @@ def metric(url: str, name: str) -> float:
     return float(m.group(1)) if m else 0.0
 
 
+def data(lines):
+    """A raw stream's data, line by line, as it comes."""
+    return (line[6:] for line in lines if line.startswith("data: "))
+
+
+def content(lines) -> str:
+    """Reads a raw chat stream's lines until its first text; returns it."""
+    for line in data(lines):
+        if line.startswith("{") and (text := json.loads(line)["choices"][0]["delta"].get(
+                "content")):
+            return text
+    raise AssertionError("the stream ended without text")
+
+
 def test_the_openai_client_gets_engine_generate_s_tokens_streamed_and_not(
         server, client, engine, tokenizer, model):
     assert [m.id for m in client.models.list()] == [model.name]
@@ -152,7 +189,8 @@ def test_the_openai_client_gets_engine_generate_s_tokens_streamed_and_not(
     assert (r.choices[0].message.content, r.choices[0].finish_reason) == (want, "length")
     chunks = list(client.chat.completions.create(model=model.name, messages=user(question),
                                                  max_tokens=NEW, stream=True))
-    assert "".join(c.choices[0].delta.content or "" for c in chunks) == want
+    texts = [c.choices[0].delta.content for c in chunks if c.choices[0].delta.content]
+    assert texts == list(want), "one chunk per token, as each is made"
     assert chunks[-1].choices[0].finish_reason == "length"
 
     text = "Once upon a time"
@@ -211,8 +249,30 @@ def test_seeded_sampling_repeats_and_draws_what_the_engine_draws(
     assert other != want
 
 
+def test_metrics_count_what_the_clients_got_and_the_pool_the_engine_holds(server, client, model):
+    """A request of n tokens adds n generated tokens, one first-token latency and n - 1
+    inter-token ones; a prompt sent twice finds its first block cached the second time."""
+    names = ("torchlet_generated_tokens_total", "torchlet_time_to_first_token_seconds_count",
+             "torchlet_inter_token_latency_seconds_count", "torchlet_prefix_cache_hit_rate")
+    before = [metric(server.url, n) for n in names]
+    question = "Say it twice, twice, twice, twice."  # a prompt of more than one block
+    for _ in range(2):
+        client.chat.completions.create(model=model.name, messages=user(question), max_tokens=5)
+    after = [metric(server.url, n) for n in names]
+    assert [a - b for a, b in zip(after[:3], before[:3])] == [10, 2, 8]
+    assert after[3] > before[3], "the second prompt's cached block is no hit"
+    with httpx.Client(base_url=server.url, timeout=60) as http:
+        pool = idle(http)["pool"]
+    assert metric(server.url, 'torchlet_kv_blocks{state="free"}') == pool["num_free"]
+    assert metric(server.url, 'torchlet_kv_blocks{state="used"}') == pool["num_used"] == 0
+    assert metric(server.url, 'torchlet_requests{state="running"}') == 0
+
+
 def test_64_concurrent_streams_each_get_their_own_prompt_s_tokens_and_the_engine_ends_empty(
         server, engine, tokenizer, model):
+    """More clients than lanes: the engine runs 8 at once and the others wait (back-pressure
+    on admission), while the pool of 6 blocks preempts; every stream still gets its own
+    prompt's answer."""
     questions = [f"Request {i}: {'abcdefghij'[i % 10] * (1 + i % 5)}?" for i in range(64)]
     lengths = [2 + i % 7 for i in range(64)]
     want = {}
@@ -243,6 +303,7 @@ def test_64_concurrent_streams_each_get_their_own_prompt_s_tokens_and_the_engine
         after = idle(http)
     assert after["finished"].get("length", 0) - before["finished"].get("length", 0) == 64
     assert after["tables"] == {} and after["pool"]["num_used"] == 0
+    assert max(len(s["decode"]) + len(s["prefill"]) for s in after["steps"]) <= LANES
 
 
 BAD = {  # what each sends (a JSON body, or raw bytes), the status it gets, the param it names
@@ -282,79 +343,133 @@ def test_bad_input_gets_its_status_and_a_json_error_and_leaves_nothing_behind(
         assert error["code"] == "context_length_exceeded"
 
 
-def content(lines) -> str:
-    """Reads a raw chat stream's lines until its first text; returns it."""
-    for line in lines:
-        if line.startswith("data: {"):
-            delta = json.loads(line[6:])["choices"][0]["delta"]
-            if delta.get("content"):
-                return delta["content"]
-    raise AssertionError("the stream ended without text")
+def whole_stream(url: str, body: dict, queued: threading.Event | None = None) -> list[str]:
+    """A raw chat stream, read to its end: its data lines. queued is set once the engine has
+    the request (its response began)."""
+    with httpx.Client(base_url=url, timeout=120) as http:
+        with http.stream("POST", "/v1/chat/completions", json={**body, "stream": True}) as r:
+            assert r.status_code == 200, r.read()
+            if queued is not None:
+                queued.set()
+            return list(data(r.iter_lines()))
 
 
 def test_a_client_that_goes_is_aborted_before_the_next_step_and_its_blocks_freed(
-        slow_server, engine, tokenizer, model):
-    """Two requests run; one client closes its stream after its first token. The engine
-    thread aborts that request before the next step: by the time the other, 6 tokens long,
-    has finished, the closed one has left the engine with its blocks, as aborted."""
+        server, paced, engine, tokenizer, model):
+    """Two requests run, the engine's steps held; one client closes its stream after its first
+    token. Between each step and the next the spec makes a round trip to the server, so the
+    close has reached it: the closed request takes part in at most one more step, then leaves
+    the engine with its blocks, as aborted, while the other streams on to its own answer."""
     kept, gone = "Keep going.", "I am leaving."
-    (want,) = solo(engine, tokenizer, [chat_ids(tokenizer, kept)], interpret=True,
-                   max_new_tokens=6)
-    url = slow_server.url
+    (want,) = solo(engine, tokenizer, [chat_ids(tokenizer, kept)], max_new_tokens=6)
     aborted = 'torchlet_requests_finished_total{reason="aborted"}'
-    with httpx.Client(base_url=url, timeout=120) as http:
-        events = feed(http)
-        before = next(events)
-        count = metric(url, aborted)
-        ask = dict(model=model.name, stream=True)
-        with http.stream("POST", "/v1/chat/completions",
-                         json={**ask, "messages": user(kept), "max_tokens": 6}) as k:
-            assert k.status_code == 200, k.read()
-            kept_id = int(k.headers["x-torchlet-request-id"])
+    count = metric(server.url, aborted)
+    ask = {"model": model.name, "stream": True}
+    with httpx.Client(base_url=server.url, timeout=60) as http, ThreadPoolExecutor(1) as pool:
+        before = idle(http)
+        paced.hold()
+        start = len(paced.steps)
+        try:
             with http.stream("POST", "/v1/chat/completions",
-                             json={**ask, "messages": user(gone), "max_tokens": 80}) as g:
+                             json={**ask, "messages": user(gone), "max_tokens": 40}) as g:
                 assert g.status_code == 200, g.read()
                 gone_id = int(g.headers["x-torchlet-request-id"])
-                content(g.iter_lines())  # it runs: its first token came
-            lines = k.iter_lines()
-            text = content(lines) + "".join(
-                json.loads(line[6:])["choices"][0]["delta"].get("content") or ""
-                for line in lines if line.startswith("data: {"))
-        assert text == want, "the other stream is not affected"
-        after = next(s for s in events if kept_id not in s["running"] + s["waiting"]
-                     and s["step"] > before["step"])
+                other = pool.submit(whole_stream, server.url,
+                                    {**ask, "messages": user(kept), "max_tokens": 6})
+                while not paced.tokens(gone_id):
+                    paced.advance()
+                content(g.iter_lines())  # streamed: its first token came while it runs
+            closed = len(paced.steps)
+            while not any(paced.tokens(i, start) == 6
+                          for i in set().union(*paced.steps[start:]) - {gone_id}):
+                http.get("/health")
+                paced.advance()
+        finally:
+            paced.release()
+        lines = other.result()
+        after = idle(http)
+    text = "".join(json.loads(line)["choices"][0]["delta"].get("content") or ""
+                   for line in lines if line.startswith("{"))
+    assert text == want, "the other stream is not affected"
+    assert sum(gone_id in ids for ids in paced.steps[closed:]) <= 1, \
+        "the closed request ran on"
     assert gone_id not in after["running"] + after["waiting"]
     assert str(gone_id) not in after["tables"], "the aborted request still holds blocks"
     assert after["finished"].get("aborted", 0) == before["finished"].get("aborted", 0) + 1
     assert after["pool"]["num_used"] == 0
-    assert metric(url, aborted) == count + 1
+    assert metric(server.url, aborted) == count + 1
 
 
-def test_sigterm_ends_every_running_request_with_an_error_chunk_and_exits_0(slow_server, model):
-    with httpx.Client(base_url=slow_server.url, timeout=120) as http:
-        streams = [http.stream("POST", "/v1/chat/completions",
-                               json={"model": model.name, "messages": user(f"Wait {i}."),
-                                     "max_tokens": 80, "stream": True}) for i in range(3)]
-        lines = [s.__enter__().iter_lines() for s in streams]
-        for each in lines[:2]:  # two lanes: these two run, the third waits
-            content(each)
-        slow_server.proc.send_signal(signal.SIGTERM)
-        for each in lines:
-            data = [line[6:] for line in each if line.startswith("data: ")]
-            assert data[-1] == "[DONE]"
-            error = json.loads(data[-2])["error"]
-            assert error["type"] == "server_error" and "shutting down" in error["message"]
-        for s in streams:
-            s.__exit__(None, None, None)
-    assert slow_server.proc.wait(60) == 0, "".join(slow_server.log)
+def test_sigterm_ends_every_running_request_with_an_error_chunk(version, checkpoint, tokenizer,
+                                                                model):
+    """Three requests on two lanes, the steps held: two run, one waits. What uvicorn does on
+    SIGTERM ends all three with an error chunk and [DONE], and the server stops."""
+    paced = Paced(build(version, checkpoint, max_running=2))
+    server = InProcess(paced, version, tokenizer, checkpoint.config, model.name, CONTEXT)
+    paced.hold()
+    queued = [threading.Event() for _ in range(3)]
+    try:
+        with ThreadPoolExecutor(3) as pool:
+            streams = [pool.submit(whole_stream, server.url,
+                                   {"model": model.name, "messages": user(f"Wait {i}."),
+                                    "max_tokens": 80}, queued[i]) for i in range(3)]
+            # two lanes: two run, the third waits
+            while not all(q.is_set() for q in queued) or len(set().union(*paced.steps)) < 2:
+                paced.advance()
+            server.sigterm()
+            paced.release()
+            ends = [s.result() for s in streams]
+    finally:
+        paced.release()
+        server.stop()
+    for lines in ends:
+        assert lines[-1] == "[DONE]"
+        error = json.loads(lines[-2])["error"]
+        assert error["type"] == "server_error" and "shutting down" in error["message"]
+
+
+def test_the_torchlet_serve_command_answers_curl_and_the_openai_client_and_exits_0_on_sigterm(
+        root, checkpoint, tokenizer, model):
+    """The README's way: `torchlet serve --model DIR`, the version it picks by default, a
+    plain JSON POST (what curl sends) and the openai client; SIGTERM ends it with status 0,
+    the page's open feed closed."""
+    default = implementations.discover(root)
+    if not any(REQUEST_STATES in v.capabilities for v in default):
+        pytest.skip(f"no version under {root} has the step API")
+    server = Server("--model", str(model), f"--impl-root={root}", "--device", "cpu",
+                    "--threads", "1")
+    try:
+        health = httpx.get(f"{server.url}/health", timeout=60).json()
+        assert health["status"] == "ok" and health["model"] == model.name
+        version = implementations.load(health["version"], root)
+        question = "Name a colour."
+        engine = build_sized(version, checkpoint, max_model_len=CONTEXT, max_running=1,
+                             **cli.serving_options(version, "cpu"))
+        (want,) = solo(engine, tokenizer, [chat_ids(tokenizer, question)])
+        r = httpx.post(f"{server.url}/v1/chat/completions", timeout=60, content=json.dumps(
+            {"model": model.name, "messages": user(question), "max_tokens": NEW}),
+            headers={"Content-Type": "application/json"})
+        assert r.json()["choices"][0]["message"]["content"] == want
+        with openai.OpenAI(base_url=f"{server.url}/v1", api_key="none", max_retries=0,
+                           timeout=60) as c:
+            r = c.chat.completions.create(model=model.name, messages=user(question),
+                                          max_tokens=NEW)
+        assert r.choices[0].message.content == want
+        with httpx.Client(base_url=server.url, timeout=60) as http:
+            snapshots = feed(http)
+            next(snapshots)
+            server.proc.send_signal(signal.SIGTERM)
+            list(snapshots)  # the feed ends
+        assert server.proc.wait(60) == 0, "".join(server.log)
+        assert "Traceback" not in "".join(server.log)
+    finally:
+        server.stop()
 
 
 @pytest.mark.needs(REQUEST_STATES)
 def test_every_version_with_the_step_api_serves_through_the_engine_thread(impl):
     """The worker alone, in this process, on the tiny fixture: three requests at once through
     the queue, each getting engine.generate's tokens, and the engine left empty."""
-    import threading
-
     from spec.support.models import tiny_checkpoint
     from torchlet.serve.worker import Job, Worker
 

@@ -1,6 +1,7 @@
 """`torchlet serve` (torchlet/serve/): what a client gets, how a request ends early, and what
-is refused. Harness mutants: their edits go to a copy of torchlet/, which the specs' server
-child runs (spec/support/serve_server.py)."""
+is refused. Harness mutants: their edits go to a copy of torchlet/, whose serve package the
+mutant worker imports anew for the run (spec/mutants/worker.py); the specs serve the app
+in-process (spec/support/serve_app.py), so what they serve is the edited copy."""
 from spec.mutants import Edit, Mutant
 
 MODULE = "spec/test_serve.py"
@@ -11,7 +12,7 @@ USAGE = f"{MODULE}::test_include_usage_counts_the_prompt_and_the_answer_in_token
 STOP = f"{MODULE}::test_a_stop_string_across_tokens_ends_the_text_at_its_first_character"
 SEEDS = f"{MODULE}::test_seeded_sampling_repeats_and_draws_what_the_engine_draws"
 GONE = f"{MODULE}::test_a_client_that_goes_is_aborted_before_the_next_step_and_its_blocks_freed"
-SIGTERM = f"{MODULE}::test_sigterm_ends_every_running_request_with_an_error_chunk_and_exits_0"
+SIGTERM = f"{MODULE}::test_sigterm_ends_every_running_request_with_an_error_chunk"
 BAD = f"{MODULE}::test_bad_input_gets_its_status_and_a_json_error_and_leaves_nothing_behind"
 WORKER, APP, PROTOCOL = ("torchlet/serve/worker.py", "torchlet/serve/app.py",
                          "torchlet/serve/protocol.py")

@@ -1,18 +1,13 @@
-"""`torchlet serve` in a child process, for the specs: started on a free loopback port, ready
-once it prints the line with its address, always stopped.
-
-The child imports the harness that sits beside the versions' tree (--impl-root), when there is
-one: a harness mutant (spec/mutants/) is a copy of torchlet/ next to its copy of
-implementations/, and the server then runs the mutated copy."""
+"""`torchlet serve` as a user starts it: the console script's code in a child process, on a free
+loopback port, ready once it prints the line with its address, always stopped. It costs a
+child's imports and model load (about 5 s); spec/support/serve_app.py serves in-process."""
 from __future__ import annotations
 
-import os
 import queue
 import re
 import subprocess
 import sys
 import threading
-from pathlib import Path
 
 from torchlet.learner import child_env
 
@@ -20,27 +15,15 @@ ENTRY = "import sys; from torchlet.cli import main; sys.exit(main())"  # the con
 READY = re.compile(r"serving on (http://\S+)")
 
 
-def harness(impl_root: Path) -> tuple[Path | None, dict[str, str]]:
-    """The directory to run the child in and its environment: the one holding both the tree
-    and a harness, first on the path (`python -c` puts its working directory before
-    PYTHONPATH), if there is one."""
-    env, beside = child_env(), impl_root.parent
-    if not (beside / "torchlet" / "serve").is_dir():
-        return None, env
-    env["PYTHONPATH"] = os.pathsep.join([str(beside), *filter(None, [env.get("PYTHONPATH")])])
-    return beside, env
-
-
 class Server:
-    """One `torchlet serve` child; `url` once started. Its stderr is kept in `log`."""
+    """One `torchlet serve ARGS... --port 0` child; `url` once started. Its stderr is kept in
+    `log`."""
 
-    def __init__(self, impl_root: Path, version: str, model: Path, *flags: str):
-        cwd, env = harness(impl_root)
+    def __init__(self, *args: str):
         self.proc = subprocess.Popen(
-            [sys.executable, "-c", ENTRY, "serve", "--impl", version, f"--impl-root={impl_root}",
-             "--model", str(model), "--port", "0", "--device", "cpu", "--threads", "1",
-             *flags], cwd=cwd, env=env, stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+            [sys.executable, "-c", ENTRY, "serve", *args, "--port", "0"], env=child_env(),
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+            text=True)
         self.log: list[str] = []
         self.lines: queue.Queue = queue.Queue()
         threading.Thread(target=self._read, daemon=True).start()

@@ -55,8 +55,14 @@ class Served:
         worker.listeners.append(self._changed)
 
     def _changed(self, snapshot: dict) -> None:  # in the engine thread
+        self.call(self._wake)
+
+    def call(self, *what) -> None:
+        """From the engine thread: what, soon, in the event loop, unless that has closed
+        (uvicorn has stopped: nobody is left to tell)."""
         if self.loop is not None:
-            self.loop.call_soon_threadsafe(self._wake)
+            with contextlib.suppress(RuntimeError):
+                self.loop.call_soon_threadsafe(*what)
 
     def _wake(self) -> None:
         for feed in self.feeds:
@@ -67,13 +73,11 @@ class Served:
         the page feeds."""
         self.closing = True
         self.worker.stop("the server is shutting down")
-        if self.loop is not None:
-            self.loop.call_soon_threadsafe(self._wake)
+        self.call(self._wake)
 
     def submit(self, prompt: list[int], params) -> tuple[Job, asyncio.Queue]:
         events: asyncio.Queue = asyncio.Queue()
-        loop = self.loop
-        job = Job(prompt, params, lambda e: loop.call_soon_threadsafe(events.put_nowait, e))
+        job = Job(prompt, params, lambda e: self.call(events.put_nowait, e))
         self.worker.submit(job)
         return job, events
 

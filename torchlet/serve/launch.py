@@ -62,13 +62,9 @@ class Launch:
                              dtype=cli.resolve_dtype(args.dtype, self.device),
                              max_model_len=context, max_running=args.max_running,
                              **self.serving, **sizing)
-        metrics = Metrics()
-        self.worker = Worker(engine, self.version.capabilities, metrics,
-                             context=lambda: cli.kernels_off(self.device, self.interpret))
-        self.model = Model(name, self.version.name, tokenizer, context, config.vocab_size,
-                           stop_ids(tokenizer, config.eos_token_ids),
-                           SAMPLING in self.version.capabilities)
-        self.served = Served(self.worker, self.model, metrics)
+        self.served = serve_engine(engine, self.version, tokenizer, config, name, context,
+                                   self.device, self.interpret)
+        self.worker, self.model = self.served.worker, self.served.model
         self.app = create_app(self.served)
 
     def url(self) -> str:
@@ -81,15 +77,7 @@ class Launch:
                 f"context {self.model.context}] serving on {self.url()}")
 
     def run(self) -> int:
-        served = self.served
-
-        class Server(uvicorn.Server):
-            def handle_exit(self, sig, frame):
-                served.begin_shutdown()
-                super().handle_exit(sig, frame)
-
-        server = Server(uvicorn.Config(self.app, log_level="warning", access_log=False,
-                                       lifespan="on"))
+        server = uvicorn_server(self.served, self.app)
         # uvicorn raises the signal it handled again once it has shut down; with the default
         # handler SIGTERM would then kill the process. This shutdown is ours: exit status 0.
         before = signal.signal(signal.SIGTERM, lambda *_: None)
@@ -102,3 +90,26 @@ class Launch:
             self.worker.join(timeout=30)
             self.sock.close()
         return 0
+
+
+def serve_engine(engine, version, tokenizer, config, name: str, context: int,
+                 device: str = "cpu", interpret: bool = False) -> Served:
+    """The app's state over a built engine (not started): its worker, what it serves, its
+    metrics. The specs build theirs with it too."""
+    metrics = Metrics()
+    worker = Worker(engine, version.capabilities, metrics,
+                    context=lambda: cli.kernels_off(device, interpret))
+    model = Model(name, version.name, tokenizer, context, config.vocab_size,
+                  stop_ids(tokenizer, config.eos_token_ids), SAMPLING in version.capabilities)
+    return Served(worker, model, metrics)
+
+
+def uvicorn_server(served: Served, app) -> uvicorn.Server:
+    """uvicorn over the app; a signal to exit (SIGTERM, Ctrl-C) first ends every request."""
+
+    class Server(uvicorn.Server):
+        def handle_exit(self, sig, frame):
+            served.begin_shutdown()
+            super().handle_exit(sig, frame)
+
+    return Server(uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on"))
