@@ -14,15 +14,20 @@ SEEDS = f"{MODULE}::test_seeded_sampling_repeats_and_draws_what_the_engine_draws
 GONE = f"{MODULE}::test_a_client_that_goes_is_aborted_before_the_next_step_and_its_blocks_freed"
 SIGTERM = f"{MODULE}::test_sigterm_ends_every_running_request_with_an_error_chunk"
 BAD = f"{MODULE}::test_bad_input_gets_its_status_and_a_json_error_and_leaves_nothing_behind"
-WORKER, APP, PROTOCOL = ("torchlet/serve/worker.py", "torchlet/serve/app.py",
-                         "torchlet/serve/protocol.py")
+METRICS = f"{MODULE}::test_metrics_count_what_the_clients_got_and_the_pool_the_engine_holds"
+WORKER, APP, PROTOCOL, METRIC = ("torchlet/serve/worker.py", "torchlet/serve/app.py",
+                                 "torchlet/serve/protocol.py", "torchlet/serve/metrics.py")
 TOKENS, CANCEL, REFUSAL = "served tokens", "served cancellation", "served refusals"
 
 MUTANTS = [
     Mutant("serve-last-token-dropped", TOKENS, (
         Edit(WORKER, "            if new:\n",
              "            if new and out.state is not RequestState.FINISHED:\n"),),
-        (LOAD,), (), "the token of the step that finishes a request never reaches its client"),
+        (PARITY,), (), "the token of the step that finishes a request never reaches its client"),
+    Mutant("serve-tokens-sent-to-the-oldest-request", TOKENS, (
+        Edit(WORKER, "                job.emit((\"tokens\", list(new)))\n",
+             "                self.jobs[min(self.jobs)].emit((\"tokens\", list(new)))\n"),),
+        (LOAD,), (), "every request's tokens go to the client of the oldest one running"),
     Mutant("serve-stop-string-looked-for-in-each-piece-alone", TOKENS, (
         Edit(PROTOCOL, "(i := self.pending.find(s)) >= 0]", "(i := text.find(s)) >= 0]"),),
         (STOP,), (), "a stop string is found only within one token's text, never across tokens"),
@@ -34,6 +39,9 @@ MUTANTS = [
         Edit(PROTOCOL, "        top_p=request.top_p, min_p=request.min_p, seed=request.seed)\n",
              "        top_p=request.top_p, min_p=request.min_p, seed=None)\n"),),
         (SEEDS,), (), "a request's seed never reaches the engine"),
+    Mutant("serve-first-token-timed-as-an-inter-token-gap", TOKENS, (
+        Edit(METRIC, "            gaps = [0.0] * (n - 1)\n", "            gaps = [0.0] * n\n"),),
+        (METRICS,), (), "/metrics counts one inter-token latency per token, the first included"),
     Mutant("serve-dropped-stream-keeps-running", CANCEL, (
         Edit(APP, "        finally:  # the client went, or the stream ended: abort it if it still "
                   "runs\n            self.served.worker.cancel(self.job)\n",
