@@ -21,13 +21,13 @@ from pathlib import Path
 import pytest
 
 import implementations
-from spec.support.hf_dirs import save_tiny
-from spec.support.serve_server import Server
+from spec.support.hf_dirs import ascii_chat_dir, byte_tokenizer
+from spec.support.serve_app import InProcess
 from torchlet import cli
 from torchlet.checkpoints import load_hf_dir
 from torchlet.contract import PREFIX_CACHE, GenerationParams
 from torchlet.engines import build_sized
-from torchlet.text import load_tokenizer, prompt_ids, stop_ids
+from torchlet.text import prompt_ids, stop_ids
 
 CHROMIUM = "/usr/bin/chromium"
 pytestmark = [pytest.mark.browser,
@@ -56,11 +56,15 @@ window.done = new Promise((resolve) => {
 
 @pytest.fixture(scope="module")
 def served(tmp_path_factory):
+    """The server in this process (spec/support/serve_app.py)."""
     root = implementations.REFERENCE_ROOT
     version = [v for v in implementations.discover(root) if PREFIX_CACHE in v.capabilities][-1]
-    model = tmp_path_factory.mktemp("serve_page_model")
-    save_tiny(model, "llama", tokenizer=True, seed=5, printable=True)
-    server = Server(root, version.name, model)
+    model = ascii_chat_dir(tmp_path_factory.mktemp("serve_page_model"))
+    checkpoint = load_hf_dir(model)
+    context = checkpoint.config.max_position
+    engine = build_sized(version, checkpoint, max_model_len=context, max_running=8,
+                         **cli.serving_options(version, "cpu"))
+    server = InProcess(engine, version, byte_tokenizer(), checkpoint.config, model.name, context)
     yield server, version, model
     server.stop()
 
@@ -76,7 +80,7 @@ def browser(tmp_path):
 
 def answer(version, model) -> str:
     """engine.generate's answer to QUESTION with the server's default max_tokens."""
-    tokenizer, checkpoint = load_tokenizer(model), load_hf_dir(model)
+    tokenizer, checkpoint = byte_tokenizer(), load_hf_dir(model)
     ids = prompt_ids(tokenizer, [{"role": "user", "content": QUESTION}])
     context = checkpoint.config.max_position
     engine = build_sized(version, checkpoint, max_model_len=context, max_running=1,
@@ -89,8 +93,11 @@ def answer(version, model) -> str:
 
 
 def test_a_message_sent_from_the_page_streams_its_answer_while_the_block_grid_changes(
-        served, browser, tmp_path):
+        served, browser, tmp_path, monkeypatch):
     server, version, model = served
+    # Triton layers on their PyTorch path, as `torchlet serve` runs them on a CPU: the suite
+    # sets TRITON_INTERPRET before each spec, and the engine thread reads it
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
     browser.goto(f"{server.url}/")
     ready = browser.call("Runtime.evaluate", awaitPromise=True, returnByValue=True, expression=(
         "new Promise((resolve) => { const check = () => "

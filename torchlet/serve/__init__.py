@@ -27,7 +27,7 @@ def add_commands(subparsers) -> None:
                     "temperature above 0, which needs a version that samples (v11 and later).")
     p.add_argument("--impl", default=None,
                    help="version to serve, v03 or later (default: the one torchlet generate "
-                        "picks; --impl v14 or later for sampling and prefix sharing)")
+                        "picks; v11 or later to sample, v12 or later to share prefixes)")
     p.add_argument("--impl-root", default=None, help="tree of versions to take --impl from")
     p.add_argument("--model", default=None,
                    help="a Hugging Face checkpoint directory with its tokenizer, or a .gguf "
