@@ -414,26 +414,66 @@ def test_sigterm_ends_every_running_request_with_an_error_chunk(version, checkpo
     SIGTERM ends all three with an error chunk and [DONE], and the server stops."""
     paced = Paced(build(version, checkpoint, max_running=2))
     server = InProcess(paced, version, tokenizer, checkpoint.config, model.name, CONTEXT)
-    paced.hold()
     queued = [threading.Event() for _ in range(3)]
     try:
         with ThreadPoolExecutor(3) as pool, plain(base_url=server.url) as http:
-            streams = [pool.submit(whole_stream, http,
-                                   {"model": model.name, "messages": user(f"Wait {i}."),
-                                    "max_tokens": 80}, queued[i]) for i in range(3)]
-            # two lanes: two run, the third waits
-            while not all(q.is_set() for q in queued) or len(set().union(*paced.steps)) < 2:
-                paced.advance()
-            server.sigterm()
-            paced.release()
+            paced.hold()
+            try:  # released before the pool waits for its threads, whatever happens
+                streams = [pool.submit(whole_stream, http,
+                                       {"model": model.name, "messages": user(f"Wait {i}."),
+                                        "max_tokens": 80}, queued[i]) for i in range(3)]
+                # two lanes: two run, the third waits
+                while not all(q.is_set() for q in queued) or len(set().union(*paced.steps)) < 2:
+                    paced.advance()
+                server.sigterm()
+            finally:
+                paced.release()
             ends = [s.result() for s in streams]
     finally:
-        paced.release()
         server.stop()
     for lines in ends:
         assert lines[-1] == "[DONE]"
         error = json.loads(lines[-2])["error"]
         assert error["type"] == "server_error" and "shutting down" in error["message"]
+
+
+def test_past_the_requests_it_holds_the_server_refuses_with_429_and_queues_nothing(
+        version, checkpoint, tokenizer, model):
+    """Back-pressure: a server that holds two requests (--max-running 1 --max-waiting 1), its
+    steps held, refuses a third at once with 429, queueing nothing; the two get their whole
+    answers, and once they have ended a request is taken again."""
+    paced = Paced(build(version, checkpoint, max_running=1))
+    server = InProcess(paced, version, tokenizer, checkpoint.config, model.name, CONTEXT, most=2)
+    ask = {"model": model.name, "max_tokens": 20}
+    queued = [threading.Event() for _ in range(2)]
+
+    def status(http, body) -> int:
+        with http.stream("POST", "/v1/chat/completions", json={**body, "stream": True}) as r:
+            return r.status_code
+
+    try:
+        with ThreadPoolExecutor(3) as pool, plain(base_url=server.url) as http:
+            paced.hold()
+            try:  # released before the pool waits for its threads, whatever happens
+                held = [pool.submit(whole_stream, http, {**ask, "messages": user(f"Hold {i}.")},
+                                    queued[i]) for i in range(2)]
+                while not all(q.is_set() for q in queued):
+                    paced.advance()
+                third = pool.submit(status, http, {**ask, "messages": user("One too many.")})
+                while not third.done():  # a third taken would need the engine to take it
+                    paced.advance()
+                assert third.result() == 429
+                assert metric(http, 'torchlet_requests_refused_total{status="429"}') == 1
+            finally:
+                paced.release()
+            ends = [h.result() for h in held]
+            assert idle(http)["finished"] == {"length": 2}, "the refused request was queued"
+            r = http.post("/v1/chat/completions", json={**ask, "messages": user("Now?")})
+            assert r.status_code == 200, r.text
+    finally:
+        server.stop()
+    for lines in ends:
+        assert json.loads(lines[-2])["choices"][0]["finish_reason"] == "length"
 
 
 def test_the_torchlet_serve_command_answers_curl_and_the_openai_client_and_exits_0_on_sigterm(

@@ -14,6 +14,7 @@ SEEDS = f"{MODULE}::test_seeded_sampling_repeats_and_draws_what_the_engine_draws
 GONE = f"{MODULE}::test_a_client_that_goes_is_aborted_before_the_next_step_and_its_blocks_freed"
 SIGTERM = f"{MODULE}::test_sigterm_ends_every_running_request_with_an_error_chunk"
 BAD = f"{MODULE}::test_bad_input_gets_its_status_and_a_json_error_and_leaves_nothing_behind"
+FULL = f"{MODULE}::test_past_the_requests_it_holds_the_server_refuses_with_429_and_queues_nothing"
 METRICS = f"{MODULE}::test_metrics_count_what_the_clients_got_and_the_pool_the_engine_holds"
 WORKER, APP, PROTOCOL, METRIC = ("torchlet/serve/worker.py", "torchlet/serve/app.py",
                                  "torchlet/serve/protocol.py", "torchlet/serve/metrics.py")
@@ -67,4 +68,11 @@ MUTANTS = [
              "    served.submit(prompt, protocol.GenerationParams(max_new_tokens=1))\n"
              "    settings = protocol.params(body, len(prompt), "),),
         (BAD,), (), "a refused request has already queued a one-token request"),
+    Mutant("serve-no-limit-on-queued-requests", REFUSAL, (
+        Edit(APP, "        if self.queued >= self.most:\n", "        if False:\n"),),
+        (FULL,), (), "a server past the requests it holds queues one more instead of a 429"),
+    Mutant("serve-ended-requests-still-counted", REFUSAL, (
+        Edit(APP, "            self.queued -= 1\n", "            pass\n"),),
+        (FULL,), (), "an ended request still counts against the limit: a server that was full "
+                     "refuses every request after"),
 ]

@@ -68,13 +68,15 @@ class Paced:
 
 class InProcess:
     """One server: `url` at once (the socket listens before uvicorn runs; a client's first
-    request waits in its backlog). stop() shuts it down as SIGTERM does."""
+    request waits in its backlog). stop() shuts it down as SIGTERM does. most: the requests it
+    holds at once, running and waiting (--max-running + --max-waiting)."""
 
-    def __init__(self, engine, version, tokenizer, config, name: str, context: int):
+    def __init__(self, engine, version, tokenizer, config, name: str, context: int,
+                 most: int = 256):
         from torchlet.serve.app import create_app
         from torchlet.serve.launch import listen, serve_engine, uvicorn_server
 
-        self.served = serve_engine(engine, version, tokenizer, config, name, context)
+        self.served = serve_engine(engine, version, tokenizer, config, name, context, most)
         self.sock = listen("127.0.0.1", 0)
         self.url = "http://127.0.0.1:%d" % self.sock.getsockname()[1]
         self.server = uvicorn_server(self.served, create_app(self.served))

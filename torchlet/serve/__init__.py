@@ -14,6 +14,7 @@ import sys
 
 DEFAULT_MAX_LEN = 2048  # rows per request a lane reserves: SmolLM2's 8192 would cost 4x more
 DEFAULT_MAX_RUNNING = 8
+DEFAULT_MAX_WAITING = 256  # requests queued beyond the running ones before a 429
 
 
 def add_commands(subparsers) -> None:
@@ -37,6 +38,9 @@ def add_commands(subparsers) -> None:
     p.add_argument("--port", type=int, default=8000, help="default 8000; 0 picks a free one")
     p.add_argument("--max-running", type=int, default=DEFAULT_MAX_RUNNING,
                    help=f"requests running at once (default {DEFAULT_MAX_RUNNING}); more wait")
+    p.add_argument("--max-waiting", type=int, default=DEFAULT_MAX_WAITING,
+                   help=f"requests that may wait for a running one to end (default "
+                        f"{DEFAULT_MAX_WAITING}); one more is refused with 429, queueing nothing")
     p.add_argument("--max-model-len", type=int, default=None,
                    help=f"the longest prompt + answer (default: the model's context, at most "
                         f"{DEFAULT_MAX_LEN})")

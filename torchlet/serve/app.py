@@ -44,10 +44,12 @@ class Model:
 
 
 class Served:
-    """The app's state: the worker, the model, the metrics, the page feeds."""
+    """The app's state: the worker, the model, the metrics, the page feeds, and how many
+    requests the engine holds (`queued`: added and not yet ended or refused), at most `most`."""
 
-    def __init__(self, worker: Worker, model: Model, metrics: Metrics):
+    def __init__(self, worker: Worker, model: Model, metrics: Metrics, most: int):
         self.worker, self.model, self.metrics = worker, model, metrics
+        self.most, self.queued = most, 0
         metrics.worker = worker
         self.loop: asyncio.AbstractEventLoop | None = None
         self.feeds: set[asyncio.Event] = set()
@@ -76,10 +78,22 @@ class Served:
         self.call(self._wake)
 
     def submit(self, prompt: list[int], params) -> tuple[Job, asyncio.Queue]:
+        """Back-pressure: past `most` requests a new one is refused (429) before it queues, so
+        that a burst waits in its clients, which retry, not in the server's memory."""
+        if self.queued >= self.most:
+            raise ApiError(429, f"the server holds {self.most} requests, its most (--max-running "
+                                f"+ --max-waiting): try again later", kind="rate_limit_error",
+                           code="too_many_requests")
         events: asyncio.Queue = asyncio.Queue()
-        job = Job(prompt, params, lambda e: self.call(events.put_nowait, e))
+        job = Job(prompt, params, lambda e: self.call(self._event, events, e))
+        self.queued += 1
         self.worker.submit(job)
         return job, events
+
+    def _event(self, events: asyncio.Queue, event: tuple) -> None:  # in the event loop
+        if event[0] in ("end", "refused"):  # the worker ends each job with one of these
+            self.queued -= 1
+        events.put_nowait(event)
 
 
 def create_app(served: Served) -> FastAPI:

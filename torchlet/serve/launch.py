@@ -31,10 +31,12 @@ def listen(host: str, port: int) -> socket.socket:
 
 class Launch:
     def __init__(self, args):
-        for flag in ("max_running", "max_model_len", "num_blocks"):
+        for flag, least in (("max_running", 1), ("max_model_len", 1), ("num_blocks", 1),
+                            ("max_waiting", 0)):
             value = getattr(args, flag)
-            if value is not None and value < 1:
-                raise TorchletError(f"--{flag.replace('_', '-')} must be at least 1, got {value}")
+            if value is not None and value < least:
+                raise TorchletError(f"--{flag.replace('_', '-')} must be at least {least}, got "
+                                    f"{value}")
         self.device = cli.resolve_device(args.device)
         self.threads = cli.set_threads(args.threads)
         self.interpret = args.triton_interpret
@@ -63,7 +65,8 @@ class Launch:
                              max_model_len=context, max_running=args.max_running,
                              **self.serving, **sizing)
         self.served = serve_engine(engine, self.version, tokenizer, config, name, context,
-                                   self.device, self.interpret)
+                                   args.max_running + args.max_waiting, self.device,
+                                   self.interpret)
         self.worker, self.model = self.served.worker, self.served.model
         self.app = create_app(self.served)
 
@@ -92,16 +95,17 @@ class Launch:
         return 0
 
 
-def serve_engine(engine, version, tokenizer, config, name: str, context: int,
+def serve_engine(engine, version, tokenizer, config, name: str, context: int, most: int,
                  device: str = "cpu", interpret: bool = False) -> Served:
     """The app's state over a built engine (not started): its worker, what it serves, its
-    metrics. The specs build theirs with it too."""
+    metrics, the most requests it holds at once (running and waiting). The specs build theirs
+    with it too."""
     metrics = Metrics()
     worker = Worker(engine, version.capabilities, metrics,
                     context=lambda: cli.kernels_off(device, interpret))
     model = Model(name, version.name, tokenizer, context, config.vocab_size,
                   stop_ids(tokenizer, config.eos_token_ids), SAMPLING in version.capabilities)
-    return Served(worker, model, metrics)
+    return Served(worker, model, metrics, most)
 
 
 def uvicorn_server(served: Served, app) -> uvicorn.Server:
