@@ -5,22 +5,23 @@ runs in one background thread, which takes them from a queue between steps and h
 request's tokens back to its handler; the handler turns them into text (stop strings that span
 tokens included) and streams them as server-sent events. A client that goes is aborted before
 the next step and its blocks are freed; bad input is refused with OpenAI's JSON error and
-queues nothing; more requests than lanes wait their turn; SIGTERM ends every running request
-with an error chunk and exits 0.
+queues nothing; more requests than lanes wait their turn, and past the most the server holds
+one is refused with 429 (back-pressure); SIGTERM ends every running request with an error
+chunk and exits 0.
 
 Core principle: the spec is a client. The official `openai` package (and plain httpx for what
 the client hides: raw chunks, headers, invalid JSON) talks over a loopback socket to the
 server's app, and every expected answer is the one `engine.generate` of the same version gives.
 What the engine holds is read from the server's own /engine/events feed and /metrics, and what
-it computed from its steps' outputs, never from its objects.
+it computed from its steps' outputs (recorded by serve_app.Paced), never from its objects.
 
 Files to compare: torchlet/serve/ (worker.py the engine thread, app.py the endpoints,
 protocol.py the checks and stop strings, metrics.py, launch.py), spec/support/serve_app.py.
 
 Tradeoff left visible: the app runs in this process, uvicorn in a thread (spec/support/
 serve_app.py), one server for the module: a child process would cost its imports and model
-load, about 5 s, each time. One spec starts the real `torchlet serve` command, as the README
-does. The model is a tiny random Llama answering in printable ASCII, one character per token
+load each time (10 to 12 s of CPU here). One spec pays that once: it starts the real `torchlet
+serve` command, as the README does. The model is a tiny random Llama answering in printable ASCII, one character per token
 (spec/support/hf_dirs.py ascii_chat_dir), whose text shows every token; its pool of 6 usable
 blocks makes 64 clients preempt one another. Where a request must still be running when its
 client goes or SIGTERM comes, the spec holds the engine's steps (serve_app.Paced) instead of
