@@ -47,7 +47,7 @@ from spec.support.serve_app import InProcess, Paced
 from spec.support.serve_server import Server
 from torchlet import cli
 from torchlet.checkpoints import load_hf_dir
-from torchlet.contract import PREFIX_CACHE, REQUEST_STATES, GenerationParams
+from torchlet.contract import PREFIX_CACHE, REQUEST_STATES, SAMPLING, GenerationParams
 from torchlet.engines import build_sized
 from torchlet.text import prompt_ids, stop_ids
 
@@ -179,6 +179,12 @@ def metric(http: httpx.Client, name: str) -> float:
 def data(lines):
     """A raw stream's data, line by line, as it comes."""
     return (line[6:] for line in lines if line.startswith("data: "))
+
+
+def text(lines) -> str:
+    """A raw chat stream's whole text, from its data lines."""
+    return "".join(json.loads(line)["choices"][0]["delta"].get("content") or ""
+                   for line in lines if line.startswith("{"))
 
 
 def content(lines) -> str:
@@ -397,9 +403,7 @@ def test_a_client_that_goes_is_aborted_before_the_next_step_and_its_blocks_freed
             paced.release()
         lines = other.result()
         after = idle(http)
-    text = "".join(json.loads(line)["choices"][0]["delta"].get("content") or ""
-                   for line in lines if line.startswith("{"))
-    assert text == want, "the other stream is not affected"
+    assert text(lines) == want, "the other stream is not affected"
     assert sum(gone_id in ids for ids in paced.steps[closed:]) <= 1, \
         "the closed request ran on"
     assert gone_id not in after["running"] + after["waiting"]
@@ -516,39 +520,37 @@ def test_the_torchlet_serve_command_answers_curl_and_the_openai_client_and_exits
 
 
 @pytest.mark.needs(REQUEST_STATES)
-def test_every_version_with_the_step_api_serves_through_the_engine_thread(impl):
-    """The worker alone, in this process, on the tiny fixture: three requests at once through
-    the queue, each getting engine.generate's tokens, and the engine left empty."""
-    from spec.support.models import tiny_checkpoint
-    from torchlet.serve.worker import Job, Worker
+def test_every_version_with_the_step_api_serves_its_engine_s_answers_over_http(
+        impl, checkpoint, tokenizer, model):
+    """Each version from v03 on behind the app (starlette's TestClient, in this process, no
+    socket): three streams at once get engine.generate's answers through the engine thread,
+    the engine ends empty, /metrics answers, and a version that does not sample refuses a
+    temperature, naming itself."""
+    from starlette.testclient import TestClient
 
-    ckpt = tiny_checkpoint("tiny_qwen2")
-    prompts = [[5, 6, 7], [9, 8, 7, 6, 5], [11]]
-    params = GenerationParams(max_new_tokens=4, ignore_eos=True)
-    options = cli.serving_options(impl, "cpu")
-    want = build_sized(impl, ckpt, max_model_len=32, max_running=4, **options).generate(
-        prompts, params)
-    engine = build_sized(impl, ckpt, max_model_len=32, max_running=4, **options)
-    worker = Worker(engine, impl.capabilities)
-    got = [[] for _ in prompts]
-    ends = [threading.Event() for _ in prompts]
+    from torchlet.serve.app import create_app
+    from torchlet.serve.launch import serve_engine
 
-    def emit(i):
-        def to(event):
-            if event[0] == "tokens":
-                got[i].extend(event[1])
-            elif event[0] in ("end", "refused"):
-                got[i].append(event[1])
-                ends[i].set()
-        return to
-
-    worker.start()
+    questions = ["One?", "Two, two?", "Three, three, three?"]
+    want = solo(build(impl, checkpoint, max_running=4), tokenizer,
+                [chat_ids(tokenizer, q) for q in questions], max_new_tokens=4)
+    served = serve_engine(build(impl, checkpoint, max_running=4), impl, tokenizer,
+                          checkpoint.config, model.name, CONTEXT, 8)
+    served.worker.start()
     try:
-        for i, p in enumerate(prompts):
-            worker.submit(Job(p, params, emit(i)))
-        assert all(e.wait(60) for e in ends)
+        with TestClient(create_app(served)) as http, ThreadPoolExecutor(3) as pool:
+            answers = pool.map(lambda q: whole_stream(http, {
+                "model": model.name, "messages": user(q), "max_tokens": 4}), questions)
+            assert [text(lines) for lines in answers] == want
+            after = idle(http)
+            assert after["finished"] == {"length": 3} and (after["tables"] or {}) == {}
+            assert http.get("/metrics").status_code == 200
+            r = http.post("/v1/chat/completions", json={
+                "model": model.name, "messages": user("Hot?"), "temperature": 0.5,
+                "max_tokens": 2})
+            sampling = SAMPLING in impl.capabilities
+            assert r.status_code == (200 if sampling else 400), r.text
+            assert sampling or impl.name in r.json()["error"]["message"]
     finally:
-        worker.stop("done")
-        worker.join(60)
-    assert got == [w + ["length"] for w in want]
-    assert not engine.has_unfinished()
+        served.worker.stop("done")
+        served.worker.join(60)
