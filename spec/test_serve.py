@@ -481,6 +481,27 @@ def test_past_the_requests_it_holds_the_server_refuses_with_429_and_queues_nothi
         assert json.loads(lines[-2])["choices"][0]["finish_reason"] == "length"
 
 
+SERVE_MISTAKES = {  # the flags, and the one line they get
+    "no step API": (("--impl", "v02"), "v02_kv_cache has no step API (request_states): serve "
+                                       "needs v03 or later"),
+    "no block pool": (("--impl", "v07", "--num-blocks", "8"),
+                      "--num-blocks: v07_cuda_graph has no block pool (paged_kv, v08 and later)"),
+    "no lane": (("--max-running", "0"), "--max-running must be at least 1, got 0"),
+    "a negative queue": (("--max-waiting", "-1"), "--max-waiting must be at least 0, got -1"),
+    "a port out of range": (("--port", "70000"), "--port must be in 0..65535, got 70000"),
+}
+
+
+@pytest.mark.parametrize("case", SERVE_MISTAKES, ids=list(SERVE_MISTAKES))
+def test_a_serve_flag_it_cannot_serve_with_is_refused_in_one_line_before_the_model_loads(
+        capsys, case):
+    """--model names nothing: had the model been looked for first, the line would say so."""
+    flags, line = SERVE_MISTAKES[case]
+    code = cli.main(["serve", "--device", "cpu", "--model", "/nonexistent/model", *flags])
+    assert code != 0
+    assert capsys.readouterr().err.splitlines() == [f"torchlet: error: {line}"]
+
+
 def test_the_torchlet_serve_command_answers_curl_and_the_openai_client_and_exits_0_on_sigterm(
         root, checkpoint, tokenizer, model):
     """The README's way: `torchlet serve --model DIR`, the version it picks by default, a
