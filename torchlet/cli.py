@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 PLUGINS = ("torchlet.bench", "torchlet.learner", "torchlet.docs", "torchlet.cache",
-           "torchlet.chat", "torchlet.parts")
+           "torchlet.chat", "torchlet.parts", "torchlet.serve")
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 
 

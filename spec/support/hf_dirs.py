@@ -1,5 +1,6 @@
-"""Tiny checkpoint directories written by Hugging Face's own `save_pretrained`, as a user's
-`--model DIR` would be: config.json, model.safetensors and (optionally) a tokenizer."""
+"""Tiny checkpoint directories as a user's `--model DIR` would be: config.json, model.safetensors
+and (optionally) a tokenizer, written by Hugging Face's own `save_pretrained` (save_tiny), or
+without building Hugging Face's model (ascii_chat_dir: its first import costs about 4 s)."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -72,13 +73,46 @@ def printable_only(model) -> None:
     (an untied model): its greedy answers are then text a terminal shows as it is, and two
     answers that differ in tokens differ on screen (a random model's bytes decode mostly to
     U+FFFD). The largest of ~95 random logits is above the zeroed ones' 0."""
+    with torch.no_grad():
+        model.get_output_embeddings().weight[~printable_rows()] = 0.0
+
+
+def printable_rows() -> torch.Tensor:
+    """True at the byte tokenizer's ids that decode to one printable ASCII character."""
     tokenizer = byte_tokenizer()
     shown = [i for i in range(VOCAB)
              if len(t := tokenizer.decode([i])) == 1 and t.isascii() and t.isprintable()]
-    hidden = torch.ones(VOCAB, dtype=torch.bool)
-    hidden[shown] = False
-    with torch.no_grad():
-        model.get_output_embeddings().weight[hidden] = 0.0
+    rows = torch.zeros(VOCAB, dtype=torch.bool)
+    rows[shown] = True
+    return rows
+
+
+def ascii_chat_dir(out: Path, seed: int = 5) -> Path:
+    """A tiny Llama with the byte tokenizer and its chat template that answers in printable
+    ASCII (printable_only), one character per token, written from the fixtures' own random
+    tensors (fixtures/make_fixtures.py). Returns out."""
+    import json
+
+    from safetensors.torch import save_file
+
+    from fixtures.make_fixtures import random_tensors
+    from torchlet.checkpoints import hf_config_dict
+    from torchlet.contract import ModelConfig
+
+    config = ModelConfig(
+        vocab_size=VOCAB, hidden_size=SHAPE["hidden_size"],
+        intermediate_size=SHAPE["intermediate_size"], num_layers=SHAPE["num_hidden_layers"],
+        num_heads=SHAPE["num_attention_heads"], num_kv_heads=SHAPE["num_key_value_heads"],
+        head_dim=SHAPE["head_dim"], max_position=SHAPE["max_position_embeddings"],
+        rope_theta=50000.0, rms_eps=SHAPE["rms_norm_eps"], family="llama",
+        eos_token_ids=(SPECIALS.index("<|im_end|>"),))
+    tensors = random_tensors(config, seed)
+    tensors["lm_head.weight"][~printable_rows()] = 0.0
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "config.json").write_text(json.dumps(hf_config_dict(config), indent=2) + "\n")
+    save_file(tensors, str(out / "model.safetensors"))
+    byte_tokenizer().save_pretrained(str(out))
+    return out
 
 
 def save_tiny(out: Path, family: str, *, tokenizer: bool = False, seed: int = 0,

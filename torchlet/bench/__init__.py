@@ -9,6 +9,7 @@
     torchlet bench decode         one decode step: ms and GB/s, batch x context
     torchlet bench kernel         the newest paged decode attention against torch SDPA
     torchlet bench floor          the physical floor of the GPU workload, computed
+    torchlet bench serve          torchlet serve under Poisson arrivals: throughput, TTFT, ITL
     torchlet bench report         docs/benchmarks.md from the result files
 
 Each run prints a table and writes DIR/KIND.json and DIR/KIND.png (default bench-results/).
@@ -137,6 +138,22 @@ def add_commands(subparsers) -> None:
     p.add_argument("--model-shape", choices=SHAPES, default=SHAPES[0])
     _rates(p)
     p.set_defaults(run=_lazy("run_floor"), bench_parser=p)
+
+    p = sub.add_parser("serve", help="torchlet serve under a Poisson stream of requests: "
+                                     "throughput, TTFT and ITL p50/p99 at each rate")
+    p.add_argument("--rates", default="1,4,16", help="requests per second, comma-separated")
+    p.add_argument("--requests", type=int, default=64, help="requests sent at each rate")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--impl", default=None, help="version to serve (default: as torchlet serve)")
+    p.add_argument("--impl-root", default=None, help="tree of versions (default: implementations/)")
+    p.add_argument("--model", default=None, help="a Hugging Face checkpoint directory with its "
+                                                 "tokenizer (default: SmolLM2-135M-Instruct)")
+    p.add_argument("--device", default=None, help="default: cuda if there is one, else cpu")
+    p.add_argument("--threads", type=int, default=None, help="the server's torch threads")
+    p.add_argument("--max-running", type=int, default=8, help="the server's --max-running")
+    p.add_argument("--max-model-len", type=int, default=None, help="the server's --max-model-len")
+    p.add_argument("--out", default="bench-results", help="where serve.json and serve.png go")
+    p.set_defaults(run=_lazy("run_serve"), bench_parser=p)
 
     p = sub.add_parser("report", help="regenerate docs/benchmarks.md from the result files")
     p.add_argument("--results", default="bench-results", help="directory of fresh KIND.json files")

@@ -337,3 +337,17 @@ def run_report(args) -> int:
     path = write_doc(Path(args.results), Path(args.doc) if args.doc else None)
     log(f"wrote {path}")
     return 0
+
+
+def run_serve(args) -> int:
+    """`torchlet bench serve`: the server in a child process, a Poisson stream at each rate."""
+    from . import report
+    from .serve import describe, run_serve_bench
+
+    rows, banner = run_serve_bench(args)
+    payload = {"rows": rows, "server": banner, "workload": {"describe": describe(args)}}
+    device = args.device or ("cuda" if "on cuda" in banner else "cpu")
+    path = report.save("serve", payload, args.out, command_line(args), device)
+    print(report.text_table("serve", rows))
+    print(f"wrote {path}")
+    return 0

@@ -15,7 +15,7 @@ from .report import markdown_table
 from .workloads import QWEN25_05B, nano_vllm_workload
 
 REPO = Path(__file__).resolve().parents[2]
-KINDS = ("main-job", "long-prompt", "cpu", "gpu-workload", "mixed", "decode", "kernel")
+KINDS = ("main-job", "long-prompt", "cpu", "gpu-workload", "mixed", "decode", "kernel", "serve")
 TITLES = {
     "main-job": "CPU main job: torchlet generate's default version against Hugging Face generate",
     "long-prompt": "CPU long prompt: torchlet generate's default version against Hugging Face "
@@ -25,6 +25,7 @@ TITLES = {
     "mixed": "Mixed traffic: requests decoding while long prompts arrive (chunked prefill)",
     "decode": "Decode step: batch x context",
     "kernel": "Paged decode attention kernel against torch SDPA",
+    "serve": "torchlet serve under a Poisson stream of requests",
 }
 HOW_TO = {
     "main-job": "torchlet bench main-job",
@@ -34,6 +35,7 @@ HOW_TO = {
     "mixed": "torchlet bench mixed --versions v14,v15",
     "decode": "torchlet bench decode",
     "kernel": "torchlet bench kernel",
+    "serve": "torchlet bench serve",
 }
 NOTES = {
     "main-job": "One process: Hugging Face's model built from the same checkpoint tensors, and "
@@ -83,6 +85,16 @@ NOTES = {
               "once, q in and out once; max abs diff compares the two outputs. Timed `graph`: "
               "each call captured in a CUDA graph and its replays timed, as the engine runs it; "
               "`eager`: the calls themselves, host checks and launches included.",
+    "serve": "The server runs in a child process (`torchlet serve`, its banner: {server}); "
+             "the client, in this one, streams each request from /v1/completions as OpenAI's "
+             "clients do. TTFT: from a request's send to its first token; ITL: the gaps "
+             "between a request's next tokens; output tok/s: every request's tokens over the "
+             "seconds from the first send to the last token. The same requests at every rate. "
+             "On a CPU, `--model /tmp/tiny-chat` is the specs' tiny chat model (a random Llama "
+             "of 2 layers, hidden 64, a byte tokenizer, context 128), written by `python -c "
+             "\"from pathlib import Path; from spec.support.hf_dirs import save_tiny; "
+             "save_tiny(Path('/tmp/tiny-chat'), 'llama', tokenizer=True, seed=5, "
+             "printable=True)\"`.",
 }
 
 PREFIX_NOTE = ("Prefix hit rate: of the prompt tokens a version with prefix_cache looked up in its "
@@ -130,7 +142,7 @@ def section(kind: str, result: dict | None, assets: str) -> list[str]:
                    f"{m['num_heads']} query / {m['num_kv_heads']} KV heads of {m['head_dim']}, "
                    f"intermediate {m['intermediate_size']}, vocab {m['vocab_size']}.")
     memory = next((r["memory_measure"] for r in result["rows"] if "memory_measure" in r), "n/a")
-    note = NOTES[kind].format(memory=memory)
+    note = NOTES[kind].format(memory=memory, server=result.get("server", "?"))
     # main-job's and long-prompt's notes say what the hit column means for one prompt repeated
     if kind not in ("main-job", "long-prompt") and any(r.get("prefix_queried_tokens") is not None
                                   for r in result["rows"]):

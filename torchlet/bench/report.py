@@ -112,7 +112,17 @@ TP_COLUMNS = [
     ("K/V MiB", lambda r: _num(",.2f")(r.get("kv_mib"))),
     ("decode step ms (rank 0)", lambda r: _num(",.2f")(r.get("step_ms"))),
 ]
-COLUMNS = {"tp": TP_COLUMNS, "main-job": MAIN_JOB_COLUMNS, "mixed": MIXED_COLUMNS, "long-prompt": LONG_PROMPT_COLUMNS,
+SERVE_COLUMNS = [
+    ("version", lambda r: r["version"]),
+    ("rate req/s", lambda r: f"{r['rate']:g}"),
+    ("output tok/s", lambda r: _num(",.1f")(r["output_tok_s"])),
+    ("TTFT p50 ms", lambda r: _num(",.1f")(r["ttft_p50_ms"])),
+    ("TTFT p99 ms", lambda r: _num(",.1f")(r["ttft_p99_ms"])),
+    ("ITL p50 ms", lambda r: _num(",.2f")(r["itl_p50_ms"])),
+    ("ITL p99 ms", lambda r: _num(",.2f")(r["itl_p99_ms"])),
+]
+COLUMNS = {"tp": TP_COLUMNS, "serve": SERVE_COLUMNS, "main-job": MAIN_JOB_COLUMNS, "mixed": MIXED_COLUMNS,
+           "long-prompt": LONG_PROMPT_COLUMNS,
            "cpu": WORKLOAD_COLUMNS, "gpu-workload": WORKLOAD_COLUMNS + GPU_EXTRA,
            "decode": DECODE_COLUMNS, "kernel": KERNEL_COLUMNS}
 
@@ -256,6 +266,22 @@ def chart(kind: str, payload: dict, path: Path) -> None:
         ax.set_xlabel("MiB a rank holds")
         ax.legend(fontsize=8)
         fig.suptitle(payload["workload"]["describe"], fontsize=7, wrap=True)
+    elif kind == "serve":
+        fig, axes = plt.subplots(1, 2, figsize=(10, 3.6))
+        rates = [r["rate"] for r in rows]
+        axes[0].plot(rates, [r["output_tok_s"] for r in rows], marker="o")
+        axes[0].set_ylabel("output tokens/s")
+        for key, style in (("ttft", "-"), ("itl", "--")):
+            for q in ("p50", "p99"):
+                axes[1].plot(rates, [r[f"{key}_{q}_ms"] for r in rows], marker="o",
+                             linestyle=style, label=f"{key.upper()} {q}")
+        axes[1].set_yscale("log")
+        axes[1].set_ylabel("ms (lower is better)")
+        axes[1].legend(fontsize=7)
+        for ax in axes:
+            ax.set_xscale("log")
+            ax.set_xlabel("requests per second")
+        fig.suptitle(payload.get("server", ""), fontsize=7, wrap=True)
     elif kind == "main-job":
         fig, ax = plt.subplots(figsize=(8, 0.5 * len(rows) + 1.6))
         mid = [r["tok_s_median"] for r in rows]

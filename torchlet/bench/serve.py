@@ -1,0 +1,126 @@
+"""`torchlet bench serve`: `torchlet serve` in a child process, sent a Poisson stream of
+requests at each rate, as clients would send them.
+
+The requests are drawn once, seeded: ShareGPT-like lengths (log-normal prompts and answers,
+median prompt about 1/8 of the context and answer about half that, clipped to fit it) of random
+token ids, sent as /v1/completions prompts of token ids with ignore_eos, so that each makes
+exactly the tokens it asks for. At each rate the same requests arrive with exponential gaps of
+mean 1/rate. A client measures, per request, the time to its first streamed token (TTFT) and
+the gaps between the next ones (ITL); throughput is the output tokens over the seconds from the
+first request sent to the last token received."""
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import random
+import re
+import statistics
+import subprocess
+import sys
+import time
+
+ENTRY = "import sys; from torchlet.cli import main; sys.exit(main())"
+VOCAB = 256  # prompt ids are drawn below it: every model's vocabulary has them
+
+
+def draw(n: int, context: int, vocab: int, seed: int) -> list[tuple[list[int], int]]:
+    rng = random.Random(seed)
+    out = []
+    for _ in range(n):
+        prompt = min(context // 2, max(1, round(rng.lognormvariate(math.log(context / 8), 0.8))))
+        answer = min(context - prompt, max(1, round(rng.lognormvariate(
+            math.log(context / 16), 0.8))))
+        out.append(([rng.randrange(vocab) for _ in range(prompt)], answer))
+    return out
+
+
+def start(args) -> tuple[subprocess.Popen, str, str]:
+    """The server, its banner and its address."""
+    flags = ["serve", "--port", "0", "--max-running", str(args.max_running)]
+    for flag in ("impl", "impl_root", "model", "device", "threads", "max_model_len"):
+        value = getattr(args, flag)
+        if value is not None:
+            flags += [f"--{flag.replace('_', '-')}", str(value)]
+    proc = subprocess.Popen([sys.executable, "-c", ENTRY, *flags], stdin=subprocess.DEVNULL,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    log = []
+    for line in proc.stderr:
+        log.append(line)
+        m = re.search(r"serving on (http://\S+)", line)
+        if m:
+            return proc, line.strip(), m.group(1)
+    proc.wait()
+    raise RuntimeError("torchlet serve did not start:\n" + "".join(log))
+
+
+async def one(http, url, model, prompt, n, at, t0) -> dict:
+    await asyncio.sleep(max(0.0, t0 + at - time.perf_counter()))  # its arrival time
+    sent = time.perf_counter()
+    times = []
+    body = {"model": model, "prompt": prompt, "max_tokens": n, "stream": True,
+            "ignore_eos": True, "stream_options": {"include_usage": True}}
+    tokens = 0
+    async with http.stream("POST", f"{url}/v1/completions", json=body) as r:
+        async for line in r.aiter_lines():
+            if not line.startswith("data: {"):
+                continue
+            chunk = json.loads(line[6:])
+            if chunk.get("usage"):
+                tokens = chunk["usage"]["completion_tokens"]
+            elif chunk["choices"] and chunk["choices"][0]["text"]:
+                times.append(time.perf_counter())
+    return {"sent": sent, "times": times, "tokens": tokens}
+
+
+async def rate_run(url, model, requests, rate, seed) -> dict:
+    import httpx
+
+    rng = random.Random(seed)
+    at, arrivals = 0.0, []
+    for _ in requests:
+        arrivals.append(at)
+        at += rng.expovariate(rate)
+    limits = httpx.Limits(max_connections=len(requests) + 4)
+    async with httpx.AsyncClient(timeout=None, limits=limits) as http:
+        t0 = time.perf_counter()
+        done = await asyncio.gather(*(one(http, url, model, p, n, a, t0)
+                                      for (p, n), a in zip(requests, arrivals)))
+    end = max(d["times"][-1] for d in done if d["times"])
+    ttft = [d["times"][0] - d["sent"] for d in done if d["times"]]
+    itl = [b - a for d in done for a, b in zip(d["times"], d["times"][1:])]
+    tokens = sum(d["tokens"] for d in done)
+    pct = lambda xs, q: statistics.quantiles(xs, n=100)[q - 1] * 1e3 if len(xs) > 1 else None  # noqa: E731
+    return {"rate": rate, "requests": len(requests), "output_tokens": tokens,
+            "seconds": end - t0, "output_tok_s": tokens / (end - t0),
+            "ttft_p50_ms": pct(ttft, 50), "ttft_p99_ms": pct(ttft, 99),
+            "itl_p50_ms": pct(itl, 50), "itl_p99_ms": pct(itl, 99)}
+
+
+def describe(args) -> str:
+    return (f"{args.requests} requests of random token ids, ShareGPT-like lengths (seed "
+            f"{args.seed}), Poisson arrivals at each rate, eos ignored")
+
+
+def run_serve_bench(args) -> tuple[list[dict], str]:
+    import httpx
+
+    proc, banner, url = start(args)
+    try:
+        print(banner, file=sys.stderr, flush=True)
+        model = httpx.get(f"{url}/v1/models").json()["data"][0]["id"]
+        context = int(re.search(r"context (\d+)", banner).group(1))
+        requests = draw(args.requests, context, VOCAB, args.seed)
+        rows = []
+        for rate in [float(r) for r in args.rates.split(",")]:
+            row = asyncio.run(rate_run(url, model, requests, rate, args.seed))
+            row["version"] = re.search(r"\[(\S+) on", banner).group(1)
+            rows.append(row)
+            print(f"rate {rate:g}/s: {row['output_tok_s']:.1f} tok/s, TTFT p50 "
+                  f"{row['ttft_p50_ms']:.1f} ms p99 {row['ttft_p99_ms']:.1f} ms, ITL p50 "
+                  f"{row['itl_p50_ms']:.1f} ms p99 {row['itl_p99_ms']:.1f} ms",
+                  file=sys.stderr, flush=True)
+        return rows, banner
+    finally:
+        proc.terminate()
+        proc.wait(60)
