@@ -51,6 +51,8 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "needs(capability, until=None): run over versions that declare "
                                        "it (and not `until`, whose idea changes the property)")
     config.addinivalue_line("markers", "gpu: needs CUDA; skipped on a CPU-only machine")
+    config.addinivalue_line("markers", "gpu2: needs 2 CUDA GPUs (NCCL between them); skipped, "
+                                       "saying so, where there are fewer")
     config.addinivalue_line("markers", "real_model: runs the SmolLM2-135M model")
     config.addinivalue_line("markers", "mutants: a breakage of the reference its specs must notice")
     config.addinivalue_line("markers", "one_step_per_call: watches what one step() call runs; "
@@ -115,6 +117,12 @@ def pytest_collection_modifyitems(config, items):
         skip = pytest.mark.skip(reason="needs a CUDA GPU; this machine has none")
         for item in items:
             if item.get_closest_marker("gpu"):
+                item.add_marker(skip)
+    elif torch.cuda.device_count() < 2:
+        skip = pytest.mark.skip(reason=f"needs 2 CUDA GPUs; this machine has "
+                                       f"{torch.cuda.device_count()}")
+        for item in items:
+            if item.get_closest_marker("gpu2"):
                 item.add_marker(skip)
     return result
 

@@ -360,3 +360,61 @@ def test_a_killed_rank_makes_rank_0s_next_call_fail_with_a_clear_error(impl, tp2
     assert seen["killed"] is not None, "the call after the kill did not fail"
     kind, message = seen["killed"]
     assert kind == "TorchletError" and "tensor parallel" in message and "\n" not in message
+
+
+# --- two GPUs over NCCL (marker gpu2; skipped, saying why, with fewer) ------------------------
+
+
+def on_two_gpus(ranks, counts, specs):
+    """Rank 0 on cuda:0, rank 1 on cuda:1: each spec's greedy tokens and one prompt's logits."""
+    seen = []
+    for spec, prompts in specs:
+        engine = ranks.build(spec)
+        seen.append((engine.generate(prompts, GREEDY), engine.logits(prompts[0]).cpu(),
+                     engine.graph_stats()))
+    return seen
+
+
+@functools.lru_cache(maxsize=None)
+def _nccl(impl):
+    name = "tiny_llama"
+    prompts = [p for p, _ in oracle_cases(name)]
+    specs = [(spec_for(impl, model_dir(name), "cuda", dtype), prompts)
+             for dtype in ("float32", "bfloat16")]
+    specs.append((spec_for(impl, model_dir(name), "cuda", "float32", use_graphs=False), prompts))
+    return run_ranks(on_two_gpus, specs, device="cuda")[0]
+
+
+def _alone(impl, dtype):
+    name = "tiny_llama"
+    engine = impl.build(checkpoint(name), device="cuda", dtype=dtype)
+    prompts = [p for p, _ in oracle_cases(name)]
+    return engine.generate(prompts, GREEDY), engine.logits(prompts[0]).cpu()
+
+
+@pytest.mark.gpu
+@pytest.mark.gpu2
+def test_nccl_tp2_in_float32_gives_tp1s_tokens_and_logits(impl):
+    (tokens, logits, _), *_ = _nccl(impl)
+    alone_tokens, alone_logits = _alone(impl, torch.float32)
+    assert tokens == alone_tokens
+    torch.testing.assert_close(logits, alone_logits, atol=1e-3, rtol=1e-3)
+
+
+@pytest.mark.gpu
+@pytest.mark.gpu2
+def test_nccl_tp2_in_bfloat16_stays_within_bfloat16s_tolerance_of_tp1(impl):
+    """bf16 sums in another order: the logits agree to bf16's resolution at their magnitude
+    (8 significant bits: 2^-8 of the largest logit, twice over for the two orders)."""
+    _, (tokens, logits, _), _ = _nccl(impl)
+    _, alone = _alone(impl, torch.bfloat16)
+    scale = float(alone.abs().max())
+    torch.testing.assert_close(logits, alone, atol=2 * scale * 2 ** -8, rtol=0)
+
+
+@pytest.mark.gpu
+@pytest.mark.gpu2
+def test_cuda_graphs_capture_the_all_reduce_and_replay_as_eager_runs(impl):
+    (graphed, _, stats), _, (eager, _, _) = _nccl(impl)
+    assert graphed == eager
+    assert sum(s.get("replays", 0) for s in stats.values()) > 0, stats

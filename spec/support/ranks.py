@@ -46,27 +46,27 @@ def _environment(rank: int, world: int, port: int) -> None:
     os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 
-def _rank0(conn, scenario, args, world, port, peers):
+def _rank0(conn, scenario, args, world, port, peers, device="cpu"):
     import torch
     torch.set_num_threads(1)
     _environment(0, world, port)
     os.environ["TORCHLET_SPEC_PEER_PID"] = str(peers[0])  # for a scenario that stops a rank
     try:
         counts = count_collectives()
-        with Ranks.from_env(timeout_s=GROUP_TIMEOUT_S) as ranks:
+        with Ranks.from_env(device, timeout_s=GROUP_TIMEOUT_S) as ranks:
             result = scenario(ranks, counts, *args)
         conn.send_bytes(pickle.dumps(("ok", result)))
     except BaseException:  # the spec shows the rank's traceback
         conn.send_bytes(pickle.dumps(("error", traceback.format_exc())))
 
 
-def _follower(conn, rank, world, port):
+def _follower(conn, rank, world, port, device="cpu"):
     import torch
     torch.set_num_threads(1)
     _environment(rank, world, port)
     counts = count_collectives()
     try:
-        with Ranks.from_env(timeout_s=GROUP_TIMEOUT_S) as ranks:
+        with Ranks.from_env(device, timeout_s=GROUP_TIMEOUT_S) as ranks:
             if ranks.rank != rank:
                 raise AssertionError(f"joined as rank {ranks.rank}, not {rank}")
             # its new collectives each time an engine closes (a scenario may stop this rank)
@@ -84,15 +84,15 @@ def _follower(conn, rank, world, port):
 class Group:
     """The child processes of one run, started and stopped together."""
 
-    def __init__(self, scenario, args, world: int):
+    def __init__(self, scenario, args, world: int, device: str = "cpu"):
         ctx = multiprocessing.get_context("spawn")
         port = free_port()
         self.pipes, self.procs = [None] * world, [None] * world
         for rank in [*range(1, world), 0]:  # rank 0 last: it is told the others' pids
             mine, theirs = ctx.Pipe(duplex=False)
             target, targs = ((_rank0, (theirs, scenario, args, world, port,
-                                       [p.pid for p in self.procs[1:]])) if rank == 0
-                             else (_follower, (theirs, rank, world, port)))
+                                       [p.pid for p in self.procs[1:]], device)) if rank == 0
+                             else (_follower, (theirs, rank, world, port, device)))
             proc = ctx.Process(target=target, args=targs, daemon=True)
             proc.start()
             self.pipes[rank], self.procs[rank] = mine, proc
@@ -127,8 +127,9 @@ class Group:
                 proc.join()
 
 
-def run_ranks(scenario, *args, world: int = 2):
-    group = Group(scenario, args, world)
+def run_ranks(scenario, *args, world: int = 2, device: str = "cpu"):
+    """On CUDA ("cuda"), NCCL, one GPU a rank."""
+    group = Group(scenario, args, world, device)
     try:
         first = group.result(0)
         return first, [group.result(r) for r in range(1, world)]
@@ -136,9 +137,9 @@ def run_ranks(scenario, *args, world: int = 2):
         group.stop()
 
 
-def spec_for(impl, model_dir, **options) -> BuildSpec:
-    """The BuildSpec of `impl` (a reference version or a mutant's copy) in float64."""
+def spec_for(impl, model_dir, device="cpu", dtype="float64", **options) -> BuildSpec:
+    """The BuildSpec of `impl` (a reference version or a mutant's copy), float64 by default."""
     from pathlib import Path
 
     root = Path(impl.package.__file__).resolve().parents[1]
-    return BuildSpec(impl.name, str(model_dir), dtype="float64", options=options, root=str(root))
+    return BuildSpec(impl.name, str(model_dir), device, dtype, options, str(root))
