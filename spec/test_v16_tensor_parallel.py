@@ -165,10 +165,10 @@ def unseeded_run(engine, prompt):
     return tokens, kv
 
 
-def observe(ranks, counts, specs):
+def observe(ranks, counts, specs, kill):
     """Rank 0's scenario: for each case, an EXACT engine's observations, then the tokens of a
     default engine (overlap, the prefix cache, graphs where the version has them) and of a tight
-    one (slices of 4 rows, a pool small enough to preempt)."""
+    one (slices of 4 rows, a pool small enough to preempt); then, if asked, a kill."""
     seen = {}
     for name, (exact, default, tight, cases, sampled) in specs.items():
         engine = ranks.build(exact)
@@ -184,7 +184,8 @@ def observe(ranks, counts, specs):
         seen[name]["tight"] = engine.generate(prompts, GREEDY)
     ranks.close_engine()  # rank 1 reports its collectives when an engine closes
     seen["counts"] = list(counts)
-    seen["killed"] = after_a_kill(ranks, specs[CASES[0]][0])
+    if kill:
+        seen["killed"] = after_a_kill(ranks, next(iter(specs.values()))[0])
     return seen
 
 
@@ -211,19 +212,40 @@ def tight_options(name):
                 poison_free_blocks=True)
 
 
+# What each spec without a case parameter reads of the run: a run computes only what the
+# collected specs read (a mutant's run names one or two), in one group of ranks.
+READS = {"test_tp2_seeded_samples_are_the_golden_samples": SAMPLED,
+         "test_an_unseeded_request_feeds_every_rank_the_tokens_rank_0_drew": SAMPLED,
+         "test_each_rank_reads_half_the_weights_of_an_evenly_split_model": "tiny_llama",
+         "test_memory_by_rank_reports_what_the_shards_hold": "tiny_llama",
+         "test_the_other_rank_calls_the_same_collectives_in_the_same_order": "tiny_llama",
+         "test_a_killed_rank_makes_rank_0s_next_call_fail_with_a_clear_error": "tiny_llama"}
+KILL = "test_a_killed_rank_makes_rank_0s_next_call_fail_with_a_clear_error"
+
+
+def wanted(session) -> tuple[tuple[str, ...], bool]:
+    """The cases the collected specs of this page read, in CASES order, and whether one kills."""
+    here = [i for i in session.items if i.module.__name__ == __name__ and "tp2" in
+            getattr(i, "fixturenames", ())]
+    names = {i.callspec.params.get("name") if hasattr(i, "callspec") else None for i in here}
+    names |= {READS[i.originalname] for i in here if i.originalname in READS}
+    return tuple(c for c in CASES if c in names), any(i.originalname == KILL for i in here)
+
+
 @functools.lru_cache(maxsize=None)
-def _tp2(impl):
+def _tp2(impl, cases, kill):
     specs = {name: (spec_for(impl, model_dir(name), **EXACT), spec_for(impl, model_dir(name)),
                     spec_for(impl, model_dir(name), **tight_options(name)),
                     oracle_cases(name), [c[:2] for c in sampled_cases(name)])
-             for name in CASES}
-    return run_ranks(observe, specs)
+             for name in cases}
+    return run_ranks(observe, specs, kill)
 
 
 @pytest.fixture
-def tp2(impl):
-    """(rank 0's observations, [rank 1's collectives]) of one 2-rank run per version."""
-    return _tp2(impl)
+def tp2(impl, request):
+    """(rank 0's observations, [rank 1's collectives]) of one 2-rank run per version, of the
+    cases the collected specs read."""
+    return _tp2(impl, *wanted(request.session))
 
 
 @functools.lru_cache(maxsize=None)
