@@ -408,7 +408,7 @@ def test_mixed_traffic_reports_each_versions_inter_token_latency_and_long_prompt
 
 
 def test_tp_reports_each_ranks_bytes_and_the_step_of_rank_0(tmp_path):
-    """TP=1 only here (a rank is a process; v16's page runs 2 ranks and reads memory_by_rank
+    """TP=1 only here (a rank is a process; v16's page runs 2 ranks and reads shards
     there): one row, the model's weights and its K/V pool, and a step time."""
     out = tmp_path / "tp"
     assert main(["bench", "tp", "--device", "cpu", "--tensor-parallel", "1", "--batch", "2",

@@ -245,3 +245,22 @@ def test_each_op_that_reads_a_layers_weights_is_drawn_in_that_layers_strip(short
             layers = {int(m.group(1)) for r in reads if (m := LAYER_WEIGHT.match(r))}
             if layers:
                 assert strip[i] == f"layer {layers.pop()}", f"{name}: op {i} ({op}) reads {reads}"
+
+
+def test_v16s_picture_shows_each_rank_holding_its_half_of_the_heads_the_mlp_and_the_vocabulary():
+    """v16's shards view, drawn from a run on 2 ranks, against the split the spec expects of the
+    fixture's config (4 query heads on 2 KV heads, an even intermediate and vocabulary): rank r
+    holds the r-th half of each, and every head is coloured on exactly one rank."""
+    version = implementations.load("v16")
+    svg = next(p.svg for p in pictures.version_pictures(version, scenarios.checkpoint())
+               if p.view == "shards")
+    root, config = ET.fromstring(svg), scenarios.checkpoint().config
+    for part, size in (("heads", config.num_heads), ("kv_heads", config.num_kv_heads)):
+        for rank in (0, 1):
+            held = sorted(int(b["index"]) for b in boxes(root, rank=rank, part=part, held=1))
+            assert held == list(range(rank * size // 2, (rank + 1) * size // 2)), (part, rank)
+    for part, size in (("intermediate", config.intermediate_size), ("vocab", config.vocab_size)):
+        for rank in (0, 1):
+            (bar,) = boxes(root, rank=rank, part=part, held=1)
+            assert (int(bar["start"]), int(bar["stop"])) == (rank * size // 2,
+                                                             (rank + 1) * size // 2)

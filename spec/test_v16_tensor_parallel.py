@@ -142,7 +142,7 @@ def observe_one(engine, name, cases, sampled, counts):
     engine.prefill(["kv"], [prompt])
     seen["kv"] = [(k.clone(), v.clone()) for k, v in engine.cached_kv("kv")]
     seen["kv_bytes"] = engine.kv_bytes("kv")
-    seen["memory"] = engine.memory_by_rank()
+    seen["shards"] = engine.shards()
     engine.release("kv")
     request = engine.add_request(prompt, GenerationParams(max_new_tokens=3))
     engine.step()  # the prompt
@@ -217,7 +217,7 @@ def tight_options(name):
 READS = {"test_tp2_seeded_samples_are_the_golden_samples": SAMPLED,
          "test_an_unseeded_request_feeds_every_rank_the_tokens_rank_0_drew": SAMPLED,
          "test_each_rank_reads_half_the_weights_of_an_evenly_split_model": "tiny_llama",
-         "test_memory_by_rank_reports_what_the_shards_hold": "tiny_llama",
+         "test_shards_reports_what_the_shards_hold": "tiny_llama",
          "test_the_other_rank_calls_the_same_collectives_in_the_same_order": "tiny_llama",
          "test_a_killed_rank_makes_rank_0s_next_call_fail_with_a_clear_error": "tiny_llama"}
 KILL = "test_a_killed_rank_makes_rank_0s_next_call_fail_with_a_clear_error"
@@ -340,12 +340,20 @@ def test_a_rank_stores_the_kv_of_its_own_kv_heads(impl, tp2, name):
     assert seen[name]["kv_bytes"] * heads == _tp1(impl, name)["kv_bytes"] * mine
 
 
-def test_memory_by_rank_reports_what_the_shards_hold(impl, tp2):
-    """The report agrees with the shards observed: the evenly split model's ranks hold equal
-    bytes, each half of TP=1's weights and K/V."""
+def test_shards_reports_what_the_shards_hold(impl, tp2):
+    """The report agrees with the shards observed: the evenly split model's ranks hold halves
+    of its heads, MLP rows and vocabulary, in rank order, and each half of TP=1's weights and
+    K/V bytes."""
     seen, _ = tp2
-    alone = _tp1(impl, "tiny_llama")["memory"][0]
-    for rank in seen["tiny_llama"]["memory"]:
+    alone = _tp1(impl, "tiny_llama")["shards"][0]
+    config = checkpoint("tiny_llama").config
+    whole = {"heads": config.num_heads, "kv_heads": config.num_kv_heads,
+             "intermediate": config.intermediate_size, "vocab": config.vocab_size}
+    for part, size in whole.items():  # halves, in rank order
+        assert [r[part] for r in seen["tiny_llama"]["shards"]] == [[0, size // 2],
+                                                                   [size // 2, size]]
+        assert alone[part] == [0, size]
+    for rank in seen["tiny_llama"]["shards"]:
         assert rank["kv"] * 2 == alone["kv"]
         assert abs(rank["weights"] * 2 - alone["weights"]) <= alone["weights"] * 0.05
 

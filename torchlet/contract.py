@@ -679,9 +679,10 @@ class TensorParallelAPI(Protocol):
         """On rank 0: tell the other ranks to stop following (their follow() returns). Once
         closed, the engine takes no more work. Closing twice does nothing."""
 
-    def memory_by_rank(self) -> list[dict[str, int]]:
-        """On rank 0: {"weights": bytes, "kv": bytes} that each rank's engine holds, in rank
-        order, gathered from the ranks (a report; the specs observe the shards themselves)."""
+    def shards(self) -> list[dict]:
+        """On rank 0: what each rank's engine holds, in rank order, gathered from the ranks:
+        "heads", "kv_heads", "intermediate" and "vocab" as [start, stop) of the full model's,
+        and "weights" and "kv" in bytes (a report; the specs observe the shards themselves)."""
 
 
 # Capability -> the Protocol its engines satisfy. Capabilities missing here promise nothing an

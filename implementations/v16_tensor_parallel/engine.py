@@ -22,7 +22,7 @@ from .model import collective
 
 # The calls that change a rank's state, by the name a plan carries them under: those that
 # compute (step and the kv_cache capability's passes) send the plan; the others wait for one.
-COMPUTE = ("step", "prefill", "decode", "logits", "forward_ragged", "memory_by_rank")
+COMPUTE = ("step", "prefill", "decode", "logits", "forward_ragged", "shards")
 QUEUE = ("enqueue", "abort", "release")
 
 
@@ -96,13 +96,19 @@ class TensorParallelEngine(OverlapEngine):
         self.record("forward_ragged", token_ids, req_indptr)
         return super().forward_ragged(token_ids, req_indptr)
 
-    def memory_by_rank(self) -> list[dict[str, int]]:
-        """Bytes of weights and of K/V each rank holds, gathered from every rank."""
-        self.record("memory_by_rank")
-        return self.gather_memory()
+    def shards(self) -> list[dict]:
+        """What each rank holds, gathered from every rank: its ranges of the full model's query
+        heads, KV heads, intermediate rows and vocabulary rows, and its bytes of weights and
+        K/V."""
+        self.record("shards")
+        return self.gather_shards()
 
-    def gather_memory(self) -> list[dict[str, int]]:
-        mine = {"weights": storage_bytes(self.runner.weights), "kv": storage_bytes(self.kv.kv)}
+    def gather_shards(self) -> list[dict]:
+        shard = self.runner.model.ops.shard
+        mine = {part: [r.start, r.stop] for part, r in (
+            ("heads", shard.heads), ("kv_heads", shard.kv_heads),
+            ("intermediate", shard.intermediate), ("vocab", shard.vocab))}
+        mine.update(weights=storage_bytes(self.runner.weights), kv=storage_bytes(self.kv.kv))
         if self.world_size == 1:
             return [mine]
         found = [None] * self.world_size
@@ -128,7 +134,7 @@ class TensorParallelEngine(OverlapEngine):
                     if request is not None:
                         self.scheduler.abort(request)
                     continue
-                call = {"enqueue": super()._enqueue, "memory_by_rank": self.gather_memory
+                call = {"enqueue": super()._enqueue, "shards": self.gather_shards
                         }.get(name) or getattr(super(), name)
                 try:
                     call(*args)

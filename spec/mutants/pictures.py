@@ -45,4 +45,10 @@ MUTANTS = [
          "overrides",), (),
         "the compare page sets each changed method beside the older part's method in the same "
         "place in its class, not the one of its name"),
+    Mutant("docs-shards-one-head-too-many", PROPERTY, (
+        Edit(DRAW, "                    mine = start <= i < stop\n",
+             "                    mine = start <= i <= stop\n"),),
+        (f"{SPEC}::test_v16s_picture_shows_each_rank_holding_its_half_of_the_heads_the_mlp_and_"
+         "the_vocabulary",), (),
+        "the shards picture colours the head after a rank's range as its own too"),
 ]

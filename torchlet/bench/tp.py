@@ -3,7 +3,7 @@
 For each degree N (1 and 2 by default), the newest version with the tensor_parallel capability
 is built on N ranks (torchlet.parallel: this process and N - 1 started here; gloo on a CPU, NCCL
 on GPUs) over the same seeded random model. Each rank's bytes of weights and of K/V come from the
-ranks themselves (memory_by_rank); the decode step is timed on rank 0 over `--batch` requests
+ranks themselves (shards); the decode step is timed on rank 0 over `--batch` requests
 of `--context` prompt tokens, from step() to its tokens on the host.
 
 On a 2-core CPU this says nothing about speed: the ranks share the cores, and a collective over
@@ -64,7 +64,7 @@ def measure(args, log) -> tuple[dict, str]:
             engine = ranks.build(spec)
             from torchlet.cli import kernels_off
             with kernels_off(device, interpret=False):
-                memory = engine.memory_by_rank()
+                memory = engine.shards()
                 ms = step_ms(engine, args.batch, args.context, args.steps, config.vocab_size,
                              device)
         for rank, held in enumerate(memory):

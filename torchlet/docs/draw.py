@@ -372,7 +372,49 @@ def kernels(runs: list[Run]) -> str:
                f"{runs[-1].version}: the ops of one decode step, by layer")
 
 
-VIEWS = ("timeline", "lanes", "buffers", "pool", "tokens", "kernels")
+RANK_FILL = ("#4c78a8", "#f58518", "#54a24b", "#b279a2")
+SHARD_PARTS = (("heads", "query heads", 22), ("kv_heads", "KV heads", 22),
+               ("intermediate", "MLP rows", 0), ("vocab", "vocabulary rows", 0))
+
+
+def shards(run: Run) -> str:
+    """Per rank, a strip per split of the model: the whole of it in grey, the rank's own range
+    in its colour (one box a head; the MLP's and the vocabulary's rows as one bar, to scale),
+    then the bytes it holds."""
+    left, width, bh = 200, 360, 18
+    body, y = [], 8
+    sizes = {part: max(r[part][1] for r in run.shards) for part, _, _ in SHARD_PARTS}
+    for rank, held in enumerate(run.shards):
+        fill = RANK_FILL[rank % len(RANK_FILL)]
+        body.append(text(8, y + 12, f"rank {rank}: weights {held['weights'] / 1024:,.0f} KiB, "
+                     f"K/V {held['kv'] / 1024:,.0f} KiB", "start", "#333",
+                     ' font-weight="600"'))
+        y += 20
+        for part, label, each in SHARD_PARTS:
+            start, stop = held[part]
+            body.append(text(left - 8, y + 13, f"{label} {start}..{stop - 1}", "end"))
+            if each:  # one box a head
+                for i in range(sizes[part]):
+                    mine = start <= i < stop
+                    body.append(box(left + i * each, y, each - 2, bh, fill if mine else "#ddd",
+                                    {"rank": rank, "part": part, "index": i, "held": int(mine)},
+                                    f"rank {rank}: {label[:-1]} {i}"
+                                    f"{'' if mine else ' (another rank)'}"))
+            else:
+                scale = width / sizes[part]
+                body.append(box(left, y, width, bh, "#ddd", {"rank": rank, "part": part}))
+                body.append(box(left + start * scale, y, (stop - start) * scale, bh, fill,
+                                {"rank": rank, "part": part, "start": start, "stop": stop,
+                                 "held": 1}, f"rank {rank}: {label} {start} to {stop - 1}"))
+            y += bh + 4
+        y += 10
+    note = "grey: held by another rank (a replicated KV head is coloured on every rank sharing it)"
+    body.append(text(8, y + 8, note, "start", "#666"))
+    return svg(max(left + width + 20, int(16 + 6.7 * len(note))), y + 20, body,
+               f"{run.version}: what each rank holds")
+
+
+VIEWS = ("timeline", "lanes", "buffers", "pool", "tokens", "kernels", "shards")
 
 
 def draw(run: Run, view: str, pool_steps: tuple[int, ...] = (),
@@ -391,4 +433,6 @@ def draw(run: Run, view: str, pool_steps: tuple[int, ...] = (),
         return tokens(run)
     if view == "kernels":
         return kernels([beside, run] if beside is not None else [run])
+    if view == "shards":
+        return shards(run)
     raise ValueError(f"no view {view!r}; views: {', '.join(VIEWS)}")

@@ -156,6 +156,7 @@ class Run:
     block_size: int = 0
     num_lanes: int = 0
     aborted: dict[int, int] = field(default_factory=dict)  # request id -> the step it was after
+    shards: list[dict] = field(default_factory=list)  # a tensor-parallel engine's shards()
 
     @property
     def requests(self) -> list[int]:

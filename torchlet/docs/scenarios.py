@@ -42,6 +42,7 @@ class Scenario:
     pool_steps: tuple[int, ...] = ()                          # steps the pool views show
     watch: int = 0          # the step whose dispatched ops are recorded (the kernels view)
     against: str = ""       # the version whose run of the scenario the kernels view shows too
+    ranks: int = 1          # a tensor-parallel run: the ranks it is sharded over
 
 
 def _v03(r: Recorder):
@@ -189,6 +190,12 @@ SCENARIOS: dict[str, Scenario] = {
                     _chunked, views=("timeline",), roles={MAX_STEP_TOKENS: 8, MAX_RUNNING: 4,
                                                           MAX_LEN: 48}),
 }
+SCENARIOS["v16"] = Scenario(
+    "The model sharded over 2 ranks (2 processes over gloo), as each rank reports it: the query "
+    "and KV heads it holds (its q/k/v rows and o columns), its rows of the MLP (gate and up rows, "
+    "down columns) and of the vocabulary (embedding and LM head rows); then the run on them, "
+    "which is v15's.", _fallback, views=("shards", "timeline"),
+    roles={MAX_RUNNING: 4, MAX_LEN: 32}, ranks=2)
 FALLBACK = Scenario("Three requests arriving one step apart, drawn step by step.", _fallback,
                     roles={MAX_RUNNING: 4, MAX_LEN: 32})
 
@@ -257,8 +264,31 @@ def on_cpu():
 def run_scenario(version, checkpoint, scenario: Scenario | None = None) -> tuple[Scenario, Run]:
     """Build the version's engine and run its scenario (or the one given), recorded."""
     scenario = scenario or scenario_for(version.name)
+    if scenario.ranks > 1:
+        return scenario, run_on_ranks(version, scenario)
     checkpoint = placed(scenario, checkpoint)
     with on_cpu():
         engine = build_engine(version, scenario, checkpoint)
         return scenario, record(engine, version.name, scenario.script, checkpoint,
                                 scenario.watch)
+
+
+def run_on_ranks(version, scenario: Scenario) -> Run:
+    """The scenario on a tensor-parallel version's ranks (this process and the others it starts,
+    torchlet.parallel), with what each rank holds."""
+    from pathlib import Path
+
+    from torchlet.learner import REPO
+    from torchlet.parallel import BuildSpec, Ranks
+
+    names = {o.name for o in version.options}
+    options = {k: v for k, v in version.options_by_role(scenario.roles).items() if v is not None}
+    options.update({k: False for k in ("use_graphs", "overlap") if k in names})
+    root = str(Path(version.package.__file__).resolve().parents[1])
+    spec = BuildSpec(version.name, str(REPO / "fixtures" / FIXTURE), options=options, root=root,
+                     threads=1)
+    with on_cpu(), Ranks(scenario.ranks) as ranks:
+        engine = ranks.build(spec)
+        run = record(engine, version.name, scenario.script)
+        run.shards = engine.shards()
+    return run
