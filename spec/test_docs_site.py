@@ -313,7 +313,8 @@ def test_every_version_from_v03_on_shows_pictures_of_its_run_inline_and_as_svg_f
         for view in figures:
             drawn = (site / "pictures" / f"{name}-{view}.svg").read_text()
             assert drawn.startswith("<svg ") and drawn.strip().endswith("</svg>")
-            assert 'data-step="' in drawn, f"{name} {view}: no box of a step"
+            # every box names what it stands for: a step of the run, or (v16's shards) a rank
+            assert re.search(r'data-(step|rank)="', drawn), f"{name} {view}: no box of the run"
 
 
 def test_the_index_links_the_reader_documents_and_says_where_its_cpu_figures_come_from(site):
