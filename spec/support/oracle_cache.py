@@ -5,9 +5,10 @@ fixture on these 2-core machines, and every process of the README's run paid it 
 xdist workers, the mutants' and the stub runs' workers, the learner's child runs). A result is
 stored under build/oracle-cache/, named by a hash of everything it depends on: the function and
 its arguments, the source of its module and of the oracle's (the HF model, the loader, the
-fixture maker), every file under fixtures/, and torch's and transformers' versions. So what a
-spec reads is the oracle's output, never the code under test's (no spec imports an
-implementation to compute one), and a change to any of those inputs computes it afresh.
+contract's config, the fixture maker), every file under fixtures/, and torch's and
+transformers' versions. So what a spec reads is the oracle's output, never the code under
+test's (no spec imports an implementation to compute one), and a change to any of those inputs
+computes it afresh.
 """
 from __future__ import annotations
 
@@ -24,7 +25,8 @@ import transformers
 REPO = Path(__file__).resolve().parents[2]
 CACHE = REPO / "build" / "oracle-cache"
 # What the oracle's answers depend on besides the function's own module.
-SOURCES = ("spec/support/oracle.py", "spec/support/models.py", "torchlet/checkpoints.py")
+SOURCES = ("spec/support/oracle.py", "spec/support/models.py", "torchlet/checkpoints.py",
+           "torchlet/contract.py")
 
 
 @functools.lru_cache(maxsize=None)
