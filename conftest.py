@@ -27,7 +27,7 @@ torch.set_num_threads(1)
 import implementations  # noqa: E402
 from spec.support import hypothesis_profiles  # noqa: E402,F401  (registers the profiles)
 from spec.support import (kernel_mode, overlap, owned_coverage, parts,  # noqa: E402
-                          selection, shared_parts)
+                          selection, shared_parts, trees)
 from torchlet.contract import ALL_CAPABILITIES  # noqa: E402
 
 pytest_plugins = ["spec.support.snapshots"]  # what a run owes the golden files
@@ -85,7 +85,7 @@ def pytest_generate_tests(metafunc):
         raise pytest.UsageError(f"{metafunc.definition.nodeid} takes `impl` but has no needs() mark")
     capability, until = marker.args[0], marker.kwargs.get("until")
     # until=LATER: a property the LATER capability's idea changes, so not held from it on.
-    versions = [v for v in implementations.discover(impl_root(metafunc.config))
+    versions = [v for v in trees.versions(impl_root(metafunc.config))
                 if capability in v.capabilities and until not in v.capabilities]
     params = [pytest.param(v, id=v.name, marks=[getattr(pytest.mark, v.name),
                                                  getattr(pytest.mark, capability)])
@@ -112,7 +112,7 @@ def pytest_collection_modifyitems(config, items):
     parts.deselect(config, items)
     keyword = selection.take_keyword(config)
     result = yield
-    selection.select(config, items, implementations.version_names(impl_root(config)), keyword)
+    selection.select(config, items, trees.names(impl_root(config)), keyword)
     if not torch.cuda.is_available():
         skip = pytest.mark.skip(reason="needs a CUDA GPU; this machine has none")
         for item in items:

@@ -195,9 +195,12 @@ def test_check_never_calls_a_version_done_while_a_stub_is_left_even_one_no_spec_
 
 def test_pytest_takes_impl_root_and_its_directory_as_two_words_as_the_readme_writes_it(
         tmp_path, not_a_learner_run):
+    """Collected from testpaths as the README's command is, from one page: what is at stake is
+    how pytest reads the command line, before it collects anything."""
     root = tmp_path / "mine"
     learner.make_exercise(implementations.version_names()[0], root)
     proc = subprocess.run([sys.executable, "-m", "pytest", "--impl-root", str(root), "-k", "v00",
+                           "-o", "testpaths=spec/test_v00_layers.py",
                            "--collect-only", "-q", "-p", "no:randomly", "--no-owned-coverage",
                            "--snapshot-warn-unused"],
                           cwd=learner.REPO, env=learner.child_env(), capture_output=True,

@@ -47,6 +47,7 @@ from spec.support.block_watch import BlockWatch, StepLog
 from spec.support.hypothesis_profiles import engine_settings
 from spec.support.models import tiny_checkpoint
 from spec.support.oracle import cached_model, greedy
+from spec.support.oracle_cache import on_disk
 from spec.support.prompts import MARGIN, screened
 from torchlet.contract import CHUNKED_PREFILL, GenerationParams, RequestState
 
@@ -68,6 +69,7 @@ def build(impl, ckpt=CKPT, overlap=False, **options):
 
 
 @functools.lru_cache(maxsize=None)
+@on_disk
 def long_cases(count: int = 3) -> tuple[tuple[tuple[int, ...], tuple[int, ...]], ...]:
     """(prompt, its NEW oracle tokens) for prompts of 70 to 140 tokens, longer than two slices
     of the largest budget, kept only where the float64 reference's gap stays above MARGIN."""

@@ -51,7 +51,11 @@ class Worker:
     def close(self) -> None:
         if self.proc.poll() is None:
             self.proc.stdin.close()
-            self.proc.wait(timeout=30)
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:  # every answer is read: only its exit is left,
+                self.proc.kill()               # which on a busy machine took over 30 s
+                self.proc.wait()
 
 
 def run(mutant: Mutant, worker: Worker) -> Result:

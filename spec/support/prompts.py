@@ -13,6 +13,7 @@ import torch
 
 from spec.support.models import tiny_checkpoint
 from spec.support.oracle import Reference, cached_model, greedy
+from spec.support.oracle_cache import on_disk
 
 MARGIN = 1e-3   # logits; float32 error on these models is about 1e-5, a hundred times less
 HORIZON = 24    # new tokens compared per prompt
@@ -20,6 +21,7 @@ COUNT = 4       # prompts per fixture
 
 
 @functools.lru_cache(maxsize=None)
+@on_disk
 def screened(fixture: str, count: int = COUNT, horizon: int = HORIZON,
              margin: float = MARGIN) -> tuple[tuple[tuple[int, ...], Reference], ...]:
     """(prompt, reference) pairs whose reference gap stays above `margin` for `horizon` steps."""

@@ -18,6 +18,7 @@ from transformers.generation.logits_process import (MinPLogitsWarper, Temperatur
 
 from spec.support.models import tiny_checkpoint
 from spec.support.oracle import cached_model
+from spec.support.oracle_cache import on_disk
 
 M32 = 0xFFFFFFFF
 
@@ -91,6 +92,7 @@ HORIZON = 12
 
 
 @functools.lru_cache(maxsize=None)
+@on_disk
 def golden_cases(fixture: str, count: int = 4) -> tuple[tuple[tuple[int, ...], Settings, int,
                                                               tuple[int, ...]], ...]:
     """(prompt, settings, seed, tokens) for `count` prompts, one settings row each: the oracle's

@@ -22,8 +22,8 @@ from pathlib import Path
 import pytest
 import torch
 
-import implementations
 from torchlet.contract import TRITON_BASICS, TRITON_PAGED
+from spec.support import trees
 from spec.support.selection import impl_of
 
 KERNELS_ALONE = (TRITON_BASICS, TRITON_PAGED)  # capabilities whose idea is Triton kernels alone
@@ -33,7 +33,7 @@ def skip_unless_first_with(impl, *names: str) -> None:
     """Skip unless impl is the first version of its tree to export these objects."""
     parts = [getattr(impl.package, n) for n in names]
     tree = Path(impl.package.__file__).resolve().parent.parent
-    for version in implementations.discover(tree):
+    for version in trees.versions(tree):
         if all(getattr(version.package, n, None) is p for n, p in zip(names, parts)):
             if version.name != impl.name:
                 pytest.skip(f"{impl.name} exports {version.name}'s {', '.join(names)} unchanged: "
@@ -48,7 +48,7 @@ def engine_source(impl) -> str | None:
         return None
     tree = Path(impl.package.__file__).resolve().parent.parent
     source = None
-    for version in implementations.discover(tree):
+    for version in trees.versions(tree):
         if version.name == impl.name:
             return source
         if version.capabilities[-1] not in KERNELS_ALONE:
