@@ -42,6 +42,16 @@ GPU_ONLY = {
     "v07_cuda_graph/graphs.py:CudaGraph.__init__": "captures a CUDA graph",
     "v07_cuda_graph/graphs.py:CudaGraph.replay": "replays a CUDA graph",
 }
+# Functions that run only on the ranks of a group of two or more: child processes of
+# spec/test_v16_tensor_parallel.py (spec/support/ranks.py), which this plugin does not watch.
+# Its specs there fail when they are stubs (its mutants show it); recording the children's
+# entries is still to do.
+RANKS_ONLY = {f"v16_tensor_parallel/{key}" for key in (
+    "engine.py:TensorParallelEngine.broadcast", "engine.py:TensorParallelEngine.close",
+    "engine.py:TensorParallelEngine.follow", "model.py:collective",
+    "model.py:VocabShard.__getitem__", "shard.py:Shard.vocab_width",
+    "shard.py:Shard.local_config", "shard.py:rows", "shard.py:columns",
+    "shard.py:shard_checkpoint")} | {"v07_cuda_graph/graphs.py:_wait_for"}
 
 
 def addoption(parser):
@@ -169,7 +179,8 @@ class OwnedCoverage:
             return
         gpu = torch.cuda.is_available()
         self.missing = [key for version, keys in owned_functions().items() for key in keys
-                        if key not in self.entered.get(version, ()) and (gpu or key not in GPU_ONLY)]
+                        if key not in self.entered.get(version, ()) and key not in RANKS_ONLY
+                        and (gpu or key not in GPU_ONLY)]
         if self.missing and session.exitstatus == 0:
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
