@@ -20,10 +20,9 @@ from torchlet.contract import RequestError, TorchletError
 from ..v15_chunked_prefill import OverlapEngine, graphs
 from .model import collective
 
-# The calls that change a rank's state, by the name a plan carries them under: those that
-# compute (step and the kv_cache capability's passes) send the plan; the others wait for one.
+# The calls a plan carries that compute (a step, the kv_cache capability's passes, the shards'
+# gather): each sends the plan at once. The others (enqueue, abort, release) wait in it.
 COMPUTE = ("step", "prefill", "decode", "logits", "forward_ragged", "shards")
-QUEUE = ("enqueue", "abort", "release")
 
 
 class TensorParallelEngine(OverlapEngine):
