@@ -214,13 +214,19 @@ def scenario_for(version: str) -> Scenario:
 def build_engine(version, scenario: Scenario, checkpoint):
     """The version's engine for the scenario: the options it declares, by role and by name;
     graphs and overlap off unless the scenario turns them on (on a CPU they show nothing)."""
+    return version.build(checkpoint, device=checkpoint_device(checkpoint), dtype=torch.float32,
+                         **options_for(version, scenario))
+
+
+def options_for(version, scenario: Scenario) -> dict:
+    """The build options the version declares, of those the scenario gives by role and by
+    name; graphs and overlap off unless it turns them on."""
     names = {o.name for o in version.options}
     options = {k: v for k, v in version.options_by_role(scenario.roles).items()
                if v is not None}
     options.update({k: False for k in ("use_graphs", "overlap") if k in names})
     options.update({k: v for k, v in scenario.options.items() if k in names})
-    return version.build(checkpoint, device=checkpoint_device(checkpoint), dtype=torch.float32,
-                         **options)
+    return options
 
 
 def placed(scenario: Scenario, checkpoint) -> Checkpoint:
@@ -281,12 +287,9 @@ def run_on_ranks(version, scenario: Scenario) -> Run:
     from torchlet.learner import REPO
     from torchlet.parallel import BuildSpec, Ranks
 
-    names = {o.name for o in version.options}
-    options = {k: v for k, v in version.options_by_role(scenario.roles).items() if v is not None}
-    options.update({k: False for k in ("use_graphs", "overlap") if k in names})
     root = str(Path(version.package.__file__).resolve().parents[1])
-    spec = BuildSpec(version.name, str(REPO / "fixtures" / FIXTURE), options=options, root=root,
-                     threads=1)
+    spec = BuildSpec(version.name, str(REPO / "fixtures" / FIXTURE),
+                     options=options_for(version, scenario), root=root, threads=1)
     with on_cpu(), Ranks(scenario.ranks) as ranks:
         engine = ranks.build(spec)
         run = record(engine, version.name, scenario.script)
