@@ -230,7 +230,7 @@ def test_ctrl_c_during_start_up_is_one_line_and_exit_status_130(module):
         if proc.poll() is None:
             proc.kill()
             proc.wait()
-    assert proc.returncode == 130
+    assert proc.returncode == 130, err.decode("utf-8", "replace")
     assert assert_one_line(proc.returncode, err, "torchlet: interrupted")
 
 

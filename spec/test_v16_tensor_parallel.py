@@ -234,18 +234,27 @@ def wanted(session) -> tuple[tuple[str, ...], bool]:
 
 @functools.lru_cache(maxsize=None)
 def _tp2(impl, cases, kill):
+    """The run's result, or the exception it failed with: a failed run (a stub, a mutant) is not
+    started again for every spec that reads it, which would cost each a group's start-up."""
     specs = {name: (spec_for(impl, model_dir(name), **EXACT), spec_for(impl, model_dir(name)),
                     spec_for(impl, model_dir(name), **tight_options(name)),
                     oracle_cases(name), [c[:2] for c in sampled_cases(name)])
              for name in cases}
-    return run_ranks(observe, specs, kill)
+    try:
+        return run_ranks(observe, specs, kill)
+    except Exception as e:  # noqa: BLE001 - re-raised in every spec that reads the run
+        return e
 
 
 @pytest.fixture
 def tp2(impl, request):
     """(rank 0's observations, [rank 1's collectives]) of one 2-rank run per version, of the
     cases the collected specs read."""
-    return _tp2(impl, *wanted(request.session))
+    result = _tp2(impl, *wanted(request.session))
+    if isinstance(result, Exception):
+        # its traceback dropped: each raise would add this one's frames to those before it
+        raise result.with_traceback(None)
+    return result
 
 
 @functools.lru_cache(maxsize=None)

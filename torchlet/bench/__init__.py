@@ -142,7 +142,12 @@ def add_commands(subparsers) -> None:
     p = sub.add_parser("serve", help="torchlet serve under a Poisson stream of requests: "
                                      "throughput, TTFT and ITL p50/p99 at each rate")
     p.add_argument("--rates", default="1,4,16", help="requests per second, comma-separated")
-    p.add_argument("--requests", type=int, default=64, help="requests sent at each rate")
+    p.add_argument("--requests", type=int, default=None, help="requests sent at each rate "
+                   "(default: 64 ShareGPT-like ones, or nano-vllm's 256)")
+    p.add_argument("--lengths", choices=("sharegpt", "nano-vllm"), default="sharegpt",
+                   help="ShareGPT-like lengths drawn for the model's context, or nano-vllm's "
+                        "workload (the requests of `bench gpu-workload`); a rate of inf sends "
+                        "them all at once")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--impl", default=None, help="version to serve (default: as torchlet serve)")
     p.add_argument("--impl-root", default=None, help="tree of versions (default: implementations/)")
@@ -152,6 +157,9 @@ def add_commands(subparsers) -> None:
     p.add_argument("--threads", type=int, default=None, help="the server's torch threads")
     p.add_argument("--max-running", type=int, default=8, help="the server's --max-running")
     p.add_argument("--max-model-len", type=int, default=None, help="the server's --max-model-len")
+    p.add_argument("--max-waiting", type=int, default=None, help="the server's --max-waiting")
+    p.add_argument("--num-blocks", type=int, default=None, help="the server's --num-blocks")
+    p.add_argument("--dtype", default=None, help="the server's --dtype")
     p.add_argument("--out", default="bench-results", help="where serve.json and serve.png go")
     p.set_defaults(run=_lazy("run_serve"), bench_parser=p)
 

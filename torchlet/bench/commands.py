@@ -342,10 +342,10 @@ def run_report(args) -> int:
 def run_serve(args) -> int:
     """`torchlet bench serve`: the server in a child process, a Poisson stream at each rate."""
     from . import report
-    from .serve import describe, run_serve_bench
+    from .serve import run_serve_bench
 
-    rows, banner = run_serve_bench(args)
-    payload = {"rows": rows, "server": banner, "workload": {"describe": describe(args)}}
+    rows, banner, described = run_serve_bench(args)
+    payload = {"rows": rows, "server": banner, "workload": {"describe": described}}
     device = args.device or ("cuda" if "on cuda" in banner else "cpu")
     path = report.save("serve", payload, args.out, command_line(args), device)
     print(report.text_table("serve", rows))

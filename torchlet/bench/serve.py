@@ -20,6 +20,8 @@ import subprocess
 import sys
 import time
 
+from torchlet.contract import TorchletError
+
 ENTRY = "import sys; from torchlet.cli import main; sys.exit(main())"
 VOCAB = 256  # prompt ids are drawn below it: every model's vocabulary has them
 
@@ -38,7 +40,8 @@ def draw(n: int, context: int, vocab: int, seed: int) -> list[tuple[list[int], i
 def start(args) -> tuple[subprocess.Popen, str, str]:
     """The server, its banner and its address."""
     flags = ["serve", "--port", "0", "--max-running", str(args.max_running)]
-    for flag in ("impl", "impl_root", "model", "device", "threads", "max_model_len"):
+    for flag in ("impl", "impl_root", "model", "device", "threads", "max_model_len",
+                 "max_waiting", "num_blocks", "dtype"):
         value = getattr(args, flag)
         if value is not None:
             flags += [f"--{flag.replace('_', '-')}", str(value)]
@@ -62,6 +65,9 @@ async def one(http, url, model, prompt, n, at, t0) -> dict:
             "ignore_eos": True, "stream_options": {"include_usage": True}}
     tokens = 0
     async with http.stream("POST", f"{url}/v1/completions", json=body) as r:
+        if r.status_code != 200:
+            return {"sent": sent, "times": [], "tokens": 0,
+                    "error": f"{r.status_code} {(await r.aread()).decode(errors='replace')}"}
         async for line in r.aiter_lines():
             if not line.startswith("data: {"):
                 continue
@@ -86,6 +92,12 @@ async def rate_run(url, model, requests, rate, seed) -> dict:
         t0 = time.perf_counter()
         done = await asyncio.gather(*(one(http, url, model, p, n, a, t0)
                                       for (p, n), a in zip(requests, arrivals)))
+    failed = [d["error"] for d in done if "error" in d]
+    if failed:
+        raise TorchletError(f"{len(failed)} of {len(done)} requests failed at rate {rate:g}/s; "
+                            f"the first: {failed[0]}")
+    if not any(d["times"] for d in done):
+        raise TorchletError(f"no request streamed a token at rate {rate:g}/s")
     end = max(d["times"][-1] for d in done if d["times"])
     ttft = [d["times"][0] - d["sent"] for d in done if d["times"]]
     itl = [b - a for d in done for a, b in zip(d["times"], d["times"][1:])]
@@ -97,12 +109,32 @@ async def rate_run(url, model, requests, rate, seed) -> dict:
             "itl_p50_ms": pct(itl, 50), "itl_p99_ms": pct(itl, 99)}
 
 
-def describe(args) -> str:
-    return (f"{args.requests} requests of random token ids, ShareGPT-like lengths (seed "
-            f"{args.seed}), Poisson arrivals at each rate, eos ignored")
+def requests_of(args, context: int) -> list[tuple[list[int], int]]:
+    """The requests sent at every rate: ShareGPT-like lengths for this context, or the first
+    --requests of nano-vllm's workload (`bench gpu-workload`'s, ids up to 10,000)."""
+    if args.lengths == "nano-vllm":
+        from .workloads import nano_vllm_workload
+        workload = nano_vllm_workload()
+        n = args.requests or workload.num_requests
+        requests = [(list(p), m) for p, m in zip(workload.prompts[:n], workload.output_lens[:n])]
+        longest = max(len(p) + m for p, m in requests)
+        if longest > context:
+            raise TorchletError(f"--lengths nano-vllm needs a context of {longest} tokens (prompt "
+                                f"and answer); the server's is {context}: give --max-model-len "
+                                f"{longest} and a model whose positions reach it")
+        return requests
+    return draw(args.requests or 64, context, VOCAB, args.seed)
 
 
-def run_serve_bench(args) -> tuple[list[dict], str]:
+def describe(args, requests) -> str:
+    lengths = ("nano-vllm's workload" if args.lengths == "nano-vllm" else
+               f"random token ids, ShareGPT-like lengths (seed {args.seed})")
+    return (f"{len(requests)} requests ({sum(len(p) for p, _ in requests)} prompt and "
+            f"{sum(n for _, n in requests)} output tokens) of {lengths}, Poisson arrivals at each "
+            f"rate (inf: all at once), eos ignored")
+
+
+def run_serve_bench(args) -> tuple[list[dict], str, str]:
     import httpx
 
     proc, banner, url = start(args)
@@ -110,7 +142,7 @@ def run_serve_bench(args) -> tuple[list[dict], str]:
         print(banner, file=sys.stderr, flush=True)
         model = httpx.get(f"{url}/v1/models").json()["data"][0]["id"]
         context = int(re.search(r"context (\d+)", banner).group(1))
-        requests = draw(args.requests, context, VOCAB, args.seed)
+        requests = requests_of(args, context)
         rows = []
         for rate in [float(r) for r in args.rates.split(",")]:
             row = asyncio.run(rate_run(url, model, requests, rate, args.seed))
@@ -120,7 +152,7 @@ def run_serve_bench(args) -> tuple[list[dict], str]:
                   f"{row['ttft_p50_ms']:.1f} ms p99 {row['ttft_p99_ms']:.1f} ms, ITL p50 "
                   f"{row['itl_p50_ms']:.1f} ms p99 {row['itl_p99_ms']:.1f} ms",
                   file=sys.stderr, flush=True)
-        return rows, banner
+        return rows, banner, describe(args, requests)
     finally:
         proc.terminate()
         proc.wait(60)
