@@ -148,6 +148,8 @@ def add_commands(subparsers) -> None:
                    help="ShareGPT-like lengths drawn for the model's context, or nano-vllm's "
                         "workload (the requests of `bench gpu-workload`); a rate of inf sends "
                         "them all at once")
+    p.add_argument("--no-stream", action="store_true", help="ask for whole answers (stream "
+                   "false): throughput without a server event and a client parse per token")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--impl", default=None, help="version to serve (default: as torchlet serve)")
     p.add_argument("--impl-root", default=None, help="tree of versions (default: implementations/)")

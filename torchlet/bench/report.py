@@ -268,19 +268,23 @@ def chart(kind: str, payload: dict, path: Path) -> None:
         fig.suptitle(payload["workload"]["describe"], fontsize=7, wrap=True)
     elif kind == "serve":
         fig, axes = plt.subplots(1, 2, figsize=(10, 3.6))
-        rates = [r["rate"] for r in rows]
-        axes[0].plot(rates, [r["output_tok_s"] for r in rows], marker="o")
+        # the rates side by side, as labels: "inf" (all at once) has no place on a number line
+        at = range(len(rows))
+        axes[0].plot(at, [r["output_tok_s"] for r in rows], marker="o")
         axes[0].set_ylabel("output tokens/s")
         for key, style in (("ttft", "-"), ("itl", "--")):
             for q in ("p50", "p99"):
-                axes[1].plot(rates, [r[f"{key}_{q}_ms"] for r in rows], marker="o",
-                             linestyle=style, label=f"{key.upper()} {q}")
-        axes[1].set_yscale("log")
+                values = [r[f"{key}_{q}_ms"] for r in rows]
+                if any(v is not None for v in values):  # none for whole answers (--no-stream)
+                    axes[1].plot(at, [float("nan") if v is None else v for v in values],
+                                 marker="o", linestyle=style, label=f"{key.upper()} {q}")
+        if axes[1].lines:
+            axes[1].set_yscale("log")
+            axes[1].legend(fontsize=7)
         axes[1].set_ylabel("ms (lower is better)")
-        axes[1].legend(fontsize=7)
         for ax in axes:
-            ax.set_xscale("log")
-            ax.set_xlabel("requests per second")
+            ax.set_xticks(list(at), [f"{r['rate']:g}" for r in rows])
+            ax.set_xlabel("requests per second (inf: all at once)")
         fig.suptitle(payload.get("server", ""), fontsize=7, wrap=True)
     elif kind == "main-job":
         fig, ax = plt.subplots(figsize=(8, 0.5 * len(rows) + 1.6))

@@ -57,17 +57,22 @@ def start(args) -> tuple[subprocess.Popen, str, str]:
     raise RuntimeError("torchlet serve did not start:\n" + "".join(log))
 
 
-async def one(http, url, model, prompt, n, at, t0) -> dict:
+async def one(http, url, model, prompt, n, at, t0, stream) -> dict:
     await asyncio.sleep(max(0.0, t0 + at - time.perf_counter()))  # its arrival time
     sent = time.perf_counter()
     times = []
-    body = {"model": model, "prompt": prompt, "max_tokens": n, "stream": True,
-            "ignore_eos": True, "stream_options": {"include_usage": True}}
+    body = {"model": model, "prompt": prompt, "max_tokens": n, "stream": stream,
+            "ignore_eos": True}
+    if stream:
+        body["stream_options"] = {"include_usage": True}
     tokens = 0
     async with http.stream("POST", f"{url}/v1/completions", json=body) as r:
         if r.status_code != 200:
             return {"sent": sent, "times": [], "tokens": 0,
                     "error": f"{r.status_code} {(await r.aread()).decode(errors='replace')}"}
+        if not stream:  # one answer: its usage, and when it came
+            tokens = json.loads(await r.aread())["usage"]["completion_tokens"]
+            return {"sent": sent, "times": [], "tokens": tokens, "done": time.perf_counter()}
         async for line in r.aiter_lines():
             if not line.startswith("data: {"):
                 continue
@@ -76,10 +81,11 @@ async def one(http, url, model, prompt, n, at, t0) -> dict:
                 tokens = chunk["usage"]["completion_tokens"]
             elif chunk["choices"] and chunk["choices"][0]["text"]:
                 times.append(time.perf_counter())
-    return {"sent": sent, "times": times, "tokens": tokens}
+    return {"sent": sent, "times": times, "tokens": tokens,
+            "done": times[-1] if times else time.perf_counter()}
 
 
-async def rate_run(url, model, requests, rate, seed) -> dict:
+async def rate_run(url, model, requests, rate, seed, stream=True) -> dict:
     import httpx
 
     rng = random.Random(seed)
@@ -90,15 +96,15 @@ async def rate_run(url, model, requests, rate, seed) -> dict:
     limits = httpx.Limits(max_connections=len(requests) + 4)
     async with httpx.AsyncClient(timeout=None, limits=limits) as http:
         t0 = time.perf_counter()
-        done = await asyncio.gather(*(one(http, url, model, p, n, a, t0)
+        done = await asyncio.gather(*(one(http, url, model, p, n, a, t0, stream)
                                       for (p, n), a in zip(requests, arrivals)))
     failed = [d["error"] for d in done if "error" in d]
     if failed:
         raise TorchletError(f"{len(failed)} of {len(done)} requests failed at rate {rate:g}/s; "
                             f"the first: {failed[0]}")
-    if not any(d["times"] for d in done):
+    if stream and not any(d["times"] for d in done):
         raise TorchletError(f"no request streamed a token at rate {rate:g}/s")
-    end = max(d["times"][-1] for d in done if d["times"])
+    end = max(d["done"] for d in done)
     ttft = [d["times"][0] - d["sent"] for d in done if d["times"]]
     itl = [b - a for d in done for a, b in zip(d["times"], d["times"][1:])]
     tokens = sum(d["tokens"] for d in done)
@@ -129,9 +135,10 @@ def requests_of(args, context: int) -> list[tuple[list[int], int]]:
 def describe(args, requests) -> str:
     lengths = ("nano-vllm's workload" if args.lengths == "nano-vllm" else
                f"random token ids, ShareGPT-like lengths (seed {args.seed})")
+    how = "answered whole (stream false)" if args.no_stream else "streamed"
     return (f"{len(requests)} requests ({sum(len(p) for p, _ in requests)} prompt and "
             f"{sum(n for _, n in requests)} output tokens) of {lengths}, Poisson arrivals at each "
-            f"rate (inf: all at once), eos ignored")
+            f"rate (inf: all at once), eos ignored, {how}")
 
 
 def run_serve_bench(args) -> tuple[list[dict], str, str]:
@@ -145,13 +152,15 @@ def run_serve_bench(args) -> tuple[list[dict], str, str]:
         requests = requests_of(args, context)
         rows = []
         for rate in [float(r) for r in args.rates.split(",")]:
-            row = asyncio.run(rate_run(url, model, requests, rate, args.seed))
+            row = asyncio.run(rate_run(url, model, requests, rate, args.seed,
+                                       stream=not args.no_stream))
             row["version"] = re.search(r"\[(\S+) on", banner).group(1)
             rows.append(row)
-            print(f"rate {rate:g}/s: {row['output_tok_s']:.1f} tok/s, TTFT p50 "
-                  f"{row['ttft_p50_ms']:.1f} ms p99 {row['ttft_p99_ms']:.1f} ms, ITL p50 "
-                  f"{row['itl_p50_ms']:.1f} ms p99 {row['itl_p99_ms']:.1f} ms",
-                  file=sys.stderr, flush=True)
+            latency = ("" if args.no_stream else
+                       f", TTFT p50 {row['ttft_p50_ms']:.1f} ms p99 {row['ttft_p99_ms']:.1f} ms, "
+                       f"ITL p50 {row['itl_p50_ms']:.1f} ms p99 {row['itl_p99_ms']:.1f} ms")
+            print(f"rate {rate:g}/s: {row['output_tok_s']:.1f} tok/s{latency}", file=sys.stderr,
+                  flush=True)
         return rows, banner, describe(args, requests)
     finally:
         proc.terminate()
