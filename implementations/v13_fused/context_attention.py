@@ -164,9 +164,10 @@ def context_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Ten
     row_indptr[r] .. row_indptr[r + 1], and its context's slots (flat cache rows, block *
     block_size + offset, in position order) are context_slots[context_indptr[r] ..
     context_indptr[r + 1]]; its rows are the last of that context, which already holds their
-    K/V. max_context (a host int) bounds every context length: it sizes the grid, so no host
-    read is needed. Query head h reads KV head h // (heads / kv_heads). -> [T, heads, head_dim].
-    The indptrs and slots are not checked against each other or the cache on the device."""
+    K/V. max_context (a host int) bounds every context length: with the row count it sizes the
+    grid and decides whether to split the contexts over programs, so no host read is needed.
+    Query head h reads KV head h // (heads / kv_heads). -> [T, heads, head_dim]. The indptrs
+    and slots are not checked against each other or the cache on the device."""
     paged_kernels.check_queries(q, k_cache, v_cache, "tokens")
     for name, t in (("row_indptr", row_indptr), ("context_slots", context_slots),
                     ("context_indptr", context_indptr)):
