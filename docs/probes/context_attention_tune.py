@@ -32,13 +32,13 @@ indptr = torch.tensor([0] + lengths).cumsum(0).to(device)
 
 def launch(block_m, block_n, warps, stages):
     """One unsplit launch (this prefill's programs fill the GPU: the op would not split it) of
-    block_m (row, query head) pairs a program: block_m // 8 rows, the group of 7 padded to 8."""
+    a block_m tile of (row, query head) pairs a program: block_m // 7 rows of the group of 7."""
     out = torch.empty_like(q)
-    rows_per_program = block_m // 8
+    rows_per_program = block_m // 7
     kernel[(triton.cdiv(max(lengths), rows_per_program), len(lengths), kv_heads)](
         q, k_cache, v_cache, out, out, out, indptr, slots, indptr, head_dim ** -0.5, q.stride(0),
         q.stride(1), k_cache.stride(1), k_cache.stride(2), out.stride(0), out.stride(1), kv_heads,
-        heads // kv_heads, head_dim, 1, max(lengths), ROWS=rows_per_program, BLOCK_G=8,
+        heads // kv_heads, head_dim, 1, max(lengths), ROWS=rows_per_program, BLOCK_M=block_m,
         BLOCK_N=block_n, BLOCK_D=64, SPLIT=False, PRECISION="tf32", num_warps=warps,
         num_stages=stages)
     return out

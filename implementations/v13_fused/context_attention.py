@@ -24,8 +24,9 @@ import triton.language as tl
 from ..v12_prefix_cache import kernels, paged_kernels
 
 check = kernels.check
-# (row, query head) pairs a program holds: BLOCK_M // BLOCK_G rows of one request, each with the
-# BLOCK_G (the group padded to a power of 2) query heads that share one KV head.
+# (row, query head) pairs a program holds: BLOCK_M // group rows of one request, each with the
+# group of query heads that share one KV head (9 rows of 7 heads, 7 of 9: one pair idle, where
+# padding the group to a power of 2, 7 to 8 or 9 to 16, would idle an eighth or nearly half).
 BLOCK_M = 64
 BLOCK_N = 64  # context tokens one loop iteration scores
 _NS = __name__.replace(".", "_")
@@ -35,9 +36,10 @@ _NS = __name__.replace(".", "_")
 def _context_attention_kernel(
         q_ptr, k_ptr, v_ptr, out_ptr, part_ptr, seen_ptr, rows_ptr, slots_ptr, contexts_ptr,
         scale, q_sn, q_sh, cache_sslot, cache_shead, out_sn, out_sh, kv_heads, group, head_dim,
-        splits, chunk, ROWS: tl.constexpr, BLOCK_G: tl.constexpr, BLOCK_N: tl.constexpr,
+        splits, chunk, ROWS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
         BLOCK_D: tl.constexpr, SPLIT: tl.constexpr, PRECISION: tl.constexpr):
-    # A program holds ROWS x BLOCK_G (row, query head) pairs: row-major, the group's heads last.
+    # A program holds ROWS x group (row, query head) pairs, the group's heads next to each other,
+    # in a tile of BLOCK_M >= ROWS x group.
     first = tl.program_id(0) * ROWS
     r = tl.program_id(1)
     kv_head = tl.program_id(2) // splits
@@ -52,20 +54,20 @@ def _context_attention_kernel(
     # The grid is planned for the longest request and context: programs past a request's rows,
     # or whose chunk starts past their last row's position, end here.
     if (first < rows) & (lo < end):
-        i = tl.arange(0, ROWS * BLOCK_G)
-        g = i % BLOCK_G
-        m = first + i // BLOCK_G
+        i = tl.arange(0, BLOCK_M)
+        g = i % group
+        m = first + i // group
         d = tl.arange(0, BLOCK_D)
-        live_m = (m < rows) & (g < group)
+        live_m = (m < rows) & (i < ROWS * group)
         position = context - rows + m
         token = (row0 + m).to(tl.int64)
         head = kv_head * group + g
         q_mask = live_m[:, None] & (d < head_dim)[None, :]
         q = tl.load(q_ptr + token[:, None] * q_sn + head[:, None] * q_sh + d[None, :],
                     mask=q_mask, other=0.0)
-        best = tl.full([ROWS * BLOCK_G], float("-inf"), tl.float32)  # running max of the scores
-        total = tl.zeros([ROWS * BLOCK_G], tl.float32)         # running sum of exp(score - max)
-        acc = tl.zeros([ROWS * BLOCK_G, BLOCK_D], tl.float32)
+        best = tl.full([BLOCK_M], float("-inf"), tl.float32)  # running max of the scores
+        total = tl.zeros([BLOCK_M], tl.float32)                # running sum of exp(score - max)
+        acc = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
         hi = tl.minimum(lo + chunk, end)  # unsplit, the chunk is the whole context: hi = end
         for start in range(lo, hi, BLOCK_N):
             n = start + tl.arange(0, BLOCK_N)
@@ -122,7 +124,7 @@ def _context_attention_op(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch
     block_m = max(BLOCK_M, block_g)  # a group wider than the tile gets a program per row
     # The interpreter takes a dot of any size; the GPU needs tiles of 16 and more.
     assert min(block_m, BLOCK_N, block_d) >= paged_kernels.MIN_DOT, (block_m, BLOCK_N, block_d)
-    rows_per_program = block_m // block_g
+    rows_per_program = block_m // group
     # Shapes only, no device read: every request has at most min(tokens, max_context) rows, and
     # the live programs number about kv_heads x tokens / rows_per_program.
     splits, chunk = paged_kernels._plan_splits(
@@ -139,7 +141,7 @@ def _context_attention_op(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch
         q, k_cache, v_cache, out, part, seen, row_indptr, context_slots, context_indptr, scale,
         q.stride(0), q.stride(1), k_cache.stride(1), k_cache.stride(2), out.stride(0),
         out.stride(1), kv_heads, group, head_dim, splits, chunk,
-        ROWS=rows_per_program, BLOCK_G=block_g, BLOCK_N=BLOCK_N, BLOCK_D=block_d, SPLIT=splits > 1,
+        ROWS=rows_per_program, BLOCK_M=block_m, BLOCK_N=BLOCK_N, BLOCK_D=block_d, SPLIT=splits > 1,
         # float32 tl.dot defaults to TF32 on the GPU (10-bit mantissa); ask for full precision.
         PRECISION="ieee" if q.dtype == torch.float32 else "tf32")
     if splits > 1:
