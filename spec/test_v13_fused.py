@@ -31,9 +31,10 @@ and implementations/v12_prefix_cache/model.py (attend_context).
 Tradeoff left visible: packing happens at load, so the layer tensors a v13 engine holds are no
 longer Hugging Face's names (the Layers contract's functions still take HF-named tensors, and
 then run v12's way); the kernels still return new tensors, so q, k and v are written once more
-after the GEMM; and context_attention runs a program per query head, so a GQA group reads each
-K/V tile once per head (from L2), and its grid is planned for the longest context, so the
-programs past a shorter request's rows start only to end.
+after the GEMM; and context_attention's grid is planned from shapes alone (no device read): for
+the longest request, so the programs past a shorter request's rows start only to end, and where
+few rows meet a long context (a slice late in a prompt) it splits the context over programs,
+whose partials a second launch (v10's combine) merges.
 """
 from __future__ import annotations
 
@@ -181,6 +182,25 @@ def test_context_attention_gives_each_row_the_softmax_over_its_context_up_to_its
         indptr([len(s) for s in slots], q.device), max(len(s) for s in slots), batch.scale)
     assert_close(out, ref.context_attention(q, batch.k_cache, batch.v_cache, rows, slots,
                                             batch.scale), "context_attention")
+
+
+@pytest.mark.part("model")
+@pytest.mark.kernels
+@pytest.mark.parametrize("target", TARGETS)
+def test_a_slice_late_in_a_long_context_gives_each_row_the_softmax_over_its_context(
+        context_kernel, target):
+    """Few rows over a context of 512 tokens or more (a prompt's slice late in it) leave the GPU
+    idle unless the context is split over programs: rows before, on and after a chunk's first
+    key, a context ending on a chunk's last key, a short request beside the long ones, and
+    Qwen2.5-0.5B's group of 7 query heads a KV head."""
+    for seed, (requests, kv_heads, group) in enumerate((([(3, 600)], 2, 7),
+                                                        ([(20, 500), (1, 767), (5, 0)], 1, 2))):
+        batch, q, rows, slots = context_batch(target, 20 + seed, requests, kv_heads, group, 8, 16)
+        out = context_kernel.context_attention(
+            q, batch.k_cache, batch.v_cache, indptr(rows, q.device), torch.cat(slots),
+            indptr([len(s) for s in slots], q.device), max(len(s) for s in slots), batch.scale)
+        assert_close(out, ref.context_attention(q, batch.k_cache, batch.v_cache, rows, slots,
+                                                batch.scale), f"requests {requests}")
 
 
 @pytest.mark.part("model")

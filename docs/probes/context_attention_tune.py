@@ -31,12 +31,16 @@ indptr = torch.tensor([0] + lengths).cumsum(0).to(device)
 
 
 def launch(block_m, block_n, warps, stages):
+    """One unsplit launch (this prefill's programs fill the GPU: the op would not split it) of
+    a block_m tile of (row, query head) pairs a program: block_m // 7 rows of the group of 7."""
     out = torch.empty_like(q)
-    kernel[(len(lengths), triton.cdiv(max(lengths), block_m), heads)](
-        q, k_cache, v_cache, out, indptr, slots, indptr, head_dim ** -0.5, q.stride(0),
-        q.stride(1), k_cache.stride(1), k_cache.stride(2), out.stride(0), out.stride(1),
-        heads // kv_heads, head_dim, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=64,
-        PRECISION="tf32", num_warps=warps, num_stages=stages)
+    rows_per_program = block_m // 7
+    kernel[(triton.cdiv(max(lengths), rows_per_program), len(lengths), kv_heads)](
+        q, k_cache, v_cache, out, out, out, indptr, slots, indptr, head_dim ** -0.5, q.stride(0),
+        q.stride(1), k_cache.stride(1), k_cache.stride(2), out.stride(0), out.stride(1), kv_heads,
+        heads // kv_heads, head_dim, 1, max(lengths), ROWS=rows_per_program, BLOCK_M=block_m,
+        BLOCK_N=block_n, BLOCK_D=64, SPLIT=False, PRECISION="tf32", num_warps=warps,
+        num_stages=stages)
     return out
 
 
@@ -55,7 +59,7 @@ def ms(fn, n=20):
 flops = sum(n * n / 2 for n in lengths) * heads * head_dim * 4
 reference = launch(64, 64, 4, 2)
 for variant in [(64, 64, 4, 2), (64, 64, 4, 3), (128, 64, 4, 2), (128, 64, 8, 2),
-                (64, 32, 4, 2), (128, 128, 8, 2), (64, 128, 4, 2)]:
+                (64, 32, 4, 2), (128, 128, 8, 2), (64, 128, 4, 2), (256, 64, 8, 2)]:
     t = ms(lambda: launch(*variant))
     diff = (launch(*variant).float() - reference.float()).abs().max().item()
     print(f"BLOCK_M, BLOCK_N, warps, stages = {variant}: {t:.3f} ms, {flops / t / 1e9:.0f} "

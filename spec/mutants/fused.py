@@ -15,6 +15,8 @@ ROPE = f"{PAGE}::test_rope_split_turns_q_and_k_like_the_reference_and_copies_v"
 SWIGLU = f"{PAGE}::test_swiglu_packed_is_silu_of_the_first_half_times_the_second"
 CONTEXT = (f"{PAGE}::test_context_attention_gives_each_row_the_softmax_over_its_context_up_to_its_"
            "position")
+SLICE = (f"{PAGE}::test_a_slice_late_in_a_long_context_gives_each_row_the_softmax_over_its_"
+         "context")
 ONE_OP = f"{PAGE}::test_with_its_kernels_a_prefill_attends_in_one_op_a_layer_and_gathers_no_context"
 PARITY = "spec/test_v00_generation.py"
 HEAD_DIM = (f"{PARITY}::test_a_checkpoint_whose_head_dim_is_not_hidden_over_heads_gives_the_"
@@ -76,10 +78,26 @@ MUTANTS = [
         (CONTEXT, SAME), ("v13",),
         "after a cached prefix, row j sees keys 0..j instead of the prefix and the rows before it"),
     Mutant("v13-context-attention-reads-kv-head-0", "fusion", (
-        Edit(CONTEXT_KERNEL, "        kv_head = head // group", "        kv_head = head * 0"),),
+        Edit(CONTEXT_KERNEL, "slot.to(tl.int64) * cache_sslot + kv_head * cache_shead",
+             "slot.to(tl.int64) * cache_sslot"),),
         (CONTEXT,), ("v13",), "every query head reads the first KV head"),
     Mutant("v13-context-attention-tile-bounded-by-its-first-row", "fusion", (
-        Edit(CONTEXT_KERNEL, "context - rows + first + BLOCK_M)", "context - rows + first + 1)"),),
+        Edit(CONTEXT_KERNEL, "context - rows + first + ROWS)", "context - rows + first + 1)"),),
         (CONTEXT,), ("v13",),
         "a program stops at its first row's position: its later rows miss their last keys"),
+    Mutant("v13-context-split-chunks-run-to-the-end", "fusion", (
+        Edit(CONTEXT_KERNEL, "        hi = tl.minimum(lo + chunk, end)", "        hi = end"),),
+        (SLICE,), ("v13",),
+        "with the context split, each chunk's program also scores the keys of the chunks after it"),
+    Mutant("v13-context-split-combine-told-one-key-short", "fusion", (
+        Edit(CONTEXT_KERNEL, "(position + 1).to(tl.int32)", "position.to(tl.int32)"),),
+        (SLICE,), ("v13",),
+        "the combine hears each row sees one key fewer: a row on a chunk's first key loses that "
+        "chunk"),
+    Mutant("v13-context-split-partial-forgets-its-max", "fusion", (
+        Edit(CONTEXT_KERNEL, "tl.store(part + head_dim, best, mask=live_m)",
+             "tl.store(part + head_dim, best * 0, mask=live_m)"),),
+        (SLICE,), ("v13",),
+        "a chunk's partial says its max is 0: the combine weighs chunks without rescaling them to "
+        "one max"),
 ]
