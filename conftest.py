@@ -63,6 +63,7 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "kernels: runs Triton kernels on CPU, so only for versions "
                                        "that write them (spec/support/kernel_mode.py)")
     config.addinivalue_line("markers", parts.HELP)
+    config.addinivalue_line("markers", parts.SUBJECT_HELP)
     if any(map(config.pluginmanager.hasplugin, ("xdist", "xdist.plugin"))):
         config.pluginmanager.register(parts.FromWorkers(), "parts-from-workers")
     if owned_coverage.wanted(config):

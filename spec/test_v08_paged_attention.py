@@ -36,7 +36,9 @@ from spec.support.paged_strategies import (GQA_RATIOS, Heads, PagedBatch, head_l
                                            paged_batches)
 from torchlet.contract import PAGED_KV
 
-pytestmark = pytest.mark.needs(PAGED_KV)
+# The functions under test are the package's paged_attention and metadata modules, which v09 to
+# v16 re-export from v08: they run once (spec/support/parts.py, subject).
+pytestmark = [pytest.mark.needs(PAGED_KV), pytest.mark.subject("paged_attention", "metadata")]
 
 
 def random_kv(num_tokens: int, heads: Heads, generator: torch.Generator):

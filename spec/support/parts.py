@@ -17,6 +17,12 @@ The rule applies before the other plugins see the collection: syrupy counts only
 can run, and `-m <version>` (a mutant's run) and `-k vNN` select among them. A mutant that breaks
 a part names the version that writes it, so its part specs still run against the mutated code.
 `--every-version` turns the rule off.
+
+A part is coarse: v09, v10 and v13 all write the model, while v08's paged-attention functions
+reach them unchanged. A part's spec that tests one named object of a version's package says so
+with `@pytest.mark.subject("paged_attention", ...)` (attribute names of the package), and runs
+only against the first version, in order, whose package holds those objects: a later version
+that re-exports the same module would run the same functions again.
 """
 from __future__ import annotations
 
@@ -66,11 +72,35 @@ def taken_unchanged(item) -> bool:
 LEFT_OUT = pytest.StashKey[int]()  # how many parametrizations the rule left out of this run
 
 
+SUBJECT = "subject"
+SUBJECT_HELP = (f"{SUBJECT}(*names): a part's spec that tests these attributes of a version's "
+                f"package runs once for each distinct set of objects, against the first version "
+                f"that holds it (spec/support/parts.py)")
+
+
+def tested_before(items: list) -> set[int]:
+    """ids of the items whose subject objects an earlier parametrization of the same spec (the
+    same other parameters) already tests."""
+    seen, repeats = set(), set()
+    for item in items:
+        marker, impl = item.get_closest_marker(SUBJECT), impl_of(item)
+        if marker is None or impl is None:
+            continue
+        objects = tuple(id(getattr(impl.package, name, None)) for name in marker.args)
+        key = (item.module.__name__, item.originalname,
+               item.callspec.id.replace(impl.name, "", 1), objects)
+        if key in seen:
+            repeats.add(id(item))
+        seen.add(key)
+    return repeats
+
+
 def deselect(config, items: list) -> None:
     """Drop the parametrizations the rule leaves out, and count them."""
     if config.getoption("--every-version"):
         return
-    dropped = [item for item in items if taken_unchanged(item)]
+    repeats = tested_before(items)
+    dropped = [item for item in items if taken_unchanged(item) or id(item) in repeats]
     if dropped:
         gone = set(map(id, dropped))
         items[:] = [item for item in items if id(item) not in gone]
