@@ -22,8 +22,10 @@ import pytest
 import implementations
 from torchlet import learner
 
-E2E_VERSIONS = [v for v in ("v00_full_recompute", "v01_0_ragged_batch")
-                if v in implementations.version_names()]
+# v01_0 alone: its exercise tree also holds v00 (finished, the reference's), so it walks every
+# step a v00 exercise would and then some; every version's stubs failing its specs, naming the
+# stub, is test_meta_stubs.py's.
+E2E_VERSIONS = [v for v in ("v01_0_ragged_batch",) if v in implementations.version_names()]
 
 
 @pytest.fixture

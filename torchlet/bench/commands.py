@@ -347,7 +347,8 @@ def run_serve(args) -> int:
     rows, banner, described = run_serve_bench(args)
     payload = {"rows": rows, "server": banner, "workload": {"describe": described}}
     device = args.device or ("cuda" if "on cuda" in banner else "cpu")
-    path = report.save("serve", payload, args.out, command_line(args), device)
-    print(report.text_table("serve", rows))
+    kind = "serve-gpu" if "on cuda" in banner else "serve"  # each has its section in the doc
+    path = report.save(kind, payload, args.out, command_line(args), device)
+    print(report.text_table(kind, rows))
     print(f"wrote {path}")
     return 0

@@ -15,7 +15,8 @@ from .report import markdown_table
 from .workloads import QWEN25_05B, nano_vllm_workload
 
 REPO = Path(__file__).resolve().parents[2]
-KINDS = ("main-job", "long-prompt", "cpu", "gpu-workload", "mixed", "decode", "kernel", "serve")
+KINDS = ("main-job", "long-prompt", "cpu", "gpu-workload", "mixed", "decode", "kernel", "serve",
+         "serve-gpu")
 TITLES = {
     "main-job": "CPU main job: torchlet generate's default version against Hugging Face generate",
     "long-prompt": "CPU long prompt: torchlet generate's default version against Hugging Face "
@@ -26,6 +27,7 @@ TITLES = {
     "decode": "Decode step: batch x context",
     "kernel": "Paged decode attention kernel against torch SDPA",
     "serve": "torchlet serve under a Poisson stream of requests",
+    "serve-gpu": "torchlet serve on the GPU under a Poisson stream of requests",
 }
 HOW_TO = {
     "main-job": "torchlet bench main-job",
@@ -35,7 +37,9 @@ HOW_TO = {
     "mixed": "torchlet bench mixed --versions v14,v15",
     "decode": "torchlet bench decode",
     "kernel": "torchlet bench kernel",
-    "serve": "torchlet bench serve",
+    "serve": "torchlet bench serve --device cpu",
+    "serve-gpu": "torchlet bench serve --device cuda --model DIR (docs/probes/serve_model_dir.py "
+                 "writes one)",
 }
 NOTES = {
     "main-job": "One process: Hugging Face's model built from the same checkpoint tensors, and "
@@ -96,6 +100,11 @@ NOTES = {
              "save_tiny(Path('/tmp/tiny-chat'), 'llama', tokenizer=True, seed=5, "
              "printable=True)\"`.",
 }
+NOTES["serve-gpu"] = (NOTES["serve"].split(" On a CPU")[0] + " On the GPU, `--model` is a "
+                      "Qwen2.5-0.5B-shaped model with `bench gpu-workload`'s random weights and "
+                      "the specs' byte tokenizer, written by `python docs/probes/serve_model_dir.py "
+                      "/tmp/m05 --device cuda` (only the byte tokenizer's printable characters "
+                      "have nonzero embedding rows, so every token streams as one character).")
 
 PREFIX_NOTE = ("Prefix hit rate: of the prompt tokens a version with prefix_cache looked up in its "
                "cache during the measured run (warm-up excluded), the share it found cached and "

@@ -121,7 +121,7 @@ SERVE_COLUMNS = [
     ("ITL p50 ms", lambda r: _num(",.2f")(r["itl_p50_ms"])),
     ("ITL p99 ms", lambda r: _num(",.2f")(r["itl_p99_ms"])),
 ]
-COLUMNS = {"tp": TP_COLUMNS, "serve": SERVE_COLUMNS, "main-job": MAIN_JOB_COLUMNS, "mixed": MIXED_COLUMNS,
+COLUMNS = {"tp": TP_COLUMNS, "serve": SERVE_COLUMNS, "serve-gpu": SERVE_COLUMNS, "main-job": MAIN_JOB_COLUMNS, "mixed": MIXED_COLUMNS,
            "long-prompt": LONG_PROMPT_COLUMNS,
            "cpu": WORKLOAD_COLUMNS, "gpu-workload": WORKLOAD_COLUMNS + GPU_EXTRA,
            "decode": DECODE_COLUMNS, "kernel": KERNEL_COLUMNS}
@@ -266,7 +266,7 @@ def chart(kind: str, payload: dict, path: Path) -> None:
         ax.set_xlabel("MiB a rank holds")
         ax.legend(fontsize=8)
         fig.suptitle(payload["workload"]["describe"], fontsize=7, wrap=True)
-    elif kind == "serve":
+    elif kind in ("serve", "serve-gpu"):
         fig, axes = plt.subplots(1, 2, figsize=(10, 3.6))
         # the rates side by side, as labels: "inf" (all at once) has no place on a number line
         at = range(len(rows))
