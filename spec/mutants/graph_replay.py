@@ -72,6 +72,11 @@ MUTANTS = [
              "        env: list = [None] * self._n_slots"),),
         (EQUAL_REPLAY, EQUAL_LOGITS), ("v07",),
         "replay returns the outputs computed at capture without running the recorded ops"),
+    Mutant("v07-replay-fills-arguments-in-reverse", "graph replay", (
+        Edit(GRAPHS, "[(i, slot) for i, (_, slot) in zip(at, self.reads)]",
+             "[(i, slot) for i, (_, slot) in zip(at[::-1], self.reads)]"),),
+        (EQUAL_REPLAY, EQUAL_LOGITS), ("v07",),
+        "the CPU replay hands an op its tensor arguments in reverse order"),
     Mutant("v07-replays-the-smallest-bucket", "graph replay", (
         Edit(GRAPHS, RUN_REPLAY,
              '        self._counts[bucket]["replays"] += 1\n'
