@@ -207,7 +207,10 @@ def test_a_prompt_that_is_not_utf8_is_one_clear_line():
 
 # Pauses the child at the first import of MODULE (inside start-up) and tells the parent so on
 # stdout; the parent's SIGINT then lands there, at a known point, with no timing involved.
-PAUSE = """import os, sys
+# SIGINT gets Python's handler back first: a child inherits an ignored SIGINT (some spec earlier in
+# the same pytest worker leaves it so; the whole suite showed it), and then no Ctrl-C reaches it.
+PAUSE = """import os, signal, sys
+signal.signal(signal.SIGINT, signal.default_int_handler)
 class PauseAt:
     def find_spec(self, name, path=None, target=None):
         if name == {module!r}:
