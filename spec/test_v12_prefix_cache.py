@@ -5,8 +5,9 @@ blocks that an earlier request computed (found by a chain of block hashes, confi
 token ids) are shared by reference count instead of computed; the prefill computes only the rows
 after them (forward_prefill_cached: the new rows attend over the shared prefix read back from the
 cache). Blocks whose count falls to 0 stay cached and evictable, least recently freed first.
-prefix_cache_stats() reports queried tokens, hit tokens and evictions; prefix_cache=False is
-v11's engine. The pool alone, with its state machine, is page 1 (test_v12_block_pool.py).
+prefix_cache_stats() reports queried tokens, hit tokens and evictions, and cached_blocks() names
+the blocks no request holds that keep their K/V, the next to be evicted first; prefix_cache=False
+is v11's engine. The pool alone, with its state machine, is page 1 (test_v12_block_pool.py).
 
 Why v11 needs it: requests that share a system prompt recompute the same K/V over and over.
 

@@ -637,9 +637,8 @@ class PrefixCacheAPI(Protocol):
 
     def cached_blocks(self) -> list[int]:
         """The blocks no request holds that keep their K/V for a later prompt with the same
-        prefix, the next to be evicted first; a hit takes one back out (while held it is in a
-        block table, not here). Free blocks still (PagedKVAPI.pool_stats counts them in
-        num_free). [] with prefix_cache=False."""
+        prefix, the next to be evicted first. pool_stats() counts them as free; a hit takes
+        one off this list for as long as a block table holds it. [] with prefix_cache=False."""
         ...
 
 

@@ -67,9 +67,9 @@ class Paced:
                 raise AssertionError("the step never ended")
 
     def held(self, request_id: int) -> list[int]:
-        """The last block table the request held after a step: all its full blocks, where it
-        ran to its end (the step that ends it writes at most one token, never past a block it
-        holds already unless into a new, partial one)."""
+        """The request's block table after the last step that left it holding blocks. For a
+        request that ran to its end, every block it filled is in it: the step that ends it
+        writes one more token, into a block the table has or a new, partial one."""
         return next(t[request_id] for t in reversed(self.tables) if request_id in t)
 
     def tokens(self, request_id: int, since: int = 0) -> int:
