@@ -170,6 +170,13 @@ def idle(http: httpx.Client) -> dict:
     return next(s for s in feed(http) if not s["running"] and not s["waiting"])
 
 
+def ended(http: httpx.Client, n: int) -> dict:
+    """The first idle snapshot once n requests have finished: the one the step that ended the
+    n-th made, not an older idle one a response can outrun."""
+    return next(s for s in feed(http) if not s["running"] and not s["waiting"]
+                and sum(s["finished"].values()) >= n)
+
+
 def metric(http: httpx.Client, name: str) -> float:
     text = http.get("/metrics").text
     m = re.search(rf"^{re.escape(name)} (\S+)$", text, re.M)
@@ -283,6 +290,39 @@ def test_metrics_count_what_the_clients_got_and_the_pool_the_engine_holds(http, 
     assert metric(http, 'torchlet_kv_blocks{state="free"}') == pool["num_free"]
     assert metric(http, 'torchlet_kv_blocks{state="used"}') == pool["num_used"] == 0
     assert metric(http, 'torchlet_requests{state="running"}') == 0
+
+
+def test_a_finished_requests_full_blocks_show_as_cached_in_metrics_and_the_feed(
+        version, checkpoint, tokenizer, model):
+    """On a fresh server, one request runs to its end. The blocks its K/V filled (its prompt and
+    all its answer but the last token, never fed: the full blocks of the table it held) are the
+    ones the feed lists as cached and /metrics counts, and no table holds them. The same
+    question again hits them and leaves the same blocks cached."""
+    paced = Paced(build(version, checkpoint, num_blocks=NUM_BLOCKS))
+    server = InProcess(paced, version, tokenizer, checkpoint.config, model.name, CONTEXT)
+    cached = 'torchlet_kv_blocks{state="cached"}'
+    ask = {"model": model.name, "messages": user("Keep these blocks."), "max_tokens": 5}
+    try:
+        with plain(base_url=server.url) as http:
+            assert idle(http)["cached"] == [] and metric(http, cached) == 0
+            r = http.post("/v1/chat/completions", json=ask)
+            assert r.json()["choices"][0]["finish_reason"] == "length", r.text
+            usage = r.json()["usage"]
+            after = ended(http, 1)
+            written = usage["prompt_tokens"] + usage["completion_tokens"] - 1
+            full = paced.held(int(r.headers["x-torchlet-request-id"]))[
+                :written // after["pool"]["block_size"]]
+            assert full and sorted(after["cached"]) == sorted(full)
+            assert after["tables"] == {} and after["pool"]["num_used"] == 0
+            assert metric(http, cached) == len(full)
+            assert metric(http, 'torchlet_kv_blocks{state="free"}') == after["pool"]["num_free"]
+            assert http.post("/v1/chat/completions", json=ask).status_code == 200
+            again = ended(http, 2)
+            assert again["prefix"]["hit_tokens"] > after["prefix"]["hit_tokens"]
+            assert sorted(again["cached"]) == sorted(full)
+            assert metric(http, cached) == len(full)
+    finally:
+        server.stop()
 
 
 def test_64_concurrent_streams_each_get_their_own_prompt_s_tokens_and_the_engine_ends_empty(

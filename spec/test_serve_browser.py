@@ -7,7 +7,8 @@ page's script streams the answer as it comes, that the block grid follows the en
 answer is made, and that nothing on the page throws.
 Core principle: observe what a reader sees: the page's own DOM, recorded by a MutationObserver
 as it changes (no sleeping: the spec awaits a promise that the page resolves), the answer
-against engine.generate's, errors from the browser's console.
+against engine.generate's, the grid's cached blocks against the server's state once the answer
+is in (the request's full blocks keep their K/V), errors from the browser's console.
 Files: torchlet/serve/page/ (index.html, page.js, page.css), torchlet/serve/app.py.
 Tradeoff left visible: it needs /usr/bin/chromium, so it is a separate step of .ci/run and skips
 elsewhere; it watches one conversation turn on one version.
@@ -117,6 +118,12 @@ def test_a_message_sent_from_the_page_streams_its_answer_while_the_block_grid_ch
         "the block grid did not show the request's blocks taken, then given back"
     assert browser.js("document.querySelector('#messages .msg.user').textContent") == QUESTION
     assert browser.js("document.querySelectorAll('#steps tr').length") > 0
+    cached = browser.js("[...document.querySelectorAll('#blocks .cached')]"
+                        ".map((c) => Number(c.dataset.block))")
+    state = browser.call("Runtime.evaluate", awaitPromise=True, returnByValue=True, expression=(
+        "fetch('/engine/state').then((r) => r.json())"))["result"]["value"]
+    assert cached and sorted(cached) == sorted(state["cached"]), \
+        "the grid does not colour the answered request's full blocks as cached"
     browser.screenshot(tmp_path / "serve-page.png")
     assert browser.errors == []
     keep = os.environ.get("TORCHLET_SCREENSHOTS")  # a directory to keep it in (docs/)

@@ -5,8 +5,9 @@ blocks that an earlier request computed (found by a chain of block hashes, confi
 token ids) are shared by reference count instead of computed; the prefill computes only the rows
 after them (forward_prefill_cached: the new rows attend over the shared prefix read back from the
 cache). Blocks whose count falls to 0 stay cached and evictable, least recently freed first.
-prefix_cache_stats() reports queried tokens, hit tokens and evictions; prefix_cache=False is
-v11's engine. The pool alone, with its state machine, is page 1 (test_v12_block_pool.py).
+prefix_cache_stats() reports queried tokens, hit tokens and evictions, and cached_blocks() names
+the blocks no request holds that keep their K/V, the next to be evicted first; prefix_cache=False
+is v11's engine. The pool alone, with its state machine, is page 1 (test_v12_block_pool.py).
 
 Why v11 needs it: requests that share a system prompt recompute the same K/V over and over.
 
@@ -225,6 +226,48 @@ def test_two_requests_admitted_in_one_step_with_one_prefix_both_compute_it(impl)
     assert rows == [[2] * CKPT.config.num_layers]
 
 
+def run_to_end(engine, rid) -> list[int]:
+    """Steps the engine until it is idle; returns the last block table the request held."""
+    held = []
+    while engine.has_unfinished():
+        engine.step()
+        held = engine.block_tables().get(rid, held)
+    return held
+
+
+def test_a_finished_requests_full_blocks_stay_cached_and_are_evicted_in_the_order_listed(impl):
+    """cached_blocks(), observed: a request of 13 + 4 tokens writes K/V for 16, four full
+    blocks. Once it ends, they are exactly the blocks listed as cached, and no table holds
+    them. The same prompt again shares the first three (its table starts with them, its
+    prefill computes 1 row of 13) and they leave the list while it holds them. Then one-block
+    requests with other prompts, one at a time, take free blocks until every listed block is
+    evicted: one at a time, in the order the list gave."""
+    engine = build(impl, max_lanes=1, num_blocks=9)
+    prompt, params = list(range(50, 63)), GenerationParams(max_new_tokens=4)
+    held = run_to_end(engine, engine.add_request(prompt, params))
+    full = held[:(len(prompt) + params.max_new_tokens - 1) // BLOCK]
+    assert len(full) == 4 and sorted(engine.cached_blocks()) == sorted(full)
+    assert engine.block_tables() == {}
+
+    hits = engine.prefix_cache_stats()["hit_tokens"]
+    again = engine.add_request(prompt, params)
+    engine.step()
+    assert engine.prefix_cache_stats()["hit_tokens"] - hits == 3 * BLOCK
+    assert engine.block_tables()[again][:3] == full[:3]
+    assert not set(full[:3]) & set(engine.cached_blocks()), "a held block is listed as cached"
+    run_to_end(engine, again)
+    order = engine.cached_blocks()
+    assert sorted(order) == sorted(full)
+
+    evictions = engine.prefix_cache_stats()["evictions"]
+    for i in range(engine.pool_stats()["num_usable"]):
+        engine.generate([[200 + i, 201, 202]], GenerationParams(max_new_tokens=1))
+        gone = [b for b in order if b not in engine.cached_blocks()]
+        assert engine.prefix_cache_stats()["evictions"] - evictions == len(gone)
+        assert [b for b in order if b in gone] == order[:len(gone)], (order, gone)
+    assert len(gone) == len(order), "the other prompts never evicted every listed block"
+
+
 def test_an_aborted_request_leaves_the_blocks_it_shares_to_the_others(impl):
     engine = build(impl, poison_free_blocks=True)
     prompt, params, tokens = cases()[0]
@@ -249,6 +292,7 @@ def test_the_cache_off_is_v11s_engine(impl):
         rows, _ = meter_prefill(engine, prompt, GenerationParams(max_new_tokens=1))
         assert rows == [[9] * CKPT.config.num_layers]
     assert engine.prefix_cache_stats() == {"queried_tokens": 0, "hit_tokens": 0, "evictions": 0}
+    assert engine.cached_blocks() == []
 
 
 @pytest.mark.gpu

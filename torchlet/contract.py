@@ -627,11 +627,18 @@ class PrefixCacheAPI(Protocol):
     request's leading full blocks that another request computed (same tokens from position 0,
     compared, not only hashed) are shared by reference count instead of computed; at least a
     prompt's last token is always computed. Blocks no request holds stay cached until a new
-    block is needed, least recently freed first. prefix_cache=False gives v11's engine."""
+    block is needed, least recently freed first: cached_blocks() names them, in that order.
+    prefix_cache=False gives v11's engine."""
 
     def prefix_cache_stats(self) -> dict[str, int]:
         """queried_tokens (prompt tokens looked up), hit_tokens (of them, found cached and not
         computed) and evictions (cached blocks taken for other tokens), since build."""
+        ...
+
+    def cached_blocks(self) -> list[int]:
+        """The blocks no request holds that keep their K/V for a later prompt with the same
+        prefix, the next to be evicted first. pool_stats() counts them as free; a hit takes
+        one off this list for as long as a block table holds it. [] with prefix_cache=False."""
         ...
 
 

@@ -22,7 +22,7 @@ class PrefixKV(PagedKV):
         BuildOption("block_hash", Callable, None, "block_hash(parent hash, token ids) -> int in "
                     "place of the pool's hash (None: Python's hash of the pair)"),
     )
-    SERVES = PagedKV.SERVES + ("prefix_cache_stats",)  # the prefix_cache capability
+    SERVES = PagedKV.SERVES + ("prefix_cache_stats", "cached_blocks")  # prefix_cache's API
 
     def __init__(self, *args, prefix_cache: bool = True, block_hash: Callable | None = None,
                  **kwargs):
@@ -86,3 +86,10 @@ class PrefixKV(PagedKV):
         pool = self.pool
         return {"queried_tokens": pool.queried_tokens, "hit_tokens": pool.hit_tokens,
                 "evictions": pool.evictions}
+
+    def cached_blocks(self) -> list[int]:
+        """Free blocks that keep a hash, and so their K/V: the pool hands free blocks out from
+        the front, so the free list's order is the eviction order."""
+        if not self.enabled:
+            return []
+        return [b for b in self.pool.free_blocks() if self.pool.hash_of(b) is not None]

@@ -19,6 +19,8 @@ TWICE = f"{PAGE}::test_two_requests_with_one_prefix_before_either_is_sealed_comp
 ABORT = f"{PAGE}::test_an_aborted_request_leaves_the_blocks_it_shares_with_the_other"
 LRU = f"{PAGE}::test_freed_cached_blocks_are_evicted_least_recently_used_a_requests_tail_first"
 POISON = f"{PAGE}::test_the_prefix_cache_poisons_a_freed_block_unless_it_is_shared_or_cached"
+CACHED = ("spec/test_v12_prefix_cache.py::test_a_finished_requests_full_blocks_stay_cached_and_"
+          "are_evicted_in_the_order_listed")
 CHAT = ("spec/test_v12_prefix_cache.py::test_each_turn_of_a_chat_computes_only_the_rows_the_turn_"
         "before_did_not_write")
 
@@ -87,4 +89,16 @@ MUTANTS = [
         (CHAT,), V12,
         "after a hit, the full blocks the prefill computes stay unregistered until a decode "
         "fills a block: the next request with that prefix misses them"),
+    Mutant("v12-cached-blocks-list-held-blocks", PROPERTY, (
+        Edit(KV, "        return [b for b in self.pool.free_blocks() if self.pool.hash_of(b) is not "
+                 "None]\n",
+             "        return [b for b in [*self.pool.free_blocks(), *self.pool.holders()]\n"
+             "                if self.pool.hash_of(b) is not None]\n"),),
+        (CACHED,), V12,
+        "cached_blocks() lists hashed blocks a request holds too: a hit's blocks stay listed"),
+    Mutant("v12-cached-blocks-listed-most-recently-freed-first", PROPERTY, (
+        Edit(KV, "        return [b for b in self.pool.free_blocks() if",
+             "        return [b for b in reversed(self.pool.free_blocks()) if"),),
+        (CACHED,), V12,
+        "cached_blocks() lists the block evicted last first: the order is not the eviction's"),
 ]

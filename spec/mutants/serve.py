@@ -16,9 +16,11 @@ SIGTERM = f"{MODULE}::test_sigterm_ends_every_running_request_with_an_error_chun
 BAD = f"{MODULE}::test_bad_input_gets_its_status_and_a_json_error_and_leaves_nothing_behind"
 FULL = f"{MODULE}::test_past_the_requests_it_holds_the_server_refuses_with_429_and_queues_nothing"
 METRICS = f"{MODULE}::test_metrics_count_what_the_clients_got_and_the_pool_the_engine_holds"
+CACHED = f"{MODULE}::test_a_finished_requests_full_blocks_show_as_cached_in_metrics_and_the_feed"
 WORKER, APP, PROTOCOL, METRIC = ("torchlet/serve/worker.py", "torchlet/serve/app.py",
                                  "torchlet/serve/protocol.py", "torchlet/serve/metrics.py")
 TOKENS, CANCEL, REFUSAL = "served tokens", "served cancellation", "served refusals"
+STATE = "served engine state"
 
 MUTANTS = [
     Mutant("serve-last-token-dropped", TOKENS, (
@@ -75,4 +77,17 @@ MUTANTS = [
         Edit(APP, "            self.queued -= 1\n", "            pass\n"),),
         (FULL,), (), "an ended request still counts against the limit: a server that was full "
                      "refuses every request after"),
+    Mutant("serve-used-blocks-counted-as-the-free-ones", STATE, (
+        Edit(METRIC, "            g.add_metric([\"used\"], pool[\"num_used\"])\n",
+             "            g.add_metric([\"used\"], pool[\"num_free\"])\n"),),
+        (METRICS,), (), "/metrics reports the free blocks as used"),
+    Mutant("serve-cached-blocks-counted-as-the-free-ones", STATE, (
+        Edit(METRIC, "            g.add_metric([\"cached\"], len(s[\"cached\"]))\n",
+             "            g.add_metric([\"cached\"], pool[\"num_free\"])\n"),),
+        (CACHED,), (), "/metrics counts every free block as cached, a prefix's K/V or not"),
+    Mutant("serve-feed-lists-no-cached-block", STATE, (
+        Edit(WORKER, "            \"cached\": self.engine.cached_blocks() if self.prefix "
+                     "else None,",
+             "            \"cached\": [] if self.prefix else None,"),),
+        (CACHED,), (), "the page's feed lists no cached block: the grid shows them free"),
 ]

@@ -15,7 +15,8 @@ class Paced:
     """An engine (any step-API version) whose steps, while held, wait for the spec to let them
     run: a request stays running for as long as the spec needs, on any machine, with no
     sleeping. Everything else is the engine's own. `steps` holds, for each step that ran, the
-    ids that got tokens in it: what the engine was asked to compute."""
+    ids that got tokens in it: what the engine was asked to compute; `tables`, where the version
+    pages, the block tables it left (block_tables(), read in the engine's thread)."""
 
     def __init__(self, engine):
         self.engine = engine
@@ -23,6 +24,7 @@ class Paced:
         self.allowed: int | None = None  # steps that may still run; None: no limit
         self.started = self.done = 0
         self.steps: list[set[int]] = []
+        self.tables: list[dict] = []
 
     def __getattr__(self, name):
         return getattr(self.engine, name)
@@ -35,8 +37,11 @@ class Paced:
             if self.allowed is not None:
                 self.allowed -= 1
         outputs = self.engine.step()
+        tables = getattr(self.engine, "block_tables", None)
         with self.ready:
             self.steps.append({o.request_id for o in outputs if o.tokens})
+            if tables is not None:
+                self.tables.append(tables())
             self.done += 1
             self.ready.notify_all()
         return outputs
@@ -60,6 +65,12 @@ class Paced:
             self.ready.notify_all()
             if not self.ready.wait_for(lambda: self.done >= target, timeout):
                 raise AssertionError("the step never ended")
+
+    def held(self, request_id: int) -> list[int]:
+        """The request's block table after the last step that left it holding blocks. For a
+        request that ran to its end, every block it filled is in it: the step that ends it
+        writes one more token, into a block the table has or a new, partial one."""
+        return next(t[request_id] for t in reversed(self.tables) if request_id in t)
 
     def tokens(self, request_id: int, since: int = 0) -> int:
         """Steps (from the since-th on) that gave the request a token."""

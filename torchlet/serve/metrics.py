@@ -83,11 +83,14 @@ class _Gauges:
             held = collections.Counter(b for t in tables.values() for b in t)
             shared = [b for b, n in held.items() if n > 1]
             g = GaugeMetricFamily("torchlet_kv_blocks", "K/V blocks of the pool, by state "
-                                  "(shared: held by more than one request's table)",
+                                  "(shared: held by more than one request's table; cached: free "
+                                  "and keeping a prefix's K/V for a later prompt until evicted)",
                                   labels=["state"])
             g.add_metric(["used"], pool["num_used"])
             g.add_metric(["free"], pool["num_free"])
             g.add_metric(["shared"], len(shared))
+            if s["cached"] is not None:
+                g.add_metric(["cached"], len(s["cached"]))
             yield g
         prefix = s["prefix"]
         if prefix is not None:

@@ -8,8 +8,8 @@ calls with the request's events: ("added", id), ("refused", message), ("tokens",
 ("end", reason, error). The app's emit hands them to the event loop (call_soon_threadsafe).
 
 The engine is reached only through the step API (add_request, step, abort, has_unfinished,
-last_step_stats) and, where its version has them, pool_stats, block_tables and
-prefix_cache_stats: every version from v03 on can serve.
+last_step_stats) and, where its version has them, pool_stats, block_tables,
+prefix_cache_stats and cached_blocks: every version from v03 on can serve.
 """
 from __future__ import annotations
 
@@ -203,6 +203,7 @@ class Worker:
             "tables": ({str(r): list(t) for r, t in self.engine.block_tables().items()}
                        if self.paged else None),
             "prefix": self.engine.prefix_cache_stats() if self.prefix else None,
+            "cached": self.engine.cached_blocks() if self.prefix else None,
             "stopped": self.stopped,
         }
         self.snapshot = snapshot

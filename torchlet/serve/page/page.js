@@ -110,9 +110,13 @@ function steps(list) {
   }));
 }
 
-function blocks(pool, tables) {
+// cached: blocks no request holds that keep a prefix's K/V, in eviction order (null without
+// a prefix cache).
+function blocks(pool, tables, cached) {
   const grid = $("blocks");
   if (!pool) return;
+  const next = {};
+  (cached || []).forEach((b, i) => { next[b] = i + 1; });
   const owners = {};
   for (const [id, table] of Object.entries(tables)) {
     for (const b of table) (owners[b] = owners[b] || []).push(id);
@@ -122,10 +126,11 @@ function blocks(pool, tables) {
     const cell = document.createElement("div");
     const held = owners[b] || [];
     cell.className = "block " + (b === 0 ? "null" : held.length > 1 ? "shared" :
-                                 held.length ? "used" : "free");
+                                 held.length ? "used" : next[b] ? "cached" : "free");
     cell.dataset.block = b;
     cell.title = b === 0 ? "block 0: the null block" :
-      `block ${b}: ${held.length ? "requests " + held.join(", ") : "free"}`;
+      `block ${b}: ${held.length ? "requests " + held.join(", ") :
+                     next[b] ? `cached, ${next[b]} of ${cached.length} in eviction order` : "free"}`;
     cells.push(cell);
   }
   grid.replaceChildren(...cells);
@@ -136,9 +141,10 @@ function render(s) {
   ids($("running"), s.running, s.tables);
   $("finished").textContent = Object.entries(s.finished).map(([k, v]) => `${k} ${v}`).join(", ") || "none";
   steps(s.steps);
-  blocks(s.pool, s.tables);
+  blocks(s.pool, s.tables, s.cached);
   let summary = `step ${s.step}, ${s.tokens_per_second.toFixed(1)} tokens/s`;
   if (s.pool) summary += `, blocks ${s.pool.num_used} used of ${s.pool.num_usable}`;
+  if (s.cached) summary += `, ${s.cached.length} cached`;
   if (s.prefix && s.prefix.queried_tokens) {
     summary += `, prefix hits ${(100 * s.prefix.hit_tokens / s.prefix.queried_tokens).toFixed(0)}%`;
   }
