@@ -23,7 +23,7 @@ least a prompt's last token is always computed, so a prompt the cache holds whol
 first token's logits (nano-vllm's bug #144).
 
 Files to compare: implementations/v12_prefix_cache/{block_pool.py, kv.py, runner.py, model.py}
-against implementations/v08_paged_gqa_py/{block_pool.py, kv.py},
+against implementations/v08_paged_gqa_py/kv.py,
 implementations/v07_cuda_graph/runner.py (the runner PrefixRunner extends) and
 implementations/v10_triton_paged_gqa/model.py (the memory ContextAttention extends).
 
