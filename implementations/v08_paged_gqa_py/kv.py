@@ -268,6 +268,11 @@ class PagedKV(LaneKV):
         pool = self.pool
         return sum(pool.num_tokens(r.id) % pool.block_size == 0 for r in requests)
 
+    def free_after_decode(self, requests: Sequence) -> int:
+        """Free blocks left once a decode step of these requests has taken its new ones (below
+        0: that many too few)."""
+        return self.pool.num_free - self.blocks_for_decode(requests)
+
     def grow(self, requests: Sequence) -> None:
         """Each request takes the room of the token this decode step feeds (a new block only
         when its last one is full); RequestError when the pool has none left."""

@@ -119,16 +119,20 @@ class PagedAttention:
     """K/V in blocks read through block tables, and the passes over them. `model` is the decoder
     it serves: the passes run its ops and its causal attention."""
 
-    # The K/V store and the decode attention in PyTorch (the functions above): what a pass runs
-    # here, and where a later memory's kernels do not run.
+    # The K/V store and the decode attention, held as data: in PyTorch (the functions above),
+    # and on kernels where a later memory has them (v10), None here.
     pytorch = (store_kv, paged_decode_attention)
+    kernels = None
 
     def __init__(self, model):
         self.model = model
 
     def functions(self, t: torch.Tensor):
         """The K/V store and the decode attention a pass over tensors like t runs, chosen once
-        for the pass: v08's PyTorch ones."""
+        for the pass: the kernels, if the memory has them and the ops run theirs on t (v09's
+        on_triton); else the PyTorch ones."""
+        if self.kernels is not None and self.model.ops.on_triton(t):
+            return self.kernels
         return self.pytorch
 
     def forward_decode(self, weights, token_ids: torch.Tensor, positions: torch.Tensor,
@@ -183,9 +187,13 @@ class PagedDecoder(CachedDecoder):
         return self.Memory(self)
 
     def __getattr__(self, name: str):
-        """A pass or a function the decoder does not hold is its memory's, else its ops'."""
+        """A pass or a function the decoder does not hold is its memory's, else its ops'. Found
+        once and then held on the decoder, as its memory is: a runner asks for the same passes
+        at every step. (Set ops and Memory before the decoder's first use.)"""
         memory = self.memory
-        return getattr(memory if hasattr(memory, name) else self.ops, name)
+        found = getattr(memory if hasattr(memory, name) else self.ops, name)
+        setattr(self, name, found)
+        return found
 
     def forward_ragged(self, weights, token_ids: torch.Tensor,
                        req_indptr: torch.Tensor) -> torch.Tensor:
