@@ -19,7 +19,7 @@ dispatch mode below the engine (spec/support/kernel_calls.py) sees every kernel 
 the replayed decode step and in the cache-free pass.
 
 Files to compare: implementations/v09_triton_basics/model.py against
-implementations/v08_paged_gqa_py/paged_attention.py and v05's forward_layers and residual_block; v09's
+implementations/v08_paged_gqa_py/model.py and v05's forward_layers and residual_block; v09's
 __init__.py (PARTS) against v08's.
 
 Tradeoff left visible: the kernels take float32/float16/bfloat16 on a GPU and float32 on CPU,

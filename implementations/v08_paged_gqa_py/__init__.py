@@ -4,7 +4,7 @@ replay; when the pool runs out, the request admitted last is preempted and recom
 
 Swaps the K/V memory (kv.py: PagedKV over its BlockPool, with metadata.py's
 FlashInfer-style view), the request (request.py: PagedRequest, which carries its block table),
-the model (paged_attention.py: PagedDecoder, v02's decoder composing two parts swapped on their
+the model (model.py: PagedDecoder, v02's decoder composing two parts swapped on their
 own from here on: its ops, v05's PassOps, and its memory, PagedAttention: K/V stored and read
 through the block tables by that file's PyTorch functions, and the paged passes), the
 decode inputs (inputs.py: PagedInputs, each lane's table, length and new slot, in room each
@@ -16,10 +16,12 @@ from torchlet.contract import PAGED_DECODE_ATTENTION, PAGED_KV
 from ..v07_cuda_graph import CAPABILITIES as PREVIOUS
 from ..v07_cuda_graph import PARTS as BEFORE
 from ..v07_cuda_graph import Batch, ContinuousBatching, DecodeBuffers, GraphedRunner, PassOps, StepEngine, graphs
-from . import metadata, paged_attention
+from . import metadata
+# model.py's PyTorch paged attention, passed on to later versions (and the specs) by this name
+from . import model as paged_attention
 from .inputs import PagedDecodeBuffers, PagedInputs
 from .kv import BlockPool, PagedKV, PoolExhausted
-from .paged_attention import PagedAttention, PagedDecoder, layers
+from .model import PagedAttention, PagedDecoder, layers
 from .request import PagedRequest
 from .scheduler import PagedAdmission, PreemptingScheduler
 

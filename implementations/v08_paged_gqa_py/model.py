@@ -13,8 +13,9 @@ A new memory layout, so a decoder of two parts from here on, each swapped on its
   rotation once per pass; v09 hands it Triton kernels, v13 fused ones);
 - its memory, how K/V is stored and read and the passes over it (PagedAttention here: the store
   and the decode attention are this file's functions, and the paged decode and prefill passes;
-  v10 swaps in kernels, v12 adds the prefill over a cached prefix). A pass picks its store and
-  attention once (functions), so a later memory swaps kernels in by that choice alone.
+  v10 adds kernels, v12 the prefill over a cached prefix). The memory holds its store and
+  attention as data, the PyTorch pair and a later memory's kernels, and a pass picks one pair
+  once (functions): a later memory swaps kernels in by holding them, no method of its own.
 PagedDecoder is v02's decoder (the phases' fused causal attention, the ragged bookkeeping) that
 composes the two; a name it does not hold is its memory's, else its ops'. Its cache-free pass
 runs the ops' layer loop too, so every pass runs the same layers.
