@@ -12,7 +12,7 @@ Core principle: every usable block is either free or owned by exactly one reques
 step, and everything comes back when requests end (finish, abort or preemption).
 
 Files to compare: implementations/v05_decode_lanes/kv.py (LaneKV: lane reservation) with
-implementations/v08_paged_gqa_py/block_pool.py.
+implementations/v08_paged_gqa_py/kv.py (BlockPool).
 
 Tradeoff left visible: the unused tail of a request's last block is still wasted (under one
 block per request); a smaller block wastes less but makes tables longer and kernels gather more

@@ -15,7 +15,7 @@ reads no slot outside a request's context (the caches here start as NaN, so such
 
 Files to compare: implementations/v05_decode_lanes/model.py (lane_attention: attention over
 per-slot buffers, the model v07 replays) with
-implementations/v08_paged_gqa_py/{metadata.py, paged_attention.py}, and later
+implementations/v08_paged_gqa_py/{metadata.py, model.py}, and later
 implementations/v10_triton_paged_gqa/paged_kernels.py (the same cache layout in a Triton kernel).
 
 Tradeoff left visible: the PyTorch decode gathers every slot of the padded tables into a

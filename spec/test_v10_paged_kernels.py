@@ -17,7 +17,7 @@ read past a context would show. The store writes exactly the named slots: the wh
 compared before and after.
 
 Files to compare: implementations/v10_triton_paged_gqa/paged_kernels.py against
-implementations/v08_paged_gqa_py/paged_attention.py (paged_decode_attention, store_kv).
+implementations/v08_paged_gqa_py/model.py (paged_decode_attention, store_kv).
 
 A batch of few request x KV head pairs (fewer than the GPU's SMs) has each context split into
 chunks, one program each (flash-decoding), and a second launch combines each pair's

@@ -21,7 +21,7 @@ spec/test_v09_triton_engine.py, which runs on every version with triton_basics.
 
 Files to compare: implementations/v10_triton_paged_gqa/model.py against
 implementations/v08_paged_gqa_py/model.py (the passes that call store_kv and
-paged_decode_attention) and implementations/v08_paged_gqa_py/paged_attention.py.
+paged_decode_attention, and those functions).
 
 Tradeoff left visible: the CPU graph stand-in replays each kernel as one custom op, so the
 interpreter runs it at every replay: slow on CPU, hence tiny shapes and few tokens. In float64 no

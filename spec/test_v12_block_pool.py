@@ -18,8 +18,8 @@ and a hit never serves K/V of other tokens: the hash only finds a candidate, the
 prefix confirms it, so even a hash that collides on everything (a spec passes one) serves no
 wrong block. At least the last prompt token is always computed, so a full hit still has logits.
 
-Files to compare: implementations/v08_paged_gqa_py/{block_pool.py, kv.py} with
-implementations/v12_prefix_cache/{block_pool.py, kv.py}.
+Files to compare: implementations/v08_paged_gqa_py/kv.py (BlockPool, PagedKV) with
+implementations/v12_prefix_cache/kv.py (PrefixBlockPool, PrefixKV).
 
 Tradeoff left visible: each hashed block keeps its whole token prefix to compare (memory
 quadratic in the prompt, over the block size), and a hit compares it again. Two requests with the

@@ -23,8 +23,8 @@ prefix name the same physical blocks for it, and their first differing block is 
 least a prompt's last token is always computed, so a prompt the cache holds whole still gets its
 first token's logits (nano-vllm's bug #144).
 
-Files to compare: implementations/v12_prefix_cache/{block_pool.py, kv.py, runner.py, model.py}
-against implementations/v08_paged_gqa_py/{block_pool.py, kv.py},
+Files to compare: implementations/v12_prefix_cache/{kv.py, runner.py, model.py}
+against implementations/v08_paged_gqa_py/kv.py,
 implementations/v07_cuda_graph/runner.py (the runner PrefixRunner extends) and
 implementations/v10_triton_paged_gqa/model.py (the memory ContextAttention extends).
 

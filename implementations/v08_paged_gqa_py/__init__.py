@@ -2,11 +2,11 @@
 through a block table, attention over the table in readable PyTorch. Decode keeps v07's graph
 replay; when the pool runs out, the request admitted last is preempted and recomputed later.
 
-Swaps the K/V memory (kv.py: PagedKV over block_pool.py's BlockPool, with metadata.py's
+Swaps the K/V memory (kv.py: PagedKV over its BlockPool, with metadata.py's
 FlashInfer-style view), the request (request.py: PagedRequest, which carries its block table),
-the model (model.py: PagedDecoder, v02's decoder composing two parts swapped on their own from
-here on: its ops, v05's PassOps, and its memory, PagedAttention: K/V stored and read through the
-block tables by paged_attention.py's PyTorch functions, and the paged passes), the
+the model (model.py: PagedDecoder, v02's decoder composing two parts swapped on their
+own from here on: its ops, v05's PassOps, and its memory, PagedAttention: K/V stored and read
+through the block tables by that file's PyTorch functions, and the paged passes), the
 decode inputs (inputs.py: PagedInputs, each lane's table, length and new slot, in room each
 request takes as it feeds a token), the policy
 (scheduler.py: PagedAdmission, admission over free blocks) and the scheduler (scheduler.py:
@@ -16,10 +16,11 @@ from torchlet.contract import PAGED_DECODE_ATTENTION, PAGED_KV
 from ..v07_cuda_graph import CAPABILITIES as PREVIOUS
 from ..v07_cuda_graph import PARTS as BEFORE
 from ..v07_cuda_graph import Batch, ContinuousBatching, DecodeBuffers, GraphedRunner, PassOps, StepEngine, graphs
-from . import metadata, paged_attention
-from .block_pool import BlockPool, PoolExhausted
+from . import metadata
+# model.py's PyTorch paged attention, passed on to later versions (and the specs) by this name
+from . import model as paged_attention
 from .inputs import PagedDecodeBuffers, PagedInputs
-from .kv import PagedKV
+from .kv import BlockPool, PagedKV, PoolExhausted
 from .model import PagedAttention, PagedDecoder, layers
 from .request import PagedRequest
 from .scheduler import PagedAdmission, PreemptingScheduler

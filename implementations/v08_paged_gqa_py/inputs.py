@@ -8,7 +8,7 @@ import numpy as np
 import torch
 
 from ..v07_cuda_graph import DecodeBuffers, StaticInputs
-from .block_pool import NULL_BLOCK
+from .metadata import NULL_BLOCK
 
 
 class PagedDecodeBuffers(DecodeBuffers):

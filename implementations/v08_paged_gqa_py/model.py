@@ -1,18 +1,25 @@
-"""The decoder over a paged K/V cache. Each layer's cache is [num_blocks, block_size, kv_heads,
-head_dim]; a token's K/V lives in the slot its request's block table names, and attention reads
-through the table (paged_attention.py). Decode keeps v05's fixed lanes; each lane carries its
-request's padded block table and context length, so the step's shapes never change.
+"""The model over a paged K/V cache: attention that reads K/V through block tables, in plain
+PyTorch, and the decoder whose passes run it.
+
+Each layer's cache is a pair k_cache, v_cache of shape [num_blocks, block_size, num_kv_heads,
+head_dim]. Token p of a request whose table is T lives at cache[T[p // block_size], p %
+block_size]; in the cache viewed flat as [num_blocks * block_size, kv_heads, head_dim] that is
+slot T[p // block_size] * block_size + p % block_size. Grouped-query attention: query head h
+reads KV head h // (num_heads / num_kv_heads). Decode keeps v05's fixed lanes; each lane carries
+its request's padded block table and context length, so the step's shapes never change.
 
 A new memory layout, so a decoder of two parts from here on, each swapped on its own:
 - its ops, the maths every pass runs (v05's PassOps here: v01_1's phases, the layer loop, the
   rotation once per pass; v09 hands it Triton kernels, v13 fused ones);
 - its memory, how K/V is stored and read and the passes over it (PagedAttention here: the store
-  and the decode attention in PyTorch, the paged decode and prefill passes; v10 swaps in kernels,
-  v12 adds the prefill over a cached prefix). A pass picks its store and attention once
-  (functions), so a later memory swaps kernels in by that choice alone.
+  and the decode attention are this file's functions, and the paged decode and prefill passes;
+  v10 adds kernels, v12 the prefill over a cached prefix). The memory holds its store and
+  attention as data, the PyTorch pair and a later memory's kernels, and a pass picks one pair
+  once (functions): a later memory swaps kernels in by holding them, no method of its own.
 PagedDecoder is v02's decoder (the phases' fused causal attention, the ragged bookkeeping) that
 composes the two; a name it does not hold is its memory's, else its ops'. Its cache-free pass
-runs the ops' layer loop too, so every pass runs the same layers."""
+runs the ops' layer loop too, so every pass runs the same layers.
+"""
 from __future__ import annotations
 
 from functools import cached_property
@@ -20,25 +27,113 @@ from functools import cached_property
 import torch
 
 from ..v07_cuda_graph import CachedDecoder, PassOps
-from . import paged_attention
 
-__all__ = ["PagedAttention", "PagedDecoder", "layers"]
+
+def _flat(cache: torch.Tensor) -> torch.Tensor:
+    """The cache as [num_blocks * block_size, kv_heads, head_dim], sharing its storage."""
+    return cache.view(-1, *cache.shape[2:])
+
+
+def store_kv(k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+             slot_mapping: torch.Tensor) -> None:
+    """Write k, v [T, kv_heads, head_dim] into the slots slot_mapping [T] (int64) names; an entry
+    of -1 writes nothing.
+
+    Shapes never depend on the data, so a CUDA graph can capture this: a -1 entry reads slot 0,
+    which lies in the null block that no request owns, and writes the same value back."""
+    keep = (slot_mapping >= 0)[:, None, None]
+    slots = slot_mapping.clamp(min=0)
+    for new, cache in ((k, _flat(k_cache)), (v, _flat(v_cache))):
+        cache[slots] = torch.where(keep, new.to(cache.dtype), cache[slots])
+
+
+def gather_kv(cache: torch.Tensor, block_table: torch.Tensor, num_tokens: int) -> torch.Tensor:
+    """The first num_tokens tokens of one request, contiguous: [num_tokens, kv_heads, head_dim]."""
+    return cache[block_table.long()].flatten(0, 1)[:num_tokens]
+
+
+def _compute_dtype(dtype: torch.dtype) -> torch.dtype:
+    # Softmax in at least float32; float64 inputs stay float64 so references can be exact.
+    return torch.promote_types(dtype, torch.float32)
+
+
+def paged_decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+                           block_tables: torch.Tensor, context_lens: torch.Tensor,
+                           scale: float) -> torch.Tensor:
+    """One new token per request: q [B, heads, head_dim] attends over the first context_lens[b]
+    tokens named by block_tables [B, max_blocks] (padded with the null block). -> [B, heads,
+    head_dim]. A row with context 0 (batch padding) gives zeros."""
+    batch, heads, head_dim = q.shape
+    kv_heads = k_cache.shape[2]
+    dtype = _compute_dtype(q.dtype)
+    # [B, max_blocks * block_size, kv_heads, head_dim]: every slot the padded tables name.
+    k = k_cache[block_tables.long()].flatten(1, 2).to(dtype)
+    v = v_cache[block_tables.long()].flatten(1, 2).to(dtype)
+    valid = torch.arange(k.shape[1], device=q.device)[None, :] < context_lens[:, None]  # [B, S]
+    qg = q.to(dtype).view(batch, kv_heads, heads // kv_heads, head_dim)
+    scores = torch.einsum("bkgd,bskd->bkgs", qg, k) * scale
+    scores = scores.masked_fill(~valid[:, None, None, :], float("-inf"))
+    probs = torch.softmax(scores, dim=-1).nan_to_num(0.0)  # all-masked rows: zeros, not NaN
+    # Slots past a context hold whatever an earlier owner left (even NaN): 0 * NaN is NaN.
+    v = v.masked_fill(~valid[:, :, None, None], 0.0)
+    out = torch.einsum("bkgs,bskd->bkgd", probs, v)
+    return out.reshape(batch, heads, head_dim).to(q.dtype)
+
+
+def causal_attention_with_prefix(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                                 scale: float) -> torch.Tensor:
+    """q [t, heads, D] are the last t of the n tokens whose k, v [n, kv_heads, D] are given;
+    query i (position n - t + i) sees keys 0 .. n - t + i."""
+    t, heads, head_dim = q.shape
+    n, kv_heads = k.shape[0], k.shape[1]
+    dtype = _compute_dtype(q.dtype)
+    qg = q.to(dtype).view(t, kv_heads, heads // kv_heads, head_dim)
+    scores = torch.einsum("tkgd,skd->kgts", qg, k.to(dtype)) * scale
+    query_pos = torch.arange(n - t, n, device=q.device)[:, None]
+    key_pos = torch.arange(n, device=q.device)[None, :]
+    scores = scores.masked_fill(key_pos > query_pos, float("-inf"))
+    probs = torch.softmax(scores, dim=-1)
+    out = torch.einsum("kgts,skd->tkgd", probs, v.to(dtype))
+    return out.reshape(t, heads, head_dim).to(q.dtype)
+
+
+def paged_prefill_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+                            qo_indptr: torch.Tensor, block_tables: torch.Tensor,
+                            context_lens: torch.Tensor, scale: float) -> torch.Tensor:
+    """New tokens of B requests, ragged: q [T, heads, D], request b's rows qo_indptr[b] ..
+    qo_indptr[b+1] - 1 are the last tokens of its context_lens[b]. Their K/V must already be
+    stored. Each new token attends causally over the cached prefix and the new tokens up to
+    itself. -> [T, heads, D]. One request at a time: prefill is not graph-captured."""
+    out = torch.empty_like(q)
+    bounds = qo_indptr.tolist()
+    for b, n in enumerate(context_lens.tolist()):
+        lo, hi = bounds[b], bounds[b + 1]
+        if hi == lo:
+            continue
+        k = gather_kv(k_cache, block_tables[b], n)
+        v = gather_kv(v_cache, block_tables[b], n)
+        out[lo:hi] = causal_attention_with_prefix(q[lo:hi], k, v, scale)
+    return out
 
 
 class PagedAttention:
     """K/V in blocks read through block tables, and the passes over them. `model` is the decoder
     it serves: the passes run its ops and its causal attention."""
 
-    # The K/V store and the decode attention in PyTorch (paged_attention.py): what a pass runs
-    # here, and where a later memory's kernels do not run.
-    pytorch = (paged_attention.store_kv, paged_attention.paged_decode_attention)
+    # The K/V store and the decode attention, held as data: in PyTorch (the functions above),
+    # and on kernels where a later memory has them (v10), None here.
+    pytorch = (store_kv, paged_decode_attention)
+    kernels = None
 
     def __init__(self, model):
         self.model = model
 
     def functions(self, t: torch.Tensor):
         """The K/V store and the decode attention a pass over tensors like t runs, chosen once
-        for the pass: v08's PyTorch ones."""
+        for the pass: the kernels, if the memory has them and the ops run theirs on t (v09's
+        on_triton); else the PyTorch ones."""
+        if self.kernels is not None and self.model.ops.on_triton(t):
+            return self.kernels
         return self.pytorch
 
     def forward_decode(self, weights, token_ids: torch.Tensor, positions: torch.Tensor,
@@ -93,9 +188,13 @@ class PagedDecoder(CachedDecoder):
         return self.Memory(self)
 
     def __getattr__(self, name: str):
-        """A pass or a function the decoder does not hold is its memory's, else its ops'."""
+        """A pass or a function the decoder does not hold is its memory's, else its ops'. Found
+        once and then held on the decoder, as its memory is: a runner asks for the same passes
+        at every step. (Set ops and Memory before the decoder's first use.)"""
         memory = self.memory
-        return getattr(memory if hasattr(memory, name) else self.ops, name)
+        found = getattr(memory if hasattr(memory, name) else self.ops, name)
+        setattr(self, name, found)
+        return found
 
     def forward_ragged(self, weights, token_ids: torch.Tensor,
                        req_indptr: torch.Tensor) -> torch.Tensor:

@@ -59,7 +59,7 @@ class PagedAdmission:
 
     def admit(self, waiting: deque[Request], running: list[Request]) -> int:
         pool = self.kv.pool
-        free = pool.num_free - self.kv.blocks_for_decode(running)
+        free = self.kv.free_after_decode(running)
         lanes = self.kv.num_free()
         count = 0
         for request in itertools.islice(waiting, self.inner.admit(waiting, running)):

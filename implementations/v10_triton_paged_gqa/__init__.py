@@ -2,9 +2,9 @@
 step stores new K/V with a store kernel and attends with a paged decode-attention kernel that
 follows the block tables with an online softmax; the step is still replayed as a graph.
 
-Swaps one part, the model (model.py: its memory, TritonPagedAttention, v08's with the K/V store
-and the decode attention on the kernels of paged_kernels.py; v08's decoder composes it with
-v09's ops)."""
+Swaps one part, the model (model.py: its memory, TritonPagedAttention, v08's holding the K/V
+store and the decode attention kernels of paged_kernels.py; v08's decoder composes it with v09's
+ops)."""
 from torchlet.contract import PAGED_DECODE_ATTENTION, TRITON_PAGED
 
 from ..v09_triton_basics import CAPABILITIES as PREVIOUS

@@ -4,13 +4,11 @@ the step a graph replays is kernels and matmuls end to end. Prefill stores its K
 store kernel; its attention stays v09's PyTorch causal attention (a prefill kernel is later work).
 
 The decoder is v08's over v09's ops; only its memory changes: TritonPagedAttention is v08's
-PagedAttention with the choice of the two functions its passes store and attend through
-(functions) overridden; the passes themselves are v08's. On CPU in float64 (the
-specs' reference dtype), where no kernel runs, both keep v08's PyTorch functions, as v09's ops
-keep v00's layers."""
+PagedAttention holding the two kernels (as data, kernels) beside v08's PyTorch functions; a pass
+chooses between them once, by v08's rule, and the passes themselves are v08's. On CPU in float64
+(the specs' reference dtype), where no kernel runs, both keep v08's PyTorch functions, as v09's
+ops keep v00's layers."""
 from __future__ import annotations
-
-import torch
 
 from ..v09_triton_basics import PagedAttention, PagedDecoder, TritonOps
 from . import paged_kernels
@@ -19,14 +17,10 @@ __all__ = ["TritonPagedAttention", "layers"]
 
 
 class TritonPagedAttention(PagedAttention):
-    """v08's paged memory, its K/V store and decode attention on the kernels."""
+    """v08's paged memory holding kernels for its K/V store and decode attention, which its
+    passes run where the ops' kernels take their tensors (v08's choice, functions)."""
 
-    def functions(self, t: torch.Tensor):
-        """The store kernel and the paged decode-attention kernel where the kernels take t (the
-        ops' on_triton); elsewhere v08's PyTorch functions."""
-        if self.model.ops.on_triton(t):
-            return paged_kernels.store_kv, paged_kernels.paged_decode_attention
-        return self.pytorch
+    kernels = (paged_kernels.store_kv, paged_kernels.paged_decode_attention)
 
 
 layers = PagedDecoder()  # v08's decoder, composing this version's ops and memory

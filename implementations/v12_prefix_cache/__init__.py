@@ -4,8 +4,8 @@ hash of its parent block's hash and its token ids; a prompt's leading full block
 the rest of the prompt is prefilled. A block whose count falls to 0 stays cached, evictable, and
 is evicted least recently used, when a new block is needed.
 
-Swaps the K/V memory (kv.py: PrefixKV over block_pool.py's PrefixBlockPool: reference counts,
-the hash chain, the evictable queue), the runner (runner.py: PrefixRunner, which shares,
+Swaps the K/V memory (kv.py: PrefixKV over its PrefixBlockPool: reference counts, the hash
+chain, the evictable queue), the runner (runner.py: PrefixRunner, which shares,
 computes and seals) and the model (model.py: its memory, ContextAttention, v10's plus the prefill
 of uncached rows, which attend over their whole context; v08's decoder composes it with v09's
 ops)."""
@@ -14,8 +14,7 @@ from torchlet.contract import PREFIX_CACHE
 from ..v11_sampling import CAPABILITIES as PREVIOUS
 from ..v11_sampling import PARTS as BEFORE
 from ..v11_sampling import (Batch, BlockPool, ContinuousBatching, GraphedRunner, KERNELS, PagedAdmission, PagedDecoder, PagedInputs, PagedRequest, PoolExhausted, PreemptingScheduler, StepEngine, TritonOps, graphs, kernels, metadata, paged_attention, paged_kernels, sampler)
-from .block_pool import PrefixBlockPool
-from .kv import PrefixKV
+from .kv import PrefixBlockPool, PrefixKV
 from .model import ContextAttention, layers
 from .runner import PrefixRunner
 

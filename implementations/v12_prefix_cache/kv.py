@@ -4,15 +4,164 @@ their K/V is written. With prefix_cache=False it is v08's memory, unchanged.
 
 With poison_free_blocks, a freed block is poisoned only when nothing is left in it worth
 keeping: a block another request still holds is live, and a hashed one stays cached (its K/V is
-what a later hit reads). A cached block is poisoned when it is evicted, before its reuse."""
+what a later hit reads). A cached block is poisoned when it is evicted, before its reuse.
+
+The pool (PrefixBlockPool) shares full blocks between requests with the same prompt prefix.
+Each full block of a request gets a hash of its parent block's hash and its own token ids: a
+chain, so equal hashes mean (barring collisions) equal prefixes, not just equal blocks. A request
+that starts with a cached prefix shares those blocks instead of computing their K/V again; a
+block counts the block tables that hold it. A block whose count falls to 0 keeps its hash and
+K/V and waits, evictable, at the end of the free list: the next allocation that needs a block
+takes the least recently freed one and only then drops its hash (an eviction). A hash only
+points at a candidate: a hit is confirmed by comparing the whole token prefix, so a collision
+never serves another prefix's K/V.
+"""
 from __future__ import annotations
 
+from collections import OrderedDict
 from typing import Callable, Hashable, Sequence
 
-from torchlet.contract import BuildOption
+from torchlet.contract import BuildOption, RequestError
 
 from ..v11_sampling import BlockPool, PagedKV
-from .block_pool import PrefixBlockPool
+
+
+def default_block_hash(parent: Hashable | None, tokens: tuple[int, ...]) -> Hashable:
+    """Python's hash of (parent hash, token ids): fast, and its collisions are harmless, since a
+    hit also compares the tokens."""
+    return hash((parent, tokens))
+
+
+class PrefixBlockPool(BlockPool):
+    """BlockPool with reference-counted, hashed full blocks. Without allocate_cached and seal it
+    behaves exactly as BlockPool: nothing is hashed, so nothing is shared or kept."""
+
+    def __init__(self, num_blocks: int, block_size: int = 16,
+                 block_hash: Callable[[Hashable | None, tuple[int, ...]], Hashable] =
+                 default_block_hash, on_evict: Callable[[int], None] | None = None):
+        super().__init__(num_blocks, block_size)
+        # An ordered dict instead of v08's deque: a revived block leaves the middle in O(1).
+        self._free: OrderedDict[int, None] = OrderedDict.fromkeys(self._free)
+        self.block_hash, self.on_evict = block_hash, on_evict
+        self._refs: dict[int, int] = {}             # held block -> tables holding it
+        self._hash: dict[int, Hashable] = {}        # hashed block -> its hash
+        self._prefix: dict[int, tuple] = {}         # hashed block -> all tokens up to its end
+        self._cached: dict[Hashable, int] = {}      # hash -> the one block registered under it
+        self._chain: dict[int, list[Hashable]] = {}  # request -> hashes of its full blocks so far
+        self.hit_tokens = self.queried_tokens = self.evictions = 0
+
+    # --- lookup --------------------------------------------------------------------------------
+
+    def lookup(self, tokens: Sequence[int]) -> list[int]:
+        """The cached blocks a request with these tokens would share now, changing nothing: the
+        longest run of full blocks inside tokens[:-1] (the last token is always computed, so the
+        request has logits to sample from) whose recorded prefix equals the tokens."""
+        tokens, size, hits, parent = tuple(tokens), self.block_size, [], None
+        for end in range(size, len(tokens), size):  # end < len(tokens): never the last token
+            parent = self.block_hash(parent, tokens[end - size:end])
+            block = self._cached.get(parent)
+            if block is None or self._prefix[block] != tokens[:end]:  # a miss or a collision
+                break
+            hits.append(block)
+        return hits
+
+    def can_allocate_cached(self, tokens: Sequence[int]) -> bool:
+        return self._from_free(tokens, self.lookup(tokens)) <= self.num_free
+
+    def _from_free(self, tokens: Sequence[int], hits: list[int]) -> int:
+        """Blocks allocate_cached would take off the free list: the new ones, and the cached
+        ones nobody holds (they wait on the free list until revived)."""
+        idle = sum(1 for b in hits if b not in self._refs)
+        return self.blocks_needed(len(tokens)) - len(hits) + idle
+
+    # --- ownership -----------------------------------------------------------------------------
+
+    def allocate_cached(self, request_id: int, tokens: Sequence[int]) -> int:
+        """Give a request blocks for all its tokens, sharing the cached prefix; returns the hit
+        tokens (whole blocks), whose K/V need not be computed. Refuses as allocate does."""
+        hits = self.lookup(tokens)
+        self._check_fits(request_id, len(tokens), self._from_free(tokens, hits))
+        for block in hits:
+            # Revive before taking new blocks, so _take can never evict a block being shared.
+            self._free.pop(block, None)
+            self._refs[block] = self._refs.get(block, 0) + 1
+        fresh = [self._take() for _ in range(self.blocks_needed(len(tokens)) - len(hits))]
+        self._tables[request_id] = hits + fresh
+        self._tokens[request_id] = len(tokens)
+        self._chain[request_id] = [self._hash[b] for b in hits]
+        self.queried_tokens += len(tokens)
+        self.hit_tokens += len(hits) * self.block_size
+        return len(hits) * self.block_size
+
+    def seal(self, request_id: int, tokens: Sequence[int]) -> None:
+        """Hash every full block of the request not hashed yet, once its K/V is written (tokens:
+        all the request holds K/V for), and register it for lookup. A block whose hash another
+        block holds already (the same prefix computed twice in one step, or a collision) stays
+        private and unhashed: one block per hash."""
+        if len(tokens) != self._tokens[request_id]:
+            raise RequestError(f"request {request_id} holds {self._tokens[request_id]} tokens, "
+                             f"sealed with {len(tokens)}")
+        chain = self._chain.setdefault(request_id, [])  # allocate() starts with no hashes
+        table, size = self._tables[request_id], self.block_size
+        for i in range(len(chain), len(tokens) // size):
+            end = (i + 1) * size
+            h = self.block_hash(chain[-1] if chain else None, tuple(tokens[end - size:end]))
+            chain.append(h)
+            if h not in self._cached:
+                self._cached[h], self._hash[table[i]] = table[i], h
+                self._prefix[table[i]] = tuple(tokens[:end])
+
+    def _take(self) -> int:
+        """The least recently freed block; a cached one loses its hash here (it is evicted)."""
+        block, _ = self._free.popitem(last=False)
+        if block in self._hash:
+            del self._cached[self._hash.pop(block)]
+            del self._prefix[block]
+            self.evictions += 1
+            if self.on_evict is not None:
+                self.on_evict(block)
+        self._refs[block] = 1
+        return block
+
+    def free(self, request_id: int) -> int:
+        """Drop the request's hold on its blocks, tail first; a block nobody holds any more goes
+        to the end of the free list, keeping its hash, so a request's tail is evicted before its
+        head (which others are likelier to share). Returns how many blocks came free."""
+        if request_id not in self._tables:
+            raise RequestError(f"request {request_id} holds no blocks")
+        table = self._tables.pop(request_id)
+        del self._tokens[request_id]
+        self._chain.pop(request_id, None)
+        freed = 0
+        for block in reversed(table):
+            self._refs[block] -= 1
+            if self._refs[block] == 0:
+                del self._refs[block]
+                self._free[block] = None
+                freed += 1
+        return freed
+
+    # --- reading -------------------------------------------------------------------------------
+
+    def ref_count(self, block: int) -> int:
+        """How many block tables hold the block."""
+        return self._refs.get(block, 0)
+
+    def holders(self) -> dict[int, tuple[int, ...]]:
+        """Physical block -> every request whose table holds it, for every block in use.
+        (owners() names one request per block, as in v08: the last that holds it.)"""
+        out: dict[int, tuple[int, ...]] = {}
+        for rid, table in self._tables.items():
+            for block in table:
+                out[block] = out.get(block, ()) + (rid,)
+        return out
+
+    def hash_of(self, block: int) -> Hashable | None:
+        return self._hash.get(block)
+
+    def cached(self) -> dict[int, tuple[Hashable, tuple[int, ...]]]:
+        """Hashed block -> (its hash, the token prefix the hash was made from)."""
+        return {b: (h, self._prefix[b]) for b, h in self._hash.items()}
 
 
 class PrefixKV(PagedKV):

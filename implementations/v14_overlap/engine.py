@@ -95,7 +95,7 @@ class OverlapEngine(StepEngine):
         everyone = batch.requests  # a new list at each read
         rows = [i for i, r in enumerate(everyone) if len(r.tokens) + 1 < r.params.max_new_tokens]
         requests = everyone if len(rows) == len(everyone) else [everyone[i] for i in rows]
-        if not requests or self.kv.blocks_for_decode(requests) > self.kv.pool.num_free:
+        if not requests or self.kv.free_after_decode(requests) < 0:
             return None
         if requests is not everyone:
             tokens = self._pick(tokens, rows)

@@ -72,7 +72,7 @@ class TokenBudget(PagedAdmission):
         lane free, and free blocks (less those the decodes take) for its whole sequence, counted
         as if nothing were cached, as v08 counts them."""
         pool = self.kv.pool
-        free = pool.num_free - self.kv.blocks_for_decode([r for r in running if not r.prefilling])
+        free = self.kv.free_after_decode([r for r in running if not r.prefilling])
         return (len(running) < self.inner.max_running and self.kv.num_free() > 0
                 and pool.blocks_needed(len(request.sequence)) <= free)
 

@@ -7,7 +7,7 @@ from spec.mutants import Edit, Mutant
 INPUTS = "v08_paged_gqa_py/inputs.py"
 KV = "v08_paged_gqa_py/kv.py"
 STATIC_INPUTS = "v06_static_buffers/inputs.py"  # decode_buffers(), which v08 inherits
-POOL = "v08_paged_gqa_py/block_pool.py"
+POOL = "v08_paged_gqa_py/kv.py"  # its BlockPool
 
 PAGED = "spec/test_v08_paged_engine.py"
 POISON = (f"{PAGED}::test_with_unowned_blocks_poisoned_no_live_request_sees_a_nan_through_"

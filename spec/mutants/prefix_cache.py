@@ -3,7 +3,7 @@ hit serves only K/V of the same tokens. Each mutant keeps allocation without sha
 v08's allocator specs pass against it; the prefix pool's page must notice."""
 from spec.mutants import Edit, Mutant
 
-POOL = "v12_prefix_cache/block_pool.py"
+POOL = "v12_prefix_cache/kv.py"  # its PrefixBlockPool
 KV = "v12_prefix_cache/kv.py"
 RUNNER = "v12_prefix_cache/runner.py"
 
