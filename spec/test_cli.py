@@ -130,6 +130,18 @@ def test_the_stream_decoder_holds_back_half_a_character():
     assert pieces[0] == ""  # the first byte of é alone is not text yet
 
 
+def test_the_stream_decoder_decodes_a_few_ids_per_token_however_long_the_answer():
+    """What it hands the tokenizer, watched: windows of a few ids, where decoding the answer so
+    far at every token made a 1,000-token stream cost a million ids' decoding."""
+    tokenizer = byte_tokenizer()
+    text = "été à Paris, 你好 🙂 " * 30
+    decoded, decode = [], tokenizer.decode
+    tokenizer.decode = lambda ids, **kw: decoded.append(len(ids)) or decode(ids, **kw)
+    decoder = StreamDecoder(tokenizer)
+    assert "".join(decoder.push(t) for t in tokenizer.encode(text)) + decoder.flush() == text
+    assert max(decoded) <= 8, max(decoded)  # a 4-byte character and the one before it
+
+
 def test_the_stream_decoder_gives_back_bytes_that_never_became_text_at_the_end():
     tokenizer = byte_tokenizer()
     decoder = StreamDecoder(tokenizer)

@@ -228,6 +228,28 @@ def test_the_openai_client_gets_engine_generate_s_tokens_streamed_and_not(
     assert r.choices[0].text == want, "a prompt of token ids is the same prompt"
 
 
+def test_a_stream_behind_the_engine_gets_the_waiting_tokens_as_one_piece_in_order():
+    """Tokens that queued up while a stream's handler was busy (many streams at once) leave as
+    one piece: the event loop's work goes per piece, and no token is lost or reordered."""
+    from types import SimpleNamespace
+
+    from torchlet.serve.app import Answer
+
+    tokenizer = byte_tokenizer()
+    ids = tokenizer.encode("été à Paris")
+    events = asyncio.Queue()
+    for i in range(0, len(ids), 2):
+        events.put_nowait(("tokens", ids[i:i + 2]))
+    events.put_nowait(("end", "length", None))
+    served = SimpleNamespace(worker=SimpleNamespace(cancel=lambda *args: None))
+    answer = Answer(served, None, events, tokenizer, [], chat=False)
+
+    async def pieces():
+        return [piece async for piece in answer.pieces()]
+    assert asyncio.run(pieces()) == [("été à Paris", None), ("", "length")]
+    assert answer.count == len(ids)
+
+
 def test_include_usage_counts_the_prompt_and_the_answer_in_tokens(client, tokenizer, model):
     question = "Count me."
     chunks = list(client.chat.completions.create(

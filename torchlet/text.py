@@ -51,25 +51,35 @@ def stop_ids(tokenizer, eos_token_ids: tuple[int, ...]) -> tuple[int, ...]:
 
 
 class StreamDecoder:
-    """Turns token ids, one at a time, into the text they add. Decoding the whole answer each
-    time (not token by token) keeps multi-byte characters and merged spaces right; a step whose
-    text ends in half a character waits for the next token."""
+    """Turns token ids, one at a time, into the text they add. Each push decodes a short window,
+    the ids not yet shown and those of the last piece shown before them, twice (with and without
+    the new ones) and gives back the difference: both decodings start at the same id, so the
+    spaces and multi-byte characters a tokenizer makes across ids come out right, and a long
+    answer costs a token a window, not the whole answer so far. A step whose text ends in half
+    a character waits for the next token."""
 
     def __init__(self, tokenizer):
         self.tokenizer = tokenizer
         self.ids: list[int] = []
-        self.emitted = 0
+        self.start = 0  # the window's first id: the first of the last piece given back
+        self.read = 0   # ids before this one have been given back as text
+
+    def _new(self) -> str:
+        decode = self.tokenizer.decode
+        shown = decode(self.ids[self.start:self.read], skip_special_tokens=True)
+        text = decode(self.ids[self.start:], skip_special_tokens=True)
+        return text[len(shown):]
 
     def push(self, token: int) -> str:
         self.ids.append(token)
-        text = self.tokenizer.decode(self.ids, skip_special_tokens=True)
-        if text.endswith("\ufffd"):
+        new = self._new()
+        if not new or new.endswith("\ufffd"):
             return ""
-        new, self.emitted = text[self.emitted:], len(text)
+        self.start, self.read = self.read, len(self.ids)
         return new
 
     def flush(self) -> str:
         """What is left at the end, bytes that never became a character included."""
-        text = self.tokenizer.decode(self.ids, skip_special_tokens=True)
-        new, self.emitted = text[self.emitted:], len(text)
+        new = self._new()
+        self.start = self.read = len(self.ids)
         return new

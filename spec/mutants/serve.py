@@ -17,12 +17,22 @@ BAD = f"{MODULE}::test_bad_input_gets_its_status_and_a_json_error_and_leaves_not
 FULL = f"{MODULE}::test_past_the_requests_it_holds_the_server_refuses_with_429_and_queues_nothing"
 METRICS = f"{MODULE}::test_metrics_count_what_the_clients_got_and_the_pool_the_engine_holds"
 CACHED = f"{MODULE}::test_a_finished_requests_full_blocks_show_as_cached_in_metrics_and_the_feed"
+BEHIND = f"{MODULE}::test_a_stream_behind_the_engine_gets_the_waiting_tokens_as_one_piece_in_order"
+WINDOW = "spec/test_cli.py::test_the_stream_decoder_decodes_a_few_ids_per_token_however_long_the_answer"
 WORKER, APP, PROTOCOL, METRIC = ("torchlet/serve/worker.py", "torchlet/serve/app.py",
                                  "torchlet/serve/protocol.py", "torchlet/serve/metrics.py")
 TOKENS, CANCEL, REFUSAL = "served tokens", "served cancellation", "served refusals"
 STATE = "served engine state"
 
 MUTANTS = [
+    Mutant("serve-waiting-tokens-but-the-last-dropped", TOKENS, (
+        Edit(APP, "                    tokens += event[1]\n",
+             "                    tokens = list(event[1])\n"),),
+        (BEHIND,), (), "a stream behind the engine keeps only the last of the tokens waiting"),
+    Mutant("text-decoder-decodes-the-whole-answer-each-token", TOKENS, (
+        Edit("torchlet/text.py", "        self.start, self.read = self.read, len(self.ids)\n",
+             "        self.read = len(self.ids)\n"),),
+        (WINDOW,), (), "each streamed token decodes the answer so far, not a window"),
     Mutant("serve-last-token-dropped", TOKENS, (
         Edit(WORKER, "            if new:\n",
              "            if new and out.state is not RequestState.FINISHED:\n"),),

@@ -20,8 +20,8 @@ import sys
 @contextlib.contextmanager
 def harness_copy(directory: str | None, fresh: list[str]):
     """Run with the modules named in `fresh` (and their submodules) imported anew, the torchlet
-    subpackages among them from `directory`, an edited copy of the package; every other module
-    stays the reference's."""
+    subpackages and modules among them from `directory`, an edited copy of the package; every
+    other module stays the reference's."""
     if not directory:
         yield
         return
@@ -37,8 +37,11 @@ def harness_copy(directory: str | None, fresh: list[str]):
         if parts[0] != "torchlet" or len(parts) != 2:
             continue
         package = os.path.join(directory, parts[1])
-        spec = importlib.util.spec_from_file_location(
-            name, os.path.join(package, "__init__.py"), submodule_search_locations=[package])
+        if os.path.isdir(package):
+            spec = importlib.util.spec_from_file_location(
+                name, os.path.join(package, "__init__.py"), submodule_search_locations=[package])
+        else:  # a module of its own (torchlet/text.py)
+            spec = importlib.util.spec_from_file_location(name, package + ".py")
         module = importlib.util.module_from_spec(spec)
         sys.modules[name] = module
         spec.loader.exec_module(module)

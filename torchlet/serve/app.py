@@ -252,11 +252,22 @@ class Answer:
     async def pieces(self) -> AsyncIterator[tuple[str, str | None]]:
         """(text, None) as it comes, then ("", finish reason), or ("", None) with self.error
         set. A stop string ends the request in the engine too."""
+        pending = None
         while True:
-            event = await self.events.get()
+            event, pending = pending or await self.events.get(), None
             if event[0] == "tokens":
-                self.count += len(event[1])
-                shown = "".join(self.decoder.push(t) for t in event[1])
+                tokens = list(event[1])
+                # A stream that fell behind the engine takes every token already waiting as one
+                # piece: the event loop's work (text, a chunk, a write) then goes per piece, not
+                # per token, so many streams at once cost the loop what the engine makes.
+                while not self.events.empty():
+                    event = self.events.get_nowait()
+                    if event[0] != "tokens":
+                        pending = event
+                        break
+                    tokens += event[1]
+                self.count += len(tokens)
+                shown = "".join(self.decoder.push(t) for t in tokens)
                 shown = self.text.push(shown)
                 if shown:
                     yield shown, None
