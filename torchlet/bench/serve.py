@@ -24,6 +24,7 @@ from torchlet.contract import TorchletError
 
 ENTRY = "import sys; from torchlet.cli import main; sys.exit(main())"
 VOCAB = 256  # prompt ids are drawn below it: every model's vocabulary has them
+WARM_UP = 8  # requests sent once, all at once, before the measured rates
 
 
 def draw(n: int, context: int, vocab: int, seed: int) -> list[tuple[list[int], int]]:
@@ -150,6 +151,9 @@ def run_serve_bench(args) -> tuple[list[dict], str, str]:
         model = httpx.get(f"{url}/v1/models").json()["data"][0]["id"]
         context = int(re.search(r"context (\d+)", banner).group(1))
         requests = requests_of(args, context)
+        # Not measured: the server's first prompts compile its kernels (seconds on a GPU).
+        asyncio.run(rate_run(url, model, requests[:WARM_UP], float("inf"), args.seed,
+                             stream=not args.no_stream))
         rows = []
         for rate in [float(r) for r in args.rates.split(",")]:
             row = asyncio.run(rate_run(url, model, requests, rate, args.seed,
