@@ -157,6 +157,9 @@ class _Pinned:
 # ---------------------------------------------------------------------------------------------
 # CPU stand-in: record aten ops once, replay the tape.
 
+_TENSOR = object()  # marks where a tensor goes in an op's arguments
+
+
 @dataclasses.dataclass
 class _Op:
     func: Any
@@ -173,11 +176,11 @@ class _Op:
     def __post_init__(self):
         leaves = list(self.leaves)
         for pos, _ in self.reads:
-            leaves[pos] = _Op
+            leaves[pos] = _TENSOR
         args, kwargs = tree_unflatten(leaves, self.spec)
-        at = [i for i, a in enumerate(args) if a is _Op]  # the class marks where tensors went
+        at = [i for i, a in enumerate(args) if a is _TENSOR]
         if len(at) == len(self.reads):  # every tensor read is an argument of its own
-            self.direct = (tuple(None if a is _Op else a for a in args), kwargs,
+            self.direct = (tuple(None if a is _TENSOR else a for a in args), kwargs,
                            [(i, slot) for i, (_, slot) in zip(at, self.reads)])
 
 

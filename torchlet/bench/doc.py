@@ -41,6 +41,14 @@ HOW_TO = {
     "serve-gpu": "torchlet bench serve --device cuda --model DIR (docs/probes/serve_model_dir.py "
                  "writes one)",
 }
+# What both serve sections say of the run; each adds how its model is made.
+SERVE_NOTE = ("The server runs in a child process (`torchlet serve`, its banner: {server}); "
+              "the client, in this one, streams each request from /v1/completions as OpenAI's "
+              "clients do. TTFT: from a request's send to its first token; ITL: the gaps "
+              "between a request's next tokens; output tok/s: every request's tokens over the "
+              "seconds from the first send to the last token. The same requests at every rate, "
+              "after the first 8 sent once at once and not measured (a server's first prompts "
+              "compile its kernels; runs before 2026-12-03 09:20 UTC had no such warm-up). ")
 NOTES = {
     "main-job": "One process: Hugging Face's model built from the same checkpoint tensors, and "
                 "each version built and streamed as `torchlet generate` does. After one untimed "
@@ -91,20 +99,14 @@ NOTES = {
               "once, q in and out once; max abs diff compares the two outputs. Timed `graph`: "
               "each call captured in a CUDA graph and its replays timed, as the engine runs it; "
               "`eager`: the calls themselves, host checks and launches included.",
-    "serve": "The server runs in a child process (`torchlet serve`, its banner: {server}); "
-             "the client, in this one, streams each request from /v1/completions as OpenAI's "
-             "clients do. TTFT: from a request's send to its first token; ITL: the gaps "
-             "between a request's next tokens; output tok/s: every request's tokens over the "
-             "seconds from the first send to the last token. The same requests at every rate, "
-             "after the first 8 sent once at once and not measured (a server's first prompts "
-             "compile its kernels; runs before 2026-12-03 09:20 UTC had no such warm-up). "
+    "serve": SERVE_NOTE + (
              "On a CPU, `--model /tmp/tiny-chat` is the specs' tiny chat model (a random Llama "
              "of 2 layers, hidden 64, a byte tokenizer, context 128), written by `python -c "
              "\"from pathlib import Path; from spec.support.hf_dirs import save_tiny; "
              "save_tiny(Path('/tmp/tiny-chat'), 'llama', tokenizer=True, seed=5, "
-             "printable=True)\"`.",
+             "printable=True)\"`."),
 }
-NOTES["serve-gpu"] = (NOTES["serve"].split(" On a CPU")[0] + " On the GPU, `--model` is a "
+NOTES["serve-gpu"] = (SERVE_NOTE + "On the GPU, `--model` is a "
                       "Qwen2.5-0.5B-shaped model with `bench gpu-workload`'s random weights and "
                       "the specs' byte tokenizer, written by `python docs/probes/serve_model_dir.py "
                       "/tmp/m05 --device cuda` (only the byte tokenizer's printable characters "
