@@ -14,7 +14,10 @@ block counts the block tables that hold it. A block whose count falls to 0 keeps
 K/V and waits, evictable, at the end of the free list: the next allocation that needs a block
 takes the least recently freed one and only then drops its hash (an eviction). A hash only
 points at a candidate: a hit is confirmed by comparing the whole token prefix, so a collision
-never serves another prefix's K/V.
+never serves another prefix's K/V. The prefix is compared a block at a time: each hashed block
+records its own tokens and the record of the block before it (a `Link`), so a block confirmed
+after a confirmed parent confirms the prefix to its end, and a long prompt costs one pass over its
+tokens, not one per block.
 """
 from __future__ import annotations
 
@@ -32,6 +35,24 @@ def default_block_hash(parent: Hashable | None, tokens: tuple[int, ...]) -> Hash
     return hash((parent, tokens))
 
 
+class Link:
+    """A full block's place in a prefix: the link of the block before it (None for a first block)
+    and its own token ids. Links are compared by identity: a block evicted and hashed again gets
+    a new one, so a link made under its old contents matches no parent any more."""
+
+    __slots__ = ("parent", "tokens")
+
+    def __init__(self, parent: "Link | None", tokens: tuple[int, ...]):
+        self.parent, self.tokens = parent, tokens
+
+    def extends(self, parent: "Link | None", tokens: tuple[int, ...]) -> bool:
+        return self.parent is parent and self.tokens == tokens
+
+    def prefix(self) -> tuple[int, ...]:
+        """Every token up to the block's end."""
+        return (self.parent.prefix() if self.parent else ()) + self.tokens
+
+
 class PrefixBlockPool(BlockPool):
     """BlockPool with reference-counted, hashed full blocks. Without allocate_cached and seal it
     behaves exactly as BlockPool: nothing is hashed, so nothing is shared or kept."""
@@ -45,9 +66,10 @@ class PrefixBlockPool(BlockPool):
         self.block_hash, self.on_evict = block_hash, on_evict
         self._refs: dict[int, int] = {}             # held block -> tables holding it
         self._hash: dict[int, Hashable] = {}        # hashed block -> its hash
-        self._prefix: dict[int, tuple] = {}         # hashed block -> all tokens up to its end
+        self._link: dict[int, Link] = {}            # hashed block -> its place in its prefix
         self._cached: dict[Hashable, int] = {}      # hash -> the one block registered under it
-        self._chain: dict[int, list[Hashable]] = {}  # request -> hashes of its full blocks so far
+        # request -> (hash, link) of its full blocks so far, sealed or shared
+        self._chain: dict[int, list[tuple[Hashable, Link]]] = {}
         self.hit_tokens = self.queried_tokens = self.evictions = 0
 
     # --- lookup --------------------------------------------------------------------------------
@@ -56,13 +78,15 @@ class PrefixBlockPool(BlockPool):
         """The cached blocks a request with these tokens would share now, changing nothing: the
         longest run of full blocks inside tokens[:-1] (the last token is always computed, so the
         request has logits to sample from) whose recorded prefix equals the tokens."""
-        tokens, size, hits, parent = tuple(tokens), self.block_size, [], None
+        tokens, size, hits, parent, link = tuple(tokens), self.block_size, [], None, None
         for end in range(size, len(tokens), size):  # end < len(tokens): never the last token
-            parent = self.block_hash(parent, tokens[end - size:end])
+            own = tokens[end - size:end]
+            parent = self.block_hash(parent, own)
             block = self._cached.get(parent)
-            if block is None or self._prefix[block] != tokens[:end]:  # a miss or a collision
+            if block is None or not self._link[block].extends(link, own):  # a miss or a collision
                 break
             hits.append(block)
+            link = self._link[block]
         return hits
 
     def can_allocate_cached(self, tokens: Sequence[int]) -> bool:
@@ -88,7 +112,7 @@ class PrefixBlockPool(BlockPool):
         fresh = [self._take() for _ in range(self.blocks_needed(len(tokens)) - len(hits))]
         self._tables[request_id] = hits + fresh
         self._tokens[request_id] = len(tokens)
-        self._chain[request_id] = [self._hash[b] for b in hits]
+        self._chain[request_id] = [(self._hash[b], self._link[b]) for b in hits]
         self.queried_tokens += len(tokens)
         self.hit_tokens += len(hits) * self.block_size
         return len(hits) * self.block_size
@@ -105,18 +129,25 @@ class PrefixBlockPool(BlockPool):
         table, size = self._tables[request_id], self.block_size
         for i in range(len(chain), len(tokens) // size):
             end = (i + 1) * size
-            h = self.block_hash(chain[-1] if chain else None, tuple(tokens[end - size:end]))
-            chain.append(h)
-            if h not in self._cached:
+            own = tuple(tokens[end - size:end])
+            parent, parent_link = chain[-1] if chain else (None, None)
+            h = self.block_hash(parent, own)
+            holder = self._cached.get(h)
+            if holder is None:
+                link = self._link[table[i]] = Link(parent_link, own)
                 self._cached[h], self._hash[table[i]] = table[i], h
-                self._prefix[table[i]] = tuple(tokens[:end])
+            elif self._link[holder].extends(parent_link, own):
+                link = self._link[holder]  # the same prefix computed twice: its blocks follow on
+            else:
+                link = Link(parent_link, own)  # a collision: this block's place, unregistered
+            chain.append((h, link))
 
     def _take(self) -> int:
         """The least recently freed block; a cached one loses its hash here (it is evicted)."""
         block, _ = self._free.popitem(last=False)
         if block in self._hash:
             del self._cached[self._hash.pop(block)]
-            del self._prefix[block]
+            del self._link[block]
             self.evictions += 1
             if self.on_evict is not None:
                 self.on_evict(block)
@@ -161,7 +192,7 @@ class PrefixBlockPool(BlockPool):
 
     def cached(self) -> dict[int, tuple[Hashable, tuple[int, ...]]]:
         """Hashed block -> (its hash, the token prefix the hash was made from)."""
-        return {b: (h, self._prefix[b]) for b, h in self._hash.items()}
+        return {b: (h, self._link[b].prefix()) for b, h in self._hash.items()}
 
 
 class PrefixKV(PagedKV):

@@ -40,7 +40,7 @@ MUTANTS = [
         (ABORT, MACHINE), V12,
         "a cached block a hit revives stays on the free list: a held block can be evicted"),
     Mutant("v12-hit-without-the-token-comparison", PROPERTY, (
-        Edit(POOL, "            if block is None or self._prefix[block] != tokens[:end]:",
+        Edit(POOL, "            if block is None or not self._link[block].extends(link, own):",
              "            if block is None:"),),
         (COLLISION, OTHER_PREFIX, MACHINE), V12,
         "a hit trusts the hash alone: a collision serves another prefix's K/V"),
@@ -59,7 +59,7 @@ MUTANTS = [
         (LRU, MACHINE), V12,
         "a request's blocks come free head first, so its shareable head is evicted first"),
     Mutant("v12-duplicate-block-registered-again", PROPERTY, (
-        Edit(POOL, "            if h not in self._cached:", "            if True:"),),
+        Edit(POOL, "            if holder is None:", "            if True:"),),
         (TWICE, MACHINE), V12,
         "a second block with a registered hash takes the hash over: one hash names two blocks"),
     Mutant("v12-evicted-block-keeps-its-kv", PROPERTY, (

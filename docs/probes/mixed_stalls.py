@@ -1,0 +1,137 @@
+"""bench mixed's workload, step by step, for v14 and v15 (or the versions named): each step's
+wall time and rows, and which Triton kernels compiled a new variant during it (with the
+specialization key), then the slowest steps. Built and warmed up as `torchlet bench mixed` does.
+`--budget B --long-len N --every K --decode-tokens D` as there; `--no-specialize` marks every
+kernel's integer arguments do_not_specialize first (does a stall go with it?); `--profile` a
+cProfile of each step, and prints the merged profile of the slow steps (over 2.5x the median, no
+compile among them); on a CPU, tiny shapes (a check of
+the script: the Triton layers run their PyTorch path, so nothing compiles)."""
+import argparse
+import cProfile
+import pstats
+import sys
+import time
+
+import torch
+import triton
+
+import implementations
+from torchlet import cli
+from torchlet.bench import mixed
+from torchlet.bench.run import ModelSpec, build_options
+from torchlet.bench.workloads import CPU_MODEL, QWEN25_05B
+from torchlet.contract import CHUNKED_PREFILL, GenerationParams
+
+
+def jit_functions():
+    """Every Triton kernel the versions define, by name."""
+    found = {}
+    for name, module in list(sys.modules.items()):
+        if name.startswith("implementations.") and module is not None:
+            for attr, value in vars(module).items():
+                if isinstance(value, triton.runtime.jit.JITFunction):
+                    found[f"{name.split('.')[1][:3]}.{attr}"] = value
+    return found
+
+
+def variants(fns):
+    """name -> set of compiled keys, over devices."""
+    out = {}
+    for name, fn in fns.items():
+        keys = set()
+        for cache in getattr(fn, "device_caches", {}).values():
+            keys |= set((cache[0] if isinstance(cache, tuple) else cache).keys())
+        out[name] = keys
+    return out
+
+
+def run(version, checkpoint, args, device, dtype):
+    options = build_options(version, {"max_running": args.decoders + args.long_prompts})
+    budget = version.option_for("max_step_tokens")
+    chunked = CHUNKED_PREFILL in version.capabilities
+    options[budget.name] = args.budget if chunked else args.long_len + args.decoders + args.long_prompts
+    engine = version.build(checkpoint, device=device, dtype=dtype, **options)
+    shorts, longs = mixed.workload(args, checkpoint.config.vocab_size)
+    with cli.kernels_off(device, interpret=False):
+        warm = [tuple((t + 1) % checkpoint.config.vocab_size for t in longs[0])]
+        mixed.drive(engine, shorts[:1], warm, mixed.argparse_like(args, decode_tokens=4), device)
+        fns = jit_functions()
+        before = variants(fns)
+        decode = GenerationParams(max_new_tokens=args.decode_tokens, ignore_eos=True)
+        long_params = GenerationParams(max_new_tokens=args.long_tokens, ignore_eos=True)
+        decoders = [engine.add_request(list(p), decode) for p in shorts]
+        got = {i: 0 for i in decoders}
+        steps, left, step = [], list(longs), 0
+        while engine.has_unfinished():
+            arrived = False
+            if left and all(got.values()) and step % args.every == 0:
+                engine.add_request(list(left.pop(0)), long_params)
+                arrived = True
+            profile = cProfile.Profile() if args.profile else None
+            t = time.perf_counter()
+            if profile:
+                profile.enable()
+            outs = engine.step()
+            if profile:
+                profile.disable()
+            dt = (time.perf_counter() - t) * 1e3
+            now = variants(fns)
+            new = {n: now[n] - before[n] for n in now if now[n] - before[n]}
+            before = now
+            for o in outs:
+                if o.request_id in got:
+                    got[o.request_id] = len(o.tokens)
+            steps.append((dt, step, arrived, len(outs), new, profile))
+            step += 1
+    times = sorted(s[0] for s in steps)
+    print(f"{version.name}: {len(steps)} steps, median {times[len(times) // 2]:.2f} ms, "
+          f"p99 {times[int(0.99 * len(times))]:.2f} ms, max {times[-1]:.2f} ms, "
+          f"steps with a compile: {sum(1 for s in steps if s[4])}")
+    for dt, i, arrived, outs, new, _ in sorted(steps, key=lambda s: -s[0])[:12]:
+        what = "; ".join(f"{n} {sorted(map(str, k))[:1]}" for n, k in new.items())
+        print(f"  step {i:4d} {dt:8.2f} ms arrival={arrived} outputs={outs} compiled: {what or '-'}")
+    if args.profile:
+        median = times[len(times) // 2]
+        for title, keep in (("slow", lambda s: s[0] > 2.5 * median and not s[4]),
+                            ("typical", lambda s: abs(s[0] - median) < 0.1 * median)):
+            chosen = [s[5] for s in steps if keep(s)][:20]
+            if chosen:
+                stats = pstats.Stats(chosen[0])
+                for prof in chosen[1:]:
+                    stats.add(prof)
+                print(f"-- {version.name}: {title} steps, {len(chosen)} merged")
+                stats.sort_stats("tottime").print_stats(14)
+                stats.sort_stats("cumulative").print_stats(22)
+    del engine
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("versions", nargs="*", default=["v14_overlap", "v15_chunked_prefill"])
+    p.add_argument("--budget", type=int, default=512)
+    p.add_argument("--decoders", type=int, default=16)
+    p.add_argument("--short-len", type=int, default=64)
+    p.add_argument("--decode-tokens", type=int, default=512)
+    p.add_argument("--long-prompts", type=int, default=16)
+    p.add_argument("--long-len", type=int, default=8192)
+    p.add_argument("--long-tokens", type=int, default=4)
+    p.add_argument("--every", type=int, default=16)
+    p.add_argument("--no-specialize", action="store_true")
+    p.add_argument("--profile", action="store_true")
+    args = p.parse_args()
+    cuda = torch.cuda.is_available()
+    device, dtype = ("cuda", torch.bfloat16) if cuda else ("cpu", torch.float32)
+    config = QWEN25_05B if cuda else CPU_MODEL
+    checkpoint = ModelSpec(config=config, seed=0).checkpoint(device, dtype)
+    versions = [implementations.load(name) for name in args.versions]
+    if args.no_specialize:
+        for fn in jit_functions().values():
+            for param in fn.params:
+                if not param.is_constexpr:
+                    param.do_not_specialize = param.do_not_specialize_on_alignment = True
+    for version in versions:
+        run(version, checkpoint, args, device, dtype)
+
+
+if __name__ == "__main__":
+    main()
