@@ -123,7 +123,7 @@ def _paged_decode_kernel(
                  out.to(out_ptr.dtype.element_ty), mask=q_mask)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["splits"])  # a split count divisible by 16 is no new kernel
 def _combine_kernel(part_ptr, lens_ptr, out_ptr, out_sb, out_sh, group, head_dim, chunk,
                     splits, BLOCK_G: tl.constexpr, BLOCK_D: tl.constexpr,
                     BLOCK_S: tl.constexpr):
@@ -189,7 +189,7 @@ def _plan_splits(work: int, max_context: int, sms: int) -> tuple[int, int]:
     return triton.cdiv(max_context, chunk), chunk
 
 
-@torch.library.custom_op(f"{_NS}::paged_decode_attention", mutates_args=())
+@v09_kernels.kernel_op(f"{_NS}::paged_decode_attention")
 def _paged_decode_op(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                      block_tables: torch.Tensor, context_lens: torch.Tensor,
                      scale: float) -> torch.Tensor:
@@ -229,7 +229,7 @@ def shaped_like_q(q, *_):
     return torch.empty_like(q)
 
 
-_paged_decode_op.register_fake(shaped_like_q)
+v09_kernels.fake_of(_paged_decode_op)(shaped_like_q)
 
 
 def _check_cache(k_cache: torch.Tensor, v_cache: torch.Tensor, dtype, device) -> None:
@@ -300,7 +300,7 @@ def _store_kv_kernel(k_ptr, v_ptr, k_cache_ptr, v_cache_ptr, slots_ptr,
     tl.store(v_cache_ptr + dst, v, mask=mask)
 
 
-@torch.library.custom_op(f"{_NS}::store_kv", mutates_args=("k_cache", "v_cache"))
+@v09_kernels.kernel_op(f"{_NS}::store_kv", ("k_cache", "v_cache"))
 def _store_kv_op(k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                  slot_mapping: torch.Tensor) -> None:
     tokens, kv_heads, head_dim = k.shape

@@ -29,10 +29,12 @@ check = kernels.check
 # padding the group to a power of 2, 7 to 8 or 9 to 16, would idle an eighth or nearly half).
 BLOCK_M = 64
 BLOCK_N = 64  # context tokens one loop iteration scores
+COMBINE_SPLITS = 8  # partials the combine reads at once (it loops over more)
 _NS = __name__.replace(".", "_")
 
 
-@triton.jit
+# Specializing on these would compile a variant per divisibility as contexts grow, mid-serving.
+@triton.jit(do_not_specialize=["splits", "chunk"])
 def _context_attention_kernel(
         q_ptr, k_ptr, v_ptr, out_ptr, part_ptr, seen_ptr, rows_ptr, slots_ptr, contexts_ptr,
         scale, q_sn, q_sh, cache_sslot, cache_shead, out_sn, out_sh, kv_heads, group, head_dim,
@@ -108,7 +110,7 @@ def _context_attention_kernel(
                      out.to(out_ptr.dtype.element_ty), mask=q_mask)
 
 
-@torch.library.custom_op(f"{_NS}::context_attention", mutates_args=())
+@kernels.kernel_op(f"{_NS}::context_attention")
 def _context_attention_op(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                           row_indptr: torch.Tensor, context_slots: torch.Tensor,
                           context_indptr: torch.Tensor, max_context: int,
@@ -147,15 +149,16 @@ def _context_attention_op(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch
     if splits > 1:
         # v10's combine, a program per token and KV head, over [splits, group, head_dim] tiles
         # of partials where they fit.
-        block_s = min(triton.next_power_of_2(splits),
-                      max(1, paged_kernels.COMBINE_FLOATS // (block_g * block_d)))
+        # One tile of splits whatever their count: a prefill runs outside a graph, and each new
+        # BLOCK_S would compile in the middle of serving (0.3-1 s on the H200, docs/gpu.md).
+        block_s = max(1, min(COMBINE_SPLITS, paged_kernels.COMBINE_FLOATS // (block_g * block_d)))
         paged_kernels._combine_kernel[(tokens, kv_heads)](
             part, seen, out, out.stride(0), out.stride(1), group, head_dim, chunk, splits,
             BLOCK_G=block_g, BLOCK_D=block_d, BLOCK_S=block_s)
     return out
 
 
-_context_attention_op.register_fake(paged_kernels.shaped_like_q)
+kernels.fake_of(_context_attention_op)(paged_kernels.shaped_like_q)
 
 
 def context_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,

@@ -73,7 +73,7 @@ def _rope_split_kernel(qkv_ptr, cos_ptr, sin_ptr, q_norm_ptr, k_norm_ptr, q_ptr,
     tl.store(v_ptr + v_off + half, out2, mask=mask & is_v)
 
 
-@torch.library.custom_op(f"{_NS}::rope_split", mutates_args=())
+@kernels.kernel_op(f"{_NS}::rope_split")
 def _rope_split_op(qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, n_q: int, n_kv: int,
                    q_norm: torch.Tensor | None, k_norm: torch.Tensor | None, eps: float
                    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -94,7 +94,7 @@ def _rope_split_op(qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, n_q:
     return q, k, v
 
 
-@_rope_split_op.register_fake
+@kernels.fake_of(_rope_split_op)
 def _(qkv, cos, sin, n_q, n_kv, q_norm, k_norm, eps):
     head_dim = qkv.shape[1] // (n_q + 2 * n_kv)
     return (qkv.new_empty(qkv.shape[0], n_q, head_dim), qkv.new_empty(qkv.shape[0], n_kv, head_dim),
@@ -142,7 +142,7 @@ def _swiglu_packed_kernel(gate_up_ptr, out_ptr, n, width, BLOCK: tl.constexpr):
     tl.store(out_ptr + offs, (silu.to(tl.float32) * up.to(tl.float32)).to(gate.dtype), mask=mask)
 
 
-@torch.library.custom_op(f"{_NS}::swiglu_packed", mutates_args=())
+@kernels.kernel_op(f"{_NS}::swiglu_packed")
 def _swiglu_packed_op(gate_up: torch.Tensor) -> torch.Tensor:
     width = gate_up.shape[1] // 2
     out = gate_up.new_empty(gate_up.shape[0], width)
@@ -153,7 +153,7 @@ def _swiglu_packed_op(gate_up: torch.Tensor) -> torch.Tensor:
     return out
 
 
-@_swiglu_packed_op.register_fake
+@kernels.fake_of(_swiglu_packed_op)
 def _(gate_up):
     return gate_up.new_empty(gate_up.shape[0], gate_up.shape[1] // 2)
 

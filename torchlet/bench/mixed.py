@@ -98,9 +98,15 @@ def measure(args, log) -> tuple[dict, str]:
             # The warm-up's long prompt makes every kind of step the run makes, late slices of a
             # long context included (a kernel's first call at a shape compiles it: 1 s on the
             # H200 inside the measured run otherwise); ids shifted by one, so that a prefix
-            # cache finds none of the run's prompts.
+            # cache finds none of the run's prompts. It arrives at the second step (every=1),
+            # while the short request still decodes: arriving every `every` steps, it came after
+            # the short one had finished, and the warm-up ended without it.
             warm = [tuple((t + 1) % config.vocab_size for t in longs[0])] if longs else []
-            drive(engine, shorts[:1], warm, argparse_like(args, decode_tokens=4), device)
+            made = drive(engine, shorts[:1], warm, argparse_like(args, decode_tokens=4, every=1),
+                         device)["output_tokens"]
+            if made != 4 + len(warm) * args.long_tokens:  # the warm-up ran short: it warms nothing
+                raise RuntimeError(f"{v.name}'s warm-up made {made} tokens, not "
+                                   f"{4 + len(warm) * args.long_tokens}")
             row = {"version": v.name, "budget": options.get(getattr(budget, "name", ""), None),
                    **drive(engine, shorts, longs, args, device)}
         rows.append(row)
