@@ -72,9 +72,9 @@ def check_fit(plans: list[dict], device: str, log) -> None:
              else H200_MEMORY)
     for rank, p in enumerate(plans):
         need = p["weights"] + p["packing"] + p["kv"]
-        log(f"rank {rank} will hold {p["weights"] / GIB:.4g} GiB of weights and "
-            f"{p["kv"] / GIB:.4g} GiB of K/V, {need / GIB:.4g} GiB at the build's peak with "
-            f"{p["packing"] / GIB:.4g} GiB of packing copies: "
+        log(f"rank {rank} will hold {p['weights'] / GIB:.4g} GiB of weights and "
+            f"{p['kv'] / GIB:.4g} GiB of K/V, {need / GIB:.4g} GiB at the build's peak with "
+            f"{p['packing'] / GIB:.4g} GiB of packing copies: "
             f"{'fits in' if need < total else 'MORE than'} {total / GIB:.1f} GiB")
         if need >= total and device.startswith("cuda"):
             raise TorchletError(f"rank {rank} would need {need / GIB:.1f} GiB, more than its "
@@ -146,8 +146,9 @@ def measure(args, log) -> tuple[dict, str]:
                 f"{config.hidden_size}, {config.num_heads} heads on {config.num_kv_heads} KV "
                 f"heads, intermediate {config.intermediate_size}, vocabulary "
                 f"{config.vocab_size}), {spec.dtype}; {what}")
-    peak = ("torch.cuda.max_memory_allocated of each rank, build and run" if
-            device.startswith("cuda") else "each rank process's peak RSS (rank 0's since its start)")
+    peak = ("torch.cuda.max_memory_allocated of each rank, build and run"
+            if device.startswith("cuda")
+            else "each rank process's peak RSS (rank 0's since its start)")
     return {"workload": {"describe": describe, "peak_memory": peak, "bandwidth": bandwidth},
             "rows": rows}, device
 
