@@ -30,11 +30,11 @@ SHAPES = {"0.5b": "qwen2.5-0.5b", "7b": "qwen2.5-7b", "72b": "qwen2.5-72b"}
 GIB = 2 ** 30
 
 
-def run(command: list[str], log, timeout: int) -> tuple[int, list[str]]:
+def run(command: list[str], log, timeout: int, **env: str) -> tuple[int, list[str]]:
     """The command's exit status and output lines, each printed and logged as it comes."""
     log(f"$ {' '.join(command)}")
     start, lines = time.time(), []
-    env = {**os.environ, **NO_MULTICAST, "PYTHONUNBUFFERED": "1"}
+    env = {**os.environ, **NO_MULTICAST, "PYTHONUNBUFFERED": "1", **env}
     with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                           env=env) as child:
         try:
@@ -132,7 +132,7 @@ def main() -> int:
     if "specs" in only:
         status, lines = run([sys.executable, "-m", "pytest", "-m", "gpu or gpu2", "-q", "-rs",
                              "-p", "no:cacheprovider", "spec/test_v16_tensor_parallel.py"],
-                            log, args.timeout)
+                            log, args.timeout, CI="1")
         (args.out / "specs.txt").write_text("\n".join(lines) + "\n")
         summary.append(f"specs (exit {status}): {lines[-1] if lines else 'no output'}")
     workload = ["--workload", "nano-vllm", "--tensor-parallel", args.tensor_parallel,
