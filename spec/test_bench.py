@@ -416,3 +416,30 @@ def test_tp_reports_each_ranks_bytes_and_the_step_of_rank_0(tmp_path):
     rows = json.loads((out / "tp.json").read_text())["rows"]
     assert [(r["tensor_parallel"], r["rank"]) for r in rows] == [(1, 0)]
     assert rows[0]["weights_mib"] > rows[0]["kv_mib"] > 0 and rows[0]["step_ms"] > 0
+
+
+def test_a_sharded_random_model_draws_on_each_rank_only_the_part_it_holds():
+    """Cut by the tensor-parallel version's own sharding, each of 2 ranks' slab checkpoint holds
+    the tensors (names, shapes) that cutting the whole random model gives, each a drawn tensor;
+    nothing as big as the whole embedding is ever made; and the bytes planned for the rank are
+    its tensors' bytes."""
+    from spec.support.allocations import OpLog
+    from torchlet.bench.sharded import planned_bytes, slab_checkpoint
+    from torchlet.bench.workloads import random_checkpoint
+    from torchlet.contract import TENSOR_PARALLEL
+
+    version = [v for v in implementations.discover(implementations.REFERENCE_ROOT)
+               if TENSOR_PARALLEL in v.capabilities][-1]
+    cut, shard_of = version.package.shard_checkpoint, version.package.Shard.of
+    whole = random_checkpoint(CPU_MODEL)
+    plans = planned_bytes(version, CPU_MODEL, 2, torch.float32, kv_tokens=0)
+    for rank in range(2):
+        shard = shard_of(CPU_MODEL, rank, 2)
+        with OpLog() as log:
+            mine = cut(slab_checkpoint(CPU_MODEL, 0, "cpu", torch.float32), shard).tensors
+        expected = cut(whole, shard).tensors
+        assert {n: t.shape for n, t in mine.items()} == {n: t.shape for n, t in expected.items()}
+        assert all(isinstance(t, torch.Tensor) and t.isfinite().all() for t in mine.values())
+        made = max(torch.Size(shape).numel() for op in log.ops for shape, _ in op.fresh)
+        assert made < whole.tensors["model.embed_tokens.weight"].numel()
+        assert plans[rank]["weights"] == sum(t.numel() * 4 for t in mine.values())

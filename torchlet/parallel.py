@@ -114,7 +114,7 @@ def follow_builds(local_rank: int = 0, after=None) -> None:
 
 
 def _rank_main(rank: int, world: int, address: str, port: int, backend: str,
-               timeout_s: float) -> None:
+               timeout_s: float, after=None) -> None:
     """A child rank started by Ranks: join, follow, leave; any failure is one line on stderr."""
     import sys
 
@@ -122,7 +122,7 @@ def _rank_main(rank: int, world: int, address: str, port: int, backend: str,
 
     try:
         init_group(rank, world, address, port, backend, timeout_s)
-        follow_builds(rank)
+        follow_builds(rank, after)
     except (TorchletError, RuntimeError) as e:
         print(f"torchlet: rank {rank}: {str(e).splitlines()[0] if str(e) else type(e).__name__}",
               file=sys.stderr)
@@ -135,16 +135,18 @@ def _rank_main(rank: int, world: int, address: str, port: int, backend: str,
 class Ranks:
     """The process group, seen from rank 0. A context manager: leaving it closes the engine,
     releases the other ranks and, for those it started, waits for them (then kills any that
-    remain)."""
+    remain). `after`, a module-level function, runs on each rank it starts each time rank 0
+    closes an engine (follow_builds): a collective there pairs with rank 0's own call after
+    close_engine()."""
 
     def __init__(self, world: int, device: str = "cpu", timeout_s: float = TIMEOUT_S,
-                 *, started: bool = True):
+                 *, started: bool = True, after=None):
         if world < 1:
             raise TorchletError(f"--tensor-parallel must be at least 1, got {world}")
         self.world, self.device, self.timeout_s = world, device, timeout_s
         self.children: list[Any] = []
         self.engine = None
-        self.start = started
+        self.start, self.after = started, after
 
     @classmethod
     def from_env(cls, device: str = "cpu", timeout_s: float = TIMEOUT_S) -> "Ranks":
@@ -174,7 +176,7 @@ class Ranks:
         try:
             for rank in range(1, self.world):
                 child = spawn.Process(target=_rank_main, daemon=True, args=(
-                    rank, self.world, address, port, backend, self.timeout_s))
+                    rank, self.world, address, port, backend, self.timeout_s, self.after))
                 child.start()
                 self.children.append(child)
             init_group(0, self.world, address, port, backend, self.timeout_s)

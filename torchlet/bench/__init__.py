@@ -26,7 +26,7 @@ import importlib
 
 from torchlet.cli import DTYPES, add_threads  # the standard library only, like this module
 
-SHAPES = ("qwen2.5-0.5b", "qwen3-0.6b", "cpu")
+SHAPES = ("qwen2.5-0.5b", "qwen3-0.6b", "qwen2.5-7b", "qwen2.5-72b", "cpu")
 
 
 def add_commands(subparsers) -> None:
@@ -112,9 +112,20 @@ def add_commands(subparsers) -> None:
                 "bytes and the decode step, at TP=1 and TP=2")
     _device_options(p)
     p.add_argument("--tensor-parallel", default=None, help="degrees, default 1,2")
-    p.add_argument("--batch", type=int, default=4, help="requests decoding")
+    p.add_argument("--batch", default="4", help="requests decoding, comma-separated batches "
+                                                "timed on one engine, e.g. 1,64")
     p.add_argument("--context", type=int, default=64, help="their prompts' tokens")
     p.add_argument("--steps", type=int, default=10, help="decode steps timed")
+    p.add_argument("--workload", choices=("nano-vllm",), default=None,
+                   help="run nano-vllm's requests instead of timing decode steps")
+    p.add_argument("--requests", type=int, default=256, help="the workload's first N requests")
+    p.add_argument("--cut", type=int, default=None, metavar="N",
+                   help="cut every prompt to its first N ids and every output to N tokens")
+    p.add_argument("--layers", type=int, default=None, help="the shape with N layers")
+    p.add_argument("--scale", type=int, default=1, metavar="N",
+                   help="the shape's widths divided by N, its heads kept (a dry run's shape)")
+    _engine_options(p, max_running=None, max_step_tokens=16384)
+    _rates(p)
 
     p = _parser(sub, "decode", _lazy("run_decode"), "one decode step, batch x context")
     _device_options(p)

@@ -61,11 +61,12 @@ def dtype_of(args, device: str):
 
 
 def shape_of(args, device: str):
-    from .workloads import CPU_MODEL, QWEN3_06B, QWEN25_05B
+    from .workloads import CPU_MODEL, QWEN3_06B, QWEN25_05B, QWEN25_7B, QWEN25_72B
 
     shape = getattr(args, "model_shape", None) or ("qwen2.5-0.5b" if device.startswith("cuda")
                                                   else "cpu")
-    return {"qwen2.5-0.5b": QWEN25_05B, "qwen3-0.6b": QWEN3_06B}.get(shape, CPU_MODEL)
+    return {"qwen2.5-0.5b": QWEN25_05B, "qwen3-0.6b": QWEN3_06B, "qwen2.5-7b": QWEN25_7B,
+            "qwen2.5-72b": QWEN25_72B}.get(shape, CPU_MODEL)
 
 
 def rates(args) -> tuple[float, float]:

@@ -110,7 +110,17 @@ TP_COLUMNS = [
     ("rank", lambda r: str(r["rank"])),
     ("weights MiB", lambda r: _num(",.2f")(r.get("weights_mib"))),
     ("K/V MiB", lambda r: _num(",.2f")(r.get("kv_mib"))),
+    ("peak MiB", lambda r: _num(",.0f")(r.get("peak_mib"))),
+    ("weight-read floor ms", lambda r: _num(",.2f")(r.get("floor_ms"))),
+]
+TP_STEP_COLUMNS = [
+    ("batch", lambda r: _num("d")(r.get("batch"))),
     ("decode step ms (rank 0)", lambda r: _num(",.2f")(r.get("step_ms"))),
+    ("decode tok/s", lambda r: _num(",.1f")(r.get("decode_tok_s"))),
+]
+TP_WORKLOAD_COLUMNS = [
+    ("wall s", lambda r: _num(".2f")(r.get("wall_s"))),
+    ("output tok/s", lambda r: _num(",.1f")(r.get("output_tok_s"))),
 ]
 SERVE_COLUMNS = [
     ("version", lambda r: r["version"]),
@@ -143,6 +153,9 @@ PREFIX_COLUMNS = [
 
 
 def columns(kind: str, rows: list[dict]) -> list:
+    if kind == "tp":  # a workload's run, or decode steps timed
+        return TP_COLUMNS + (TP_WORKLOAD_COLUMNS if any("wall_s" in r for r in rows)
+                             else TP_STEP_COLUMNS)
     if any(r.get("prefix_queried_tokens") is not None for r in rows):
         return COLUMNS[kind] + PREFIX_COLUMNS
     return COLUMNS[kind]
@@ -257,7 +270,8 @@ def chart(kind: str, payload: dict, path: Path) -> None:
         fig.suptitle(payload["workload"]["describe"], fontsize=7, wrap=True)
     elif kind == "tp":
         fig, ax = plt.subplots(figsize=(8, 0.5 * len(rows) + 1.6))
-        names = [f"TP={r['tensor_parallel']} rank {r['rank']}" for r in rows]
+        names = [f"TP={r['tensor_parallel']} rank {r['rank']}"
+                 + (f" B={r['batch']}" if "batch" in r else "") for r in rows]
         weights = [r["weights_mib"] for r in rows]
         ax.barh(names, weights, color="tab:blue", label="weights")
         ax.barh(names, [r["kv_mib"] for r in rows], left=weights, color="tab:orange",

@@ -5,6 +5,7 @@ trained one, and with eos ignored every request produces exactly the tokens it a
 """
 from __future__ import annotations
 
+import dataclasses
 import random
 from dataclasses import dataclass
 
@@ -18,6 +19,15 @@ QWEN25_05B = ModelConfig(
     vocab_size=151936, hidden_size=896, intermediate_size=4864, num_layers=24, num_heads=14,
     num_kv_heads=2, head_dim=64, max_position=32768, rope_theta=1000000.0, rms_eps=1e-6,
     qkv_bias=True, tie_embeddings=True, family="qwen2")
+
+# Qwen2.5-7B's and Qwen2.5-72B's shapes (untied): the tensor-parallel runs' middle model, and one
+# whose bf16 weights (about 145 GB) do not fit on one H200.
+QWEN25_7B = dataclasses.replace(
+    QWEN25_05B, vocab_size=152064, hidden_size=3584, intermediate_size=18944, num_layers=28,
+    num_heads=28, num_kv_heads=4, head_dim=128, tie_embeddings=False)
+QWEN25_72B = dataclasses.replace(
+    QWEN25_7B, hidden_size=8192, intermediate_size=29568, num_layers=80, num_heads=64,
+    num_kv_heads=8)
 
 # Qwen3-0.6B's shape: the model of nano-vllm's own benchmark. head_dim 128 is declared (16 heads
 # of it on a hidden size of 1024) and each head's q and k are RMS-normed before RoPE; no bias.
@@ -66,6 +76,13 @@ class Workload:
 
     def head(self, n: int) -> "Workload":
         return Workload(self.name, self.prompts[:n], self.output_lens[:n], self.shared_prefix)
+
+    def cut(self, n: int, vocab_size: int) -> "Workload":
+        """Every prompt's first n ids (folded into the vocabulary) and at most n tokens out: the
+        same requests, small enough for a dry run on a CPU."""
+        return Workload(f"{self.name}, cut to {n}", tuple(tuple(t % vocab_size for t in p[:n])
+                                                          for p in self.prompts),
+                        tuple(min(o, n) for o in self.output_lens))
 
     def describe(self) -> str:
         shared = f" sharing a {self.shared_prefix}-token prefix" if self.shared_prefix else ""
@@ -117,20 +134,38 @@ def cpu_workload(num_requests: int = 32, seed: int = 0, min_len: int = 10, max_l
     return Workload(f"cpu-{num_requests}", prompts, outputs)
 
 
+def scaled(config: ModelConfig, layers: int | None = None, scale: int = 1) -> ModelConfig:
+    """`config` with `layers` layers, and its widths (hidden, head_dim, intermediate, vocabulary)
+    divided by `scale`, the heads kept: the same split over ranks at a fraction of the bytes."""
+    if layers is not None and layers < 1 or scale < 1:
+        raise TorchletError(f"--layers and --scale must be at least 1, got {layers} and {scale}")
+    widths = ("hidden_size", "head_dim", "intermediate_size", "vocab_size")
+    if any(getattr(config, w) % scale for w in widths) or config.head_dim // scale % 2:
+        raise TorchletError(f"--scale {scale} does not divide the shape's widths "
+                            f"({', '.join(f'{w} {getattr(config, w)}' for w in widths)}) into "
+                            f"whole numbers with an even head_dim")
+    return dataclasses.replace(config, num_layers=layers or config.num_layers,
+                               **{w: getattr(config, w) // scale for w in widths})
+
+
+def draw(name: str, shape, fan_in: int, generator, device, dtype) -> torch.Tensor:
+    """A random tensor of `shape` for the tensor `name`: norms near one, biases small, the
+    embedding unit-variance, projections scaled by their full input width (fan_in) so that
+    their outputs have unit variance and activations stay finite in bf16 through many layers."""
+    t = torch.randn(shape, generator=generator, device=device, dtype=torch.float32)
+    if name.endswith("norm.weight"):
+        t = t.mul_(0.1).add_(1.0)
+    elif name.endswith(".bias"):
+        t = t.mul_(0.1)
+    elif name != "model.embed_tokens.weight":
+        t = t.div_(fan_in ** 0.5)
+    return t.to(dtype)
+
+
 def random_checkpoint(config: ModelConfig, seed: int = 0, device="cpu",
                       dtype=torch.float32) -> Checkpoint:
-    """Every tensor of `config` drawn from one seeded generator, on `device` directly (no host
-    copy of a GPU model). Projections have unit-variance outputs so activations stay finite in
-    bf16 through 24 layers."""
+    """Every tensor of `config` drawn (draw) from one seeded generator, on `device` directly (no
+    host copy of a GPU model)."""
     g = torch.Generator(device=device).manual_seed(seed)
-    tensors = {}
-    for name, shape in expected_shapes(config).items():
-        t = torch.randn(shape, generator=g, device=device, dtype=torch.float32)
-        if name.endswith("norm.weight"):
-            t = 1.0 + 0.1 * t
-        elif name.endswith(".bias"):
-            t = 0.1 * t
-        elif name != "model.embed_tokens.weight":
-            t = t / shape[-1] ** 0.5
-        tensors[name] = t.to(dtype)
-    return Checkpoint(config, tensors)
+    return Checkpoint(config, {name: draw(name, shape, shape[-1], g, device, dtype)
+                               for name, shape in expected_shapes(config).items()})
