@@ -187,6 +187,8 @@ def run_gpu_workload(args) -> int:
     from .run import Job, ModelSpec, run_jobs
     from .workloads import NANO_VLLM, Workload, nano_vllm_workload, with_shared_prefix
 
+    if args.repeats is not None and args.repeats < 1:
+        raise TorchletError(f"--repeats must be at least 1, got {args.repeats}")
     device = device_of(args)
     dtype = dtype_of(args, device)
     config = shape_of(args, device)
@@ -201,8 +203,6 @@ def run_gpu_workload(args) -> int:
     floor = physical_floor(config, workload, *rates(args), dtype_bytes=dtype.itemsize)
     versions = select_versions(args, device, CONTINUOUS_BATCHING)
     repeats = args.repeats or (3 if device.startswith("cuda") else 1)
-    if repeats < 1:
-        raise TorchletError(f"--repeats must be at least 1, got {repeats}")
     model = ModelSpec(config=config, seed=0)
     jobs = [Job(v.name, args.impl_root, model, workload, device, str(dtype).replace("torch.", ""),
                 wishes=wishes_of(args, args.requests), named=named_of(args),
