@@ -35,7 +35,8 @@ def anchor_cell(checkpoint, batch: int, context: int, *, device: str, dtype, ban
                             f"positions")
     cuda = device.startswith("cuda")
     if cuda and compile_mode != "none":
-        torch._dynamo.reset()  # each cell's shapes compile afresh, not against a recompile limit
+        import torch._dynamo as dynamo
+        dynamo.reset()  # each cell's shapes compile afresh, not against a recompile limit
     row = measure(checkpoint, batch, context, device, dtype, compile_mode, steps, warmup)
     if cuda:
         torch.cuda.empty_cache()  # the cell's model, caches and graphs are gone: give them back

@@ -107,8 +107,11 @@ class StaticModel:
         rows = torch.arange(b, device=tokens.device)[:, None]
         group = self.config.num_heads // self.config.num_kv_heads
         seen = torch.arange(self.max_len, device=tokens.device) <= positions[..., None]
-        mask = seen[:, None, None].expand(b, 1, group, t, self.max_len).reshape(
-            b, 1, group * t, self.max_len)
+        if t == 1:  # a decode step: one mask row a request, broadcast over its heads' rows
+            mask = seen[:, None]
+        else:  # a query row per head of the group and position, ordered as layer() orders q
+            mask = seen[:, None, None].expand(b, 1, group, t, self.max_len).reshape(
+                b, 1, group * t, self.max_len)
         cos, sin = self.cos[positions][:, :, None], self.sin[positions][:, :, None]
         h = self.embed[tokens]
         span = slice(first_row, first_row + b)
