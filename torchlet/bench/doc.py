@@ -199,6 +199,7 @@ def section(kind: str, result: dict | None, assets: str) -> list[str]:
         out += [*long_prompt_lines(result), ""]
     if kind == "decode":
         out += top_kernel_lines(result["rows"])
+    out += anchor_notes(result["rows"])
     if result.get("anchors"):
         from .anchors import workload_anchor_lines
         out += [*workload_anchor_lines(result["anchors"], result["rows"]), ""]
@@ -219,6 +220,14 @@ def top_kernel_lines(rows: list[dict]) -> list[str]:
             out += [f"| `{name}` | {ms:.4f} | {n:g} |" for name, ms, n in r["top_kernels"]]
             out.append("")
     return out
+
+
+def anchor_notes(rows: list[dict]) -> list[str]:
+    """Why a cell's anchors did not run as asked: a compile that failed, or no anchors at all."""
+    notes = [f"- Anchors at batch {r['batch']}, context {r['context']}: "
+             f"{r.get('static_note') or 'failed: ' + r['anchors_error']}"
+             for r in rows if r.get("static_note") or r.get("anchors_error")]
+    return [*notes, ""] if notes else []
 
 
 def floor_section() -> list[str]:
