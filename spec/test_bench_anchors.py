@@ -183,3 +183,13 @@ def test_the_workloads_anchor_cell_is_its_average_decode_step():
     contexts = sum(len(p) + t for p, n in zip(w.prompts, w.output_lens) for t in range(1, n))
     assert workload_cell(w, QWEN25_05B) == (round(rows / (max(w.output_lens) - 1)),
                                             round(contexts / rows)) == (131, 903)
+
+
+@pytest.mark.gpu
+def test_on_cuda_the_anchors_run_compiled_and_captured_as_their_table_says(tmp_path):
+    assert main(["bench", "anchors", "--device", "cuda", "--model-shape", "cpu", "--batches",
+                 "2", "--contexts", "32", "--steps", "2", "--warmup", "1",
+                 "--out", str(tmp_path)]) == 0
+    [row] = json.loads((tmp_path / "anchors.json").read_text())["rows"]
+    assert row["static_timed"] == "compile (default) + graph" and "static_note" not in row, row
+    assert row["static_kernels"] > 0 and row["matmuls_gpu_ms"] > 0

@@ -83,7 +83,8 @@ def timed_step(model: StaticModel, step, cuda: bool, compile_mode: str):
             model.compile(compile_mode)
             return capture(step), f"compile ({compile_mode}) + graph", None
         except Exception as e:  # noqa: BLE001  (the anchor still stands, uncompiled, and says so)
-            note = f"compile failed: {type(e).__name__}: {str(e).splitlines()[0][:160]}"
+            first = (str(e).splitlines() or [""])[0]
+            note = f"compile failed: {type(e).__name__}: {first[:160]}"
             model.layer_fn, model.head_fn = model.layer, model.head
             torch._dynamo.reset()
     return capture(step), "graph", note
