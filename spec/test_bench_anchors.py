@@ -138,7 +138,7 @@ def test_decode_on_a_cpu_adds_the_anchor_columns_only_when_asked(tmp_path):
 
 
 def test_repeated_workload_runs_report_the_median_run_and_every_runs_wall_time():
-    from torchlet.bench.commands import median_runs
+    from torchlet.bench.run import median_runs
     from torchlet.bench.report import markdown_table
 
     runs = [{"version": "v1", "wall_s": w, "run": i} for i, w in enumerate((3.0, 2.0, 2.5))]

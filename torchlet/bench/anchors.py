@@ -140,3 +140,19 @@ def workload_anchor_lines(anchor: dict, rows: list[dict]) -> list[str]:
             out.append(f"- {r['version']}: {steps:,} pure decode steps, "
                        f"{1e3 * r['decode_step_s'] / steps:.3f} ms each on average.")
     return out
+
+
+def anchor_summary(row: dict) -> str:
+    where = f"anchors B={row['batch']} ctx={row['context']}"
+    if "error" in row:
+        return f"{where}: failed: {row['error']}"
+    return (f"{where}: matmuls alone {row['matmuls_ms']:.3f} ms, static-cache step "
+            f"{row['static_ms']:.3f} ms ({row['static_timed']}), floor {row['floor_ms']:.3f} ms"
+            + (f"; {row['static_note']}" if row.get("static_note") else ""))
+
+
+def anchor_columns(anchor: dict) -> dict:
+    """What a decode row takes of its cell's anchors: their times, or why there are none."""
+    if "error" in anchor:
+        return {"anchors_error": anchor["error"]}
+    return {k: v for k, v in anchor.items() if k not in ("batch", "context", "bytes_per_step")}

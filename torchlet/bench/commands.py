@@ -184,7 +184,7 @@ def model_info(config) -> dict:
 
 def run_gpu_workload(args) -> int:
     from .floor import physical_floor
-    from .run import Job, ModelSpec, run_jobs
+    from .run import Job, ModelSpec, median_runs, run_jobs
     from .workloads import NANO_VLLM, Workload, nano_vllm_workload, with_shared_prefix
 
     if args.repeats is not None and args.repeats < 1:
@@ -237,29 +237,9 @@ def run_gpu_workload(args) -> int:
     return 0
 
 
-def median_runs(runs: list[dict]) -> list[dict]:
-    """One row per version: its median run (of an even count, the faster middle one), with
-    every run's wall time in run order; a version whose every run failed keeps its first error."""
-    by_version: dict[str, list[dict]] = {}
-    for run in runs:
-        by_version.setdefault(run["version"], []).append(run)
-    rows = []
-    for version_runs in by_version.values():
-        ok = sorted((r for r in version_runs if "error" not in r), key=lambda r: r["wall_s"])
-        if not ok:
-            rows.append(version_runs[0])
-            continue
-        row = dict(ok[(len(ok) - 1) // 2])
-        if len(version_runs) > 1:
-            row["wall_s_runs"] = [r["wall_s"] for r in version_runs if "error" not in r]
-            row["failed_runs"] = len(version_runs) - len(ok)
-        rows.append(row)
-    return rows
-
-
 def workload_anchors(args, model, workload, device: str, dtype) -> dict:
     """The anchors at the workload's average decode step, in this process; its error if not."""
-    from .anchors import anchor_cell, workload_cell
+    from .anchors import anchor_cell, anchor_summary, workload_cell
 
     batch, context = workload_cell(workload, model.config)
     try:
@@ -269,15 +249,6 @@ def workload_anchors(args, model, workload, device: str, dtype) -> dict:
         row = {"batch": batch, "context": context, "error": f"{type(e).__name__}: {e}"}
     log(anchor_summary(row))
     return row
-
-
-def anchor_summary(row: dict) -> str:
-    where = f"anchors B={row['batch']} ctx={row['context']}"
-    if "error" in row:
-        return f"{where}: failed: {row['error']}"
-    return (f"{where}: matmuls alone {row['matmuls_ms']:.3f} ms, static-cache step "
-            f"{row['static_ms']:.3f} ms ({row['static_timed']}), floor {row['floor_ms']:.3f} ms"
-            + (f"; {row['static_note']}" if row.get("static_note") else ""))
 
 
 def floor_info(floor) -> dict:
@@ -321,6 +292,7 @@ def decode_model(args):
 
 
 def run_decode(args) -> int:
+    from .anchors import anchor_columns
     from .micro import decode_step_bench
 
     device, dtype, config, checkpoint, bandwidth = decode_model(args)
@@ -352,7 +324,7 @@ def run_decode(args) -> int:
 
 def one_anchor(args, checkpoint, batch, context, device, dtype, bandwidth) -> dict:
     """The anchors of one cell (anchors.anchor_cell), or the cell with its error."""
-    from .anchors import anchor_cell
+    from .anchors import anchor_cell, anchor_summary
 
     try:
         row = anchor_cell(checkpoint, batch, context, device=device, dtype=dtype,
@@ -362,13 +334,6 @@ def one_anchor(args, checkpoint, batch, context, device, dtype, bandwidth) -> di
         row = {"batch": batch, "context": context, "error": f"{type(e).__name__}: {e}"}
     log(anchor_summary(row))
     return row
-
-
-def anchor_columns(anchor: dict) -> dict:
-    """What a decode row takes of its cell's anchors: their times, or why there are none."""
-    if "error" in anchor:
-        return {"anchors_error": anchor["error"]}
-    return {k: v for k, v in anchor.items() if k not in ("batch", "context", "bytes_per_step")}
 
 
 def run_anchors(args) -> int:
