@@ -8,6 +8,7 @@
     torchlet bench tp             tensor parallelism: bytes per rank, decode step, TP=1 and 2
     torchlet bench decode         one decode step: ms and GB/s, batch x context
     torchlet bench kernel         the newest paged decode attention against torch SDPA
+    torchlet bench anchors        a decode step's matmuls alone, a gpt-fast-style step, the floor
     torchlet bench floor          the physical floor of the GPU workload, computed
     torchlet bench serve          torchlet serve under Poisson arrivals: throughput, TTFT, ITL
     torchlet bench report         docs/benchmarks.md from the result files
@@ -89,6 +90,11 @@ def add_commands(subparsers) -> None:
     p.add_argument("--hf-batch-size", type=int, default=64)
     _engine_options(p, max_running=None, max_step_tokens=16384)
     _shared_prefix(p)
+    p.add_argument("--repeats", type=int, default=None,
+                   help="runs of each version, interleaved, each on a fresh engine: the row is "
+                        "the median run's and lists every run's wall time (default 3 on CUDA, "
+                        "1 on CPU); HF generate runs once")
+    _anchor_options(p)
     _rates(p)
 
     p = _parser(sub, "mixed", _lazy("run_mixed"), "requests decoding while long prompts arrive: "
@@ -129,18 +135,29 @@ def add_commands(subparsers) -> None:
 
     p = _parser(sub, "decode", _lazy("run_decode"), "one decode step, batch x context")
     _device_options(p)
-    p.add_argument("--batches", default=None, help="default 1,8,64,256 (1,4 on CPU)")
-    p.add_argument("--contexts", default=None, help="default 128,1024,4096 (32,128 on CPU)")
+    _cells(p)
     p.add_argument("--steps", type=int, default=20)
     p.add_argument("--warmup", type=int, default=5)
     _engine_options(p, max_running=None, max_step_tokens=16384)
+    _anchor_options(p)
     _rates(p)
+
+    p = sub.add_parser("anchors", help="what a decode step could cost, batch x context: its "
+                                       "matmuls alone, a gpt-fast-style static-cache step, "
+                                       "and the floor")
+    _device_options(p)
+    _cells(p)
+    p.add_argument("--steps", type=int, default=20)
+    p.add_argument("--warmup", type=int, default=5)
+    _anchor_options(p, switch=False)
+    p.add_argument("--out", default="bench-results", help="where anchors.json and .png go")
+    _rates(p)
+    p.set_defaults(run=_lazy("run_anchors"), bench_parser=p)
 
     p = _parser(sub, "kernel", _lazy("run_kernel"),
                 "a version's paged decode attention kernel vs torch SDPA")
     _device_options(p)
-    p.add_argument("--batches", default=None, help="default 1,8,64,256 (1,4 on CPU)")
-    p.add_argument("--contexts", default=None, help="default 128,1024,4096 (32,128 on CPU)")
+    _cells(p)
     p.add_argument("--block-size", type=int, default=16)
     p.add_argument("--iters", type=int, default=50)
     _rates(p)
@@ -203,6 +220,11 @@ def _device_options(p) -> None:
                         "each other on a busy machine cost far more than they give)")
 
 
+def _cells(p) -> None:
+    p.add_argument("--batches", default=None, help="default 1,8,64,256 (1,4 on CPU)")
+    p.add_argument("--contexts", default=None, help="default 128,1024,4096 (32,128 on CPU)")
+
+
 def _engine_options(p, max_running, max_step_tokens) -> None:
     p.add_argument("--max-running", type=int, default=max_running,
                    help="requests running at once: passed to the option each version declares "
@@ -210,6 +232,17 @@ def _engine_options(p, max_running, max_step_tokens) -> None:
     p.add_argument("--max-step-tokens", type=int, default=max_step_tokens)
     p.add_argument("--build-opt", action="append", default=[], metavar="NAME=INT",
                    help="another build option, passed only to versions whose OPTIONS declare it")
+
+
+def _anchor_options(p, switch: bool = True) -> None:
+    if switch:
+        p.add_argument("--anchors", action=argparse.BooleanOptionalAction, default=None,
+                       help="also time, in this process, the step's matmuls alone and a "
+                            "gpt-fast-style step at the same cells (`bench anchors`; default: "
+                            "on CUDA only)")
+    p.add_argument("--compile", choices=("default", "max-autotune-no-cudagraphs", "none"),
+                   default="default", help="torch.compile mode of the gpt-fast-style step on "
+                                           "CUDA (a CPU runs it eagerly)")
 
 
 def _shared_prefix(p) -> None:

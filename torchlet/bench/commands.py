@@ -20,8 +20,9 @@ def command_line(args) -> str:
         if value == action.default:
             continue
         flag = max(action.option_strings, key=len)
-        if isinstance(value, bool):
-            parts.append(flag)
+        if isinstance(value, bool):  # --anchors / --no-anchors: the one that gives this value
+            parts.append(next((o for o in action.option_strings
+                               if o.startswith("--no-") != value), flag))
         elif isinstance(value, list):
             for v in value:
                 parts += [flag, str(v)]
@@ -67,6 +68,18 @@ def shape_of(args, device: str):
                                                   else "cpu")
     return {"qwen2.5-0.5b": QWEN25_05B, "qwen3-0.6b": QWEN3_06B, "qwen2.5-7b": QWEN25_7B,
             "qwen2.5-72b": QWEN25_72B}.get(shape, CPU_MODEL)
+
+
+def cells(args, device: str) -> list[tuple[int, int]]:
+    """The batch x context cells of --batches and --contexts, or their defaults on `device`."""
+    cpu = not device.startswith("cuda")
+    return [(b, c) for b in ints(args.batches, (1, 4) if cpu else (1, 8, 64, 256))
+            for c in ints(args.contexts, (32, 128) if cpu else (128, 1024, 4096))]
+
+
+def anchors_on(args, device: str) -> bool:
+    """--anchors, or by default on CUDA only: on a CPU the decode bench stays as it was."""
+    return device.startswith("cuda") if args.anchors is None else args.anchors
 
 
 def rates(args) -> tuple[float, float]:
@@ -172,9 +185,11 @@ def model_info(config) -> dict:
 
 def run_gpu_workload(args) -> int:
     from .floor import physical_floor
-    from .run import Job, ModelSpec, run_jobs
+    from .run import Job, ModelSpec, median_runs, run_jobs
     from .workloads import NANO_VLLM, Workload, nano_vllm_workload, with_shared_prefix
 
+    if args.repeats is not None and args.repeats < 1:
+        raise TorchletError(f"--repeats must be at least 1, got {args.repeats}")
     device = device_of(args)
     dtype = dtype_of(args, device)
     config = shape_of(args, device)
@@ -188,11 +203,15 @@ def run_gpu_workload(args) -> int:
     log(workload.describe())
     floor = physical_floor(config, workload, *rates(args), dtype_bytes=dtype.itemsize)
     versions = select_versions(args, device, CONTINUOUS_BATCHING)
+    repeats = args.repeats or (3 if device.startswith("cuda") else 1)
     model = ModelSpec(config=config, seed=0)
     jobs = [Job(v.name, args.impl_root, model, workload, device, str(dtype).replace("torch.", ""),
                 wishes=wishes_of(args, args.requests), named=named_of(args),
                 progress=not args.quiet) for v in versions]
-    rows = run_jobs(jobs, isolate=False, log=log)
+    # interleaved, so that a drift of the machine's speed reaches every version alike
+    rows = median_runs(run_jobs(jobs * repeats, isolate=False, log=log))
+    anchors = workload_anchors(args, model, workload, device, dtype) \
+        if anchors_on(args, device) else None
     if args.hf_baseline:
         from .hf import hf_generate_baseline
         try:
@@ -209,9 +228,28 @@ def run_gpu_workload(args) -> int:
             row["pct_floor"] = 100 * floor.seconds / row["wall_s"]
             row["vs_hf"] = hf_wall / row["wall_s"] if hf_wall else None
     print("\n".join(floor.lines()))
-    report("gpu-workload", args, {"workload": workload_info(workload), "model": model_info(config),
-                                  "floor": floor_info(floor), "rows": rows}, device)
+    payload = {"workload": workload_info(workload), "model": model_info(config),
+               "floor": floor_info(floor), "rows": rows}
+    if anchors:
+        from .anchors import workload_anchor_lines
+        payload["anchors"] = anchors
+        print("\n".join(workload_anchor_lines(anchors, rows)))
+    report("gpu-workload", args, payload, device)
     return 0
+
+
+def workload_anchors(args, model, workload, device: str, dtype) -> dict:
+    """The anchors at the workload's average decode step, in this process; its error if not."""
+    from .anchors import anchor_cell, anchor_summary, workload_cell
+
+    batch, context = workload_cell(workload, model.config)
+    try:
+        row = anchor_cell(model.checkpoint(device, dtype), batch, context, device=device,
+                          dtype=dtype, bandwidth=rates(args)[0], compile_mode=args.compile)
+    except Exception as e:  # noqa: BLE001  (the workload's table stands without its anchors)
+        row = {"batch": batch, "context": context, "error": f"{type(e).__name__}: {e}"}
+    log(anchor_summary(row))
+    return row
 
 
 def floor_info(floor) -> dict:
@@ -242,33 +280,68 @@ def run_tp(args) -> int:
     return 0
 
 
-def run_decode(args) -> int:
-    from .micro import decode_step_bench
+def decode_model(args):
+    """What a decode step is timed on: the device, dtype, model shape, its random checkpoint
+    there, and the bandwidth."""
     from .workloads import random_checkpoint
 
     device = device_of(args)
     dtype = dtype_of(args, device)
-    cpu = not device.startswith("cuda")
     config = shape_of(args, device)
-    checkpoint = random_checkpoint(config, 0, device=device, dtype=dtype)
-    bandwidth, _ = rates(args)
+    return (device, dtype, config, random_checkpoint(config, 0, device=device, dtype=dtype),
+            rates(args)[0])
+
+
+def run_decode(args) -> int:
+    from .anchors import anchor_columns
+    from .micro import decode_step_bench
+
+    device, dtype, config, checkpoint, bandwidth = decode_model(args)
+    anchored: dict[tuple[int, int], dict] = {}  # one anchor per cell, whatever the versions
     rows = []
     for version in select_versions(args, device, REQUEST_STATES, newest=True):
-        for batch in ints(args.batches, (1, 4) if cpu else (1, 8, 64, 256)):
-            for context in ints(args.contexts, (32, 128) if cpu else (128, 1024, 4096)):
-                try:
-                    row = decode_step_bench(version, checkpoint, batch, context, device=device,
-                                            dtype=dtype, wishes=wishes_of(args, None),
-                                            named=named_of(args),
-                                            steps=args.steps, warmup=args.warmup,
-                                            bandwidth=bandwidth)
-                    log(f"{version.name} B={batch} ctx={context}: {row['ms_per_step']:.3f} ms")
-                except Exception as e:  # noqa: BLE001
-                    row = {"version": version.name, "batch": batch, "context": context,
-                           "error": f"{type(e).__name__}: {e}"}
-                    log(f"{version.name} B={batch} ctx={context}: failed: {row['error']}")
-                rows.append(row)
+        for batch, context in cells(args, device):
+            try:
+                row = decode_step_bench(version, checkpoint, batch, context, device=device,
+                                        dtype=dtype, wishes=wishes_of(args, None),
+                                        named=named_of(args),
+                                        steps=args.steps, warmup=args.warmup,
+                                        bandwidth=bandwidth)
+                log(f"{version.name} B={batch} ctx={context}: {row['ms_per_step']:.3f} ms")
+            except Exception as e:  # noqa: BLE001
+                row = {"version": version.name, "batch": batch, "context": context,
+                       "error": f"{type(e).__name__}: {e}"}
+                log(f"{version.name} B={batch} ctx={context}: failed: {row['error']}")
+            if anchors_on(args, device) and "error" not in row:
+                if (batch, context) not in anchored:
+                    anchored[batch, context] = one_anchor(args, checkpoint, batch, context,
+                                                          device, dtype, bandwidth)
+                row.update(anchor_columns(anchored[batch, context]))
+            rows.append(row)
     report("decode", args, {"model": model_info(config), "bandwidth": bandwidth, "rows": rows},
+           device)
+    return failed(rows)
+
+
+def one_anchor(args, checkpoint, batch, context, device, dtype, bandwidth) -> dict:
+    """The anchors of one cell (anchors.anchor_cell), or the cell with its error."""
+    from .anchors import anchor_cell, anchor_summary
+
+    try:
+        row = anchor_cell(checkpoint, batch, context, device=device, dtype=dtype,
+                          bandwidth=bandwidth, compile_mode=args.compile,
+                          steps=args.steps, warmup=args.warmup)
+    except Exception as e:  # noqa: BLE001  (a failed anchor leaves its cell's row standing)
+        row = {"batch": batch, "context": context, "error": f"{type(e).__name__}: {e}"}
+    log(anchor_summary(row))
+    return row
+
+
+def run_anchors(args) -> int:
+    device, dtype, config, checkpoint, bandwidth = decode_model(args)
+    rows = [one_anchor(args, checkpoint, batch, context, device, dtype, bandwidth)
+            for batch, context in cells(args, device)]
+    report("anchors", args, {"model": model_info(config), "bandwidth": bandwidth, "rows": rows},
            device)
     return failed(rows)
 
@@ -286,7 +359,6 @@ def run_kernel(args) -> int:
 
     device = device_of(args)
     dtype = dtype_of(args, device)
-    cpu = not device.startswith("cuda")
     config = shape_of(args, device)
     bandwidth, _ = rates(args)
     if args.versions:
@@ -295,15 +367,14 @@ def run_kernel(args) -> int:
         versions = [newest_kernel(args.impl_root, PAGED_DECODE_ATTENTION)]
     rows = []
     for version in versions:
-        for batch in ints(args.batches, (1, 4) if cpu else (1, 8, 64, 256)):
-            for context in ints(args.contexts, (32, 128) if cpu else (128, 1024, 4096)):
-                row = kernel_bench(version, batch, context, heads=config.num_heads,
-                                   kv_heads=config.num_kv_heads, head_dim=config.head_dim,
-                                   device=device, dtype=dtype, block_size=args.block_size,
-                                   bandwidth=bandwidth, iters=args.iters)
-                log(f"{version.name} B={batch} ctx={context}: paged {row['paged_gb_s']:.1f} GB/s, "
-                    f"SDPA {row['sdpa_gb_s']:.1f} GB/s")
-                rows.append(row)
+        for batch, context in cells(args, device):
+            row = kernel_bench(version, batch, context, heads=config.num_heads,
+                               kv_heads=config.num_kv_heads, head_dim=config.head_dim,
+                               device=device, dtype=dtype, block_size=args.block_size,
+                               bandwidth=bandwidth, iters=args.iters)
+            log(f"{version.name} B={batch} ctx={context}: paged {row['paged_gb_s']:.1f} GB/s, "
+                f"SDPA {row['sdpa_gb_s']:.1f} GB/s")
+            rows.append(row)
     report("kernel", args, {"model": model_info(config), "bandwidth": bandwidth, "rows": rows},
            device)
     return 0

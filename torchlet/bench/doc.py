@@ -15,8 +15,8 @@ from .report import markdown_table
 from .workloads import QWEN25_05B, nano_vllm_workload
 
 REPO = Path(__file__).resolve().parents[2]
-KINDS = ("main-job", "long-prompt", "cpu", "gpu-workload", "mixed", "decode", "kernel", "serve",
-         "serve-gpu")
+KINDS = ("main-job", "long-prompt", "cpu", "gpu-workload", "mixed", "decode", "anchors", "kernel",
+         "serve", "serve-gpu")
 TITLES = {
     "main-job": "CPU main job: torchlet generate's default version against Hugging Face generate",
     "long-prompt": "CPU long prompt: torchlet generate's default version against Hugging Face "
@@ -25,6 +25,7 @@ TITLES = {
     "gpu-workload": "GPU: nano-vllm's workload on a Qwen2.5-0.5B-shaped model",
     "mixed": "Mixed traffic: requests decoding while long prompts arrive (chunked prefill)",
     "decode": "Decode step: batch x context",
+    "anchors": "Anchors of a decode step: its matmuls alone, a gpt-fast-style step, the floor",
     "kernel": "Paged decode attention kernel against torch SDPA",
     "serve": "torchlet serve under a Poisson stream of requests",
     "serve-gpu": "torchlet serve on the GPU under a Poisson stream of requests",
@@ -36,6 +37,7 @@ HOW_TO = {
     "gpu-workload": "torchlet bench gpu-workload --hf-baseline",
     "mixed": "torchlet bench mixed --versions v14,v15",
     "decode": "torchlet bench decode",
+    "anchors": "torchlet bench anchors",
     "kernel": "torchlet bench kernel",
     "serve": "torchlet bench serve --device cpu",
     "serve-gpu": "torchlet bench serve --device cuda --model DIR (docs/probes/serve_model_dir.py "
@@ -94,6 +96,19 @@ NOTES = {
               "time from the torch profiler, the rest of ms/step is time with no kernel "
               "running (the GPU waiting on the host, or the gaps between a graph's kernels); "
               "kernels/step counts the kernels it launched (a replayed graph's one by one).",
+    "anchors": "On the decode bench's model and cells, in one process: (a) matmuls alone: the "
+               "GEMMs of one decode step and nothing else (per layer the fused q/k/v, o, the "
+               "fused gate/up and down, then the LM head), through torch's matmul (cuBLAS), "
+               "captured as one CUDA graph; (b) a plain-PyTorch static-cache step in the style of "
+               "gpt-fast (torchlet/bench/static_step.py: a static K/V cache per layer, fused "
+               "projections, RoPE tables, SDPA over the cache under a mask, greedy argmax), one "
+               "layer compiled by torch.compile and the whole step captured as one CUDA graph "
+               "(the timed column says how it ran); its tokens from random weights are checked "
+               "against Hugging Face's float64 model by spec/test_bench_anchors.py; (c) the "
+               "floor: every weight once and B x context tokens of K/V, over the bandwidth. Each "
+               "step decodes every request at position `context` again, so the cache holds "
+               "context + 1 tokens, rounded up to 16. ms: wall time of back-to-back replays; GPU "
+               "ms and kernels from the torch profiler.",
     "kernel": "The same K/V, scattered over randomly ordered blocks for the paged kernel and "
               "contiguous [B, KV heads, context, head_dim] for SDPA (enable_gqa). Bytes = K + V "
               "once, q in and out once; max abs diff compares the two outputs. Timed `graph`: "
@@ -118,6 +133,15 @@ PREFIX_NOTE = ("Prefix hit rate: of the prompt tokens a version with prefix_cach
                "prompt tokens scheduled, cached or not. Requests admitted in the same step as "
                "the first one with their prefix compute it too: a block is shared only once its "
                "K/V is written.")
+
+RUNS_NOTE = ("Each version ran several times in this call, interleaved, each on a freshly built "
+             "engine; its row is its median run's (of an even count, the faster middle one), "
+             "beside every run's wall time in run order. HF generate ran once; x HF generate is "
+             "its wall time over the median run's.")
+DECODE_ANCHORS_NOTE = ("The last three columns are the cell's anchors, timed in the same process "
+                       "after the version's cell (`torchlet bench anchors` says what they are): "
+                       "the step's matmuls alone, a gpt-fast-style static-cache step, and the "
+                       "floor at `context` tokens.")
 
 
 def gather(results: Path, recorded: Path) -> dict[str, dict]:
@@ -162,6 +186,10 @@ def section(kind: str, result: dict | None, assets: str) -> list[str]:
     if kind not in ("main-job", "long-prompt") and any(r.get("prefix_queried_tokens") is not None
                                   for r in result["rows"]):
         note += " " + PREFIX_NOTE
+    if any(r.get("wall_s_runs") for r in result["rows"]):
+        note += " " + RUNS_NOTE
+    if kind == "decode" and any("matmuls_ms" in r for r in result["rows"]):
+        note += " " + DECODE_ANCHORS_NOTE
     out += ["", note, "", markdown_table(kind, result["rows"]), ""]
     if kind == "main-job":
         from .targets import main_job_lines
@@ -171,6 +199,10 @@ def section(kind: str, result: dict | None, assets: str) -> list[str]:
         out += [*long_prompt_lines(result), ""]
     if kind == "decode":
         out += top_kernel_lines(result["rows"])
+    out += anchor_notes(result["rows"])
+    if result.get("anchors"):
+        from .anchors import workload_anchor_lines
+        out += [*workload_anchor_lines(result["anchors"], result["rows"]), ""]
     if "floor" in result:
         out += ["Floor of this run's workload:", "", "```", *result["floor"]["lines"], "```", ""]
     out += [f"![{kind}]({assets}/{kind}.png)", ""]
@@ -188,6 +220,14 @@ def top_kernel_lines(rows: list[dict]) -> list[str]:
             out += [f"| `{name}` | {ms:.4f} | {n:g} |" for name, ms, n in r["top_kernels"]]
             out.append("")
     return out
+
+
+def anchor_notes(rows: list[dict]) -> list[str]:
+    """Why a cell's anchors did not run as asked: a compile that failed, or no anchors at all."""
+    notes = [f"- Anchors at batch {r['batch']}, context {r['context']}: "
+             f"{r.get('static_note') or 'failed: ' + r['anchors_error']}"
+             for r in rows if r.get("static_note") or r.get("anchors_error")]
+    return [*notes, ""] if notes else []
 
 
 def floor_section() -> list[str]:

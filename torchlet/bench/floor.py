@@ -24,6 +24,12 @@ def weight_bytes(config: ModelConfig, dtype_bytes: int = 2) -> int:
     return dtype_bytes * sum(_numel(s) for s in expected_shapes(config).values())
 
 
+def step_bytes(config: ModelConfig, batch: int, context: int, dtype_bytes: int = 2) -> int:
+    """Bytes one decode step must read: every weight once, and each of `batch` requests' K/V of
+    `context` tokens. Over the bandwidth, the step's floor."""
+    return weight_bytes(config, dtype_bytes) + batch * context * config.kv_bytes_per_token(dtype_bytes)
+
+
 def matmul_params_per_token(config: ModelConfig) -> int:
     """Weights a token multiplies through in the decoder layers (the embedding is a lookup)."""
     return sum(_numel(s) for name, s in expected_shapes(config).items()

@@ -75,16 +75,26 @@ def decode_step_bench(version, checkpoint, batch: int, context: int, *, device: 
     return {"version": version.name, "batch": batch, "context": context, "ms_per_step": ms,
             "gpu_ms_per_step": gpu_ms, "host_ms_per_step": None if gpu_ms is None else ms - gpu_ms,
             "kernels_per_step": profiled.get("kernels_per_step"),
+            "profiled_ms_per_step": profiled.get("profiled_ms_per_step"),
+            "host_wait_ms_per_step": profiled.get("host_wait_ms_per_step"),
             "top_kernels": profiled.get("top_kernels"),
             "bytes_per_step": moved, "gb_s": moved / ms / 1e6,
             "pct_bound": 100 * moved / (ms / 1e3) / bandwidth, "build_options": options}
 
 
+# CUDA runtime calls in which the host blocks until the device catches up (a copy to the host
+# waits for the work before it on its stream).
+HOST_WAITS = ("cudaStreamSynchronize", "cudaEventSynchronize", "cudaDeviceSynchronize",
+              "cudaMemcpy")
+
+
 def device_profile(run, steps: int, top: int = 8) -> dict:
     """What the device did per step (torch profiler): kernel time, against which the wall time
     per step shows how long the GPU waited on the host; kernels launched (a replayed graph's
-    kernels are counted one by one); and the kernels that took the most time, as
-    [name, ms per step, launches per step]."""
+    kernels are counted one by one); the kernels that took the most time, as
+    [name, ms per step, launches per step]; and the profiled steps' wall time with the part
+    of it the host spent blocked in HOST_WAITS calls (the rest is the host's own work, the
+    profiler's cost included)."""
     from collections import defaultdict
 
     from torch.autograd import DeviceType
@@ -92,19 +102,24 @@ def device_profile(run, steps: int, top: int = 8) -> dict:
 
     try:
         with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+            start = time.perf_counter()
             run()
             torch.cuda.synchronize()
+            wall = time.perf_counter() - start
         per_name: dict[str, list[float]] = defaultdict(lambda: [0.0, 0])
-        busy = 0.0
+        busy = waits = 0.0
         for e in prof.events():
             if e.device_type != DeviceType.CUDA:
+                if e.name.startswith(HOST_WAITS):
+                    waits += e.cpu_time_total / 1e3 / steps
                 continue
             busy += e.device_time_total / 1e3 / steps
             if not e.name.startswith(("Memcpy", "Memset")):
                 per_name[e.name][0] += e.device_time_total / 1e3 / steps
                 per_name[e.name][1] += 1 / steps
         ranked = sorted(per_name.items(), key=lambda kv: -kv[1][0])
-        return {"gpu_ms_per_step": busy,
+        return {"gpu_ms_per_step": busy, "profiled_ms_per_step": wall * 1e3 / steps,
+                "host_wait_ms_per_step": waits,
                 "kernels_per_step": sum(n for _, n in per_name.values()),
                 "top_kernels": [[name[:80], round(ms, 4), round(n, 2)]
                                 for name, (ms, n) in ranked[:top]]}

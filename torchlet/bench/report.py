@@ -53,6 +53,26 @@ DECODE_COLUMNS = [
     ("GB/s", lambda r: _num(",.1f")(r.get("gb_s"))),
     ("% of bound", lambda r: _num(".1f")(r.get("pct_bound"))),
 ]
+ANCHORS_COLUMNS = [
+    ("batch", lambda r: str(r["batch"])),
+    ("context", lambda r: str(r["context"])),
+    ("matmuls alone ms", lambda r: _num(".3f")(r.get("matmuls_ms"))),
+    ("their GPU ms", lambda r: _num(".3f")(r.get("matmuls_gpu_ms"))),
+    ("GEMMs", lambda r: _num("d")(r.get("gemms_per_step"))),
+    ("static-cache step ms", lambda r: _num(".3f")(r.get("static_ms"))),
+    ("its GPU ms", lambda r: _num(".3f")(r.get("static_gpu_ms"))),
+    ("its kernels", lambda r: _num(",.0f")(r.get("static_kernels"))),
+    ("timed", lambda r: r.get("static_timed", "") + (" (see note)" if r.get("static_note")
+                                                     else "")),
+    ("floor ms", lambda r: _num(".3f")(r.get("floor_ms"))),
+]
+# Beside a decode row, when the run timed its cell's anchors (`bench decode --anchors`).
+DECODE_ANCHOR_COLUMNS = [
+    ("matmuls alone ms", lambda r: "failed" if "anchors_error" in r
+     else _num(".3f")(r.get("matmuls_ms"))),
+    ("static-cache step ms", lambda r: _num(".3f")(r.get("static_ms"))),
+    ("floor ms", lambda r: _num(".3f")(r.get("floor_ms"))),
+]
 KERNEL_COLUMNS = [
     ("batch", lambda r: str(r["batch"])),
     ("context", lambda r: str(r["context"])),
@@ -134,7 +154,7 @@ SERVE_COLUMNS = [
 COLUMNS = {"tp": TP_COLUMNS, "serve": SERVE_COLUMNS, "serve-gpu": SERVE_COLUMNS, "main-job": MAIN_JOB_COLUMNS, "mixed": MIXED_COLUMNS,
            "long-prompt": LONG_PROMPT_COLUMNS,
            "cpu": WORKLOAD_COLUMNS, "gpu-workload": WORKLOAD_COLUMNS + GPU_EXTRA,
-           "decode": DECODE_COLUMNS, "kernel": KERNEL_COLUMNS}
+           "decode": DECODE_COLUMNS, "kernel": KERNEL_COLUMNS, "anchors": ANCHORS_COLUMNS}
 
 
 def _hits(row):
@@ -152,13 +172,24 @@ PREFIX_COLUMNS = [
 ]
 
 
+# Shown only when a version ran more than once (`bench gpu-workload --repeats`).
+RUNS_COLUMN = ("wall s of each run", lambda r: ", ".join(f"{w:.2f}" for w in r["wall_s_runs"])
+               if r.get("wall_s_runs") else "")
+
+
 def columns(kind: str, rows: list[dict]) -> list:
     if kind == "tp":  # a workload's run, or decode steps timed
         return TP_COLUMNS + (TP_WORKLOAD_COLUMNS if any("wall_s" in r for r in rows)
                              else TP_STEP_COLUMNS)
+    chosen = list(COLUMNS[kind])
+    if any(r.get("wall_s_runs") for r in rows):
+        chosen.insert(next(i for i, (h, _) in enumerate(chosen) if h == "wall s") + 1,
+                      RUNS_COLUMN)
+    if any("matmuls_ms" in r or "anchors_error" in r for r in rows) and kind == "decode":
+        chosen += DECODE_ANCHOR_COLUMNS
     if any(r.get("prefix_queried_tokens") is not None for r in rows):
-        return COLUMNS[kind] + PREFIX_COLUMNS
-    return COLUMNS[kind]
+        chosen += PREFIX_COLUMNS
+    return chosen
 
 
 def cells(kind: str, rows: list[dict]) -> tuple[list[str], list[list[str]]]:
@@ -168,7 +199,7 @@ def cells(kind: str, rows: list[dict]) -> tuple[list[str], list[list[str]]]:
     for row in rows:
         if "error" in row:
             cell = "".join(f" {k}={row[k]}" for k in ("batch", "context") if k in row)
-            body.append([row.get("version", "?"), f"failed{cell}: {row['error']}"]
+            body.append([row.get("version", kind), f"failed{cell}: {row['error']}"]
                         + [""] * (len(headers) - 2))
         else:
             body.append([read(row) for _, read in chosen])
@@ -336,6 +367,16 @@ def chart(kind: str, payload: dict, path: Path) -> None:
         ax.set_ylabel("ms per decode step (lower is better)")
         if rows:
             ax.legend(fontsize=7)
+    elif kind == "anchors":
+        fig, ax = plt.subplots(figsize=(9, 4.5))
+        x = range(len(rows))
+        for i, (key, label) in enumerate((("matmuls_ms", "matmuls alone"),
+                                          ("static_ms", "static-cache step"),
+                                          ("floor_ms", "floor"))):
+            ax.bar([j + 0.27 * (i - 1) for j in x], [r[key] for r in rows], 0.27, label=label)
+        ax.set_xticks(list(x), [f"B={r['batch']}\nctx={r['context']}" for r in rows], fontsize=7)
+        ax.set_ylabel("ms per decode step (lower is better)")
+        ax.legend()
     else:
         fig, ax = plt.subplots(figsize=(9, 4.5))
         labels = [f"B={r['batch']}\nctx={r['context']}" for r in rows]

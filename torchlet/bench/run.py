@@ -180,3 +180,23 @@ def run_jobs(jobs: list[Job], isolate: bool, log=print) -> list[dict]:
             log(f"{job.version}: failed: {row['error']}")
         rows.append(row)
     return rows
+
+
+def median_runs(runs: list[dict]) -> list[dict]:
+    """One row per version: its median run (of an even count, the faster middle one), with
+    every run's wall time in run order; a version whose every run failed keeps its first error."""
+    by_version: dict[str, list[dict]] = {}
+    for run in runs:
+        by_version.setdefault(run["version"], []).append(run)
+    rows = []
+    for version_runs in by_version.values():
+        ok = sorted((r for r in version_runs if "error" not in r), key=lambda r: r["wall_s"])
+        if not ok:
+            rows.append(version_runs[0])
+            continue
+        row = dict(ok[(len(ok) - 1) // 2])
+        if len(version_runs) > 1:
+            row["wall_s_runs"] = [r["wall_s"] for r in version_runs if "error" not in r]
+            row["failed_runs"] = len(version_runs) - len(ok)
+        rows.append(row)
+    return rows

@@ -41,6 +41,15 @@ def _split(row: dict) -> str:
             f"{row['host_ms_per_step']:.3f} ms with no kernel running")
 
 
+def _anchored(row: dict) -> list[str]:
+    """The cell's anchors from the same run, where it timed them (`bench decode --anchors`)."""
+    if row.get("matmuls_ms") is None:
+        return []
+    return [f"  - Anchors in the same run: matmuls alone {row['matmuls_ms']:.3f} ms, "
+            f"gpt-fast-style static-cache step {row['static_ms']:.3f} ms, floor "
+            f"{row['floor_ms']:.3f} ms."]
+
+
 def workload_lines(result: dict | None, decode: dict | None) -> list[str]:
     row = _newest(result["rows"]) if _on_gpu(result) else None
     if row is None:
@@ -48,6 +57,9 @@ def workload_lines(result: dict | None, decode: dict | None) -> list[str]:
                 "(`torchlet bench gpu-workload --hf-baseline`)."]
     out = [_judge("nano-vllm workload wall time", row["wall_s"], WORKLOAD_SECONDS, " s", True),
            _judge("share of the physical floor", row["pct_floor"], WORKLOAD_PCT_FLOOR, "%", False)]
+    if row.get("wall_s_runs"):
+        out.insert(1, f"  - The median of {len(row['wall_s_runs'])} runs in one call: "
+                      + ", ".join(f"{w:.2f}" for w in row["wall_s_runs"]) + " s.")
     if row.get("vs_hf") is not None:
         out.append(_judge("ratio to HF generate, same run", row["vs_hf"], WORKLOAD_VS_HF, "x",
                           False))
@@ -91,7 +103,7 @@ def decode_lines(result: dict | None) -> list[str]:
     r = min(ones, key=lambda x: x["context"])
     line = _judge(f"batch-1 decode step ({r['version']}, context {r['context']})",
                   r["ms_per_step"], BATCH1_STEP_MS, " ms", True)
-    out = [line, f"  - {_split(r)}."]
+    out = [line, f"  - {_split(r)}.", *_anchored(r)]
     if r.get("kernels_per_step") is not None:
         out.append(_judge("kernels per batch-1 decode step", r["kernels_per_step"],
                           KERNELS_PER_STEP, "", True))
@@ -101,6 +113,7 @@ def decode_lines(result: dict | None) -> list[str]:
         b = busy[-1]
         out.append(_judge("GPU busy share of a decode step at batch 256, context 1024",
                           100 * b["gpu_ms_per_step"] / b["ms_per_step"], GPU_BUSY_PCT, "%", False))
+        out += [f"  - {_split(b)}.", *_anchored(b)]
     else:
         out.append("- GPU busy share at batch 256, context 1024: not in this decode run.")
     return out
