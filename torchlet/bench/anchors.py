@@ -102,7 +102,14 @@ def capture(fn):
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         fn()
-    return graph.replay
+
+    def replay():
+        graph.replay()
+    # The graph reads fn's inputs (the matmuls' x, the step's tokens) at their addresses, and
+    # only fn holds them: freed, a replay reads whatever the allocator put there (an illegal
+    # address on the H200 at batch 256).
+    replay.reads = fn
+    return replay
 
 
 def per_step_ms(fn, device: str, steps: int, warmup: int) -> float:
