@@ -27,6 +27,9 @@ the parts its idea changes swapped (`Recipe.replace`); `Assembly` is what each p
 from. `torchlet parts vNN` prints a version's recipe, and the docs site shows it on the
 version's page.
 
+A kernel's launcher is a torch op made with `kernel_op` (and `fake_of`, its shapes-only twin):
+specs and graph recorders see one op a launch.
+
 Specs reach engines only through these names; nothing private.
 """
 from __future__ import annotations
@@ -926,3 +929,37 @@ def _label(part: Any) -> str:
     if type(part).__repr__ is not object.__repr__:  # an object that says what it is made of
         return repr(part)
     return f"{type(part).__qualname__} instance"
+
+
+# --- kernels as ops ------------------------------------------------------------------------
+# A version's kernel launcher is a torch op, so that specs (a dispatch mode) and graph recorders
+# see one op a launch and not the launch's insides (PITFALLS.md). Registered here, once, rather
+# than in the version that first writes a kernel: a learner's stub of it would fail the import.
+
+_LIBRARIES: dict[str, torch.library.Library] = {}  # kept alive: a dropped one unregisters its ops
+
+
+def kernel_op(qualname: str, mutates_args: tuple[str, ...] = ()):
+    """Decorator: the function becomes the torch op `qualname` (its schema read from its type
+    hints, as torch.library.custom_op reads it) and the op is returned. A dispatch mode or graph
+    recorder sees one op, not the kernel launch inside it. Unlike custom_op, a call reaches the
+    function straight from the dispatcher: custom_op's Python layers (dynamo's guard, an aliasing
+    check) cost about 50 us a call, and an eager prefill makes about 150 such calls a step."""
+    namespace, name = qualname.split("::")
+    if namespace not in _LIBRARIES:
+        _LIBRARIES[namespace] = torch.library.Library(namespace, "FRAGMENT")
+    lib = _LIBRARIES[namespace]
+
+    def define(fn):
+        lib.define(name + torch.library.infer_schema(fn, mutates_args=mutates_args))
+        lib.impl(name, fn, "CompositeExplicitAutograd")
+        return getattr(getattr(torch.ops, namespace), name).default
+    return define
+
+
+def fake_of(op):
+    """Decorator: the op's shapes-only twin, for tracing without running a kernel."""
+    def register(fn):
+        torch.library.register_fake(op, fn, lib=_LIBRARIES[op.namespace])
+        return fn
+    return register

@@ -1,6 +1,7 @@
 """Triton kernels for the per-token layers: RMSNorm (alone and fused with the residual add),
-RoPE and SwiGLU. Each public function checks its inputs, then calls a torch op (`kernel_op`)
-that launches one kernel, so that a graph recorder sees one op per kernel (PITFALLS.md).
+RoPE and SwiGLU. Each public function checks its inputs, then calls a torch op (made with the
+contract's `kernel_op`) that launches one kernel, so that a graph recorder sees one op per kernel
+(PITFALLS.md).
 
 The kernels read and write the model's dtype and compute in float32, with the same rounding
 points as v00's PyTorch functions. On CPU they run under TRITON_INTERPRET=1 (float32 only).
@@ -11,41 +12,14 @@ import torch
 import triton
 import triton.language as tl
 
+from torchlet.contract import fake_of, kernel_op
+
 # One program normalizes one row in registers; wider rows would need a loop over chunks.
 MAX_HIDDEN = 65536
 ELEMENTWISE_BLOCK = 1024
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 # Op names carry the module's import name so that two trees of versions can live in one process.
 _NS = __name__.replace(".", "_")
-
-
-_LIBRARIES: dict[str, torch.library.Library] = {}  # kept alive: a dropped one unregisters its ops
-
-
-def kernel_op(qualname: str, mutates_args: tuple[str, ...] = ()):
-    """Decorator: the function becomes the torch op `qualname` (its schema read from its type
-    hints, as torch.library.custom_op reads it) and the op is returned. A dispatch mode or graph
-    recorder sees one op, not the kernel launch inside it. Unlike custom_op, a call reaches the
-    function straight from the dispatcher: custom_op's Python layers (dynamo's guard, an aliasing
-    check) cost about 50 us a call, and an eager prefill makes about 150 such calls a step."""
-    namespace, name = qualname.split("::")
-    if namespace not in _LIBRARIES:
-        _LIBRARIES[namespace] = torch.library.Library(namespace, "FRAGMENT")
-    lib = _LIBRARIES[namespace]
-
-    def define(fn):
-        lib.define(name + torch.library.infer_schema(fn, mutates_args=mutates_args))
-        lib.impl(name, fn, "CompositeExplicitAutograd")
-        return getattr(getattr(torch.ops, namespace), name).default
-    return define
-
-
-def fake_of(op):
-    """Decorator: the op's shapes-only twin, for tracing without running a kernel."""
-    def register(fn):
-        torch.library.register_fake(op, fn, lib=_LIBRARIES[op.namespace])
-        return fn
-    return register
 
 
 def check(ok: bool, message: str) -> None:

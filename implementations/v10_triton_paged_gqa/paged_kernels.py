@@ -13,6 +13,8 @@ import torch
 import triton
 import triton.language as tl
 
+from torchlet.contract import fake_of, kernel_op
+
 from ..v09_triton_basics import kernels as v09_kernels
 
 check = v09_kernels.check  # v09's input checks: one line error each
@@ -189,7 +191,7 @@ def _plan_splits(work: int, max_context: int, sms: int) -> tuple[int, int]:
     return triton.cdiv(max_context, chunk), chunk
 
 
-@v09_kernels.kernel_op(f"{_NS}::paged_decode_attention")
+@kernel_op(f"{_NS}::paged_decode_attention")
 def _paged_decode_op(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                      block_tables: torch.Tensor, context_lens: torch.Tensor,
                      scale: float) -> torch.Tensor:
@@ -229,7 +231,7 @@ def shaped_like_q(q, *_):
     return torch.empty_like(q)
 
 
-v09_kernels.fake_of(_paged_decode_op)(shaped_like_q)
+fake_of(_paged_decode_op)(shaped_like_q)
 
 
 def _check_cache(k_cache: torch.Tensor, v_cache: torch.Tensor, dtype, device) -> None:
@@ -300,7 +302,7 @@ def _store_kv_kernel(k_ptr, v_ptr, k_cache_ptr, v_cache_ptr, slots_ptr,
     tl.store(v_cache_ptr + dst, v, mask=mask)
 
 
-@v09_kernels.kernel_op(f"{_NS}::store_kv", ("k_cache", "v_cache"))
+@kernel_op(f"{_NS}::store_kv", ("k_cache", "v_cache"))
 def _store_kv_op(k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                  slot_mapping: torch.Tensor) -> None:
     tokens, kv_heads, head_dim = k.shape

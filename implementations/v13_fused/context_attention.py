@@ -21,6 +21,8 @@ import torch
 import triton
 import triton.language as tl
 
+from torchlet.contract import fake_of, kernel_op
+
 from ..v12_prefix_cache import kernels, paged_kernels
 
 check = kernels.check
@@ -110,7 +112,7 @@ def _context_attention_kernel(
                      out.to(out_ptr.dtype.element_ty), mask=q_mask)
 
 
-@kernels.kernel_op(f"{_NS}::context_attention")
+@kernel_op(f"{_NS}::context_attention")
 def _context_attention_op(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                           row_indptr: torch.Tensor, context_slots: torch.Tensor,
                           context_indptr: torch.Tensor, max_context: int,
@@ -158,7 +160,7 @@ def _context_attention_op(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch
     return out
 
 
-kernels.fake_of(_context_attention_op)(paged_kernels.shaped_like_q)
+fake_of(_context_attention_op)(paged_kernels.shaped_like_q)
 
 
 def context_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,

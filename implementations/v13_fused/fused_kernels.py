@@ -17,6 +17,8 @@ import torch
 import triton
 import triton.language as tl
 
+from torchlet.contract import fake_of, kernel_op
+
 from ..v12_prefix_cache import kernels
 
 ELEMENTWISE_BLOCK, check = kernels.ELEMENTWISE_BLOCK, kernels.check
@@ -73,7 +75,7 @@ def _rope_split_kernel(qkv_ptr, cos_ptr, sin_ptr, q_norm_ptr, k_norm_ptr, q_ptr,
     tl.store(v_ptr + v_off + half, out2, mask=mask & is_v)
 
 
-@kernels.kernel_op(f"{_NS}::rope_split")
+@kernel_op(f"{_NS}::rope_split")
 def _rope_split_op(qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, n_q: int, n_kv: int,
                    q_norm: torch.Tensor | None, k_norm: torch.Tensor | None, eps: float
                    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -94,7 +96,7 @@ def _rope_split_op(qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, n_q:
     return q, k, v
 
 
-@kernels.fake_of(_rope_split_op)
+@fake_of(_rope_split_op)
 def _(qkv, cos, sin, n_q, n_kv, q_norm, k_norm, eps):
     head_dim = qkv.shape[1] // (n_q + 2 * n_kv)
     return (qkv.new_empty(qkv.shape[0], n_q, head_dim), qkv.new_empty(qkv.shape[0], n_kv, head_dim),
@@ -142,7 +144,7 @@ def _swiglu_packed_kernel(gate_up_ptr, out_ptr, n, width, BLOCK: tl.constexpr):
     tl.store(out_ptr + offs, (silu.to(tl.float32) * up.to(tl.float32)).to(gate.dtype), mask=mask)
 
 
-@kernels.kernel_op(f"{_NS}::swiglu_packed")
+@kernel_op(f"{_NS}::swiglu_packed")
 def _swiglu_packed_op(gate_up: torch.Tensor) -> torch.Tensor:
     width = gate_up.shape[1] // 2
     out = gate_up.new_empty(gate_up.shape[0], width)
@@ -153,7 +155,7 @@ def _swiglu_packed_op(gate_up: torch.Tensor) -> torch.Tensor:
     return out
 
 
-@kernels.fake_of(_swiglu_packed_op)
+@fake_of(_swiglu_packed_op)
 def _(gate_up):
     return gate_up.new_empty(gate_up.shape[0], gate_up.shape[1] // 2)
 
