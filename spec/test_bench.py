@@ -373,11 +373,12 @@ def test_the_decode_targets_judge_the_newest_version_of_the_run():
                 "kernels_per_step": 250}
     result = {"environment": {"gpu": "NVIDIA H200"}, "rows": [
         row("v13_fused", 1, 128, 1.4, 0.9), row("v13_fused", 256, 1024, 4.0, 2.0),
-        row("v14_overlap", 1, 128, 0.95, 0.9), row("v14_overlap", 256, 1024, 2.5, 2.4),
+        row("v14_overlap", 1, 128, 0.7, 0.65), row("v14_overlap", 256, 1024, 2.5, 2.4),
         row("v13_fused", 1, 64, 1.3, 0.9)]}  # a smaller context of an older version
     text = "\n".join(decode_lines(result))
-    assert "batch-1 decode step (v14_overlap, context 128): **met**, 0.95 ms" in text
+    assert "batch-1 decode step (v14_overlap, context 128): **met**, 0.7 ms" in text
     assert "batch 256, context 1024: **met**, 96%" in text
+    assert "decode step at batch 256, context 1024: **missed** by 0.5 ms" in text
 
 
 def test_a_result_names_the_commit_the_sender_gives_over_the_trees_own(monkeypatch):
