@@ -164,17 +164,24 @@ def config_from_gguf(reader) -> ModelConfig:
         raise CheckpointError(f"GGUF metadata is incomplete: {e}") from None
 
 
-def readable_name(path: Path, reader) -> str:
-    """'SmolLM2-135M-Instruct (Q4_1 GGUF)': the file's name without its quantization suffix,
-    and the quantization the metadata states."""
+def quantization(reader) -> str | None:
+    """'Q4_1': the weights' type the metadata states, or None where it states none we know."""
     from gguf import LlamaFileType
 
-    stem = path.name.removesuffix(".gguf")
     try:
         quant = LlamaFileType(int(_field(reader, "general.file_type"))).name
     except (TypeError, ValueError):
+        return None
+    return quant.removeprefix("MOSTLY_").removeprefix("ALL_")
+
+
+def readable_name(path: Path, reader) -> str:
+    """'SmolLM2-135M-Instruct (Q4_1 GGUF)': the file's name without its quantization suffix,
+    and the quantization the metadata states."""
+    stem = path.name.removesuffix(".gguf")
+    quant = quantization(reader)
+    if quant is None:
         return f"{stem} (GGUF)"
-    quant = quant.removeprefix("MOSTLY_").removeprefix("ALL_")
     cut = len(quant) + 1
     if stem.lower().endswith(quant.lower()) and stem[-cut:-cut + 1] in (".", "-", "_"):
         stem = stem[:-cut]

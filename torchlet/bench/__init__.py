@@ -25,7 +25,7 @@ from __future__ import annotations
 import argparse
 import importlib
 
-from torchlet.cli import DTYPES, add_threads  # the standard library only, like this module
+from torchlet.cli import DTYPES  # the standard library only, like this module
 
 SHAPES = ("qwen2.5-0.5b", "qwen3-0.6b", "qwen2.5-7b", "qwen2.5-72b", "cpu")
 
@@ -47,7 +47,10 @@ def add_commands(subparsers) -> None:
     p.add_argument("--device", default=None, help="default: cuda if there is one, else cpu")
     p.add_argument("--dtype", choices=DTYPES, default="auto",
                    help="auto: float32 on CPU, bfloat16 on CUDA (as torchlet generate)")
-    add_threads(p)  # as torchlet generate's
+    p.add_argument("--threads", default=None, metavar="N[,N...]",
+                   help="torch CPU threads; a list such as 1,2 runs the whole comparison at each "
+                        "count in turn, in this process (default: as torchlet generate picks "
+                        "them)")
 
     p = _parser(sub, "long-prompt", _lazy("run_long_prompt"),
                 "a long prompt's first token: the version `torchlet generate` picks here vs HF",

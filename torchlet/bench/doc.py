@@ -31,7 +31,7 @@ TITLES = {
     "serve-gpu": "torchlet serve on the GPU under a Poisson stream of requests",
 }
 HOW_TO = {
-    "main-job": "torchlet bench main-job",
+    "main-job": "torchlet bench main-job --threads 1,2",
     "long-prompt": "torchlet bench long-prompt --threads 1",
     "cpu": "torchlet bench cpu",
     "gpu-workload": "torchlet bench gpu-workload --hf-baseline",
@@ -59,7 +59,12 @@ NOTES = {
                 "ratio of the medians. Same token ids: each version's greedy ids against HF's. A "
                 "version with a prefix cache finds the prompt's full blocks cached by the "
                 "warm-up in every timed round (its hit column), which a one-shot `torchlet "
-                "generate` would not.",
+                "generate` would not. Given several thread counts (`--threads 1,2`), the whole "
+                "comparison runs at each in turn, x HF within its own count. llama.cpp, where "
+                "llama-cpp-python is installed (`pip install 'torchlet[llama]'`), is an anchor, "
+                "not a contestant: the same prompt ids and GGUF file, greedy, n_threads the "
+                "row's count, alternating with the others, but computing on the file's own "
+                "quantized weights, so its ids are reported and not required to be HF's.",
     "long-prompt": "One process, contenders built as for the main job; each run is one "
                    "greedy token after the whole prompt, so its time is the prefill's. After "
                    "one untimed warm-up each on 64 other tokens, the runs alternate over the "
@@ -182,6 +187,7 @@ def section(kind: str, result: dict | None, assets: str) -> list[str]:
                    f"intermediate {m['intermediate_size']}, vocab {m['vocab_size']}.")
     memory = next((r["memory_measure"] for r in result["rows"] if "memory_measure" in r), "n/a")
     note = NOTES[kind].format(memory=memory, server=result.get("server", "?"))
+    note += "".join(f" {n}" for n in result.get("notes", []))  # what this run left out, and why
     # main-job's and long-prompt's notes say what the hit column means for one prompt repeated
     if kind not in ("main-job", "long-prompt") and any(r.get("prefix_queried_tokens") is not None
                                   for r in result["rows"]):

@@ -6,7 +6,9 @@ same number of tokens. After one untimed warm-up each, the runs alternate (HF, t
 ...) over the rounds, so a burst of other work on the machine lands on all of them alike. A run's
 tokens/s is its output tokens over the wall time from the call to its last token; the table
 gives the median over the rounds. The token ids are compared too: an answer that differs from
-HF's greedy one is not the same job done faster.
+HF's greedy one is not the same job done faster. `--threads 1,2` repeats all of it at each torch
+thread count, one after the other in this process, each count with its own rows; llama.cpp joins
+each count's rounds as an anchor where it is installed (llama_anchor.py).
 """
 from __future__ import annotations
 
@@ -123,6 +125,7 @@ def versions_of(args, device: str) -> list:
 
 
 def check_args(args) -> None:
+    thread_counts(args.threads)
     if args.max_new_tokens < 1:
         raise TorchletError(f"--max-new-tokens must be at least 1, got {args.max_new_tokens}")
     if args.rounds < 1:
@@ -137,12 +140,31 @@ def load_model(args):
     return resolve_model(args.model, progress=not args.quiet)
 
 
+def thread_counts(text: str | None) -> list[int | None]:
+    """--threads 1,2 as [1, 2]; none given, [None]: one run with the threads generate picks."""
+    if text is None:
+        return [None]
+    try:
+        counts = [int(x) for x in text.split(",")]
+    except ValueError:
+        counts = [0]
+    if min(counts) < 1 or len(set(counts)) < len(counts):
+        raise TorchletError(f"--threads takes distinct positive counts separated by commas, "
+                            f"e.g. 1,2; got {text!r}")
+    return counts
+
+
 def contenders_for(versions, checkpoint, ids: list[int], n: int, device: str, dtype, log):
     """HF, then each version, built for these ids: (contenders, {name: error} of those that
     failed to build, every name in order)."""
     builders = [(HF, lambda: hf_contender(checkpoint, ids, n, device, dtype))]
     builders += [(v.name, lambda v=v: engine_contender(v, checkpoint, ids, n, device, dtype,
                                                         v is versions[0])) for v in versions]
+    return build_each(builders, log)
+
+
+def build_each(builders, log):
+    """(contenders, {name: error} of those that failed to build, every name in order)."""
     contenders, failed = [], {}
     for name, build in builders:
         try:
@@ -210,9 +232,10 @@ def measure(args, log) -> tuple[dict, str]:
     from torchlet.checkpoints import load_hf_dir
     from torchlet.text import load_tokenizer, prompt_ids
 
+    from .llama_anchor import gguf_of, skip_reason
+
     check_args(args)
     device = resolve_device(args.device)
-    set_threads(args.threads)
     versions = versions_of(args, device)
     model_dir, model_name = load_model(args)
     checkpoint = load_hf_dir(model_dir)
@@ -220,20 +243,47 @@ def measure(args, log) -> tuple[dict, str]:
     dtype = resolve_dtype(args.dtype, device)
     n = args.max_new_tokens
     contenders, failed, order = contenders_for(versions, checkpoint, ids, n, device, dtype, log)
-    bar = progress_bar(len(contenders) * (args.rounds + 1) * n, not args.quiet, "main job")
-    runs, _, before = interleave(contenders, failed, args.rounds, n, bar, log)
+    gguf = gguf_of(args.model)
+    skipped = skip_reason(gguf, device)
+    rows, counts = [], []
+    for count in thread_counts(args.threads):
+        set_threads(count)
+        counts.append(torch.get_num_threads())
+        rows += at_threads(contenders, dict(failed), order,
+                           None if skipped else (gguf, ids), args.rounds, n, args.quiet, log)
+    if skipped:
+        log(skipped)
+    dtype_name = str(dtype).removeprefix("torch.")
+    threads = ", ".join(map(str, counts))
+    job = {"name": "main-job", "prompt": args.prompt, "prompt_tokens": len(ids),
+           "max_new_tokens": n, "rounds": args.rounds, "model": model_name, "device": device,
+           "dtype": dtype_name, "default_version": versions[0].name, "threads": counts,
+           "describe": f"the chat prompt {args.prompt!r} ({len(ids)} tokens with the chat "
+                       f"template) to {model_name}, {dtype_name} on {device}, greedy, {n} new "
+                       f"tokens (eos ignored), batch 1, torch threads {threads}; timed rounds: "
+                       f"{args.rounds} at each thread count, the rows alternating, after one "
+                       f"untimed warm-up each"}
+    return {"workload": job, "rows": rows, "notes": [skipped] if skipped else []}, device
+
+
+def at_threads(contenders, failed: dict, order: list[str], anchor, rounds: int, n: int,
+               quiet: bool, log) -> list[dict]:
+    """The rows of one thread count (torch's, set already): the contenders' rounds, and with
+    `anchor` (gguf, ids), llama.cpp's with as many threads, alternating with them."""
+    from .llama_anchor import NAME, llama_contender
+
+    threads = torch.get_num_threads()
+    if anchor:
+        built, broken, _ = build_each([(NAME, lambda: llama_contender(*anchor, n, threads))], log)
+        contenders, order = contenders + built, order + [NAME]
+        failed.update(broken)
+    bar = progress_bar(len(contenders) * (rounds + 1) * n, not quiet, f"main job, {threads} "
+                       f"thread{'' if threads == 1 else 's'}")
+    runs, _, before = interleave(contenders, failed, rounds, n, bar, log)
     bar.close()
     rows = summarize(contenders, runs, failed, order, log)
     add_prefix_stats(rows, contenders, failed, before)
-    dtype_name = str(dtype).removeprefix("torch.")
-    job = {"name": "main-job", "prompt": args.prompt, "prompt_tokens": len(ids),
-           "max_new_tokens": n, "rounds": args.rounds, "model": model_name, "device": device,
-           "dtype": dtype_name, "default_version": versions[0].name,
-           "describe": f"the chat prompt {args.prompt!r} ({len(ids)} tokens with the chat "
-                       f"template) to {model_name}, {dtype_name} on {device}, greedy, {n} new "
-                       f"tokens (eos ignored), batch 1; timed rounds: {args.rounds}, HF and the "
-                       f"versions alternating, after one untimed warm-up each"}
-    return {"workload": job, "rows": rows}, device
+    return [{**row, "threads": threads} for row in rows]
 
 
 def summarize(contenders, runs: dict, failed: dict, order: list[str], log,
@@ -257,7 +307,7 @@ def summarize(contenders, runs: dict, failed: dict, order: list[str], log,
         if hf_ids is not None and c.name != HF:
             row["first_difference"] = first_difference(row["token_ids"], hf_ids)
             row["same_ids_as_hf"] = row["first_difference"] is None
-            if not row["same_ids_as_hf"]:
+            if not row["same_ids_as_hf"] and not c.extra.get("anchor"):
                 log(f"warning: {c.name}'s greedy tokens differ from HF's from token "
                     f"{row['first_difference']} on")
         rows[c.name] = row

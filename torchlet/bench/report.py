@@ -92,11 +92,14 @@ def _parity(row):
         same = "(HF)" if row["version"].startswith("HF") else "n/a"
     else:
         same = "yes" if row["same_ids_as_hf"] else f"NO, from token {row['first_difference']}"
+    if row.get("anchor"):  # other weights than HF's: reported, not required
+        same = f"not required ({row['weights']} weights): " + same.lower()
     return same if row.get("repeatable", True) else same + "; rounds differ"
 
 
 MAIN_JOB_COLUMNS = [
     ("version", lambda r: r["version"]),
+    ("threads", lambda r: str(r.get("threads", "n/a"))),
     ("mode", lambda r: r.get("mode", "")),
     ("tok/s (median)", lambda r: _num(".1f")(r.get("tok_s_median"))),
     ("min / max", lambda r: f"{r['tok_s_min']:.1f} / {r['tok_s_max']:.1f}"),
@@ -336,7 +339,8 @@ def chart(kind: str, payload: dict, path: Path) -> None:
         mid = [r["tok_s_median"] for r in rows]
         spread = [[m - r["tok_s_min"] for m, r in zip(mid, rows)],
                   [r["tok_s_max"] - m for m, r in zip(mid, rows)]]
-        ax.barh([r["version"] for r in rows], mid, xerr=spread, color="tab:blue", capsize=3)
+        names = [r["version"] + (f", {r['threads']} thr." if "threads" in r else "") for r in rows]
+        ax.barh(names, mid, xerr=spread, color="tab:blue", capsize=3)
         ax.invert_yaxis()
         ax.set_xlabel("tokens/s, median of the rounds, min to max (higher is better)")
         fig.suptitle(payload["workload"]["describe"], fontsize=7, wrap=True)

@@ -127,18 +127,33 @@ def decode_lines(result: dict | None) -> list[str]:
 
 
 def main_job_lines(result: dict) -> list[str]:
-    """Issue 15's CPU target, judged from one main-job run: the default version's median
-    tokens/s at least 1.5x HF generate's, with the same token ids."""
+    """Issue 15's CPU target, judged from one main-job run at each of its thread counts: the
+    default version's median tokens/s at least 1.5x HF generate's, with the same token ids;
+    then llama.cpp's anchor rows, beside it and not judged."""
     job = result["workload"]
-    row = next((r for r in result["rows"] if r.get("version") == job["default_version"]), {})
-    if row.get("vs_hf") is None:
-        return [f"- The default version ({job['default_version']}) ≥ {MAIN_JOB_VS_HF:g}x HF "
-                f"generate: not measured (a row failed)."]
-    what = f"The default version ({row['version']}) ≥ {MAIN_JOB_VS_HF:g}x HF generate's tokens/s"
-    line = _judge(what, row["vs_hf"], MAIN_JOB_VS_HF, "x", False)
-    if not row.get("same_ids_as_hf"):
-        line += " Its token ids differ from HF's, so it does not count."
-    return [line]
+    rows = [r for r in result["rows"] if "error" not in r]
+    counts = list(dict.fromkeys(r.get("threads") for r in rows)) or [None]
+    out = []
+    for count in counts:
+        at = "" if len(counts) == 1 else f" at {count} thread{'' if count == 1 else 's'}"
+        row = next((r for r in rows if r["version"] == job["default_version"]
+                    and r.get("threads") == count), {})
+        what = (f"The default version ({job['default_version']}) ≥ {MAIN_JOB_VS_HF:g}x HF "
+                f"generate's tokens/s{at}")
+        if row.get("vs_hf") is None:
+            out.append(f"- {what}: not measured (a row failed).")
+            continue
+        line = _judge(what, row["vs_hf"], MAIN_JOB_VS_HF, "x", False)
+        if not row.get("same_ids_as_hf"):
+            line += " Its token ids differ from HF's, so it does not count."
+        out.append(line)
+        for anchor in (r for r in rows if r.get("anchor") and r.get("threads") == count):
+            out.append(f"  - Anchor, not a target: {anchor['version']} on the same GGUF file "
+                       f"({anchor['weights']} weights), n_threads {count}: "
+                       f"{anchor['tok_s_median']:.1f} tokens/s, "
+                       f"{anchor['tok_s_median'] / row['tok_s_median']:.2f}x the default "
+                       f"version's.")
+    return out
 
 
 def long_prompt_lines(result: dict) -> list[str]:
