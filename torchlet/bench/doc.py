@@ -16,7 +16,7 @@ from .workloads import QWEN25_05B, nano_vllm_workload
 
 REPO = Path(__file__).resolve().parents[2]
 KINDS = ("main-job", "long-prompt", "cpu", "gpu-workload", "mixed", "decode", "anchors", "kernel",
-         "serve", "serve-gpu")
+         "tp", "serve", "serve-gpu")
 TITLES = {
     "main-job": "CPU main job: torchlet generate's default version against Hugging Face generate",
     "long-prompt": "CPU long prompt: torchlet generate's default version against Hugging Face "
@@ -27,6 +27,7 @@ TITLES = {
     "decode": "Decode step: batch x context",
     "anchors": "Anchors of a decode step: its matmuls alone, a gpt-fast-style step, the floor",
     "kernel": "Paged decode attention kernel against torch SDPA",
+    "tp": "Tensor parallelism: what each rank holds (v16)",
     "serve": "torchlet serve under a Poisson stream of requests",
     "serve-gpu": "torchlet serve on the GPU under a Poisson stream of requests",
 }
@@ -39,6 +40,7 @@ HOW_TO = {
     "decode": "torchlet bench decode",
     "anchors": "torchlet bench anchors",
     "kernel": "torchlet bench kernel",
+    "tp": "torchlet bench tp",
     "serve": "torchlet bench serve --device cpu",
     "serve-gpu": "torchlet bench serve --device cuda --model DIR (docs/probes/serve_model_dir.py "
                  "writes one)",
@@ -119,6 +121,15 @@ NOTES = {
               "once, q in and out once; max abs diff compares the two outputs. Timed `graph`: "
               "each call captured in a CUDA graph and its replays timed, as the engine runs it; "
               "`eager`: the calls themselves, host checks and launches included.",
+    "tp": "v16_tensor_parallel at each tensor-parallel degree, its ranks started by the bench on "
+          "this machine (gloo on a CPU, NCCL on GPUs), each drawing only its own shard of the "
+          "seeded random weights. Per rank: the weight and K/V bytes it holds (the norms, "
+          "replicated, are a few KiB), its peak memory, and rank 0's decode step (the median of "
+          "the timed steps) against the weight-read floor (a rank's weight bytes over 4.3 TB/s, "
+          "meaningful on an H200 only). On a CPU the step times say nothing about speed: the "
+          "ranks share the machine's cores, and each collective crosses loopback for a model "
+          "whose maths takes microseconds. Two ranks on GPUs need a machine of two GPUs (issue "
+          "28: docs/probes/tp_h200.py runs its specs, workloads and the 72B shape in one call).",
     "serve": SERVE_NOTE + (
              "On a CPU, `--model /tmp/tiny-chat` is the specs' tiny chat model (a random Llama "
              "of 2 layers, hidden 64, a byte tokenizer, context 128), written by `python -c "

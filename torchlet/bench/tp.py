@@ -68,15 +68,16 @@ def sizes(version, args, batches: list[int], workload: Workload | None, named: d
 
 def check_fit(plans: list[dict], device: str, log) -> None:
     """Log each rank's planned bytes; on a GPU, refuse a plan its device cannot hold."""
-    total = (torch.cuda.get_device_properties(0).total_memory if device.startswith("cuda")
-             else H200_MEMORY)
+    cuda = device.startswith("cuda")
+    total = torch.cuda.get_device_properties(0).total_memory if cuda else H200_MEMORY
+    against = f"{total / GIB:.1f} GiB" if cuda else f"an H200's {total / GIB:.1f} GiB"
     for rank, p in enumerate(plans):
         need = p["weights"] + p["packing"] + p["kv"]
         log(f"rank {rank} will hold {p['weights'] / GIB:.4g} GiB of weights and "
             f"{p['kv'] / GIB:.4g} GiB of K/V, {need / GIB:.4g} GiB at the build's peak with "
             f"{p['packing'] / GIB:.4g} GiB of packing copies: "
-            f"{'fits in' if need < total else 'MORE than'} {total / GIB:.1f} GiB")
-        if need >= total and device.startswith("cuda"):
+            f"{'fits in' if need < total else 'MORE than'} {against}")
+        if need >= total and cuda:
             raise TorchletError(f"rank {rank} would need {need / GIB:.1f} GiB, more than its "
                                 f"GPU's {total / GIB:.1f} GiB: more ranks, or fewer --layers")
 
