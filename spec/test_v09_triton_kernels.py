@@ -2,7 +2,8 @@
 kernels.
 
 What it introduces: one kernel per per-token layer, each behind a Python wrapper that checks its
-inputs and a `torch.library.custom_op`, so that a graph recorder sees one op per kernel.
+inputs and a torch op (the contract's `kernel_op`), so that a graph recorder sees one op per
+kernel.
 
 Why the previous version needs it: in v08 each of these layers is several PyTorch ops (square,
 mean, rsqrt, multiply, cast...), and each op reads and writes the whole activation. A kernel

@@ -4,7 +4,7 @@ aten ops a step runs, never from what the engine says about its lanes.
 A forward pass takes in its token ids through one row lookup into the embedding table (OpLog's
 `lookups`), and stores each token's K and V with an in-place indexed write into the cache: an
 index_copy_ (v05-v07), an index_put_ (v08's PyTorch store) or one custom op (v10's Triton store,
-wrapped with torch.library.custom_op: its schema declares the caches it mutates, so a dispatch
+a torch op made with the contract's kernel_op: its schema declares the caches it mutates, so a dispatch
 mode sees it as one op, with its slot mapping). All are recognised the same way: an op writes in
 place into a tensor of rows [..., kv_heads, head_dim] and takes exactly one 1-D integer tensor as
 long as the pass has tokens: the row token i's K/V goes to, counted from the start of the
