@@ -1,5 +1,6 @@
 """Which kernels a pass really ran: a TorchDispatchMode that sees each kernel's torch op (made
-with the contract's `kernel_op`) as one op (the kernels wrap their launches that way) and counts those of one kernels module.
+with the contract's `kernel_op`, which wraps a launch) as one op, and counts those of one kernels
+module.
 
 Seen from below the dispatcher, an engine cannot claim a kernel it skipped: a fallback to PyTorch
 shows up as aten ops and no kernel op. CPU graph replay calls the recorded ops again, so replayed
