@@ -7,7 +7,7 @@ FlashInfer-style view), the request (request.py: PagedRequest, which carries its
 the model (model.py: PagedDecoder, v02's decoder composing two parts swapped on their
 own from here on: its ops, v05's PassOps, and its memory, PagedAttention: K/V stored and read
 through the block tables by that file's PyTorch functions, and the paged passes), the
-decode inputs (inputs.py: PagedInputs, each lane's table, length and new slot, in room each
+decode inputs (kv.py: PagedInputs, each lane's table, length and new slot, in room each
 request takes as it feeds a token), the policy
 (scheduler.py: PagedAdmission, admission over free blocks) and the scheduler (scheduler.py:
 PreemptingScheduler)."""
@@ -19,8 +19,7 @@ from ..v07_cuda_graph import Batch, ContinuousBatching, DecodeBuffers, GraphedRu
 from . import metadata
 # model.py's PyTorch paged attention, passed on to later versions (and the specs) by this name
 from . import model as paged_attention
-from .inputs import PagedDecodeBuffers, PagedInputs
-from .kv import BlockPool, PagedKV, PoolExhausted
+from .kv import BlockPool, PagedDecodeBuffers, PagedInputs, PagedKV, PoolExhausted
 from .model import PagedAttention, PagedDecoder, layers
 from .request import PagedRequest
 from .scheduler import PagedAdmission, PreemptingScheduler
