@@ -61,9 +61,9 @@ def measure(args, log) -> tuple[dict, str]:
         log(f"{version.name} on {world} rank(s), {device} {spec.dtype}, options {options}")
         with Ranks(world, device) as ranks:
             torch.set_num_threads(threads)
-            engine = ranks.build(spec)
             from torchlet.cli import kernels_off
-            with kernels_off(device, interpret=False):
+            with kernels_off(device, interpret=False):  # Triton layers choose at build
+                engine = ranks.build(spec)
                 memory = engine.shards()
                 ms = step_ms(engine, args.batch, args.context, args.steps, config.vocab_size,
                              device)
