@@ -15,7 +15,7 @@ from torchlet.contract import PAGED_DECODE_ATTENTION, PAGED_KV
 
 from ..v07_cuda_graph import CAPABILITIES as PREVIOUS
 from ..v07_cuda_graph import PARTS as BEFORE
-from ..v07_cuda_graph import Batch, ContinuousBatching, DecodeBuffers, GraphedRunner, PassOps, StepEngine, graphs
+from ..v07_cuda_graph import Batch, ContinuousBatching, DecodeBuffers, GraphRunner, GraphedRunner, PassOps, StepEngine, default_buckets, graphs
 from . import metadata
 # model.py's PyTorch paged attention, passed on to later versions (and the specs) by this name
 from . import model as paged_attention
@@ -32,4 +32,4 @@ build = PARTS.build
 # The decode attention the model calls, for a harness to time alone (torchlet bench kernel).
 KERNELS = {PAGED_DECODE_ATTENTION: paged_attention.paged_decode_attention}
 
-__all__ = ["Batch", "BlockPool", "CAPABILITIES", "ContinuousBatching", "DecodeBuffers", "GraphedRunner", "KERNELS", "OPTIONS", "PARTS", "PagedAdmission", "PagedAttention", "PagedDecodeBuffers", "PagedDecoder", "PagedInputs", "PagedKV", "PagedRequest", "PassOps", "PoolExhausted", "PreemptingScheduler", "StepEngine", "build", "graphs", "layers", "metadata", "paged_attention"]
+__all__ = ["Batch", "BlockPool", "CAPABILITIES", "ContinuousBatching", "DecodeBuffers", "GraphRunner", "GraphedRunner", "KERNELS", "OPTIONS", "PARTS", "PagedAdmission", "PagedAttention", "PagedDecodeBuffers", "PagedDecoder", "PagedInputs", "PagedKV", "PagedRequest", "PassOps", "PoolExhausted", "PreemptingScheduler", "StepEngine", "build", "default_buckets", "graphs", "layers", "metadata", "paged_attention"]

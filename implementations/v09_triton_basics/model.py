@@ -46,18 +46,19 @@ def kernels_take(device, dtype: torch.dtype) -> bool:
 class TritonOps(PassOps):
     """v05's ops, the per-token layers and the layer loop on the kernels where they run."""
 
-    def __init__(self, on_triton: bool = False):
-        # Whether these ops run the kernels: chosen once, for the device and dtype of the engine
-        # they serve (for_device), not asked of every tensor. A version's shared `layers` runs
-        # PyTorch.
-        self.on_triton = on_triton
-        if on_triton:  # bound once: without the kernels, rope_qk is v05's own
-            self.rope_qk = self.rope_qk_kernels
+    # Whether these ops run the kernels: chosen once, for the device and dtype of the engine
+    # they serve (for_device), not asked of every tensor. A version's shared `layers` runs
+    # PyTorch.
+    on_triton = False
 
     def for_device(self, device, dtype) -> "TritonOps":
         """Ops like these for an engine on this device and dtype: on the kernels where they
-        run there (kernels_take)."""
-        return type(self)(kernels_take(device, dtype))
+        run there (kernels_take), rope_qk then bound to its kernel path once; elsewhere every
+        layer is the PyTorch one, rope_qk v05's own."""
+        ops = type(self)()
+        if kernels_take(device, dtype):
+            ops.on_triton, ops.rope_qk = True, ops.rope_qk_kernels
+        return ops
 
     # --- the per-token layers --------------------------------------------------------------
 
