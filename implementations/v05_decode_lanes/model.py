@@ -34,11 +34,6 @@ class PassOps(GQAOps):
 
     _pass_values = None  # inside forward_layers (one_pass): {key: (positions, value)}
 
-    def for_device(self, device, dtype) -> "PassOps":
-        """The ops an engine on this device and dtype runs: these, whose maths is the same on
-        every device (ops that can run kernels choose them here, once per engine)."""
-        return self
-
     @contextmanager
     def one_pass(self):
         """What per_pass computes inside this block is computed once and dropped at its end."""

@@ -181,11 +181,13 @@ class PagedDecoder(CachedDecoder):
         return f"PagedDecoder({type(self.ops).__name__}, {self.Memory.__name__})"
 
     def assemble(self, a) -> "PagedDecoder":
-        """The model part of one engine: a decoder composing this memory and these ops as made
-        for the engine's device and dtype (for_device), so that a choice of kernels is made once,
-        at build, not at every call."""
+        """The model part of one engine: a decoder composing this memory and these ops, made
+        for the engine's device and dtype where the ops say how (for_device: ops that can run
+        kernels choose them there, once, at build, not at every call)."""
+        made_for = getattr(self.ops, "for_device", None)
         decoder = PagedDecoder()
-        decoder.ops, decoder.Memory = self.ops.for_device(a.device, a.dtype), self.Memory
+        decoder.ops = self.ops if made_for is None else made_for(a.device, a.dtype)
+        decoder.Memory = self.Memory
         return decoder
 
     @cached_property
