@@ -101,7 +101,7 @@ def test_the_qwen3_shape_is_hugging_faces_and_one_layer_of_it_gives_hugging_face
         meta = model_cls(config_cls(**cfg)).to(torch.bfloat16)
     assert weight_bytes(config) == sum(p.numel() * p.element_size() for p in meta.parameters())
     v13 = implementations.load("v13")  # imported as the session has Triton (jit reads it once)
-    monkeypatch.setenv("TRITON_INTERPRET", "0")  # the layers read it at call time
+    monkeypatch.setenv("TRITON_INTERPRET", "0")  # an engine's layers read it at build
     ckpt = random_checkpoint(dataclasses.replace(config, vocab_size=256))
     prompt = [5, 77, 200, 12, 9]
     with torch.inference_mode():

@@ -117,7 +117,7 @@ def test_the_default_is_the_newest_on_a_gpu_and_the_newest_unpaged_on_a_cpu_with
     mode = cli.run_mode(newest, "cpu", cli.serving_options(newest, "cpu"), interpret=False)
     assert "kernels off" in mode and "graphs off" in mode and "steps in order" in mode
     with cli.kernels_off("cpu", interpret=False):
-        assert os.environ["TRITON_INTERPRET"] == "0"  # what TritonOps.on_triton reads
+        assert os.environ["TRITON_INTERPRET"] == "0"  # what an engine's layers read at build
     assert os.environ.get("TRITON_INTERPRET") == "1"  # the specs' setting, given back
 
 

@@ -18,13 +18,12 @@ breaks the drawing.
 Tradeoff left visible: a picture is as small as its scenario (a handful of requests and steps),
 and the spec reads back the views it names (timeline, lanes, pool, kernels), not the layout a
 reader sees; the browser spec (spec/test_docs_browser.py) checks that they render. Watching the
-kernels runs them under Triton's interpreter for one step of four engines: seconds, not the
-tenths the other views take.
+kernels runs them under Triton's interpreter, in every step of four engines (their layers choose
+at build): seconds, not the tenths the other views take.
 """
 from __future__ import annotations
 
 import functools
-import os
 import re
 import xml.etree.ElementTree as ET
 
@@ -79,9 +78,10 @@ def observed(short: str):
     version = implementations.load(short)
     ckpt = scenarios.checkpoint()
     scenario = scenarios.scenario_for(version.name)
-    stepper = Stepper(scenarios.build_engine(version, scenario, ckpt))
-    with scenarios.on_cpu():
+    with scenarios.engine_mode(scenario):
+        stepper = Stepper(scenarios.build_engine(version, scenario, ckpt))
         scenario.script(stepper)
+    with scenarios.on_cpu():
         drawn = {p.view: ET.fromstring(p.svg) for p in pictures.version_pictures(version, ckpt)}
     return stepper.seen, drawn
 
@@ -178,8 +178,7 @@ class Dispatched(TorchDispatchMode):
 
 
 class Watcher(Stepper):
-    """The Stepper, its `watch`-th step run with the Triton kernels on (the interpreter) and
-    watched."""
+    """The Stepper, its `watch`-th step watched."""
 
     def __init__(self, engine, watch, checkpoint):
         super().__init__(engine)
@@ -189,13 +188,8 @@ class Watcher(Stepper):
         self.number += 1
         if self.number != self.watch:
             return super().step()
-        before = os.environ.get("TRITON_INTERPRET")
-        os.environ["TRITON_INTERPRET"] = "1"
-        try:
-            with self.dispatched:
-                super().step()
-        finally:
-            os.environ["TRITON_INTERPRET"] = before or "0"
+        with self.dispatched:
+            super().step()
 
 
 @functools.lru_cache(maxsize=None)
@@ -209,8 +203,8 @@ def watched(short: str):
     seen = {}
     for name in (scenario.against, short):
         v = implementations.load(name)
-        watcher = Watcher(scenarios.build_engine(v, scenario, here), scenario.watch, here)
-        with scenarios.on_cpu():
+        with scenarios.engine_mode(scenario):
+            watcher = Watcher(scenarios.build_engine(v, scenario, here), scenario.watch, here)
             scenario.script(watcher)
         seen[v.name] = watcher.dispatched.ops
     with scenarios.on_cpu():

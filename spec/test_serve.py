@@ -88,8 +88,12 @@ def tokenizer():
 
 
 def build(version, checkpoint, **sizing):
-    return build_sized(version, checkpoint, max_model_len=CONTEXT,
-                       **{"max_running": LANES, **cli.serving_options(version, "cpu"), **sizing})
+    """An engine as the server builds one on a CPU: its layers on their PyTorch path, chosen at
+    build."""
+    with cli.kernels_off("cpu", False):
+        return build_sized(version, checkpoint, max_model_len=CONTEXT,
+                           **{"max_running": LANES, **cli.serving_options(version, "cpu"),
+                              **sizing})
 
 
 @pytest.fixture(scope="module")
@@ -106,10 +110,10 @@ def paced(version, checkpoint):
 
 @pytest.fixture(autouse=True)
 def kernels_off(monkeypatch):
-    """Triton layers on their PyTorch path, as the server runs them on a CPU. The layers read
-    TRITON_INTERPRET, one process's environment, when called: the suite sets it before each
-    spec (spec/support/kernel_mode.py), and the server's engine thread, which outlives one
-    spec, would otherwise run the rest of the module in the interpreter."""
+    """Triton layers on their PyTorch path, as the server runs them on a CPU. An engine's layers
+    read TRITON_INTERPRET, one process's environment, when it is built: the suite sets it before
+    each spec (spec/support/kernel_mode.py), and an engine a spec of this module builds must not
+    choose the interpreter."""
     monkeypatch.setenv("TRITON_INTERPRET", "0")
 
 
@@ -581,8 +585,9 @@ def test_the_torchlet_serve_command_answers_curl_and_the_openai_client_and_exits
             assert health["status"] == "ok" and health["model"] == model.name
             version = implementations.load(health["version"], root)
             question = "Name a colour."
-            engine = build_sized(version, checkpoint, max_model_len=CONTEXT, max_running=1,
-                                 **cli.serving_options(version, "cpu"))
+            with cli.kernels_off("cpu", False):
+                engine = build_sized(version, checkpoint, max_model_len=CONTEXT, max_running=1,
+                                     **cli.serving_options(version, "cpu"))
             (want,) = solo(engine, tokenizer, [chat_ids(tokenizer, question)])
             r = http.post("/v1/chat/completions", content=json.dumps(
                 {"model": model.name, "messages": user(question), "max_tokens": NEW}),

@@ -63,8 +63,9 @@ def served(tmp_path_factory):
     model = ascii_chat_dir(tmp_path_factory.mktemp("serve_page_model"))
     checkpoint = load_hf_dir(model)
     context = checkpoint.config.max_position
-    engine = build_sized(version, checkpoint, max_model_len=context, max_running=8,
-                         **cli.serving_options(version, "cpu"))
+    with cli.kernels_off("cpu", interpret=False):  # as `torchlet serve` builds it on a CPU
+        engine = build_sized(version, checkpoint, max_model_len=context, max_running=8,
+                             **cli.serving_options(version, "cpu"))
     server = InProcess(engine, version, byte_tokenizer(), checkpoint.config, model.name, context)
     yield server, version, model
     server.stop()
@@ -84,11 +85,11 @@ def answer(version, model) -> str:
     tokenizer, checkpoint = byte_tokenizer(), load_hf_dir(model)
     ids = prompt_ids(tokenizer, [{"role": "user", "content": QUESTION}])
     context = checkpoint.config.max_position
-    engine = build_sized(version, checkpoint, max_model_len=context, max_running=1,
-                         **cli.serving_options(version, "cpu"))
     params = GenerationParams(max_new_tokens=min(128, context - len(ids)),
                               eos_token_ids=stop_ids(tokenizer, checkpoint.config.eos_token_ids))
     with cli.kernels_off("cpu", interpret=False):
+        engine = build_sized(version, checkpoint, max_model_len=context, max_running=1,
+                             **cli.serving_options(version, "cpu"))
         (tokens,) = engine.generate([ids], params)
     return tokenizer.decode(tokens, skip_special_tokens=True)
 
@@ -97,7 +98,7 @@ def test_a_message_sent_from_the_page_streams_its_answer_while_the_block_grid_ch
         served, browser, tmp_path, monkeypatch):
     server, version, model = served
     # Triton layers on their PyTorch path, as `torchlet serve` runs them on a CPU: the suite
-    # sets TRITON_INTERPRET before each spec, and the engine thread reads it
+    # sets TRITON_INTERPRET before each spec, and an engine built here reads it
     monkeypatch.setenv("TRITON_INTERPRET", "0")
     browser.goto(f"{server.url}/")
     ready = browser.call("Runtime.evaluate", awaitPromise=True, returnByValue=True, expression=(

@@ -15,8 +15,8 @@ Python scalars are frozen at capture; nothing inside the step may ask the host f
 contract as CUDA, with GraphCaptureError, so it can be learned and checked without a GPU. And a
 replay runs none of fn's Python: counted from outside (the specs wrap fn), fn is called at capture
 only, and with graphs off at every run.
-Files: implementations/v07_cuda_graph/graphs.py; the step functions here come from the v00 layers
-(implementations/v00_full_recompute/model.py).
+Files: implementations/v07_cuda_graph/graphs.py (capture) and runner.py (GraphRunner); the step
+functions here come from the v00 layers (implementations/v00_full_recompute/model.py).
 Tradeoff left visible: a batch of 3 runs the bucket-4 graph, so the padding lane is computed and
 thrown away; one graph per bucket costs capture time and (on CUDA) memory, which the buckets share
 through one pool. CPU replay is bit-equal to eager; CUDA replay is held to GPU_TOLERANCE.
@@ -96,13 +96,13 @@ def test_replay_equals_eager_bit_for_bit_while_inputs_change_in_place(impl, ckpt
 
 
 def test_runner_captures_each_bucket_once_and_only_replays_in_steady_state(impl, ckpt):
-    graphs = impl.package.graphs
     fn, constants = token_step(impl, ckpt)
-    buckets = graphs.default_buckets(MAX_BATCH)
+    buckets = impl.package.default_buckets(MAX_BATCH)
     assert buckets == (1, 2, 4, 8)
     token_ids = torch.zeros(MAX_BATCH, dtype=torch.long)
-    on = graphs.GraphRunner(fn, (token_ids,), buckets=buckets, constants=constants)
-    off = graphs.GraphRunner(fn, (token_ids,), buckets=buckets, constants=constants, enabled=False)
+    runner = impl.package.GraphRunner
+    on = runner(fn, (token_ids,), buckets=buckets, constants=constants)
+    off = runner(fn, (token_ids,), buckets=buckets, constants=constants, enabled=False)
     rng = random.Random(0)
     warm = [1, 2, 3, 5, 8]                                 # touches every bucket
     steady = [rng.randint(1, MAX_BATCH) for _ in range(25)]
@@ -143,7 +143,7 @@ def test_a_replay_never_calls_the_captured_function_and_graphs_off_call_it_every
     token_ids = torch.zeros(MAX_BATCH, dtype=torch.long)
     graph = graphs.capture(step, (token_ids,), constants=constants)
     captured = len(calls)                                  # capture runs fn to record it
-    runner = graphs.GraphRunner(step, (token_ids,), buckets=(1, 2, 4, 8), constants=constants)
+    runner = impl.package.GraphRunner(step, (token_ids,), buckets=(1, 2, 4, 8), constants=constants)
     runner.capture_all()
     warm = len(calls)
     g = torch.Generator().manual_seed(1)
@@ -153,7 +153,7 @@ def test_a_replay_never_calls_the_captured_function_and_graphs_off_call_it_every
         assert torch.equal(graph.replay()[0], fn(token_ids.clone())[0])
         assert torch.equal(runner.run(n)[0], fn(token_ids[:bucket].clone())[0])
     assert captured >= 1 and len(calls) == warm            # three steps, not one call of fn
-    off = graphs.GraphRunner(step, (token_ids,), buckets=(1, 2, 4, 8), constants=constants,
+    off = impl.package.GraphRunner(step, (token_ids,), buckets=(1, 2, 4, 8), constants=constants,
                              enabled=False)
     for n in (8, 1):
         off.run(n)
@@ -162,17 +162,17 @@ def test_a_replay_never_calls_the_captured_function_and_graphs_off_call_it_every
 
 def test_a_batch_is_padded_up_to_the_smallest_bucket_that_holds_it(impl):
     graphs = impl.package.graphs
-    assert graphs.default_buckets(6) == (1, 2, 4, 6)
-    runner = graphs.GraphRunner(lambda t: t * 2, (torch.zeros(MAX_BATCH),), buckets=(1, 2, 4, 8))
+    assert impl.package.default_buckets(6) == (1, 2, 4, 6)
+    runner = impl.package.GraphRunner(lambda t: t * 2, (torch.zeros(MAX_BATCH),),
+                                      buckets=(1, 2, 4, 8))
     assert [runner.bucket_for(n) for n in range(1, 9)] == [1, 2, 4, 4, 8, 8, 8, 8]
     with pytest.raises(graphs.GraphCaptureError, match="largest bucket"):
         runner.bucket_for(9)
 
 
 def test_capturing_every_bucket_up_front_leaves_only_replays_for_serving(impl):
-    graphs = impl.package.graphs
     buffer = torch.arange(MAX_BATCH, dtype=torch.float32)
-    runner = graphs.GraphRunner(lambda t: t * 2, (buffer,), buckets=(1, 2, 4, 8))
+    runner = impl.package.GraphRunner(lambda t: t * 2, (buffer,), buckets=(1, 2, 4, 8))
     runner.capture_all()
     assert runner.stats() == {b: {"captures": 1, "replays": 0} for b in (1, 2, 4, 8)}
     buffer.add_(1)
@@ -293,10 +293,11 @@ def test_cuda_replay_equals_eager_within_tolerance_while_inputs_change_in_place(
 def test_cuda_runner_captures_each_bucket_once_into_one_shared_pool(impl, ckpt):
     graphs = impl.package.graphs
     fn, constants = token_step(impl, ckpt, "cuda")
-    buckets = graphs.default_buckets(MAX_BATCH)
+    buckets = impl.package.default_buckets(MAX_BATCH)
     token_ids = torch.zeros(MAX_BATCH, dtype=torch.long, device="cuda")
     counted_fn, calls = counted(fn)
-    runner = graphs.GraphRunner(counted_fn, (token_ids,), buckets=buckets, constants=constants)
+    runner = impl.package.GraphRunner(counted_fn, (token_ids,), buckets=buckets,
+                                      constants=constants)
     runner.capture_all()
     captured = len(calls)                                  # warm-up and capture run fn's Python
     rng = random.Random(0)

@@ -111,8 +111,9 @@ def test_qwen3s_per_head_q_and_k_norm_is_the_rms_norm_kernel_over_each_head(
     config = ModelConfig(vocab_size=8, hidden_size=8, intermediate_size=8, num_layers=1,
                          num_heads=kv_heads * group, num_kv_heads=kv_heads, head_dim=head_dim,
                          max_position=8, rms_eps=eps, family="qwen3", qk_norm=True)
+    ops = impl.layers.ops.for_device(target.device, target.dtype)  # an engine's, on the kernels
     with KernelCalls(kernels) as calls:
-        qn, kn = impl.layers.qk_norm(q, k, w, config)
+        qn, kn = ops.qk_norm(q, k, w, config)
     assert calls.counts["rms_norm"] == 2
     assert_close(qn, ref.rms_norm(q, w["self_attn.q_norm.weight"], eps), "q_norm")
     assert_close(kn, ref.rms_norm(k, w["self_attn.k_norm.weight"], eps), "k_norm")

@@ -26,8 +26,8 @@ Files to compare: implementations/v14_overlap/engine.py (OverlapEngine: _decode_
 start_read) against implementations/v03_request_states/engine.py (the step it reorders),
 implementations/v08_paged_gqa_py/scheduler.py (PreemptingScheduler: preemption, which a step
 ahead leaves to the next step in order) and implementations/v12_prefix_cache/kv.py
-(seal_filled); implementations/v14_overlap/inputs.py (OverlapInputs) against
-implementations/v08_paged_gqa_py/inputs.py (PagedInputs, the lanes' buffers a drawn token is
+(seal_filled); OverlapInputs (in implementations/v14_overlap/engine.py) against
+implementations/v08_paged_gqa_py/kv.py (PagedInputs, the lanes' buffers a drawn token is
 copied into on the device).
 
 Tradeoff left visible: between steps a running request has cached its last token too, so

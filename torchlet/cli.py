@@ -101,8 +101,9 @@ def serving_options(version, device: str) -> dict:
 
 @contextlib.contextmanager
 def kernels_off(device: str, interpret: bool):
-    """On a CPU, Triton layers take their PyTorch path (they read TRITON_INTERPRET when called)
-    unless --triton-interpret asks for the interpreter."""
+    """On a CPU, Triton layers take their PyTorch path unless --triton-interpret asks for the
+    interpreter. An engine chooses when it is built (it reads TRITON_INTERPRET then), so build
+    and run it inside this block."""
     if device.startswith("cuda") or interpret:
         yield
         return
@@ -319,12 +320,13 @@ class Runner:
         if self.engine is None or needed > self.sized:
             self.engine = None  # the old one's buffers go before the new one's are allocated
             self.sized = min(self.context, max(needed, 2 * self.sized))
-            if self.ranks is not None and self.ranks.world > 1:
-                self.engine = self.ranks.build(self.rank_spec())
-            else:
-                self.engine = build_sized(self.version, self.checkpoint, device=self.device,
-                                          dtype=self.dtype, max_model_len=self.sized,
-                                          max_running=1, **self.serving)
+            with kernels_off(self.device, self.interpret):
+                if self.ranks is not None and self.ranks.world > 1:
+                    self.engine = self.ranks.build(self.rank_spec())
+                else:
+                    self.engine = build_sized(self.version, self.checkpoint, device=self.device,
+                                              dtype=self.dtype, max_model_len=self.sized,
+                                              max_running=1, **self.serving)
         return self.engine
 
     def rank_spec(self):

@@ -105,8 +105,8 @@ def follow_builds(local_rank: int = 0, after=None) -> None:
         spec = box[0]
         if spec is None:
             return
-        engine = spec.engine(local_rank)
-        with kernels_mode(spec):
+        with kernels_mode(spec):  # an engine's Triton layers choose when it is built
+            engine = spec.engine(local_rank)
             engine.follow()
         del engine
         if after is not None:

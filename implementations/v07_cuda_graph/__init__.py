@@ -2,8 +2,9 @@
 CUDA graphs on a GPU, a TorchDispatchMode stand-in (graphs.CpuGraph) on a CPU that enforces the
 same contract.
 
-Swaps the runner (runner.py: GraphedRunner, whose decode step replays the graphs of graphs.py)
-and the sampler (sampler.py: CapturedGreedy, whose argmax the graph holds)."""
+Swaps the runner (runner.py: GraphedRunner, whose decode step replays a graph per bucket of
+lanes, GraphRunner, each captured by graphs.py) and the sampler (sampler.py: CapturedGreedy,
+whose argmax the graph holds)."""
 from torchlet.contract import GRAPH_REPLAY
 
 from ..v06_static_buffers import CAPABILITIES as PREVIOUS
@@ -12,7 +13,7 @@ from ..v06_static_buffers import (Batch, CachedDecoder, ContinuousBatching, Deco
                                   LaneKV, LaneRequest, PassOps, Request, Scheduler, StaticInputs,
                                   StepEngine, layers)
 from . import graphs
-from .runner import GraphedRunner
+from .runner import GraphedRunner, GraphRunner, default_buckets
 from .sampler import CapturedGreedy
 
 CAPABILITIES = PREVIOUS + (GRAPH_REPLAY,)
@@ -21,6 +22,6 @@ OPTIONS = PARTS.options
 build = PARTS.build
 
 __all__ = ["Batch", "CAPABILITIES", "CachedDecoder", "CapturedGreedy", "ContinuousBatching",
-           "DecodeBuffers", "GraphedRunner", "Greedy", "LaneKV", "LaneRequest", "OPTIONS", "PARTS",
-           "PassOps", "Request", "Scheduler", "StaticInputs", "StepEngine", "build", "graphs",
-           "layers"]
+           "DecodeBuffers", "GraphRunner", "GraphedRunner", "Greedy", "LaneKV", "LaneRequest",
+           "OPTIONS", "PARTS", "PassOps", "Request", "Scheduler", "StaticInputs", "StepEngine",
+           "build", "default_buckets", "graphs", "layers"]

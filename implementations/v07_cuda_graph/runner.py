@@ -6,18 +6,98 @@ dynamic; the graph reads v06's static inputs.
 
 A step needs the lanes 0 .. (highest lane in use); the bucket is the smallest of 1, 2, 4, ... up
 to the lane count that covers them. Lanes are handed out lowest first, so few running requests
-replay a small graph."""
+replay a small graph. GraphRunner keeps the graphs, one per bucket, each captured by graphs.py's
+capture; GraphedRunner is the runner part that replays them."""
 from __future__ import annotations
 
 from functools import partial
-from typing import Sequence
+from typing import Any, Callable, Sequence
 
 import torch
 
 from torchlet.contract import BuildOption
 
 from ..v06_static_buffers import LaneRunner
-from .graphs import GraphRunner, default_buckets
+from .graphs import GraphCaptureError, capture
+
+
+def default_buckets(max_batch: int) -> tuple[int, ...]:
+    """1, 2, 4, 8, ... below max_batch, then max_batch itself."""
+    buckets, b = [], 1
+    while b < max_batch:
+        buckets.append(b)
+        b *= 2
+    return tuple(buckets) + (max_batch,)
+
+
+class GraphRunner:
+    """Captures fn once per batch-size bucket and replays it afterwards.
+
+    `batch_buffers` are static tensors whose first dimension is the batch, at least the largest
+    bucket long. For bucket b, fn receives the views buffer[:b], made once and kept, so replay
+    sees the very tensors it captured. The caller writes a batch of n into the buffers in place,
+    fills lanes n..b-1 with harmless padding, calls run(n), and reads the first n rows of the
+    outputs. With enabled=False, run() calls fn eagerly on the same views (graphs off).
+    """
+
+    def __init__(self, fn: Callable, batch_buffers: Sequence[torch.Tensor], *,
+                 buckets: Sequence[int], constants=(), enabled: bool = True, warmup: int = 3):
+        self.fn = fn
+        self.buffers = tuple(batch_buffers)
+        self.buckets = tuple(sorted(set(buckets)))
+        too_short = [tuple(t.shape) for t in self.buffers if t.shape[0] < self.buckets[-1]]
+        if too_short:
+            raise GraphCaptureError(
+                f"batch buffers {too_short} are shorter than the largest bucket {self.buckets[-1]}")
+        self.constants = constants
+        self.enabled = enabled
+        self.warmup = warmup
+        self.pool = torch.cuda.graph_pool_handle() if self.buffers[0].is_cuda else None
+        self._views = {b: tuple(t[:b] for t in self.buffers) for b in self.buckets}
+        self.graphs: dict[int, Any] = {}
+        self._counts = {b: {"captures": 0, "replays": 0} for b in self.buckets}
+
+    def bucket_for(self, batch: int) -> int:
+        """The smallest bucket that holds `batch` rows."""
+        for b in self.buckets:
+            if b >= batch:
+                return b
+        raise GraphCaptureError(f"a batch of {batch} exceeds the largest bucket {self.buckets[-1]}")
+
+    def capture(self, bucket: int) -> None:
+        self.graphs[bucket] = capture(self.fn, self._views[bucket], constants=self.constants,
+                                      pool=self.pool, warmup=self.warmup)
+        self._counts[bucket]["captures"] += 1
+
+    def capture_all(self) -> None:
+        """Capture every bucket now, largest first, so smaller graphs reuse the shared pool."""
+        for b in reversed(self.buckets):
+            if b not in self.graphs:
+                self.capture(b)
+
+    def run(self, batch: int):
+        """fn's outputs for the bucket of `batch` (bucket-sized: slice the first `batch` rows)."""
+        bucket = self.bucket_for(batch)
+        if not self.enabled:
+            with torch.no_grad():
+                return self.fn(*self._views[bucket])
+        if bucket not in self.graphs:
+            if self.buffers[0].is_cuda:
+                # A CUDA capture takes 0.1-0.6 s on an H200 (its warm-up runs compile kernels for
+                # the new shapes): every bucket at the first one, as serving engines capture at
+                # start-up, so that no capture stalls a busy step later. A capture computes
+                # nothing, so the replay below gives this call's result.
+                self.capture_all()
+            else:
+                # The CPU stand-in records by running fn: that run already is this call's result.
+                self.capture(bucket)
+                return self.graphs[bucket].outputs
+        self._counts[bucket]["replays"] += 1
+        return self.graphs[bucket].replay(*self._views[bucket])
+
+    def stats(self) -> dict[int, dict[str, int]]:
+        """Captures and replays per bucket."""
+        return {b: dict(c) for b, c in self._counts.items()}
 
 
 class GraphedRunner(LaneRunner):

@@ -7,7 +7,7 @@ FlashInfer-style view), the request (request.py: PagedRequest, which carries its
 the model (model.py: PagedDecoder, v02's decoder composing two parts swapped on their
 own from here on: its ops, v05's PassOps, and its memory, PagedAttention: K/V stored and read
 through the block tables by that file's PyTorch functions, and the paged passes), the
-decode inputs (inputs.py: PagedInputs, each lane's table, length and new slot, in room each
+decode inputs (kv.py: PagedInputs, each lane's table, length and new slot, in room each
 request takes as it feeds a token), the policy
 (scheduler.py: PagedAdmission, admission over free blocks) and the scheduler (scheduler.py:
 PreemptingScheduler)."""
@@ -15,12 +15,11 @@ from torchlet.contract import PAGED_DECODE_ATTENTION, PAGED_KV
 
 from ..v07_cuda_graph import CAPABILITIES as PREVIOUS
 from ..v07_cuda_graph import PARTS as BEFORE
-from ..v07_cuda_graph import Batch, ContinuousBatching, DecodeBuffers, GraphedRunner, PassOps, StepEngine, graphs
+from ..v07_cuda_graph import Batch, ContinuousBatching, DecodeBuffers, GraphRunner, GraphedRunner, PassOps, StepEngine, default_buckets, graphs
 from . import metadata
 # model.py's PyTorch paged attention, passed on to later versions (and the specs) by this name
 from . import model as paged_attention
-from .inputs import PagedDecodeBuffers, PagedInputs
-from .kv import BlockPool, PagedKV, PoolExhausted
+from .kv import BlockPool, PagedDecodeBuffers, PagedInputs, PagedKV, PoolExhausted
 from .model import PagedAttention, PagedDecoder, layers
 from .request import PagedRequest
 from .scheduler import PagedAdmission, PreemptingScheduler
@@ -33,4 +32,4 @@ build = PARTS.build
 # The decode attention the model calls, for a harness to time alone (torchlet bench kernel).
 KERNELS = {PAGED_DECODE_ATTENTION: paged_attention.paged_decode_attention}
 
-__all__ = ["Batch", "BlockPool", "CAPABILITIES", "ContinuousBatching", "DecodeBuffers", "GraphedRunner", "KERNELS", "OPTIONS", "PARTS", "PagedAdmission", "PagedAttention", "PagedDecodeBuffers", "PagedDecoder", "PagedInputs", "PagedKV", "PagedRequest", "PassOps", "PoolExhausted", "PreemptingScheduler", "StepEngine", "build", "graphs", "layers", "metadata", "paged_attention"]
+__all__ = ["Batch", "BlockPool", "CAPABILITIES", "ContinuousBatching", "DecodeBuffers", "GraphRunner", "GraphedRunner", "KERNELS", "OPTIONS", "PARTS", "PagedAdmission", "PagedAttention", "PagedDecodeBuffers", "PagedDecoder", "PagedInputs", "PagedKV", "PagedRequest", "PassOps", "PoolExhausted", "PreemptingScheduler", "StepEngine", "build", "default_buckets", "graphs", "layers", "metadata", "paged_attention"]

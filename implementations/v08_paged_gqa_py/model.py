@@ -14,10 +14,12 @@ A new memory layout, so a decoder of two parts from here on, each swapped on its
 - its memory, how K/V is stored and read and the passes over it (PagedAttention here: the store
   and the decode attention are this file's functions, and the paged decode and prefill passes;
   v10 adds kernels, v12 the prefill over a cached prefix). The memory holds its store and
-  attention as data, the PyTorch pair and a later memory's kernels, and a pass picks one pair
-  once (functions): a later memory swaps kernels in by holding them, no method of its own.
+  attention as data, the PyTorch pair and a later memory's kernels, and picks one pair once,
+  when it is made (functions): a later memory swaps kernels in by holding them, no method of its
+  own.
 PagedDecoder is v02's decoder (the phases' fused causal attention, the ragged bookkeeping) that
-composes the two; a name it does not hold is its memory's, else its ops'. Its cache-free pass
+composes the two; a name it does not hold is its memory's, else its ops'. Each engine gets a
+decoder of its own (assemble), its ops made for the engine's device and dtype. Its cache-free pass
 runs the ops' layer loop too, so every pass runs the same layers.
 """
 from __future__ import annotations
@@ -127,14 +129,10 @@ class PagedAttention:
 
     def __init__(self, model):
         self.model = model
-
-    def functions(self, t: torch.Tensor):
-        """The K/V store and the decode attention a pass over tensors like t runs, chosen once
-        for the pass: the kernels, if the memory has them and the ops run theirs on t (v09's
-        on_triton); else the PyTorch ones."""
-        if self.kernels is not None and self.model.ops.on_triton(t):
-            return self.kernels
-        return self.pytorch
+        # The K/V store and the decode attention its passes run, chosen once: the kernels, if
+        # the memory has them and the model's ops run theirs (v09's on_triton); else PyTorch's.
+        use_kernels = self.kernels is not None and model.ops.on_triton
+        self.functions = self.kernels if use_kernels else self.pytorch
 
     def forward_decode(self, weights, token_ids: torch.Tensor, positions: torch.Tensor,
                        block_tables: torch.Tensor, context_lens: torch.Tensor,
@@ -145,7 +143,7 @@ class PagedAttention:
         zeros). Hidden [B, hidden]."""
         config, ops = weights.config, self.model.ops
         scale = config.head_dim ** -0.5
-        store_kv, paged_decode_attention = self.functions(kv[0][0])
+        store_kv, paged_decode_attention = self.functions
 
         def attend(h, i):
             w, (k_cache, v_cache) = weights.layers[i], kv[i]
@@ -162,7 +160,7 @@ class PagedAttention:
         and each request attends causally over its own rows. Hidden [T, hidden]."""
         config, model, ops = weights.config, self.model, self.model.ops
         positions = model.row_positions(indptr)
-        store_kv = self.functions(kv[0][0])[0]
+        store_kv = self.functions[0]
 
         def attend(h, i):
             w, (k_cache, v_cache) = weights.layers[i], kv[i]
@@ -181,6 +179,16 @@ class PagedDecoder(CachedDecoder):
     def __repr__(self) -> str:
         """What the recipe shows of the model: the ops and the memory it composes."""
         return f"PagedDecoder({type(self.ops).__name__}, {self.Memory.__name__})"
+
+    def assemble(self, a) -> "PagedDecoder":
+        """The model part of one engine: a decoder composing this memory and these ops, made
+        for the engine's device and dtype where the ops say how (for_device: ops that can run
+        kernels choose them there, once, at build, not at every call)."""
+        made_for = getattr(self.ops, "for_device", None)
+        decoder = PagedDecoder()
+        decoder.ops = self.ops if made_for is None else made_for(a.device, a.dtype)
+        decoder.Memory = self.Memory
+        return decoder
 
     @cached_property
     def memory(self):

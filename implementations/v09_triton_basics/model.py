@@ -15,9 +15,11 @@ that loop once, in place of v05's; the ragged, prefill and decode passes differ 
 attention.
 
 The kernels take float32, float16 and bfloat16 on a GPU; on CPU only float32, and only under
-Triton's interpreter (TRITON_INTERPRET=1, set before triton is imported; it has no bf16). Other
-inputs (float64, the specs' reference dtype; CPU without the interpreter) take the PyTorch
-functions this class overrides: same maths, no kernel.
+Triton's interpreter (TRITON_INTERPRET=1, set before triton is imported; it has no bf16). An
+engine of another dtype or device (float64, the specs' reference dtype; CPU without the
+interpreter) runs the PyTorch functions this class overrides: same maths, no kernel. The choice
+is made once, when an engine is built (the decoder's assemble asks for_device), so a layer asks
+no tensor which way to go.
 """
 from __future__ import annotations
 
@@ -33,21 +35,36 @@ from . import kernels
 __all__ = ["TritonOps", "layers"]
 
 
-class TritonOps(PassOps):
-    """v05's ops, the per-token layers and the layer loop on the kernels."""
+def kernels_take(device, dtype: torch.dtype) -> bool:
+    """Whether the kernels run on tensors of this device and dtype: any of their dtypes on a GPU,
+    float32 on CPU under the interpreter."""
+    if torch.device(device).type == "cuda":
+        return dtype in kernels.DTYPES
+    return dtype == torch.float32 and os.environ.get("TRITON_INTERPRET") == "1"
 
-    def on_triton(self, t: torch.Tensor) -> bool:
-        """Whether the kernels take t: any of their dtypes on a GPU, float32 on CPU under the
-        interpreter."""
-        if t.device.type == "cuda":
-            return t.dtype in kernels.DTYPES
-        return t.dtype == torch.float32 and os.environ.get("TRITON_INTERPRET") == "1"
+
+class TritonOps(PassOps):
+    """v05's ops, the per-token layers and the layer loop on the kernels where they run."""
+
+    # Whether these ops run the kernels: chosen once, for the device and dtype of the engine
+    # they serve (for_device), not asked of every tensor. A version's shared `layers` runs
+    # PyTorch.
+    on_triton = False
+
+    def for_device(self, device, dtype) -> "TritonOps":
+        """Ops like these for an engine on this device and dtype: on the kernels where they
+        run there (kernels_take), rope_qk then bound to its kernel path once; elsewhere every
+        layer is the PyTorch one, rope_qk v05's own."""
+        ops = type(self)()
+        if kernels_take(device, dtype):
+            ops.on_triton, ops.rope_qk = True, ops.rope_qk_kernels
+        return ops
 
     # --- the per-token layers --------------------------------------------------------------
 
     def rms_norm(self, x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
         """weight * x / sqrt(mean(x^2) + eps), the mean taken in float32: one kernel."""
-        if self.on_triton(x):
+        if self.on_triton:
             return kernels.rms_norm(x, weight, eps)
         return super().rms_norm(x, weight, eps)
 
@@ -55,18 +72,17 @@ class TritonOps(PassOps):
                      eps: float) -> tuple[torch.Tensor, torch.Tensor]:
         """(rms_norm(x + residual), x + residual): the residual add and the norm after it, one
         pass."""
-        if self.on_triton(x):
+        if self.on_triton:
             return kernels.add_rms_norm(x, residual, weight, eps)
         total = x + residual
         return super().rms_norm(total, weight, eps), total
 
-    def rope_qk(self, q: torch.Tensor, k: torch.Tensor, positions: torch.Tensor, theta: float):
-        """Phase 3: each head of q and of k turned in the rotate_half layout, one kernel each,
-        their cos and sin computed once per pass."""
-        if self.on_triton(q):
-            cos, sin = self.kernel_cos_sin(positions, q.shape[-1], theta)
-            return kernels.rotate(q, cos, sin), kernels.rotate(k, cos, sin)
-        return super().rope_qk(q, k, positions, theta)
+    def rope_qk_kernels(self, q: torch.Tensor, k: torch.Tensor, positions: torch.Tensor,
+                        theta: float):
+        """Phase 3 on the kernels (rope_qk where they run): each head of q and of k turned in
+        the rotate_half layout, one kernel each, their cos and sin computed once per pass."""
+        cos, sin = self.kernel_cos_sin(positions, q.shape[-1], theta)
+        return kernels.rotate(q, cos, sin), kernels.rotate(k, cos, sin)
 
     def kernel_cos_sin(self, positions: torch.Tensor, head_dim: int, theta: float):
         """The cos and sin [tokens, head_dim / 2] (float32) the RoPE kernel reads, once per
@@ -76,7 +92,7 @@ class TritonOps(PassOps):
 
     def swiglu(self, gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
         """silu(gate) * up: one kernel instead of silu, then a multiply."""
-        if self.on_triton(gate):
+        if self.on_triton:
             return kernels.swiglu(gate, up)
         return torch.nn.functional.silu(gate) * up
 

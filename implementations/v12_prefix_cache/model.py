@@ -24,7 +24,7 @@ class ContextAttention(TritonPagedAttention):
         context[r] holds the slots of request r's every token up to its last row (the cached
         prefix, then its rows), in position order. Hidden [T, hidden]."""
         config, ops = weights.config, self.model.ops
-        store_kv = self.functions(kv[0][0])[0]
+        store_kv = self.functions[0]
 
         def attend(h, i):
             w, (k_cache, v_cache) = weights.layers[i], kv[i]

@@ -13,7 +13,7 @@ from torchlet.contract import FUSED
 
 from ..v12_prefix_cache import CAPABILITIES as PREVIOUS
 from ..v12_prefix_cache import PARTS as BEFORE
-from ..v12_prefix_cache import (Batch, BlockPool, ContinuousBatching, GraphedRunner, KERNELS, PagedAdmission, PagedInputs, PagedRequest, PoolExhausted, PreemptingScheduler, PrefixBlockPool, PrefixKV, PrefixRunner, StepEngine, graphs, kernels, metadata, paged_attention, paged_kernels, sampler)
+from ..v12_prefix_cache import (Batch, BlockPool, ContinuousBatching, GraphRunner, GraphedRunner, KERNELS, PagedAdmission, PagedInputs, PagedRequest, PoolExhausted, PreemptingScheduler, PrefixBlockPool, PrefixKV, PrefixRunner, StepEngine, default_buckets, graphs, kernels, metadata, paged_attention, paged_kernels, sampler)
 from . import context_attention, fused_kernels
 from .model import FusedContextAttention, FusedOps, PackedWeights, PagedDecoder, layers
 
@@ -22,4 +22,4 @@ PARTS = BEFORE.replace("v13", model=layers)
 OPTIONS = PARTS.options
 build = PARTS.build
 
-__all__ = ["Batch", "BlockPool", "CAPABILITIES", "ContinuousBatching", "FusedContextAttention", "FusedOps", "GraphedRunner", "KERNELS", "OPTIONS", "PARTS", "PackedWeights", "PagedAdmission", "PagedDecoder", "PagedInputs", "PagedRequest", "PoolExhausted", "PreemptingScheduler", "PrefixBlockPool", "PrefixKV", "PrefixRunner", "StepEngine", "build", "context_attention", "fused_kernels", "graphs", "kernels", "layers", "metadata", "paged_attention", "paged_kernels", "sampler"]
+__all__ = ["Batch", "BlockPool", "CAPABILITIES", "ContinuousBatching", "FusedContextAttention", "FusedOps", "GraphRunner", "GraphedRunner", "KERNELS", "OPTIONS", "PARTS", "PackedWeights", "PagedAdmission", "PagedDecoder", "PagedInputs", "PagedRequest", "PoolExhausted", "PreemptingScheduler", "PrefixBlockPool", "PrefixKV", "PrefixRunner", "StepEngine", "build", "context_attention", "default_buckets", "fused_kernels", "graphs", "kernels", "layers", "metadata", "paged_attention", "paged_kernels", "sampler"]

@@ -69,7 +69,7 @@ class FusedOps(TritonOps):
         if f"{QKV}.weight" not in w:
             return super().qkv_heads(x, positions, w, config)
         qkv = torch.nn.functional.linear(x, w[f"{QKV}.weight"], w.get(f"{QKV}.bias"))
-        if not self.on_triton(qkv):
+        if not self.on_triton:
             q_width = w["self_attn.o_proj.weight"].shape[1]
             kv_width = (qkv.shape[-1] - q_width) // 2
             return self.heads(*qkv.split([q_width, kv_width, kv_width], dim=-1), positions, w,
@@ -90,8 +90,8 @@ class FusedOps(TritonOps):
 
     def swiglu_packed(self, gate_up: torch.Tensor) -> torch.Tensor:
         """silu(gate) * up of each row [gate | up]: one kernel, or the same maths in PyTorch on
-        the halves (not v09's swiglu, which would ask on_triton again)."""
-        if self.on_triton(gate_up):
+        the halves."""
+        if self.on_triton:
             return fused_kernels.swiglu_packed(gate_up)
         gate, up = gate_up.chunk(2, dim=-1)
         return torch.nn.functional.silu(gate) * up
@@ -106,7 +106,7 @@ class FusedContextAttention(ContextAttention):
         (context_attention), the slots concatenated once per pass; elsewhere v12's gathers and
         one causal_attention call (v02's fused one) per request."""
         ops = self.model.ops
-        if not ops.on_triton(qg):
+        if not ops.on_triton:
             return super().attend_context(qg, k_cache, v_cache, indptr, context)
         rows, slots, starts = ops.per_pass(indptr, ("context",), lambda: (
             indptr.long(), torch.cat(context),

@@ -5,19 +5,18 @@ then waits for its tokens. Scheduling, the lanes' inputs and postprocessing then
 GPU works, where v13's GPU waited for them at every step. Same tokens as v13.
 
 Swaps the loop (engine.py: OverlapEngine, whose step launches ahead and reads back behind an
-event) and the decode inputs (inputs.py: OverlapInputs, which feed a lane a token on the
+event) and the decode inputs (engine.py: OverlapInputs, which feed a lane a token on the
 device)."""
 from torchlet.contract import OVERLAP
 
 from ..v13_fused import CAPABILITIES as PREVIOUS
 from ..v13_fused import PARTS as BEFORE
-from ..v13_fused import (Batch, BlockPool, ContinuousBatching, FusedContextAttention, FusedOps, KERNELS, PackedWeights, PagedDecoder, PagedAdmission, PagedRequest, PoolExhausted, PreemptingScheduler, PrefixBlockPool, PrefixKV, PrefixRunner, context_attention, fused_kernels, graphs, kernels, layers, metadata, paged_attention, paged_kernels, sampler)
-from .engine import OverlapEngine
-from .inputs import OverlapInputs
+from ..v13_fused import (Batch, BlockPool, ContinuousBatching, FusedContextAttention, FusedOps, GraphRunner, KERNELS, PackedWeights, PagedAdmission, PagedDecoder, PagedRequest, PoolExhausted, PreemptingScheduler, PrefixBlockPool, PrefixKV, PrefixRunner, context_attention, default_buckets, fused_kernels, graphs, kernels, layers, metadata, paged_attention, paged_kernels, sampler)
+from .engine import OverlapEngine, OverlapInputs
 
 CAPABILITIES = PREVIOUS + (OVERLAP,)
 PARTS = BEFORE.replace("v14", inputs=OverlapInputs, loop=OverlapEngine)
 OPTIONS = PARTS.options
 build = PARTS.build
 
-__all__ = ["Batch", "BlockPool", "CAPABILITIES", "ContinuousBatching", "FusedContextAttention", "FusedOps", "KERNELS", "OPTIONS", "OverlapEngine", "OverlapInputs", "PARTS", "PackedWeights", "PagedDecoder", "PagedAdmission", "PagedRequest", "PoolExhausted", "PreemptingScheduler", "PrefixBlockPool", "PrefixKV", "PrefixRunner", "build", "context_attention", "fused_kernels", "graphs", "kernels", "layers", "metadata", "paged_attention", "paged_kernels", "sampler"]
+__all__ = ["Batch", "BlockPool", "CAPABILITIES", "ContinuousBatching", "FusedContextAttention", "FusedOps", "GraphRunner", "KERNELS", "OPTIONS", "OverlapEngine", "OverlapInputs", "PARTS", "PackedWeights", "PagedAdmission", "PagedDecoder", "PagedRequest", "PoolExhausted", "PreemptingScheduler", "PrefixBlockPool", "PrefixKV", "PrefixRunner", "build", "context_attention", "default_buckets", "fused_kernels", "graphs", "kernels", "layers", "metadata", "paged_attention", "paged_kernels", "sampler"]

@@ -4,19 +4,38 @@ after it for every request that may continue (the guess: all of them, but those 
 token is their last), and only then waits for its tokens. The host's work of the next step
 (scheduling, the lanes' inputs, postprocessing) runs while the GPU computes. A request that
 stops at a stop token has had one more row computed for nothing; its blocks are freed as
-before, and the row's token is never read."""
+before, and the row's token is never read.
+
+The decode inputs are v08's, able to feed a token not yet read back (OverlapInputs): the step
+after a decode is launched with each lane's token id copied on the device from the draws that
+made it."""
 from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Callable
+from typing import Callable, Sequence
 
 import torch
 
 from torchlet.contract import BuildOption, RequestOutput, RequestState
 
-from ..v13_fused import Batch, StepEngine
+from ..v13_fused import Batch, PagedInputs, StepEngine
+
+
+class OverlapInputs(PagedInputs):
+    """v08's decode inputs, able to feed a token not yet read back."""
+
+    # While a decode ahead is written: its lanes (on the device) and the token ids they read.
+    fed: tuple[torch.Tensor, torch.Tensor] | None = None
+
+    def write(self, requests: Sequence) -> tuple[torch.Tensor, ...]:
+        """v08's buffers; ahead of a read-back, the lanes' token ids (each request's last known
+        token, a placeholder) are then overwritten by the draws on the device."""
+        buffers = super().write(requests)
+        if self.fed is not None:
+            buffers[0].index_copy_(0, *self.fed)
+        return buffers
 
 
 @dataclass

@@ -14,10 +14,11 @@ from torchlet.contract import CHUNKED_PREFILL
 
 from ..v14_overlap import CAPABILITIES as PREVIOUS
 from ..v14_overlap import PARTS as BEFORE
-from ..v14_overlap import (KERNELS, BlockPool, FusedContextAttention, FusedOps, OverlapEngine,
-                           PackedWeights, PagedDecoder, PoolExhausted, PrefixBlockPool, PrefixKV,
-                           context_attention, fused_kernels, graphs, kernels, layers, metadata,
-                           paged_attention, paged_kernels, sampler)
+from ..v14_overlap import (KERNELS, BlockPool, FusedContextAttention, FusedOps, GraphRunner,
+                           OverlapEngine, PackedWeights, PagedDecoder, PoolExhausted,
+                           PrefixBlockPool, PrefixKV, context_attention, default_buckets,
+                           fused_kernels, graphs, kernels, layers, metadata, paged_attention,
+                           paged_kernels, sampler)
 from .request import ChunkedRequest
 from .runner import ChunkedRunner
 from .scheduler import ChunkedScheduler, SlicedBatch, TokenBudget
@@ -29,7 +30,8 @@ OPTIONS = PARTS.options
 build = PARTS.build
 
 __all__ = ["CAPABILITIES", "KERNELS", "OPTIONS", "PARTS", "BlockPool", "ChunkedRequest",
-           "ChunkedRunner", "ChunkedScheduler", "FusedContextAttention", "FusedOps", "OverlapEngine",
-           "PackedWeights", "PagedDecoder", "PoolExhausted", "PrefixBlockPool", "PrefixKV",
-           "SlicedBatch", "TokenBudget", "build", "context_attention", "fused_kernels", "graphs",
-           "kernels", "layers", "metadata", "paged_attention", "paged_kernels", "sampler"]
+           "ChunkedRunner", "ChunkedScheduler", "FusedContextAttention", "FusedOps", "GraphRunner",
+           "OverlapEngine", "PackedWeights", "PagedDecoder", "PoolExhausted", "PrefixBlockPool",
+           "PrefixKV", "SlicedBatch", "TokenBudget", "build", "context_attention",
+           "default_buckets", "fused_kernels", "graphs", "kernels", "layers", "metadata",
+           "paged_attention", "paged_kernels", "sampler"]

@@ -104,5 +104,6 @@ class ShardedModel:
             a.checkpoint = shard_checkpoint(a.checkpoint, shard)
             a.config = a.checkpoint.config
         decoder = PagedDecoder()
-        decoder.ops, decoder.Memory = sharded(FusedOps(), shard), FusedContextAttention
+        ops = FusedOps().for_device(a.device, a.dtype)
+        decoder.ops, decoder.Memory = sharded(ops, shard), FusedContextAttention
         return decoder

@@ -69,7 +69,7 @@ MUTANTS = [
              "    up = tl.load(gate_up_ptr + row * 2 * width + col, mask=mask, other=0.0)"),),
         (SWIGLU,), ("v13",), "swiglu_packed multiplies silu(gate) by gate"),
     Mutant("v13-prefill-attention-per-request-again", "fusion", (
-        Edit(MODEL, "        if not ops.on_triton(qg):\n            return super().attend_context",
+        Edit(MODEL, "        if not ops.on_triton:\n            return super().attend_context",
              "        if True:\n            return super().attend_context"),),
         (ONE_OP,), ("v13",),
         "a prefill gathers each request's context and attends per request: the same numbers"),

@@ -6,6 +6,7 @@ three break what a replay computes."""
 from spec.mutants import Edit, Mutant
 
 GRAPHS = "v07_cuda_graph/graphs.py"
+RUNNER = "v07_cuda_graph/runner.py"  # GraphRunner, one graph per bucket
 REPLAY = "spec/test_v07_graph_replay.py"
 CAPTURE = "spec/test_v07_graph_capture.py"
 NO_MODEL_CODE = f"{REPLAY}::test_a_replayed_decode_step_runs_none_of_the_models_python_code"
@@ -28,14 +29,14 @@ MUTANTS = [
         (f"{CAPTURE}::test_replay_refuses_a_constant_whose_data_moved",), ("v07",),
         "a replay checks its static inputs only: a weight given new storage goes unnoticed"),
     Mutant("v07-eager-step-counted-as-replay", "graph replay", (
-        Edit(GRAPHS, RUN_REPLAY,
+        Edit(RUNNER, RUN_REPLAY,
              '        self._counts[bucket]["replays"] += 1\n'
              '        with torch.no_grad():\n'
              '            return self.fn(*self._views[bucket])'),),
         (NO_MODEL_CODE, FN_NOT_CALLED), ("v07",),
         "the graph runner runs the step eagerly and still counts a replay"),
     Mutant("v07-silent-recapture-every-step", "graph replay", (
-        Edit(GRAPHS, RUN_REPLAY,
+        Edit(RUNNER, RUN_REPLAY,
              "        self.graphs[bucket] = capture(self.fn, self._views[bucket],\n"
              "                                      constants=self.constants, pool=self.pool,\n"
              "                                      warmup=self.warmup)\n" + RUN_REPLAY),),
@@ -78,7 +79,7 @@ MUTANTS = [
         (EQUAL_REPLAY, EQUAL_LOGITS), ("v07",),
         "the CPU replay hands an op its tensor arguments in reverse order"),
     Mutant("v07-replays-the-smallest-bucket", "graph replay", (
-        Edit(GRAPHS, RUN_REPLAY,
+        Edit(RUNNER, RUN_REPLAY,
              '        self._counts[bucket]["replays"] += 1\n'
              '        smallest = min(self.graphs)\n'
              '        return self.graphs[smallest].replay(*self._views[smallest])'),),

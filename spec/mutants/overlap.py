@@ -4,7 +4,6 @@ it names, so the specs that watch the step ahead from outside must notice."""
 from spec.mutants import Edit, Mutant
 
 ENGINE = "v14_overlap/engine.py"
-INPUTS = "v14_overlap/inputs.py"
 PAGE = "spec/test_v14_overlap.py"
 STORED = f"{PAGE}::test_when_a_step_returns_the_next_decode_has_stored_each_requests_last_token"
 FED = f"{PAGE}::test_the_decode_ahead_feeds_each_lane_its_requests_last_token_at_the_next_position"
@@ -20,7 +19,7 @@ V14 = ("v14",)
 
 MUTANTS = [
     Mutant("v14-ahead-fed-the-placeholder", PROPERTY, (
-        Edit(INPUTS, "            buffers[0].index_copy_(0, *self.fed)\n",
+        Edit(ENGINE, "            buffers[0].index_copy_(0, *self.fed)\n",
              "            pass  # the placeholder stays\n"),),
         (FED, STORED), V14,
         "the decode ahead reads the placeholder token id, not the token the step drew"),

@@ -4,8 +4,8 @@ most tokens right too: only the specs that watch the step's own buffers and stor
 (spec/support/block_watch.py)."""
 from spec.mutants import Edit, Mutant
 
-INPUTS = "v08_paged_gqa_py/inputs.py"
-KV = "v08_paged_gqa_py/kv.py"
+KV = "v08_paged_gqa_py/kv.py"  # its PagedKV and the decode inputs that read it
+INPUTS = KV
 STATIC_INPUTS = "v06_static_buffers/inputs.py"  # decode_buffers(), which v08 inherits
 POOL = "v08_paged_gqa_py/kv.py"  # its BlockPool
 

@@ -8,9 +8,10 @@ the kernels by the specs written for them, and on a GPU by every spec of every v
 specs run compiled kernels everywhere). The interpreter costs about a minute of suite time per
 version that runs it; no mutant of v09 or v10 is killed by an inherited spec.
 
-Before each spec that runs against a version, TRITON_INTERPRET is set for it, "1" or "0" (the
-layers read it at call time: TritonOps.on_triton). A spec marked `kernels` needs the kernels
-to run on CPU and is skipped for a version that only inherits them.
+Before each spec that runs against a version, TRITON_INTERPRET is set for it, "1" or "0" (an
+engine's layers read it when the engine is built: v09's kernels_take, TritonOps.for_device). A
+spec marked `kernels` needs the kernels to run on CPU and is skipped for a version that only
+inherits them.
 """
 from __future__ import annotations
 

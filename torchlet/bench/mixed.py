@@ -90,7 +90,8 @@ def measure(args, log) -> tuple[dict, str]:
             chunked = CHUNKED_PREFILL in version.capabilities
             options[budget.name] = (args.budget if chunked
                                     else args.long_len + args.decoders + args.long_prompts)
-        engine = version.build(checkpoint, device=device, dtype=dtype, **options)
+        with cli.kernels_off(device, interpret=False):  # Triton layers choose at build
+            engine = version.build(checkpoint, device=device, dtype=dtype, **options)
         log(f"{v.name}: {args.decoders} decoding, {args.long_prompts} prompts of "
             f"{args.long_len} tokens arriving every {args.every} steps; options {options}")
         # On a CPU, Triton layers run their PyTorch path: timing the interpreter would time it.

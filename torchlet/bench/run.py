@@ -108,8 +108,9 @@ def run_job(job: Job) -> dict:
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats()
     rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    engine, options = build_engine(version, checkpoint, job.device, dtype, job.wishes,
-                                   job.workload, job.named)
+    with cli.kernels_off(job.device, interpret=False):  # Triton layers choose at build
+        engine, options = build_engine(version, checkpoint, job.device, dtype, job.wishes,
+                                       job.workload, job.named)
     stepwise = REQUEST_STATES in version.capabilities
     mode = "step" if stepwise else ("generate" if job.generate_batch else "stream")
     # On a CPU, Triton layers run their PyTorch path, as torchlet generate runs them: the

@@ -121,8 +121,8 @@ def measure(args, log) -> tuple[dict, str]:
         with Ranks(world, device, after=gather_peaks) as ranks:
             torch.set_num_threads(threads)
             peak_bytes()  # rank 0's count starts here (the others' start with their process)
-            engine = ranks.build(spec)
-            with kernels_off(device, interpret=False):
+            with kernels_off(device, interpret=False):  # Triton layers choose at build
+                engine = ranks.build(spec)
                 memory = engine.shards()
                 if workload is not None:
                     warm_up(engine, workload, stepwise=True)

@@ -25,8 +25,8 @@ def build(out: Path = DEFAULT_OUT, results: Path | None = None, spec_dir: Path =
 
     if not torch.cuda.is_available():
         # Kernels are made interpretable when their module is imported, so before any version
-        # is; the pictures run the layers' PyTorch path, but for the one step whose kernel
-        # launches they watch (torchlet/docs/record.py: kernels_on).
+        # is; the pictures run the layers' PyTorch path, but for the engines whose kernel
+        # launches they watch (torchlet/docs/record.py: kernels_on, at their build).
         os.environ["TRITON_INTERPRET"] = "1"
     from torchlet.docs.pages import version_pages
     from torchlet.docs.pictures import all_pictures

@@ -122,8 +122,9 @@ def segments(ops: list[Op]) -> list[Op]:
 
 @contextlib.contextmanager
 def kernels_on():
-    """On a CPU, the Triton kernels run under the interpreter for the block (the layers read
-    TRITON_INTERPRET at call time), so that their launches are there to watch."""
+    """On a CPU, the Triton kernels run under the interpreter in an engine built in the block
+    (its layers read TRITON_INTERPRET when it is built), so that their launches are there to
+    watch."""
     before = os.environ.get("TRITON_INTERPRET")
     if not torch.cuda.is_available():
         os.environ["TRITON_INTERPRET"] = "1"
@@ -207,7 +208,7 @@ class Recorder:
         hits_before = e.prefix_cache_stats()["hit_tokens"] if _has(e, "prefix_cache_stats") else 0
         watch = OpWatch(self.names)
         if self.watch == len(self.run.steps) + 1:
-            with kernels_on(), watch:
+            with watch:
                 e.step()
         else:
             e.step()

@@ -19,7 +19,7 @@ import torch
 
 from torchlet.contract import (BLOCK_SIZE, MAX_LEN, MAX_RUNNING, MAX_STEP_TOKENS, NUM_BLOCKS,
                                Checkpoint, GenerationParams)
-from torchlet.docs.record import Recorder, Run, record
+from torchlet.docs.record import Recorder, Run, kernels_on, record
 
 FIXTURE = "tiny_qwen2"
 
@@ -213,7 +213,8 @@ def scenario_for(version: str) -> Scenario:
 
 def build_engine(version, scenario: Scenario, checkpoint):
     """The version's engine for the scenario: the options it declares, by role and by name;
-    graphs and overlap off unless the scenario turns them on (on a CPU they show nothing)."""
+    graphs and overlap off unless the scenario turns them on (on a CPU they show nothing). Build
+    and run it inside engine_mode(scenario)."""
     return version.build(checkpoint, device=checkpoint_device(checkpoint), dtype=torch.float32,
                          **options_for(version, scenario))
 
@@ -267,13 +268,22 @@ def on_cpu():
             os.environ["TRITON_INTERPRET"] = before
 
 
+@contextlib.contextmanager
+def engine_mode(scenario: Scenario):
+    """Where a scenario's engine is built and run: on_cpu, but with the Triton kernels on (on a
+    CPU, the interpreter) where the scenario watches them. An engine's layers choose their
+    kernels when it is built, and then run them at every step."""
+    with on_cpu(), kernels_on() if scenario.watch else contextlib.nullcontext():
+        yield
+
+
 def run_scenario(version, checkpoint, scenario: Scenario | None = None) -> tuple[Scenario, Run]:
     """Build the version's engine and run its scenario (or the one given), recorded."""
     scenario = scenario or scenario_for(version.name)
     if scenario.ranks > 1:
         return scenario, run_on_ranks(version, scenario)
     checkpoint = placed(scenario, checkpoint)
-    with on_cpu():
+    with engine_mode(scenario):
         engine = build_engine(version, scenario, checkpoint)
         return scenario, record(engine, version.name, scenario.script, checkpoint,
                                 scenario.watch)

@@ -60,10 +60,11 @@ class Launch:
         config = checkpoint.config
         context = min(config.max_position, args.max_model_len or DEFAULT_MAX_LEN)
         self.serving = cli.serving_options(self.version, self.device)
-        engine = build_sized(self.version, checkpoint, device=self.device,
-                             dtype=cli.resolve_dtype(args.dtype, self.device),
-                             max_model_len=context, max_running=args.max_running,
-                             **self.serving, **sizing)
+        with cli.kernels_off(self.device, self.interpret):  # the layers choose at build
+            engine = build_sized(self.version, checkpoint, device=self.device,
+                                 dtype=cli.resolve_dtype(args.dtype, self.device),
+                                 max_model_len=context, max_running=args.max_running,
+                                 **self.serving, **sizing)
         self.served = serve_engine(engine, self.version, tokenizer, config, name, context,
                                    args.max_running + args.max_waiting, self.device,
                                    self.interpret)
