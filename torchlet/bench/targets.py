@@ -44,13 +44,24 @@ def _split(row: dict) -> str:
             f"{row['host_ms_per_step']:.3f} ms with no kernel running")
 
 
-def _anchored(row: dict) -> list[str]:
-    """The cell's anchors from the same run, where it timed them (`bench decode --anchors`)."""
+def _anchored(row: dict, anchors: dict | None = None) -> list[str]:
+    """The cell's anchors from the same run, where it timed them (`bench decode --anchors`), else
+    from `bench anchors` at the same cell and commit (the same device call, as the docs run it)."""
+    where = "in the same run"
     if row.get("matmuls_ms") is None:
-        return []
-    return [f"  - Anchors in the same run: matmuls alone {row['matmuls_ms']:.3f} ms, "
+        same = [a for a in (anchors or {}).get("rows", [])
+                if (a.get("batch"), a.get("context")) == (row["batch"], row["context"])
+                and a.get("matmuls_ms") is not None and _commit(anchors) == _commit(row)]
+        if not same:
+            return []
+        row, where = same[-1], "by `bench anchors` at the same commit"
+    return [f"  - Anchors {where}: matmuls alone {row['matmuls_ms']:.3f} ms, "
             f"gpt-fast-style static-cache step {row['static_ms']:.3f} ms, floor "
             f"{row['floor_ms']:.3f} ms."]
+
+
+def _commit(result_or_row: dict) -> str | None:
+    return result_or_row.get("_commit") or result_or_row.get("environment", {}).get("commit")
 
 
 def workload_lines(result: dict | None, decode: dict | None) -> list[str]:
@@ -97,9 +108,10 @@ def kernel_lines(result: dict | None) -> list[str]:
             f"(matching it is the next bar)."]
 
 
-def decode_lines(result: dict | None) -> list[str]:
+def decode_lines(result: dict | None, anchors: dict | None = None) -> list[str]:
     newest = _newest((result or {}).get("rows", []))
-    rows = [r for r in (result or {}).get("rows", []) if "error" not in r
+    commit = _commit(result or {})
+    rows = [{**r, "_commit": commit} for r in (result or {}).get("rows", []) if "error" not in r
             and r["version"] == (newest or {}).get("version")]
     ones = [r for r in rows if r["batch"] == 1]
     if not _on_gpu(result) or not ones:
@@ -108,7 +120,7 @@ def decode_lines(result: dict | None) -> list[str]:
     r = min(ones, key=lambda x: x["context"])
     line = _judge(f"batch-1 decode step ({r['version']}, context {r['context']})",
                   r["ms_per_step"], BATCH1_STEP_MS, " ms", True)
-    out = [line, f"  - {_split(r)}.", *_anchored(r)]
+    out = [line, f"  - {_split(r)}.", *_anchored(r, anchors)]
     if r.get("kernels_per_step") is not None:
         out.append(_judge("kernels per batch-1 decode step", r["kernels_per_step"],
                           KERNELS_PER_STEP, "", True))
@@ -120,7 +132,7 @@ def decode_lines(result: dict | None) -> list[str]:
                           BATCH256_STEP_MS, " ms", True))
         out.append(_judge("GPU busy share of a decode step at batch 256, context 1024",
                           100 * b["gpu_ms_per_step"] / b["ms_per_step"], GPU_BUSY_PCT, "%", False))
-        out += [f"  - {_split(b)}.", *_anchored(b)]
+        out += [f"  - {_split(b)}.", *_anchored(b, anchors)]
     else:
         out.append("- GPU busy share at batch 256, context 1024: not in this decode run.")
     return out
@@ -173,4 +185,5 @@ def long_prompt_lines(result: dict) -> list[str]:
 
 def verdicts(results: dict[str, dict]) -> list[str]:
     return (workload_lines(results.get("gpu-workload"), results.get("decode"))
-            + kernel_lines(results.get("kernel")) + decode_lines(results.get("decode")))
+            + kernel_lines(results.get("kernel"))
+            + decode_lines(results.get("decode"), results.get("anchors")))
