@@ -185,7 +185,7 @@ class PagedDecoder(CachedDecoder):
         for the engine's device and dtype where the ops say how (for_device: ops that can run
         kernels choose them there, once, at build, not at every call)."""
         made_for = getattr(self.ops, "for_device", None)
-        decoder = PagedDecoder()
+        decoder = type(self)()  # a subclass assembles as itself
         decoder.ops = self.ops if made_for is None else made_for(a.device, a.dtype)
         decoder.Memory = self.Memory
         return decoder
