@@ -53,6 +53,7 @@ ENTRY = "import sys; from torchlet.cli import main; sys.exit(main())"  # the con
 
 
 def run(capsys, *argv):
+    capsys.readouterr()  # the test's own set-up (a model directory written first) is not the CLI's
     code = cli.main(list(argv))
     out, err = capsys.readouterr()
     return code, out, err

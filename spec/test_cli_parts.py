@@ -26,6 +26,7 @@ from torchlet.parts import recipe_rows
 
 
 def run(capsys, *argv):
+    capsys.readouterr()  # the test's own set-up (a model directory written first) is not the CLI's
     code = cli.main(list(argv))
     out, err = capsys.readouterr()
     return code, out, err

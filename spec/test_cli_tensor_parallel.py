@@ -59,6 +59,7 @@ def model_dir() -> tuple[Path, str]:
 
 
 def run(capsys, *argv):
+    capsys.readouterr()  # the test's own set-up (a model directory written first) is not the CLI's
     code = cli.main(list(argv))
     out, err = capsys.readouterr()
     return code, out, err

@@ -106,6 +106,7 @@ def test_the_key_reads_the_content_past_the_header(tmp_path):
 
 
 def run(capsys, *argv):
+    capsys.readouterr()  # the test's own set-up (a model directory written first) is not the CLI's
     code = cli.main(list(argv))
     out, err = capsys.readouterr()
     return code, out, err

@@ -252,13 +252,16 @@ def check_request(prompt: Any, params: GenerationParams, config: ModelConfig, *,
     prompt = list(prompt)
     if len(prompt) == 0:
         raise RequestError("empty prompt: a request needs at least one token id")
-    # bool is an int subclass and numpy's bool_ converts to one: both are refused, by name
-    odd = [t for t in prompt if isinstance(t, bool) or not isinstance(t, numbers.Integral)]
-    if odd:
-        raise RequestError(f"token ids must be integers, got {_kind(odd[0])}")
-    prompt = [int(t) for t in prompt]
-    bad = [t for t in prompt if not 0 <= t < config.vocab_size]
-    if bad:
+    # A prompt of plain ints (the usual one) is checked by its set of types: an isinstance
+    # against numbers.Integral per id cost an 8,192-token prompt ~5 ms of a step's host time.
+    if set(map(type, prompt)) != {int}:
+        # bool is an int subclass and numpy's bool_ converts to one: both are refused, by name
+        odd = [t for t in prompt if isinstance(t, bool) or not isinstance(t, numbers.Integral)]
+        if odd:
+            raise RequestError(f"token ids must be integers, got {_kind(odd[0])}")
+        prompt = [int(t) for t in prompt]
+    if min(prompt) < 0 or max(prompt) >= config.vocab_size:
+        bad = [t for t in prompt if not 0 <= t < config.vocab_size]
         raise RequestError(
             f"token ids outside the vocabulary [0, {config.vocab_size}): {bad[:5]}")
     check_params(params)

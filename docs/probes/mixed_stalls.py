@@ -3,8 +3,9 @@ wall time and rows, and which Triton kernels compiled a new variant during it (w
 specialization key), then the slowest steps. Built and warmed up as `torchlet bench mixed` does.
 `--budget B --long-len N --every K --decode-tokens D` as there; `--no-specialize` marks every
 kernel's integer arguments do_not_specialize first (does a stall go with it?); `--profile` a
-cProfile of each step, and prints the merged profile of the slow steps (over 2.5x the median, no
-compile among them); on a CPU, tiny shapes (a check of
+cProfile of each step, and prints the merged profile of the slow steps (those at or above
+`--slow-quantile` of step time, no compile among them). A step's time includes the
+add_request of a prompt arriving before it, as the bench's inter-token latency does; on a CPU, tiny shapes (a check of
 the script: the Triton layers run their PyTorch path, so nothing compiles)."""
 import argparse
 import cProfile
@@ -63,10 +64,11 @@ def run(version, checkpoint, args, device, dtype):
         got = {i: 0 for i in decoders}
         steps, left, step = [], list(longs), 0
         while engine.has_unfinished():
-            arrived = False
+            arrived, add_ms = False, 0.0
             if left and all(got.values()) and step % args.every == 0:
+                t = time.perf_counter()
                 engine.add_request(list(left.pop(0)), long_params)
-                arrived = True
+                add_ms, arrived = (time.perf_counter() - t) * 1e3, True
             profile = cProfile.Profile() if args.profile else None
             t = time.perf_counter()
             if profile:
@@ -81,18 +83,28 @@ def run(version, checkpoint, args, device, dtype):
             for o in outs:
                 if o.request_id in got:
                     got[o.request_id] = len(o.tokens)
-            steps.append((dt, step, arrived, len(outs), new, profile))
+            steps.append((dt + add_ms, step, arrived, len(outs), new, profile, add_ms))
             step += 1
     times = sorted(s[0] for s in steps)
     print(f"{version.name}: {len(steps)} steps, median {times[len(times) // 2]:.2f} ms, "
           f"p99 {times[int(0.99 * len(times))]:.2f} ms, max {times[-1]:.2f} ms, "
           f"steps with a compile: {sum(1 for s in steps if s[4])}")
-    for dt, i, arrived, outs, new, _ in sorted(steps, key=lambda s: -s[0])[:12]:
+    for label, chosen in (("arrival", [s for s in steps if s[2]]),
+                          ("other", [s for s in steps if not s[2]])):
+        ts = sorted(s[0] for s in chosen)
+        if ts:
+            adds = sorted(s[6] for s in chosen)
+            print(f"  {label} steps: {len(ts)}, median {ts[len(ts) // 2]:.2f} ms, p90 "
+                  f"{ts[int(0.9 * len(ts))]:.2f}, max {ts[-1]:.2f}; add_request median "
+                  f"{adds[len(adds) // 2]:.2f} ms")
+    for dt, i, arrived, outs, new, _, add_ms in sorted(steps, key=lambda s: -s[0])[:args.show]:
         what = "; ".join(f"{n} {sorted(map(str, k))[:1]}" for n, k in new.items())
-        print(f"  step {i:4d} {dt:8.2f} ms arrival={arrived} outputs={outs} compiled: {what or '-'}")
+        print(f"  step {i:4d} {dt:8.2f} ms (add_request {add_ms:.2f}) arrival={arrived} "
+              f"outputs={outs} compiled: {what or '-'}")
     if args.profile:
         median = times[len(times) // 2]
-        for title, keep in (("slow", lambda s: s[0] > 2.5 * median and not s[4]),
+        slow = times[int(args.slow_quantile * len(times))]
+        for title, keep in (("slow", lambda s: s[0] >= slow and not s[4]),
                             ("typical", lambda s: abs(s[0] - median) < 0.1 * median)):
             chosen = [s[5] for s in steps if keep(s)][:20]
             if chosen:
@@ -118,6 +130,9 @@ def main():
     p.add_argument("--every", type=int, default=16)
     p.add_argument("--no-specialize", action="store_true")
     p.add_argument("--profile", action="store_true")
+    p.add_argument("--slow-quantile", type=float, default=0.95,
+                   help="--profile merges the steps at or above this quantile of step time")
+    p.add_argument("--show", type=int, default=12, help="how many of the slowest steps to list")
     args = p.parse_args()
     cuda = torch.cuda.is_available()
     device, dtype = ("cuda", torch.bfloat16) if cuda else ("cpu", torch.float32)
