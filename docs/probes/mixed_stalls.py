@@ -2,7 +2,8 @@
 wall time and rows, and which Triton kernels compiled a new variant during it (with the
 specialization key), then the slowest steps. Built and warmed up as `torchlet bench mixed` does.
 `--budget B --long-len N --every K --decode-tokens D` as there; `--no-specialize` marks every
-kernel's integer arguments do_not_specialize first (does a stall go with it?); `--profile` a
+kernel's integer arguments do_not_specialize first (does a stall go with it?); `--kernels N` the
+kernel count and kernel time of N steps (torch.profiler, from step `--kernels-from`); `--profile` a
 cProfile of each step, and prints the merged profile of the slow steps (those at or above
 `--slow-quantile` of step time, no compile among them). A step's time includes the
 add_request of a prompt arriving before it, as the bench's inter-token latency does; on a CPU, tiny shapes (a check of
@@ -70,6 +71,11 @@ def run(version, checkpoint, args, device, dtype):
                 engine.add_request(list(left.pop(0)), long_params)
                 add_ms, arrived = (time.perf_counter() - t) * 1e3, True
             profile = cProfile.Profile() if args.profile else None
+            kernels = None
+            if args.kernels and step >= args.kernels_from and step < args.kernels_from + args.kernels:
+                kernels = torch.profiler.profile(activities=[
+                    torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA])
+                kernels.__enter__()
             t = time.perf_counter()
             if profile:
                 profile.enable()
@@ -77,6 +83,14 @@ def run(version, checkpoint, args, device, dtype):
             if profile:
                 profile.disable()
             dt = (time.perf_counter() - t) * 1e3
+            if kernels is not None:
+                if device == "cuda":
+                    torch.cuda.synchronize()
+                kernels.__exit__(None, None, None)
+                gpu = [e for e in kernels.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+                busy = sum(e.device_time for e in gpu) / 1e3
+                print(f"  step {step}: wall {dt:.2f} ms, {len(gpu)} kernels, {busy:.2f} ms of "
+                      f"kernel time (the step's own launches and the decode ahead's)")
             now = variants(fns)
             new = {n: now[n] - before[n] for n in now if now[n] - before[n]}
             before = now
@@ -130,6 +144,9 @@ def main():
     p.add_argument("--every", type=int, default=16)
     p.add_argument("--no-specialize", action="store_true")
     p.add_argument("--profile", action="store_true")
+    p.add_argument("--kernels", type=int, default=0,
+                   help="profile this many steps with the torch profiler: kernels and their time")
+    p.add_argument("--kernels-from", type=int, default=40)
     p.add_argument("--slow-quantile", type=float, default=0.95,
                    help="--profile merges the steps at or above this quantile of step time")
     p.add_argument("--show", type=int, default=12, help="how many of the slowest steps to list")
