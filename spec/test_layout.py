@@ -146,9 +146,9 @@ def test_every_version_declares_its_recipe_and_builds_through_it():
 
 
 # One v14 decode step (spec/support/step_trace.py: tiny fixture, CPU, graphs off). Issue 25 aims
-# at 18 files and 40 calls across versions; these bounds are where the restructure stands, so
-# that the step a reader follows never grows back.
-STEP_FILES, STEP_HOPS = 18, 47
+# at 18 files and 40 calls across versions; the step meets both, and these bounds keep the step a
+# reader follows from growing back.
+STEP_FILES, STEP_HOPS = 18, 40
 
 
 def test_a_v14_decode_step_runs_code_from_few_files_and_calls_across_versions_rarely():

@@ -62,9 +62,12 @@ class PassOps(GQAOps):
                              partial(super().rope_cos_sin, positions, head_dim, theta, dtype))
 
     def rope_qk(self, q: torch.Tensor, k: torch.Tensor, positions: torch.Tensor, theta: float):
-        """Phase 3: q and k turned by v00's rotation, its cos and sin from rope_cos_sin."""
+        """Phase 3: q and k turned by v00's rotation, its cos and sin from rope_cos_sin. Their
+        heads are turned side by side, in one rotation: with the cat that joins them, 6 kernels
+        where two rotations launched 10."""
         cos, sin = self.rope_cos_sin(positions, q.shape[-1], theta, q.dtype)
-        return self.rotate(q, cos, sin), self.rotate(k, cos, sin)
+        turned = self.rotate(torch.cat([q, k], dim=1), cos, sin)
+        return turned.split([q.shape[1], k.shape[1]], dim=1)
 
     def residual_block(self, x, w, config: ModelConfig, attend) -> torch.Tensor:
         """x + attend(norm(x)), then h + mlp(norm(h)): the decoder layer with attention passed

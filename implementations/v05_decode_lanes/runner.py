@@ -55,7 +55,7 @@ class LaneRunner:
     def decode(self, requests: Sequence) -> torch.Tensor:
         """Each request's last token at position len - 1: float logits [B, vocab]."""
         logits, _ = self.step_lanes(requests)
-        return self.lane_rows(logits, requests)
+        return self.lane_rows(logits)
 
     def decode_tokens(self, requests: Sequence) -> torch.Tensor:
         """The decode pass's tokens, in the requests' order: drawn from their logits."""
@@ -99,15 +99,10 @@ class LaneRunner:
         """Float logits [B, vocab] of each request's last row of a ragged pass."""
         return self.model.lm_head(self.weights, hidden[self.model.last_rows(indptr)]).float()
 
-    def lane_rows(self, t: torch.Tensor, requests: Sequence) -> torch.Tensor:
-        """The rows of t [lanes, ...] that these requests' lanes hold, in their order."""
-        return t.index_select(0, self.inputs.staged(self.lane_index(requests)))
-
-    def lane_index(self, requests: Sequence) -> torch.Tensor:
-        """The requests' lanes, in their order: a long tensor on the host. Made through numpy:
-        torch makes a tensor of a Python list (or indexes with one) element by element, which at
-        hundreds of lanes cost more than the rest of the indexing."""
-        return self.host_longs([r.lane for r in requests])
+    def lane_rows(self, t: torch.Tensor) -> torch.Tensor:
+        """The rows of t [lanes, ...] that the lanes the inputs last wrote hold, in their
+        requests' order."""
+        return t.index_select(0, self.inputs.lanes)
 
     # The ragged pass without a cache reads only the model, the weights and the device: v02's.
     forward_ragged = ModelRunner.forward_ragged

@@ -30,16 +30,22 @@ class DecodeBuffers:
         # numpy views of the host tensors: `t[i] = value` on a tensor first makes a 0-dim tensor
         # of the value (aten.lift_fresh), an allocation per lane per step; numpy writes in place.
         self.host_np = {name: t.numpy() for name, t in self.host.items()}
+        # The lanes of the last write, in its order, copied over with the fields: the index
+        # that reads a pass's rows by lane back in the requests' order.
+        self.lanes_host = torch.zeros(num_slots, dtype=torch.long, pin_memory=pin)
+        self.lanes_np = self.lanes_host.numpy()
+        self.lanes = torch.zeros(num_slots, dtype=torch.long, device=device)
         # What the decode pass takes, in field order: the same tensors at every step.
         self.tensors = tuple(self.device_tensors.values())
         # Marks the end of the last copies out of the pinned host tensors (GPU only).
         self._copied = torch.cuda.Event() if pin else None
 
-    def write(self, lanes: dict[int, tuple], poison: torch.Generator | None = None,
-              vocab: int = 1, max_len: int = 1) -> None:
-        """lanes: slot -> what its lane carries (see fill_lanes). Every lane's token id and
-        position start as zeros, or garbage when poisoned; then one copy per buffer to the
-        device, in place."""
+    def write(self, lanes: Sequence[int], values: dict, poison: torch.Generator | None = None,
+              vocab: int = 1, max_len: int = 1) -> torch.Tensor:
+        """values[name][i] is field name's entry for lane lanes[i] (or one value for all of
+        them); every other lane's entries are zeros, its token id and position garbage when
+        poisoned. Then one copy per buffer to the device, in place, the lanes themselves among
+        them: returns them, in their order, on the device (a view the next write overwrites)."""
         # The host tensors are rewritten in place, so the last write's copies must have left
         # them: nothing else makes a caller wait (the kv_cache API's decode reads nothing
         # back). A step that read its tokens back has waited already, so the query is true
@@ -47,29 +53,23 @@ class DecodeBuffers:
         if self._copied is not None and not self._copied.query():
             self._copied.synchronize()
         h = self.host
-        if poison is None:
-            h["token_ids"].zero_()
-            h["positions"].zero_()
-        else:
+        for t in h.values():
+            t.zero_()
+        if poison is not None:
             h["token_ids"].random_(0, vocab, generator=poison)
             h["positions"].random_(0, max_len, generator=poison)
-        self.fill_lanes(lanes)
+        # One numpy assignment per field, all lanes at once: writing lane by lane cost a step a
+        # Python write per lane and field.
+        rows = np.fromiter(lanes, np.intp, len(lanes))  # a list index is converted per use
+        for name, column in values.items():
+            self.host_np[name][rows] = column
+        self.lanes_np[:len(rows)] = rows
         for name, t in self.device_tensors.items():
             t.copy_(h[name], non_blocking=True)
+        self.lanes.copy_(self.lanes_host, non_blocking=True)
         if self._copied is not None:
             self._copied.record()
-
-    def fill_lanes(self, lanes: dict[int, tuple[int, int]]) -> None:
-        """lanes: slot -> (token id, position), written on the host; no other lane is active."""
-        h, n = self.host, self.host_np
-        h["active"].zero_()
-        if lanes:
-            # One numpy assignment per field, all lanes at once: writing lane by lane cost a
-            # step a Python write per lane and field.
-            slots = np.fromiter(lanes, np.intp, len(lanes))  # a list index is converted per use
-            tokens, positions = zip(*lanes.values())
-            n["token_ids"][slots], n["positions"][slots] = tokens, positions
-            n["active"][slots] = True
+        return self.lanes[:len(rows)]
 
 
 class StaticInputs(LaneInputs):
@@ -87,20 +87,14 @@ class StaticInputs(LaneInputs):
         return DecodeBuffers(self.num_lanes, self.device)
 
     def write(self, requests: Sequence) -> tuple[torch.Tensor, ...]:
-        """Write this step's lanes into the static buffers; returns those same buffers."""
-        lanes = {r.lane: (r.sequence[-1], len(r.sequence) - 1) for r in requests}
-        self.buffers.write(lanes, self.poison, self.vocab, self.max_len)
+        """Write this step's lanes into the static buffers (each request's last token at its
+        position, its lane active); returns those same buffers, and keeps the requests' lanes
+        on the device (lanes)."""
+        self.lanes = self.buffers.write([r.lane for r in requests], {
+            "token_ids": [r.sequence[-1] for r in requests],
+            "positions": [len(r.sequence) - 1 for r in requests], "active": True},
+            self.poison, self.vocab, self.max_len)
         return self.buffers.tensors
-
-    def staged(self, host: torch.Tensor) -> torch.Tensor:
-        """v05's copy of a small host tensor (an index: the lanes' rows), staged as the inputs
-        are: v05 copies from pageable memory, which makes the host wait for the GPU to finish
-        the step; from pinned memory the copy waits for nothing."""
-        if self.device.type != "cuda":
-            return host
-        # The pinned block is not reused before the copy is done (the caching host allocator
-        # records the copy's stream).
-        return host.pin_memory().to(self.device, non_blocking=True)
 
     def decode_buffers(self) -> dict[str, torch.Tensor]:
         """The tensors every decode step reads its inputs from: the same objects, addresses,

@@ -150,7 +150,7 @@ class GraphedRunner(LaneRunner):
     def decode_tokens(self, requests: Sequence) -> torch.Tensor:
         """The tokens the graph drew, in the requests' order."""
         _, drawn = self.step_lanes(requests)
-        return self.lane_rows(drawn, requests)
+        return self.lane_rows(drawn)
 
     def graph_stats(self) -> dict[int, dict[str, int]]:
         """Per bucket of decode lanes: how many times it was captured and replayed, over every

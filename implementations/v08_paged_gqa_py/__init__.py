@@ -19,7 +19,7 @@ from ..v07_cuda_graph import Batch, ContinuousBatching, DecodeBuffers, GraphRunn
 from . import metadata
 # model.py's PyTorch paged attention, passed on to later versions (and the specs) by this name
 from . import model as paged_attention
-from .kv import BlockPool, PagedDecodeBuffers, PagedInputs, PagedKV, PoolExhausted
+from .kv import BlockPool, PagedInputs, PagedKV, PoolExhausted
 from .model import PagedAttention, PagedDecoder, layers
 from .request import PagedRequest
 from .scheduler import PagedAdmission, PreemptingScheduler
@@ -32,4 +32,4 @@ build = PARTS.build
 # The decode attention the model calls, for a harness to time alone (torchlet bench kernel).
 KERNELS = {PAGED_DECODE_ATTENTION: paged_attention.paged_decode_attention}
 
-__all__ = ["Batch", "BlockPool", "CAPABILITIES", "ContinuousBatching", "DecodeBuffers", "GraphRunner", "GraphedRunner", "KERNELS", "OPTIONS", "PARTS", "PagedAdmission", "PagedAttention", "PagedDecodeBuffers", "PagedDecoder", "PagedInputs", "PagedKV", "PagedRequest", "PassOps", "PoolExhausted", "PreemptingScheduler", "StepEngine", "build", "default_buckets", "graphs", "layers", "metadata", "paged_attention"]
+__all__ = ["Batch", "BlockPool", "CAPABILITIES", "ContinuousBatching", "DecodeBuffers", "GraphRunner", "GraphedRunner", "KERNELS", "OPTIONS", "PARTS", "PagedAdmission", "PagedAttention", "PagedDecoder", "PagedInputs", "PagedKV", "PagedRequest", "PassOps", "PoolExhausted", "PreemptingScheduler", "StepEngine", "build", "default_buckets", "graphs", "layers", "metadata", "paged_attention"]

@@ -10,9 +10,9 @@ generated instead of a reservation for the longest possible sequence.
 Physical block 0 is never handed out: padded entries of a block table point at it, so a kernel
 may read it freely and padded writes have somewhere harmless to go.
 
-The decode inputs read this memory (PagedInputs): v06's static buffers plus each lane's padded
-block table, its context length and the slot its new token's K/V goes to, allocated once and
-written in place (PagedDecodeBuffers).
+The decode inputs read this memory (PagedInputs): v06's static buffers, with each lane's padded
+block table, its context length and the slot its new token's K/V goes to among their fields,
+allocated once and written in place.
 """
 from __future__ import annotations
 
@@ -340,57 +340,34 @@ class PagedKV(LaneKV):
         return [(k.flatten(0, 1)[rows].clone(), v.flatten(0, 1)[rows].clone()) for k, v in self.kv]
 
 
-class PagedDecodeBuffers(DecodeBuffers):
-    def __init__(self, num_lanes: int, max_blocks: int, device):
-        super().__init__(num_lanes, device, {
-            "token_ids": ((), torch.long), "positions": ((), torch.long),
-            "block_tables": ((max_blocks,), torch.int32), "context_lens": ((), torch.int32),
-            "slot_mapping": ((), torch.long)})
-        # Each lane's padded table as last written, and the table it was written from. A table
-        # changes only when its request takes a block or the lane changes hands, so a step
-        # converts only those rows from lists; the rest are copied over as one array.
-        self._rows = np.full((num_lanes, max_blocks), NULL_BLOCK, dtype=np.int32)
-        self._row_tables: list[list[int] | None] = [None] * num_lanes
-
-    def fill_lanes(self, lanes: dict) -> None:
-        """lanes: lane -> (token id, position, block table, new token's slot). Idle lanes get an
-        empty context, the null block and a null-block slot."""
-        h, n = self.host, self.host_np
-        h["block_tables"].fill_(NULL_BLOCK)
-        h["context_lens"].zero_()
-        h["slot_mapping"].fill_(NULL_BLOCK)  # slot 0 lies in the null block
-        if not lanes:
-            return
-        # One numpy assignment per field, all lanes at once (as v06 writes its fields).
-        rows = np.fromiter(lanes, np.intp, len(lanes))
-        tokens, positions, tables, slots = zip(*lanes.values())
-        n["token_ids"][rows], n["positions"][rows] = tokens, positions
-        n["context_lens"][rows] = n["positions"][rows] + 1
-        n["slot_mapping"][rows] = slots
-        for lane, table in zip(lanes, tables):
-            if self._row_tables[lane] != table:
-                self._rows[lane] = NULL_BLOCK
-                self._rows[lane, :len(table)] = table
-                self._row_tables[lane] = list(table)  # the caller's list may grow
-        n["block_tables"][rows] = self._rows[rows]
-
-
 class PagedInputs(StaticInputs):
     """v06's static inputs with the paged ones, read from the K/V memory's pool."""
 
     def __init__(self, num_lanes: int, max_len: int, vocab: int, device, poison: bool, kv):
         self.kv = kv  # before v06's constructor, which makes the buffers from its block size
         super().__init__(num_lanes, max_len, vocab, device, poison)
+        # Each lane's padded table as last written, and the table it was written from. A table
+        # changes only when its request takes a block or the lane changes hands, so a step
+        # converts only those rows from lists; the rest are copied over as one array.
+        self.table_rows = np.full(self.buffers.host_np["block_tables"].shape, NULL_BLOCK,
+                                  dtype=np.int32)
+        self.row_tables: list[list[int] | None] = [None] * num_lanes
 
     @classmethod
     def assemble(cls, a) -> "PagedInputs":
         return cls(a.kv.num_lanes, a.kv.max_len, a.config.vocab_size, a.device,
                    a.options["poison_inactive_lanes"], a.kv)
 
-    def make_buffers(self) -> PagedDecodeBuffers:
-        """One lane per slot, each with room for the block table of max_len tokens."""
-        return PagedDecodeBuffers(self.num_lanes, -(-self.max_len // self.kv.block_size),
-                                  self.device)
+    def make_buffers(self) -> DecodeBuffers:
+        """One lane per slot: v06's token id and position, then the lane's block table (room
+        for max_len tokens), its context length and the slot its new token's K/V goes to. An
+        idle lane's entries are zeros: an empty context, its table and its slot in the null
+        block (block 0)."""
+        max_blocks = -(-self.max_len // self.kv.block_size)
+        return DecodeBuffers(self.num_lanes, self.device, {
+            "token_ids": ((), torch.long), "positions": ((), torch.long),
+            "block_tables": ((max_blocks,), torch.int32), "context_lens": ((), torch.int32),
+            "slot_mapping": ((), torch.long)})
 
     def write(self, requests: Sequence) -> tuple[torch.Tensor, ...]:
         """Write this step's lanes, each with its request's block table and the slot its token's
@@ -399,9 +376,21 @@ class PagedInputs(StaticInputs):
         takes now (a new block only when its last one is full; RequestError if the pool has none:
         the scheduler preempts before a step gets here)."""
         self.kv.grow(requests)
-        pool, lanes = self.kv.pool, {}
-        for r in requests:
-            position = r.computed
-            lanes[r.lane] = (r.sequence[-1], position, r.blocks, pool.slot(r.id, position))
-        self.buffers.write(lanes, self.poison, self.vocab, self.max_len)
+        pool, lanes = self.kv.pool, [r.lane for r in requests]
+        positions = [r.computed for r in requests]
+        self.lanes = self.buffers.write(lanes, {
+            "token_ids": [r.sequence[-1] for r in requests], "positions": positions,
+            "context_lens": [p + 1 for p in positions],
+            "slot_mapping": [pool.slot(r.id, p) for r, p in zip(requests, positions)],
+            "block_tables": self.padded_tables(lanes, [r.blocks for r in requests])},
+            self.poison, self.vocab, self.max_len)
         return self.buffers.tensors
+
+    def padded_tables(self, lanes: list[int], tables: list) -> np.ndarray:
+        """The lanes' block tables, each padded with the null block to the buffer's width."""
+        for lane, table in zip(lanes, tables):
+            if self.row_tables[lane] != table:
+                self.table_rows[lane] = NULL_BLOCK
+                self.table_rows[lane, :len(table)] = table
+                self.row_tables[lane] = list(table)  # the caller's list may grow
+        return self.table_rows[lanes]

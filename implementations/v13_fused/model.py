@@ -86,7 +86,8 @@ class FusedOps(TritonOps):
         if f"{GATE_UP}.weight" not in w:
             return super().mlp(x, w)
         gate_up = torch.nn.functional.linear(x, w[f"{GATE_UP}.weight"], w.get(f"{GATE_UP}.bias"))
-        return self.linear(self.swiglu_packed(gate_up), w, "mlp.down_proj")
+        return torch.nn.functional.linear(self.swiglu_packed(gate_up), w["mlp.down_proj.weight"],
+                                          w.get("mlp.down_proj.bias"))
 
     def swiglu_packed(self, gate_up: torch.Tensor) -> torch.Tensor:
         """silu(gate) * up of each row [gate | up]: one kernel, or the same maths in PyTorch on

@@ -26,16 +26,27 @@ from ..v13_fused import Batch, PagedInputs, StepEngine
 class OverlapInputs(PagedInputs):
     """v08's decode inputs, able to feed a token not yet read back."""
 
-    # While a decode ahead is written: its lanes (on the device) and the token ids they read.
-    fed: tuple[torch.Tensor, torch.Tensor] | None = None
+    # While a decode ahead is written: the token ids its requests read, on the device, in
+    # their order.
+    fed: torch.Tensor | None = None
 
     def write(self, requests: Sequence) -> tuple[torch.Tensor, ...]:
         """v08's buffers; ahead of a read-back, the lanes' token ids (each request's last known
         token, a placeholder) are then overwritten by the draws on the device."""
         buffers = super().write(requests)
         if self.fed is not None:
-            buffers[0].index_copy_(0, *self.fed)
+            buffers[0].index_copy_(0, self.lanes, self.fed)
         return buffers
+
+    def staged(self, host: torch.Tensor) -> torch.Tensor:
+        """A small host tensor (an index) on the device, staged as the inputs are: from pinned
+        memory the copy waits for nothing, where one from pageable memory makes the host wait
+        for the GPU to finish the step."""
+        if self.device.type != "cuda":
+            return host
+        # The pinned block is not reused before the copy is done (the caching host allocator
+        # records the copy's stream).
+        return host.pin_memory().to(self.device, non_blocking=True)
 
 
 @dataclass
@@ -121,13 +132,12 @@ class OverlapEngine(StepEngine):
         # Each has computed all its known tokens: its lane feeds the next position, and the
         # token there is this step's draw, copied on the device over the last known one.
         inputs = self.runner.inputs
-        lanes = inputs.staged(self.runner.lane_index(requests))  # once: fed by them, drawn from them
-        inputs.fed = (lanes, tokens)
+        inputs.fed = tokens
         try:
             _, drawn = self.runner.step_lanes(requests)
         finally:
             inputs.fed = None
-        return Launched(requests, drawn.index_select(0, lanes))
+        return Launched(requests, drawn.index_select(0, inputs.lanes))
 
     @cached_property
     def read_back(self) -> tuple[torch.Tensor, torch.cuda.Event | None]:

@@ -19,7 +19,7 @@ V14 = ("v14",)
 
 MUTANTS = [
     Mutant("v14-ahead-fed-the-placeholder", PROPERTY, (
-        Edit(ENGINE, "            buffers[0].index_copy_(0, *self.fed)\n",
+        Edit(ENGINE, "            buffers[0].index_copy_(0, self.lanes, self.fed)\n",
              "            pass  # the placeholder stays\n"),),
         (FED, STORED), V14,
         "the decode ahead reads the placeholder token id, not the token the step drew"),

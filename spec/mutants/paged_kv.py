@@ -6,7 +6,7 @@ from spec.mutants import Edit, Mutant
 
 KV = "v08_paged_gqa_py/kv.py"  # its PagedKV and the decode inputs that read it
 INPUTS = KV
-STATIC_INPUTS = "v06_static_buffers/inputs.py"  # decode_buffers(), which v08 inherits
+STATIC_INPUTS = "v06_static_buffers/inputs.py"  # DecodeBuffers, decode_buffers(): v08 inherits them
 POOL = "v08_paged_gqa_py/kv.py"  # its BlockPool
 
 PAGED = "spec/test_v08_paged_engine.py"
@@ -28,34 +28,43 @@ TABLES = "block table invariants"
 ALLOCATOR = "block allocator"
 V08 = ("v08",)
 
+# v06's write zeroes every field of every lane before the lanes written take their values: the
+# idle lanes' entries of v08's fields are zeros, the null block's. A mutant spares one field.
+ZEROED = "        for t in h.values():\n            t.zero_()\n"
+
+
+def kept(field: str, what: str) -> str:
+    return (f"        for name, t in h.items():\n"
+            f"            if name != {field!r}:  # idle lanes keep {what}\n"
+            f"                t.zero_()\n")
+
+
 GROW = "            self._tables[request_id].append(self._take())"
 FREE = "        self._free.extend(reversed(table))"
 
 MUTANTS = [
     Mutant("v08-idle-lanes-keep-a-stale-slot-mapping", TABLES, (
-        Edit(INPUTS,
-             '        h["slot_mapping"].fill_(NULL_BLOCK)  # slot 0 lies in the null block',
-             "        # idle lanes keep the slot of the last request they carried"),),
+        Edit(STATIC_INPUTS, ZEROED, kept("slot_mapping", "the slot of the last request they "
+                                          "carried")),),
         (POISON, TIGHT), V08,
         "an idle decode lane keeps writing K/V into the slot of the request it last carried"),
     Mutant("v08-idle-lanes-keep-a-stale-block-table", TABLES, (
-        Edit(INPUTS, '        h["block_tables"].fill_(NULL_BLOCK)',
-             "        # rows keep whatever table the lane carried before"),
-        Edit(INPUTS, "                self._rows[lane] = NULL_BLOCK\n",
+        Edit(STATIC_INPUTS, ZEROED, kept("block_tables", "whatever table they carried before")),
+        Edit(INPUTS, "                self.table_rows[lane] = NULL_BLOCK\n",
              "                # a shorter table keeps the longer one's tail as its padding\n"),),
         (POISON, TIGHT), V08,
         "idle lanes (and the padding of shorter tables) keep the previous step's table"),
     Mutant("v08-idle-lanes-keep-a-stale-context", TABLES, (
-        Edit(INPUTS, '        h["context_lens"].zero_()',
-             "        # idle lanes keep the context of the request they carried"),),
+        Edit(STATIC_INPUTS, ZEROED, kept("context_lens", "the context of the request they "
+                                          "carried")),),
         (POISON, TIGHT), V08,
         "an idle lane keeps its last context length and attends over the null block"),
     Mutant("v08-decoded-slot-in-the-first-block", TABLES, (
-        Edit(INPUTS, "            lanes[r.lane] = (r.sequence[-1], position, r.blocks, "
-                     "pool.slot(r.id, position))",
-             "            lanes[r.lane] = (r.sequence[-1], position, r.blocks,\n"
-             "                             pool.table(r.id)[0] * pool.block_size\n"
-             "                             + position % pool.block_size)"),),
+        Edit(INPUTS, '            "slot_mapping": [pool.slot(r.id, p) for r, p in zip(requests, '
+                     'positions)],',
+             '            "slot_mapping": [pool.table(r.id)[0] * pool.block_size\n'
+             '                             + p % pool.block_size\n'
+             '                             for r, p in zip(requests, positions)],'),),
         (POISON, TIGHT), V08,
         "a decoded token's K/V goes to its offset in the request's first block, not its last"),
     Mutant("v08-decode-buffers-are-copies", TABLES, (
