@@ -17,21 +17,23 @@ from ..v14_overlap import PARTS as BEFORE
 from ..v14_overlap import (KERNELS, BlockPool, FusedContextAttention, FusedOps, GraphRunner,
                            OverlapEngine, PackedWeights, PagedDecoder, PoolExhausted,
                            PrefixBlockPool, PrefixKV, context_attention, default_buckets,
-                           fused_kernels, graphs, kernels, layers, metadata, paged_attention,
+                           fused_kernels, graphs, kernels, metadata, paged_attention,
                            paged_kernels, sampler)
+from .model import PackedContext, SliceAttention, layers
 from .request import ChunkedRequest
 from .runner import ChunkedRunner
 from .scheduler import ChunkedScheduler, SlicedBatch, TokenBudget
+from .slices import SliceGraphs
 
 CAPABILITIES = PREVIOUS + (CHUNKED_PREFILL,)
 PARTS = BEFORE.replace("v15", request=ChunkedRequest, policy=TokenBudget,
-                       scheduler=ChunkedScheduler, runner=ChunkedRunner)
+                       scheduler=ChunkedScheduler, runner=ChunkedRunner, model=layers)
 OPTIONS = PARTS.options
 build = PARTS.build
 
 __all__ = ["CAPABILITIES", "KERNELS", "OPTIONS", "PARTS", "BlockPool", "ChunkedRequest",
            "ChunkedRunner", "ChunkedScheduler", "FusedContextAttention", "FusedOps", "GraphRunner",
-           "OverlapEngine", "PackedWeights", "PagedDecoder", "PoolExhausted", "PrefixBlockPool",
-           "PrefixKV", "SlicedBatch", "TokenBudget", "build", "context_attention",
+           "OverlapEngine", "PackedContext", "PackedWeights", "PagedDecoder", "PoolExhausted", "PrefixBlockPool",
+           "PrefixKV", "SliceAttention", "SliceGraphs", "SlicedBatch", "TokenBudget", "build", "context_attention",
            "default_buckets", "fused_kernels", "graphs", "kernels", "layers", "metadata",
            "paged_attention", "paged_kernels", "sampler"]
