@@ -67,10 +67,10 @@ class SliceGraphs:
         positions[:total] = [p for a, b in zip(starts, ends) for p in range(a, b)]
         mapping[:total] = [s for c, a in zip(contexts, starts) for s in c[a:]]
         # The padding request's rows and context: zeros already (token 0, position 0, slot 0).
-        pad = key[0] - total
-        row_ptr[1:] = np.cumsum(rows + [pad]).tolist() + [key[0]] * (key[1] - len(rows) - 1)
-        context_ptr[1:] = (np.cumsum(list(ends) + [pad]).tolist()
-                           + [sum(ends) + pad] * (key[1] - len(ends) - 1))
+        pad = [key[0] - total] if key[0] > total else []
+        row_ptr[1:] = np.cumsum(rows + pad).tolist() + [key[0]] * (key[1] - len(rows + pad))
+        context_ptr[1:] = (np.cumsum(list(ends) + pad).tolist()
+                           + [sum(ends) + sum(pad)] * (key[1] - len(rows + pad)))
         slots[:sum(ends)] = [s for c in contexts for s in c]
         if key in self.graphs:
             device_flat, graph = self.graphs[key]
