@@ -26,7 +26,10 @@ import torch
 from ..v14_overlap import graphs
 from .model import PackedContext
 
-SMALLEST_ROWS, SMALLEST_CONTEXT = 16, 256
+SMALLEST_ROWS, SMALLEST_REQUESTS, SMALLEST_CONTEXT = 16, 4, 256
+# Each input starts at a multiple of this many int64s in the flat buffer: Triton specializes a
+# kernel on its pointers' 16-byte alignment, and a view at an odd offset would compile anew.
+ALIGN = 16
 
 
 def bucket(n: int, smallest: int) -> int:
@@ -49,7 +52,7 @@ class SliceGraphs:
         `requests` requests whose longest context is `longest`, padding request included."""
         num_rows = bucket(rows, SMALLEST_ROWS)
         pad = num_rows - rows
-        return (num_rows, bucket(requests + (pad > 0), 1),
+        return (num_rows, bucket(requests + (pad > 0), SMALLEST_REQUESTS),
                 bucket(max(longest, pad), SMALLEST_CONTEXT))
 
     def forward_rows(self, requests: Sequence, ends: Sequence[int]):
@@ -85,17 +88,22 @@ class SliceGraphs:
         return hidden[:total], self.views(device_flat, key)[3][:len(requests) + 1]
 
     @staticmethod
-    def sizes(key: tuple[int, int, int]) -> list[int]:
+    def lengths(key: tuple[int, int, int]) -> list[int]:
         num_rows, num_requests, bound = key
         return [num_rows] * 3 + [num_requests + 1] * 2 + [num_requests * bound]
 
     def size(self, key: tuple[int, int, int]) -> int:
-        return sum(self.sizes(key))
+        """The flat buffer's length: each input's, rounded up to ALIGN."""
+        return sum(-(-n // ALIGN) * ALIGN for n in self.lengths(key))
 
     def views(self, flat, key: tuple[int, int, int]):
-        """The six inputs' views of one flat buffer (numpy on the host, torch on the device)."""
-        offsets = np.cumsum([0] + self.sizes(key)).tolist()
-        return [flat[a:b] for a, b in zip(offsets[:-1], offsets[1:])]
+        """The six inputs' views of one flat buffer (numpy on the host, torch on the device),
+        each starting at a multiple of ALIGN."""
+        views, offset = [], 0
+        for n in self.lengths(key):
+            views.append(flat[offset:offset + n])
+            offset += -(-n // ALIGN) * ALIGN
+        return views
 
     def capture(self, key: tuple[int, int, int], device_flat: torch.Tensor):
         """The bucket's graph over the views of device_flat, its inputs from now on."""
@@ -106,8 +114,11 @@ class SliceGraphs:
                 runner.weights, ids, positions, row_ptr, mapping,
                 PackedContext(slots, context_ptr, bound), runner.kv.kv)
         with torch.inference_mode():
+            # One warm-up run, the recorded one that checks the pass for host reads: a capture
+            # happens mid-serving, at a bucket's first pass, and each more run costs its time.
             graph = graphs.capture(slice_pass, self.views(device_flat, key),
-                                   constants=(runner.weights, runner.kv.kv), pool=self.pool)
+                                   constants=(runner.weights, runner.kv.kv), pool=self.pool,
+                                   warmup=1)
         self.graphs[key] = (device_flat, graph)
         self.counts[key, "captures"] += 1
         return graph
