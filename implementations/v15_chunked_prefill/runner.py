@@ -11,7 +11,7 @@ from typing import Sequence
 import torch
 
 from ..v14_overlap import PrefixRunner
-from .slices import SliceGraphs
+from .slices import MAX_ROWS, SliceGraphs
 
 
 class ChunkedRunner(PrefixRunner):
@@ -38,8 +38,10 @@ class ChunkedRunner(PrefixRunner):
         return self.model.lm_head(self.weights, hidden[last]).float()
 
     def forward_rows(self, requests: Sequence, ends: Sequence[int]):
-        """v12's pass, or its graph's replay where the slice graphs run."""
-        if self.slice_graphs is None:
+        """v12's pass, or its graph's replay where the slice graphs run and the pass has at most
+        MAX_ROWS rows."""
+        rows = sum(end - r.computed for r, end in zip(requests, ends))
+        if self.slice_graphs is None or rows > MAX_ROWS:
             return super().forward_rows(requests, ends)
         return self.slice_graphs.forward_rows(requests, ends)
 

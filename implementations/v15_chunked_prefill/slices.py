@@ -11,6 +11,7 @@ from shapes and a bound on the contexts), so it can be captured, once per shape 
   computes is defined (uninitialized rows would carry whatever the memory held, NaN included);
 - requests, padded to a power of two: a padding request has no rows and no context;
 - the bound on the contexts, a power of two (at least 256).
+A pass of more than MAX_ROWS rows runs eagerly (below).
 Each bucket's graph holds its own inputs, one flat int64 tensor on the device written by one
 copy a step: [token ids | positions | store slots | row indptr | context indptr | context
 slots]. Graphs capture at the first pass of their bucket; all share one memory pool, apart from
@@ -27,6 +28,11 @@ from ..v14_overlap import graphs
 from .model import PackedContext
 
 SMALLEST_ROWS, SMALLEST_REQUESTS, SMALLEST_CONTEXT = 16, 4, 256
+# A pass of more rows runs eagerly: its GPU work outlasts its launches (on the H200, 2,048 rows
+# of Qwen2.5-0.5B take about as long on the GPU as the host takes to launch them), and a graph
+# of it would hold that many rows' activations and cost a capture per shape for nothing. The
+# nano-vllm workload's prefill steps (up to 16,384 rows) stay as v14 runs them.
+MAX_ROWS = 2048
 # Each input starts at a multiple of this many int64s in the flat buffer: Triton specializes a
 # kernel on its pointers' 16-byte alignment, and a view at an odd offset would compile anew.
 ALIGN = 16
