@@ -52,7 +52,7 @@ from spec.support.models import tiny_checkpoint
 from spec.support.oracle import cached_model, greedy
 from spec.support.oracle_cache import on_disk
 from spec.support.prompts import MARGIN, screened
-from spec.support.replay_watch import ModelWatch
+from spec.support.replay_watch import CudaLaunches, ModelWatch
 from torchlet.contract import CHUNKED_PREFILL, GenerationParams, RequestState
 
 pytestmark = pytest.mark.needs(CHUNKED_PREFILL)
@@ -412,3 +412,30 @@ def test_slices_replayed_from_graphs_beside_decodes_give_the_oracles_tokens(impl
     engine = on_kernels(impl, max_running=2, max_step_tokens=4, overlap=True)
     cases = short_cases()
     assert engine.generate([list(p) for p, _ in cases], GREEDY) == [list(t) for _, t in cases]
+
+
+@pytest.mark.gpu
+@pytest.mark.part("runner")
+def test_on_cuda_a_replayed_slice_step_launches_a_graph_not_the_layers_kernels(impl):
+    """float32 on CUDA, where the layers run their kernels: a prompt alone in slices of 4 rows.
+    With graphs on, every slice step after its bucket's first asks the driver for one graph
+    launch and a quarter or less of the kernels the same slice launches eagerly (graphs off:
+    no graph launch); the tokens are the oracle's both ways."""
+    prompt, expected = max(short_cases(), key=lambda c: len(c[0]))
+    launched = {}
+    for graphs in (True, False):
+        engine = impl.build(CKPT, device="cuda", block_size=BLOCK, max_running=1,
+                            max_step_tokens=4, overlap=False, use_graphs=graphs)
+        rid = engine.add_request(list(prompt), GenerationParams(max_new_tokens=2))
+        launched[graphs] = []
+        while engine.num_cached_tokens(rid) < len(prompt):
+            with CudaLaunches() as launches:
+                engine.step()
+            launched[graphs].append((launches.graphs, launches.kernels, launches.calls))
+        while engine.has_unfinished():
+            engine.step()
+        assert engine.output(rid).tokens == list(expected[:2]), f"use_graphs={graphs}"
+    for k, ((graphs, kernels, calls), (eager_graphs, eager, _)) in enumerate(
+            zip(launched[True][1:], launched[False][1:]), 1):
+        assert graphs == 1 and eager_graphs == 0, f"slice {k}: {calls}"
+        assert 4 * kernels <= eager, f"slice {k}: {kernels} kernels replayed, {eager} eager"
