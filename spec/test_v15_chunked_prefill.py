@@ -24,13 +24,18 @@ SlicedBatch) against implementations/v08_paged_gqa_py/scheduler.py (PagedAdmissi
 PreemptingScheduler) and implementations/v03_request_states/scheduler.py (Scheduler, Batch);
 implementations/v15_chunked_prefill/runner.py (ChunkedRunner.prefill_slices) against
 implementations/v12_prefix_cache/runner.py (PrefixRunner.prefill, forward_rows);
-implementations/v15_chunked_prefill/request.py against implementations/v08_paged_gqa_py/request.py.
+implementations/v15_chunked_prefill/request.py against implementations/v08_paged_gqa_py/request.py;
+implementations/v15_chunked_prefill/slices.py (SliceGraphs) against
+implementations/v07_cuda_graph/runner.py (GraphRunner), the decode step's graphs.
 
 Tradeoff left visible: a request takes the blocks of its whole sequence when it is admitted, so
 a slice never waits for a block, at the price of holding blocks for rows not yet computed; a
 prompt's full blocks are shared with the prefix cache only once its last slice is computed; a
 step that spends its budget on slices computes fewer prompt rows than v14's whole prefill would,
 so the last request's first token comes later (the price of the running requests' steady pace).
+A slice pass replays a graph per bucket (rows, requests, context bound, each padded up to a power
+of two), so a bucket's first pass stalls its step for the capture (on the H200 about 0.1 s, every
+larger context bound at once), and padding rows are computed for nothing.
 """
 from __future__ import annotations
 
