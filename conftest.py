@@ -60,6 +60,9 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "engine_parts: drives the engine's parts over random schedules; "
                                        "on a CPU skipped for a version that adds kernels alone "
                                        "(spec/support/shared_parts.py)")
+    config.addinivalue_line("markers", "kernel_path: tests a version's own code that runs only where "
+                                       "its layers run kernels (v15's slice graphs): on CPU under the "
+                                       "interpreter, though it writes none (spec/support/kernel_mode.py)")
     config.addinivalue_line("markers", "kernels: runs Triton kernels on CPU, so only for versions "
                                        "that write them (spec/support/kernel_mode.py)")
     config.addinivalue_line("markers", parts.HELP)

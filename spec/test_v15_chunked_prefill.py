@@ -24,23 +24,31 @@ SlicedBatch) against implementations/v08_paged_gqa_py/scheduler.py (PagedAdmissi
 PreemptingScheduler) and implementations/v03_request_states/scheduler.py (Scheduler, Batch);
 implementations/v15_chunked_prefill/runner.py (ChunkedRunner.prefill_slices) against
 implementations/v12_prefix_cache/runner.py (PrefixRunner.prefill, forward_rows);
-implementations/v15_chunked_prefill/request.py against implementations/v08_paged_gqa_py/request.py.
+implementations/v15_chunked_prefill/request.py against implementations/v08_paged_gqa_py/request.py;
+implementations/v15_chunked_prefill/slices.py (SliceGraphs) against
+implementations/v07_cuda_graph/runner.py (GraphRunner), the decode step's graphs.
 
 Tradeoff left visible: a request takes the blocks of its whole sequence when it is admitted, so
 a slice never waits for a block, at the price of holding blocks for rows not yet computed; a
 prompt's full blocks are shared with the prefix cache only once its last slice is computed; a
 step that spends its budget on slices computes fewer prompt rows than v14's whole prefill would,
 so the last request's first token comes later (the price of the running requests' steady pace).
+A slice pass replays a graph per bucket (rows, requests, context bound, each padded up to a power
+of two), so a bucket's first pass stalls its step for the capture (on the H200 about 0.1 s, every
+larger context bound at once), and padding rows are computed for nothing.
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
+from collections import Counter
 
 import pytest
 import torch
 from hypothesis import given
 from hypothesis import strategies as st
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from spec.support import sampling_oracle as oracle
 from spec.support.block_watch import BlockWatch, StepLog
@@ -49,6 +57,7 @@ from spec.support.models import tiny_checkpoint
 from spec.support.oracle import cached_model, greedy
 from spec.support.oracle_cache import on_disk
 from spec.support.prompts import MARGIN, screened
+from spec.support.replay_watch import CudaLaunches, ModelWatch
 from torchlet.contract import CHUNKED_PREFILL, GenerationParams, RequestState
 
 pytestmark = pytest.mark.needs(CHUNKED_PREFILL)
@@ -329,3 +338,109 @@ def test_a_budget_below_the_running_decodes_or_zero_is_refused_and_a_long_prompt
     while engine.has_unfinished():
         engine.step()
     assert engine.output(rid).tokens == list(expected)
+
+
+# --- slice passes replayed from graphs, where the layers run their kernels ---------------------
+# On a GPU an eager slice step is host-bound (launches, not the GPU's work, set its time), so
+# where graphs are on and the layers run their kernels a slice pass replays a graph captured at
+# the first pass of its bucket (rows, requests and context bound, each padded up). On CPU that
+# path runs under the interpreter (the `kernel_path` mark), in float32, the kernels' CPU dtype.
+
+
+# What a replayed slice step still runs eagerly: the rows that draw, then the LM head on them.
+TAIL = {"last_rows", "lm_head"}
+
+
+def on_kernels(impl, **options):
+    return impl.build(CKPT, dtype=torch.float32, block_size=BLOCK, poison_free_blocks=True,
+                      **options)
+
+
+class SliceStores(TorchDispatchMode):
+    """The slots of every K/V store a step dispatches outside its decode pass (whose slots are
+    decode_buffers()' slot_mapping): the slice passes' stores, replayed ones included."""
+
+    def __init__(self, decode_slots: torch.Tensor):
+        super().__init__()
+        self.decode_slots, self.slots = decode_slots, []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func._opname == "store_kv" and args[4] is not self.decode_slots:
+            self.slots.extend(args[4].tolist())
+        return func(*args, **(kwargs or {}))
+
+
+@pytest.mark.kernel_path
+@pytest.mark.part("runner")
+def test_a_slice_after_the_first_of_its_bucket_replays_a_graph_and_gets_the_oracles_tokens(impl):
+    """A prompt alone, in slices of 4 rows: every slice falls in one bucket, so the first slice
+    step captures and a later one replays (the second and the last are watched): the only model
+    functions it enters pick the rows that draw and run the LM head on them. Every slice stores
+    exactly its next rows, each once a layer, and the padding rows of its bucket only into the
+    null block; the tokens are the oracle's."""
+    prompt, expected = max(short_cases(), key=lambda c: len(c[0]))
+    assert len(prompt) > 8, "a prompt of three slices or more"
+    engine = on_kernels(impl, max_running=1, max_step_tokens=4, overlap=False)
+    rid = engine.add_request(list(prompt), GenerationParams(max_new_tokens=2))
+    slot_mapping, entered, done = engine.decode_buffers()["slot_mapping"], [], 0
+    slices = -(-len(prompt) // 4)
+    while done < len(prompt):
+        # The model watch's profile hook slows the interpreter's kernels several times over:
+        # it watches the second slice and the last, the first (the capture) not.
+        watched = len(entered) in (1, slices - 1)
+        with (ModelWatch(impl) if watched else contextlib.nullcontext()) as watch, \
+                SliceStores(slot_mapping) as stores:
+            engine.step()
+        now = engine.num_cached_tokens(rid)
+        table = engine.block_tables()[rid]
+        rows = {table[p // BLOCK] * BLOCK + p % BLOCK for p in range(done, min(now, len(prompt)))}
+        # Every layer stores each row once: the real slots, as many times each, are its rows;
+        # any other slot lies in the null block.
+        real = Counter(s for s in stores.slots if s >= BLOCK)
+        assert set(real) == rows and len(set(real.values())) == 1, (
+            f"positions {done}..{now}: stored {sorted(real.items())}, its rows are {sorted(rows)}")
+        entered.append(set(watch.model_calls) if watched else set())
+        done = now
+    assert len(entered) == slices
+    for k in (1, slices - 1):
+        assert entered[k] <= TAIL, f"slice {k} ran the model's code: {sorted(entered[k])}"
+    while engine.has_unfinished():
+        engine.step()
+    assert engine.output(rid).tokens == list(expected[:2])
+
+
+@pytest.mark.kernel_path
+@pytest.mark.part("runner")
+def test_slices_replayed_from_graphs_beside_decodes_give_the_oracles_tokens(impl):
+    """Two lanes, slices of 4 rows beside a decode, the prefix cache on and the next decode
+    launched ahead: each request gets the oracle's tokens."""
+    engine = on_kernels(impl, max_running=2, max_step_tokens=4, overlap=True)
+    cases = short_cases()
+    assert engine.generate([list(p) for p, _ in cases], GREEDY) == [list(t) for _, t in cases]
+
+
+@pytest.mark.gpu
+@pytest.mark.part("runner")
+def test_on_cuda_a_replayed_slice_step_launches_a_graph_not_the_layers_kernels(impl):
+    """float32 on CUDA, where the layers run their kernels: a prompt alone in slices of 4 rows.
+    With graphs on, every slice step after its bucket's first asks the driver for one graph
+    launch and a quarter or less of the kernels the same slice launches eagerly (graphs off:
+    no graph launch); the tokens are the oracle's both ways."""
+    prompt, expected = max(short_cases(), key=lambda c: len(c[0]))
+    launched = {}
+    for graphs in (True, False):
+        engine = impl.build(CKPT, device="cuda", block_size=BLOCK, max_running=1,
+                            max_step_tokens=4, overlap=False, use_graphs=graphs)
+        rid = engine.add_request(list(prompt), GenerationParams(max_new_tokens=2))
+        launched[graphs] = []
+        while engine.num_cached_tokens(rid) < len(prompt):
+            with CudaLaunches() as launches:
+                engine.step()
+            launched[graphs].append((launches.graphs, launches.kernels, launches.calls))
+        while engine.has_unfinished():
+            engine.step()
+        assert engine.output(rid).tokens == list(expected[:2]), f"use_graphs={graphs}"
+    for k, ((graphs, kernels, calls), (eager_graphs, eager, _)) in enumerate(
+            zip(launched[True][1:], launched[False][1:]), 1):
+        assert graphs == 1 and eager_graphs == 0, f"slice {k}: {calls}"
+        assert 4 * kernels <= eager, f"slice {k}: {kernels} kernels replayed, {eager} eager"

@@ -112,10 +112,18 @@ class FusedContextAttention(ContextAttention):
         rows, slots, starts = ops.per_pass(indptr, ("context",), lambda: (
             indptr.long(), torch.cat(context),
             torch.tensor([0] + [len(c) for c in context], device=indptr.device).cumsum(0)))
+        return self.attend_slots(qg, k_cache, v_cache, rows, slots, starts,
+                                 max((len(c) for c in context), default=0))
+
+    def attend_slots(self, qg: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+                     rows: torch.Tensor, slots: torch.Tensor, starts: torch.Tensor,
+                     max_context: int) -> torch.Tensor:
+        """The kernel's call: request r's rows rows[r] .. rows[r + 1] over the cache rows
+        slots[starts[r] .. starts[r + 1]], max_context bounding every context (int64 indptrs)."""
         t, kv_heads, group, d = qg.shape
         out = context_attention.context_attention(
             qg.reshape(t, kv_heads * group, d), k_cache, v_cache, rows, slots, starts,
-            max((len(c) for c in context), default=0), d ** -0.5)
+            max_context, d ** -0.5)
         return out.view(qg.shape)
 
 

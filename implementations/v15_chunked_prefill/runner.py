@@ -1,13 +1,17 @@
 """v12's runner with a prefill pass over slices: each request of the pass computes the next rows
 of its sequence, wherever its K/V has got to, and only a request whose slice ends its sequence
-has the LM head run on its last row and a token drawn."""
+has the LM head run on its last row and a token drawn. Where the decode step replays graphs
+and the layers run their kernels, a slice pass replays one too (slices.py): without it a slice
+step is host-bound on a GPU, and the running requests' tokens wait for its launches."""
 from __future__ import annotations
 
+from functools import cached_property
 from typing import Sequence
 
 import torch
 
 from ..v14_overlap import PrefixRunner
+from .slices import MAX_ROWS, SliceGraphs
 
 
 class ChunkedRunner(PrefixRunner):
@@ -32,3 +36,19 @@ class ChunkedRunner(PrefixRunner):
                     self.kv.seal(request)
         last = self.model.last_rows(indptr)[done]
         return self.model.lm_head(self.weights, hidden[last]).float()
+
+    def forward_rows(self, requests: Sequence, ends: Sequence[int]):
+        """v12's pass, or its graph's replay where the slice graphs run and the pass has at most
+        MAX_ROWS rows."""
+        rows = sum(end - r.computed for r, end in zip(requests, ends))
+        if self.slice_graphs is None or rows > MAX_ROWS:
+            return super().forward_rows(requests, ends)
+        return self.slice_graphs.forward_rows(requests, ends)
+
+    @cached_property
+    def slice_graphs(self) -> SliceGraphs | None:
+        """The slice passes' graphs, where graphs are on and the layers run their kernels (the
+        PyTorch path's attention reads each context's length back to the host)."""
+        if self.use_graphs and self.model.ops.on_triton:
+            return SliceGraphs(self)
+        return None

@@ -5,6 +5,7 @@ from spec.mutants import Edit, Mutant
 
 SCHEDULER = "v15_chunked_prefill/scheduler.py"
 RUNNER = "v15_chunked_prefill/runner.py"
+SLICES = "v15_chunked_prefill/slices.py"
 PAGE = "spec/test_v15_chunked_prefill.py"
 # The cheapest run that shows a slice's size and rows: a short prompt in slices of 4.
 ALONE = (f"{PAGE}::test_a_prompt_alone_is_cut_into_slices_of_the_budget_and_gets_the_oracles_"
@@ -18,6 +19,8 @@ PREEMPTED = (f"{PAGE}::test_a_request_preempted_mid_prompt_starts_again_and_ever
 SEEDED = f"{PAGE}::test_seeded_requests_sliced_draw_the_golden_samples"
 DECODED = (f"{PAGE}::test_a_request_preempted_after_its_prompt_recomputes_its_prompt_and_tokens_"
            f"in_slices")
+REPLAYED = (f"{PAGE}::test_a_slice_after_the_first_of_its_bucket_replays_a_graph_and_gets_the_"
+            f"oracles_tokens")
 
 PROPERTY = "chunked prefill"
 V15 = ("v15",)
@@ -76,4 +79,22 @@ MUTANTS = [
              "        left = self.policy.budget - len(decode)\n"),),
         (BESIDE,), V15,
         "while a prompt is sliced only the oldest running request decodes; the others wait"),
+    Mutant("v15-slice-graph-inputs-left-stale", "slice graphs", (
+        Edit(SLICES, "        device_flat.copy_(torch.from_numpy(flat), non_blocking=True)\n",
+             ""),),
+        (REPLAYED,), V15,
+        "a replayed slice reads the inputs its graph was captured with: it computes the first "
+        "slice's rows again"),
+    Mutant("v15-slice-graph-padding-rows-store-into-a-real-slot", "slice graphs", (
+        Edit(SLICES, "        mapping[:total] = [s for c, a in zip(contexts, starts) for s in c[a:]]\n",
+             "        mapping[:total] = [s for c, a in zip(contexts, starts) for s in c[a:]]\n"
+             "        mapping[total:] = mapping[total - 1]\n"),),
+        (REPLAYED,), V15,
+        "the padding rows of a slice's bucket store their K/V over the slice's last row"),
+    Mutant("v15-slice-graph-captured-at-every-pass", "slice graphs", (
+        Edit(SLICES, "        if key not in self.graphs:\n", "        if True:\n"),
+        Edit(SLICES, "            if wider in self.graphs:\n                continue\n", ""),),
+        (REPLAYED,), V15,
+        "every slice pass captures its graph again (running the model's code and more): none "
+        "replays"),
 ]

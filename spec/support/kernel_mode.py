@@ -1,7 +1,9 @@
 """Where the CPU specs run Triton kernels: under the interpreter only for the pages of the
 versions that write kernels (test_v09_*, test_v10_*, test_v13_*: kernels, and the engine running
 on them), each against its own version, and the specs marked `kernels` of other pages, run
-against a version that writes kernels itself. Every other
+against a version that writes kernels itself. A spec marked `kernel_path` tests a version's own
+code that runs only on the kernel path (v15's slice graphs) and runs there under the interpreter,
+whichever version it is. Every other
 spec runs the layers' PyTorch path: the inherited specs of v09 and v10 (v00's parity, v05's lanes, v08's pool, ...), and every spec
 of a later version, which calls those same kernels unchanged. Shared objects are tested once:
 the kernels by the specs written for them, and on a GPU by every spec of every version (GPU
@@ -60,6 +62,13 @@ def page_writes_triton(item, impl) -> bool:
 def before(item) -> None:
     """Set the interpreter for the item's version; skip a `kernels` spec of a version that only
     inherits its Triton kernels (versions without Triton run their own PyTorch ones)."""
+    if item.get_closest_marker("kernel_path") is not None:
+        # The version's own code on its kernel path, on CPU: what it tests runs nowhere else.
+        if torch.cuda.is_available() or not INTERPRETED:
+            pytest.skip("runs the kernels on CPU under TRITON_INTERPRET=1 (a GPU spec covers "
+                        "the same code on CUDA)")
+        os.environ["TRITON_INTERPRET"] = "1"
+        return
     if torch.cuda.is_available() or not INTERPRETED:
         return
     impl = impl_of(item)
