@@ -61,7 +61,7 @@ def test_every_mutant_is_listed_in_the_table_with_its_property_and_version():
 PROPERTIES = ("token parity", "no history recompute", "lane stability", "graph replay",
               "block table invariants", "block allocator", "bad-input atomicity",
               "seeded sampling", "prefix cache", "rotation once per pass", "fusion",
-              "split decode attention", "overlap", "preemption", "chunked prefill",
+              "split decode attention", "overlap", "preemption", "chunked prefill", "slice graphs",
               "picture content", "served tokens", "served cancellation", "served refusals",
               "served engine state", "tensor parallelism", "anchors")
 

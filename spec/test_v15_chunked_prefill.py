@@ -34,8 +34,8 @@ prompt's full blocks are shared with the prefix cache only once its last slice i
 step that spends its budget on slices computes fewer prompt rows than v14's whole prefill would,
 so the last request's first token comes later (the price of the running requests' steady pace).
 A slice pass replays a graph per bucket (rows, requests, context bound, each padded up to a power
-of two), so a bucket's first pass stalls its step for the capture (on the H200 about 0.1 s, every
-larger context bound at once), and padding rows are computed for nothing.
+of two), so a bucket's first pass stalls its step for the capture (on the H200 about 0.1 s), and padding
+rows are computed for nothing.
 """
 from __future__ import annotations
 

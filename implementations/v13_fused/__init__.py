@@ -15,11 +15,11 @@ from ..v12_prefix_cache import CAPABILITIES as PREVIOUS
 from ..v12_prefix_cache import PARTS as BEFORE
 from ..v12_prefix_cache import (Batch, BlockPool, ContinuousBatching, GraphRunner, GraphedRunner, KERNELS, PagedAdmission, PagedInputs, PagedRequest, PoolExhausted, PreemptingScheduler, PrefixBlockPool, PrefixKV, PrefixRunner, StepEngine, default_buckets, graphs, kernels, metadata, paged_attention, paged_kernels, sampler)
 from . import context_attention, fused_kernels
-from .model import FusedContextAttention, FusedOps, PackedWeights, PagedDecoder, layers
+from .model import FusedContextAttention, FusedOps, PackedContext, PackedWeights, PagedDecoder, layers
 
 CAPABILITIES = PREVIOUS + (FUSED,)
 PARTS = BEFORE.replace("v13", model=layers)
 OPTIONS = PARTS.options
 build = PARTS.build
 
-__all__ = ["Batch", "BlockPool", "CAPABILITIES", "ContinuousBatching", "FusedContextAttention", "FusedOps", "GraphRunner", "GraphedRunner", "KERNELS", "OPTIONS", "PARTS", "PackedWeights", "PagedAdmission", "PagedDecoder", "PagedInputs", "PagedRequest", "PoolExhausted", "PreemptingScheduler", "PrefixBlockPool", "PrefixKV", "PrefixRunner", "StepEngine", "build", "context_attention", "default_buckets", "fused_kernels", "graphs", "kernels", "layers", "metadata", "paged_attention", "paged_kernels", "sampler"]
+__all__ = ["Batch", "BlockPool", "CAPABILITIES", "ContinuousBatching", "FusedContextAttention", "FusedOps", "GraphRunner", "GraphedRunner", "KERNELS", "OPTIONS", "PARTS", "PackedContext", "PackedWeights", "PagedAdmission", "PagedDecoder", "PagedInputs", "PagedRequest", "PoolExhausted", "PreemptingScheduler", "PrefixBlockPool", "PrefixKV", "PrefixRunner", "StepEngine", "build", "context_attention", "default_buckets", "fused_kernels", "graphs", "kernels", "layers", "metadata", "paged_attention", "paged_kernels", "sampler"]

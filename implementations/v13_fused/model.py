@@ -22,7 +22,7 @@ passes that call them are v12's and earlier. Layer tensors keyed by Hugging Face
 Layers contract, as the specs hand them in) still take v12's functions."""
 from __future__ import annotations
 
-from typing import Mapping
+from typing import Mapping, NamedTuple
 
 import torch
 
@@ -31,7 +31,7 @@ from torchlet.contract import Checkpoint, ModelConfig
 from ..v12_prefix_cache import ContextAttention, PagedDecoder, TritonOps
 from . import context_attention, fused_kernels
 
-__all__ = ["FusedContextAttention", "FusedOps", "PackedWeights", "layers"]
+__all__ = ["FusedContextAttention", "FusedOps", "PackedContext", "PackedWeights", "layers"]
 
 QKV, GATE_UP = "self_attn.qkv_proj", "mlp.gate_up_proj"
 PACKED = {QKV: ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"),
@@ -98,28 +98,34 @@ class FusedOps(TritonOps):
         return torch.nn.functional.silu(gate) * up
 
 
+class PackedContext(NamedTuple):
+    """Every request's context slots in one tensor: request r's are slots[starts[r] ..
+    starts[r + 1]] (int64 on the device), max_len bounding every context (a host int: with the
+    row count it sizes the kernel's grid). The pass's row indptr is then int64 too."""
+    slots: torch.Tensor
+    starts: torch.Tensor
+    max_len: int
+
+
 class FusedContextAttention(ContextAttention):
     """v12's memory, a prefill's attention over the cache one kernel a layer."""
 
     def attend_context(self, qg: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
-                       indptr: torch.Tensor, context: list[torch.Tensor]) -> torch.Tensor:
+                       indptr: torch.Tensor, context) -> torch.Tensor:
         """Every request's rows over its context in one kernel that reads the cache by slots
-        (context_attention), the slots concatenated once per pass; elsewhere v12's gathers and
-        one causal_attention call (v02's fused one) per request."""
+        (context_attention), the slots concatenated once per pass, or handed in packed
+        (PackedContext, what a captured pass holds: v15's); elsewhere v12's gathers and one
+        causal_attention call (v02's fused one) per request."""
         ops = self.model.ops
         if not ops.on_triton:
             return super().attend_context(qg, k_cache, v_cache, indptr, context)
-        rows, slots, starts = ops.per_pass(indptr, ("context",), lambda: (
-            indptr.long(), torch.cat(context),
-            torch.tensor([0] + [len(c) for c in context], device=indptr.device).cumsum(0)))
-        return self.attend_slots(qg, k_cache, v_cache, rows, slots, starts,
-                                 max((len(c) for c in context), default=0))
-
-    def attend_slots(self, qg: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
-                     rows: torch.Tensor, slots: torch.Tensor, starts: torch.Tensor,
-                     max_context: int) -> torch.Tensor:
-        """The kernel's call: request r's rows rows[r] .. rows[r + 1] over the cache rows
-        slots[starts[r] .. starts[r + 1]], max_context bounding every context (int64 indptrs)."""
+        if isinstance(context, PackedContext):
+            rows, (slots, starts, max_context) = indptr, context
+        else:
+            rows, slots, starts = ops.per_pass(indptr, ("context",), lambda: (
+                indptr.long(), torch.cat(context),
+                torch.tensor([0] + [len(c) for c in context], device=indptr.device).cumsum(0)))
+            max_context = max((len(c) for c in context), default=0)
         t, kv_heads, group, d = qg.shape
         out = context_attention.context_attention(
             qg.reshape(t, kv_heads * group, d), k_cache, v_cache, rows, slots, starts,

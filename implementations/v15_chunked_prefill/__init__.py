@@ -11,23 +11,21 @@ a request in the K/V memory moves from its prefill to its admission, since the b
 its cached prefix), and the runner (runner.py: ChunkedRunner, whose prefill computes slices and
 draws only for the requests a slice finishes).
 
-It touches one part more, and why: on a GPU an eager slice step is host-bound (launching a
+Its runner does one thing more, and why: on a GPU an eager slice step is host-bound (launching a
 512-row slice of Qwen2.5-0.5B took the H200's host 16 ms against 5-7 ms of GPU work), so the
 running requests' next tokens waited on launches, not on the slice's work. Where the decode
 step replays graphs and the layers run their kernels, a slice pass of up to 2,048 rows replays
-a graph too (slices.py: SliceGraphs, a graph per bucket of rows, requests and context bound), and
-the model's memory takes its contexts as tensors the graph holds (model.py: SliceAttention, v13's
-memory given a PackedContext)."""
+a graph too (slices.py: SliceGraphs, a graph per bucket of rows, requests and context bound, in
+the runner), handing v13's memory its contexts packed as tensors the graph holds (PackedContext)."""
 from torchlet.contract import CHUNKED_PREFILL
 
 from ..v14_overlap import CAPABILITIES as PREVIOUS
 from ..v14_overlap import PARTS as BEFORE
 from ..v14_overlap import (KERNELS, BlockPool, FusedContextAttention, FusedOps, GraphRunner,
-                           OverlapEngine, PackedWeights, PagedDecoder, PoolExhausted,
-                           PrefixBlockPool, PrefixKV, context_attention, default_buckets,
-                           fused_kernels, graphs, kernels, metadata, paged_attention,
-                           paged_kernels, sampler)
-from .model import PackedContext, SliceAttention, layers
+                           OverlapEngine, PackedContext, PackedWeights, PagedDecoder,
+                           PoolExhausted, PrefixBlockPool, PrefixKV, context_attention,
+                           default_buckets, fused_kernels, graphs, kernels, layers, metadata,
+                           paged_attention, paged_kernels, sampler)
 from .request import ChunkedRequest
 from .runner import ChunkedRunner
 from .scheduler import ChunkedScheduler, SlicedBatch, TokenBudget
@@ -35,13 +33,13 @@ from .slices import SliceGraphs
 
 CAPABILITIES = PREVIOUS + (CHUNKED_PREFILL,)
 PARTS = BEFORE.replace("v15", request=ChunkedRequest, policy=TokenBudget,
-                       scheduler=ChunkedScheduler, runner=ChunkedRunner, model=layers)
+                       scheduler=ChunkedScheduler, runner=ChunkedRunner)
 OPTIONS = PARTS.options
 build = PARTS.build
 
 __all__ = ["CAPABILITIES", "KERNELS", "OPTIONS", "PARTS", "BlockPool", "ChunkedRequest",
            "ChunkedRunner", "ChunkedScheduler", "FusedContextAttention", "FusedOps", "GraphRunner",
            "OverlapEngine", "PackedContext", "PackedWeights", "PagedDecoder", "PoolExhausted", "PrefixBlockPool",
-           "PrefixKV", "SliceAttention", "SliceGraphs", "SlicedBatch", "TokenBudget", "build", "context_attention",
+           "PrefixKV", "SliceGraphs", "SlicedBatch", "TokenBudget", "build", "context_attention",
            "default_buckets", "fused_kernels", "graphs", "kernels", "layers", "metadata",
            "paged_attention", "paged_kernels", "sampler"]

@@ -24,8 +24,7 @@ from typing import Sequence
 import numpy as np
 import torch
 
-from ..v14_overlap import graphs
-from .model import PackedContext
+from ..v14_overlap import PackedContext, graphs
 
 SMALLEST_ROWS, SMALLEST_REQUESTS, SMALLEST_CONTEXT = 16, 4, 256
 # A pass of more rows runs eagerly: its GPU work outlasts its launches (on the H200, 2,048 rows
@@ -81,10 +80,14 @@ class SliceGraphs:
         context_ptr[1:] = (np.cumsum(list(ends) + pad).tolist()
                            + [sum(ends) + sum(pad)] * (key[1] - len(rows + pad)))
         slots[:sum(ends)] = [s for c in contexts for s in c]
-        if key not in self.graphs:
-            self.capture_from(key, flat)
-        device_flat, graph = self.graphs[key]
-        device_flat.copy_(torch.from_numpy(flat), non_blocking=True)
+        if key in self.graphs:
+            device_flat, graph = self.graphs[key]
+            device_flat.copy_(torch.from_numpy(flat), non_blocking=True)
+        else:
+            # Captured over this pass's inputs: its warm-up run computes this very pass (storing
+            # the same K/V as the replay), never rows that no request covers.
+            device_flat = torch.from_numpy(flat).to(self.runner.device)
+            graph = self.capture(key, device_flat)
         hidden = graph.replay()
         self.counts[key, "replays"] += 1
         return hidden[:total], self.views(device_flat, key)[3][:len(requests) + 1]
@@ -106,28 +109,6 @@ class SliceGraphs:
             views.append(flat[offset:offset + n])
             offset += -(-n // ALIGN) * ALIGN
         return views
-
-    def capture_from(self, key: tuple[int, int, int], flat: np.ndarray) -> None:
-        """Capture the key's graph and, on a GPU, those of every larger context bound up to the
-        lanes' max_len: a prompt's context grows slice by slice, and each capture stalls the
-        step that makes it (about 0.1 s on the H200), so they happen together, at the first
-        slice of a bucket of rows, as v07 captures every bucket of lanes at its first decode. Each
-        is captured over this pass's inputs (laid out for its bound), so its one warm-up run
-        computes this very pass, storing the same K/V as the replay."""
-        num_rows, num_requests, bound = key
-        bounds = [bound]
-        if self.runner.device.type == "cuda":
-            while bounds[-1] < self.runner.kv.max_len:
-                bounds.append(bounds[-1] * 2)
-        inputs = self.views(flat, key)
-        for b in bounds:
-            wider = (num_rows, num_requests, b)
-            if wider in self.graphs:
-                continue
-            laid_out = np.zeros(self.size(wider), np.int64)
-            for view, values in zip(self.views(laid_out, wider), inputs):
-                view[:len(values)] = values
-            self.capture(wider, torch.from_numpy(laid_out).to(self.runner.device))
 
     def capture(self, key: tuple[int, int, int], device_flat: torch.Tensor):
         """The bucket's graph over the views of device_flat, its inputs from now on."""

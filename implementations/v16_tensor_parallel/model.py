@@ -13,7 +13,7 @@ import torch.distributed as dist
 
 from torchlet.contract import TorchletError
 
-from ..v15_chunked_prefill import FusedOps, PackedWeights, PagedDecoder, SliceAttention
+from ..v15_chunked_prefill import FusedContextAttention, FusedOps, PackedWeights, PagedDecoder
 from .shard import Shard, ShardCheckpoint, shard_checkpoint
 
 __all__ = ["ShardedModel", "ShardedWeights", "VocabShard", "collective", "sharded"]
@@ -89,7 +89,7 @@ def sharded(ops: FusedOps, shard: Shard) -> FusedOps:
 
 
 class ShardedModel:
-    """The model part: v15's decoder (v08's, composing v13's ops and v15's memory) over this rank's
+    """The model part: v15's decoder (v08's, composing v13's ops and memory) over this rank's
     shard. Built once per engine: it reads its rank and world from the process group, if there
     is one, and narrows the assembly's checkpoint and config to its shard, so that the K/V
     memory the parts after it build holds only its KV heads and the runner loads only its
@@ -105,5 +105,5 @@ class ShardedModel:
             a.config = a.checkpoint.config
         decoder = PagedDecoder()
         ops = FusedOps().for_device(a.device, a.dtype)
-        decoder.ops, decoder.Memory = sharded(ops, shard), SliceAttention
+        decoder.ops, decoder.Memory = sharded(ops, shard), FusedContextAttention
         return decoder

@@ -80,7 +80,7 @@ MUTANTS = [
         (BESIDE,), V15,
         "while a prompt is sliced only the oldest running request decodes; the others wait"),
     Mutant("v15-slice-graph-inputs-left-stale", "slice graphs", (
-        Edit(SLICES, "        device_flat.copy_(torch.from_numpy(flat), non_blocking=True)\n",
+        Edit(SLICES, "            device_flat.copy_(torch.from_numpy(flat), non_blocking=True)\n",
              ""),),
         (REPLAYED,), V15,
         "a replayed slice reads the inputs its graph was captured with: it computes the first "
@@ -92,8 +92,7 @@ MUTANTS = [
         (REPLAYED,), V15,
         "the padding rows of a slice's bucket store their K/V over the slice's last row"),
     Mutant("v15-slice-graph-captured-at-every-pass", "slice graphs", (
-        Edit(SLICES, "        if key not in self.graphs:\n", "        if True:\n"),
-        Edit(SLICES, "            if wider in self.graphs:\n                continue\n", ""),),
+        Edit(SLICES, "        if key in self.graphs:\n", "        if False:\n"),),
         (REPLAYED,), V15,
         "every slice pass captures its graph again (running the model's code and more): none "
         "replays"),
