@@ -399,7 +399,8 @@ def test_mixed_traffic_reports_each_versions_inter_token_latency_and_long_prompt
                  "--short-len", "8", "--decode-tokens", "16", "--long-prompts", "2",
                  "--long-len", "48", "--every", "3", "--budget", "8", "--quiet",
                  "--out", str(out)]) == 0
-    rows = {r["version"]: r for r in json.loads((out / "mixed.json").read_text())["rows"]}
+    # On a CPU the run has its own section in the doc: mixed-cpu.json, beside the GPU's mixed.json.
+    rows = {r["version"]: r for r in json.loads((out / "mixed-cpu.json").read_text())["rows"]}
     v14, v15 = rows["v14_overlap"], rows["v15_chunked_prefill"]
     assert (v14["budget"], v15["budget"]) == (48 + 2 + 2, 8)
     for row in rows.values():

@@ -267,7 +267,8 @@ def run_mixed(args) -> int:
         if getattr(args, name) is None:
             setattr(args, name, gpu if cuda else cpu)
     payload, device = measure(args, log)
-    report("mixed", args, payload, device)
+    # Each device has its section in the doc: the CPU's tiny model and the GPU's answer apart.
+    report("mixed" if cuda else "mixed-cpu", args, payload, device)
     print(summary(payload["rows"]))
     return 0
 

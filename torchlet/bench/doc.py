@@ -15,8 +15,8 @@ from .report import markdown_table
 from .workloads import QWEN25_05B, nano_vllm_workload
 
 REPO = Path(__file__).resolve().parents[2]
-KINDS = ("main-job", "long-prompt", "cpu", "gpu-workload", "mixed", "decode", "anchors", "kernel",
-         "tp", "serve", "serve-gpu")
+KINDS = ("main-job", "long-prompt", "cpu", "gpu-workload", "mixed", "mixed-cpu", "decode",
+         "anchors", "kernel", "tp", "serve", "serve-gpu")
 TITLES = {
     "main-job": "CPU main job: torchlet generate's default version against Hugging Face generate",
     "long-prompt": "CPU long prompt: torchlet generate's default version against Hugging Face "
@@ -24,6 +24,7 @@ TITLES = {
     "cpu": "CPU: what each version buys",
     "gpu-workload": "GPU: nano-vllm's workload on a Qwen2.5-0.5B-shaped model",
     "mixed": "Mixed traffic: requests decoding while long prompts arrive (chunked prefill)",
+    "mixed-cpu": "Mixed traffic on the CPU, the small CPU model (chunked prefill)",
     "decode": "Decode step: batch x context",
     "anchors": "Anchors of a decode step: its matmuls alone, a gpt-fast-style step, the floor",
     "kernel": "Paged decode attention kernel against torch SDPA",
@@ -37,6 +38,7 @@ HOW_TO = {
     "cpu": "torchlet bench cpu",
     "gpu-workload": "torchlet bench gpu-workload --hf-baseline",
     "mixed": "torchlet bench mixed --versions v14,v15",
+    "mixed-cpu": "torchlet bench mixed --versions v14,v15 --device cpu",
     "decode": "torchlet bench decode",
     "anchors": "torchlet bench anchors",
     "kernel": "torchlet bench kernel",
@@ -137,6 +139,7 @@ NOTES = {
              "save_tiny(Path('/tmp/tiny-chat'), 'llama', tokenizer=True, seed=5, "
              "printable=True)\"`."),
 }
+NOTES["mixed-cpu"] = NOTES["mixed"]
 NOTES["serve-gpu"] = (SERVE_NOTE + "On the GPU, `--model` is a "
                       "Qwen2.5-0.5B-shaped model with `bench gpu-workload`'s random weights and "
                       "the specs' byte tokenizer, written by `python docs/probes/serve_model_dir.py "

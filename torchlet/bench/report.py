@@ -154,7 +154,7 @@ SERVE_COLUMNS = [
     ("ITL p50 ms", lambda r: _num(",.2f")(r["itl_p50_ms"])),
     ("ITL p99 ms", lambda r: _num(",.2f")(r["itl_p99_ms"])),
 ]
-COLUMNS = {"tp": TP_COLUMNS, "serve": SERVE_COLUMNS, "serve-gpu": SERVE_COLUMNS, "main-job": MAIN_JOB_COLUMNS, "mixed": MIXED_COLUMNS,
+COLUMNS = {"tp": TP_COLUMNS, "serve": SERVE_COLUMNS, "serve-gpu": SERVE_COLUMNS, "main-job": MAIN_JOB_COLUMNS, "mixed": MIXED_COLUMNS, "mixed-cpu": MIXED_COLUMNS,
            "long-prompt": LONG_PROMPT_COLUMNS,
            "cpu": WORKLOAD_COLUMNS, "gpu-workload": WORKLOAD_COLUMNS + GPU_EXTRA,
            "decode": DECODE_COLUMNS, "kernel": KERNEL_COLUMNS, "anchors": ANCHORS_COLUMNS}
@@ -293,7 +293,7 @@ def chart(kind: str, payload: dict, path: Path) -> None:
                 ax.annotate(f" {v:,.0f}" if v else " n/a", (v or 0, y), va="center",
                             fontsize=8, annotation_clip=False)
         fig.suptitle(f"{payload.get('workload', {}).get('describe', kind)}", fontsize=9)
-    elif kind == "mixed":
+    elif kind in ("mixed", "mixed-cpu"):
         fig, axes = plt.subplots(1, 2, figsize=(11, 0.45 * len(rows) + 1.8))
         names = [r["version"] for r in rows]
         for ax, key, label in ((axes[0], "itl_p99_ms", "decodes' p99 inter-token latency, ms"),
