@@ -36,15 +36,20 @@ def graph_us(fn, n=20):
     return start.elapsed_time(end) / n * 1e3
 
 
-inputs = {c: case(*c) for c in CASES}
-run = paged._paged_decode_kernel.run
-for block_n, warps in [(64, 4), (128, 4), (128, 8), (256, 4), (256, 8)]:
-    paged.BLOCK_N = block_n
-    paged._paged_decode_kernel.run = lambda *a, w=warps, **k: run(*a, **{"num_warps": w, **k})
-    cells = []
-    for batch, context in CASES:
-        q, k, v, tables, lens = inputs[batch, context]
-        us = graph_us(lambda: paged.paged_decode_attention(q, k, v, tables, lens, 0.125))
-        share = batch * context * 2 * 2 * 64 * 2 / (us * 1e-6) / 4.3e12 * 100
-        cells.append(f"B{batch} x {context}: {us:.1f} us ({share:.0f}%)")
-    print(f"BLOCK_N {block_n}, {warps} warps | " + " | ".join(cells))
+def main():
+    inputs = {c: case(*c) for c in CASES}
+    run = paged._paged_decode_kernel.run
+    for block_n, warps in [(64, 4), (128, 4), (128, 8), (256, 4), (256, 8)]:
+        paged.BLOCK_N = block_n
+        paged._paged_decode_kernel.run = lambda *a, w=warps, **k: run(*a, **{"num_warps": w, **k})
+        cells = []
+        for batch, context in CASES:
+            q, k, v, tables, lens = inputs[batch, context]
+            us = graph_us(lambda: paged.paged_decode_attention(q, k, v, tables, lens, 0.125))
+            share = batch * context * 2 * 2 * 64 * 2 / (us * 1e-6) / 4.3e12 * 100
+            cells.append(f"B{batch} x {context}: {us:.1f} us ({share:.0f}%)")
+        print(f"BLOCK_N {block_n}, {warps} warps | " + " | ".join(cells))
+
+
+if __name__ == "__main__":
+    main()

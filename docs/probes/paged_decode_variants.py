@@ -9,12 +9,16 @@ against the real op's first. What varies (issue 30: batch 64 x 4,096 at 58% of 4
 Prints one line per variant: us and % of 4.3 TB/s per case. GPU only."""
 import itertools
 import sys
+from pathlib import Path
 
 import torch
 import triton
 import triton.language as tl
 
 import implementations
+
+sys.path.insert(0, str(Path(__file__).parent))
+from paged_decode_tune import case, graph_us  # noqa: E402  (its inputs and its timing)
 
 paged = implementations.load("v10_triton_paged_gqa").package.paged_kernels
 device, dtype = "cuda", torch.bfloat16
@@ -112,32 +116,6 @@ def variant_op(q, k_cache, v_cache, tables, lens, scale, *, block_n, warps, stag
             part, lens, out, out.stride(0), out.stride(1), group, head_dim, chunk, splits,
             BLOCK_G=block_g, BLOCK_D=block_d, BLOCK_S=block_s)
     return out
-
-
-def case(batch, context, block=16, kv_heads=2, group=7, head_dim=64):
-    pages = -(-context // block)
-    k = torch.randn(batch * pages + 1, block, kv_heads, head_dim, device=device, dtype=dtype)
-    tables = (torch.randperm(batch * pages, device=device) + 1).view(batch, pages).int()
-    lens = torch.full((batch,), context, device=device, dtype=torch.int32)
-    q = torch.randn(batch, kv_heads * group, head_dim, device=device, dtype=dtype)
-    return q, k, torch.randn_like(k), tables, lens
-
-
-def graph_us(fn, n=20):
-    fn()
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for _ in range(n):
-            fn()
-    graph.replay()
-    torch.cuda.synchronize()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    graph.replay()
-    end.record()
-    torch.cuda.synchronize()
-    return start.elapsed_time(end) / n * 1e3
 
 
 def row(label, fn):
