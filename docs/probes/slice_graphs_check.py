@@ -1,7 +1,7 @@
 """v15's slice passes replayed from graphs against the same passes run eagerly (use_graphs=False),
 on the bench's Qwen2.5-0.5B shape with random weights: greedy tokens of prompts cut into slices
-beside decodes, and the graphs' captures and replays. Prints both token lists and whether they
-agree. GPU (bf16) or CPU (float32, under TRITON_INTERPRET=1 for the kernel path)."""
+beside decodes. Prints both token lists and whether they agree (v15's page watches the replays
+themselves). GPU (bf16) or CPU (float32, under TRITON_INTERPRET=1 for the kernel path)."""
 import random
 import sys
 
@@ -29,8 +29,7 @@ for graphs in (False, True):
         for o in engine.step():
             out[o.request_id] = o.tokens
     results[graphs] = [out[i] for i in ids]
-    counts = getattr(engine.runner.slice_graphs, "counts", None) if graphs else None
-    print(f"use_graphs={graphs}: {results[graphs]}\n  slice graphs: {dict(counts or {})}")
+    print(f"use_graphs={graphs}: {results[graphs]}")
 same = [a == b for a, b in zip(results[False], results[True])]
 print(f"agree per request: {same}; first difference at "
       f"{[next((k for k, (x, y) in enumerate(zip(a, b)) if x != y), None) for a, b in zip(results[False], results[True])]}")

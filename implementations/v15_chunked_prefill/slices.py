@@ -18,7 +18,6 @@ slots]. Graphs capture at the first pass of their bucket; all share one memory p
 the decode step's graphs (a decode launched ahead still holds its output while a slice runs)."""
 from __future__ import annotations
 
-from collections import Counter
 from typing import Sequence
 
 import numpy as np
@@ -48,7 +47,6 @@ class SliceGraphs:
     def __init__(self, runner):
         self.runner = runner
         self.graphs: dict[tuple[int, int, int], tuple] = {}
-        self.counts: Counter = Counter()
         self.pool = torch.cuda.graph_pool_handle() if runner.device.type == "cuda" else None
 
     @staticmethod
@@ -89,7 +87,6 @@ class SliceGraphs:
             device_flat = torch.from_numpy(flat).to(self.runner.device)
             graph = self.capture(key, device_flat)
         hidden = graph.replay()
-        self.counts[key, "replays"] += 1
         return hidden[:total], self.views(device_flat, key)[3][:len(requests) + 1]
 
     @staticmethod
@@ -125,5 +122,4 @@ class SliceGraphs:
                                    constants=(runner.weights, runner.kv.kv), pool=self.pool,
                                    warmup=1)
         self.graphs[key] = (device_flat, graph)
-        self.counts[key, "captures"] += 1
         return graph
