@@ -381,6 +381,23 @@ def test_the_decode_targets_judge_the_newest_version_of_the_run():
     assert "decode step at batch 256, context 1024: **missed** by 0.5 ms" in text
 
 
+def test_the_kernel_target_judges_the_chained_figure_and_states_the_single_calls_beside_it():
+    """A row timed in a chain (data over twice L2) is judged by it; a row without one, by its
+    one-call figure."""
+    from torchlet.bench.targets import kernel_lines
+
+    single = {"batch": 64, "context": 4096, "paged_pct_bound": 58.2, "sdpa_pct_bound": 62.8,
+              "sdpa_gb_s": 2700.0, "ratio": 0.93}
+    chained = {**single, "chain_calls": 20, "paged_chain_pct_bound": 71.5,
+               "sdpa_chain_pct_bound": 66.0}
+    gpu = {"environment": {"gpu": "NVIDIA H200"}}
+    text = "\n".join(kernel_lines({**gpu, "rows": [chained]}))
+    assert "20 calls to a graph: **met**, 71.5%" in text
+    assert "One call a replay, L2 flushed before it (a graph launch's cost included): 58.2%" in text
+    assert "timed the same way: 66.0%" in text
+    assert "% of bandwidth: **missed**" in "\n".join(kernel_lines({**gpu, "rows": [single]}))
+
+
 def test_a_result_names_the_commit_the_sender_gives_over_the_trees_own(monkeypatch):
     from torchlet.bench.report import environment
 

@@ -7,22 +7,28 @@ RMS-norms each q and k head by q_norm and k_norm, the step v09 ran as rms_norm l
 swiglu_packed reads both halves of the gate/up GEMM's row. A prefill's attention is one kernel a layer for all its
 requests (context_attention), which reads each request's context from the paged cache by its
 slots, its causal mask aligned to the bottom right when a cached prefix comes first; without
-Triton, v12's gathers and one fused call per request (v02's causal_attention).
+Triton, v12's gathers and one fused call per request (v02's causal_attention). At one row (a
+batch-1 decode step) each layer's products are gemv kernels, cuBLAS's GEMMs elsewhere; down's
+gemv reads [gate | up] and forms SwiGLU itself.
 
 Why v12 needs it: a decode step is a chain of small launches. v12 runs seven GEMMs a layer, three
 of them over the same normed rows and two over the next, then one RoPE kernel for q and another
 for k; and every prefill gathers each request's context out of the cache and attends to it in a
-call of its own, in every layer.
+call of its own, in every layer. At one row cuBLAS reads a layer's small matrices at a fraction of
+the bandwidth (4.2-4.7 us for 1.6-2.1 MB on the H200), and down runs as two launches after
+SwiGLU's own.
 
 Core principle: fusion changes how many kernels run, never what they compute. The packed path's
 logits equal v12's (float64, on the tiny fixtures, with and without a cached prefix) and its
 tokens equal the oracle's (the shared golden specs); each kernel equals a float64 reference
 within its dtype's tolerance, v copied bit for bit. That the work really is fused is read from
 the dispatched ops: a decode pass multiplies by four matrices a layer where v12 multiplied by
-seven, and a prefill runs one attention op a layer (one per request and layer without Triton),
-no softmax, and gathers no context.
+seven, at one row in four gemv launches and no swiglu_packed; and a prefill runs one attention
+op a layer (one per request and layer without Triton), no softmax, and gathers no context.
+gemv equals a float64 product within its dtype's tolerance, with and without SwiGLU, with k split
+over programs and not.
 
-Files to compare: implementations/v13_fused/{model.py, fused_kernels.py} against
+Files to compare: implementations/v13_fused/{model.py, fused_kernels.py, gemv.py} against
 implementations/v09_triton_basics/{model.py, kernels.py}; implementations/v13_fused/context_attention.py
 against implementations/v10_triton_paged_gqa/paged_kernels.py (the decode kernel it extends to
 many rows)
@@ -34,7 +40,9 @@ then run v12's way); the kernels still return new tensors, so q, k and v are wri
 after the GEMM; and context_attention's grid is planned from shapes alone (no device read): for
 the longest request, so the programs past a shorter request's rows start only to end, and where
 few rows meet a long context (a slice late in a prompt) it splits the context over programs,
-whose partials a second launch (v10's combine) merges.
+whose partials a second launch (v10's combine) merges. gemv serves one row only: at 4 and 16
+rows its tensor-core variants moved a step by under 1% and made down slower, so a batch of two
+runs cuBLAS's GEMMs again (docs/perf-notes.md).
 """
 from __future__ import annotations
 
@@ -66,6 +74,11 @@ MATMULS = ("linear", "matmul", "mm", "addmm")
 @pytest.fixture(scope="module")
 def fused(impl):
     return impl.package.fused_kernels
+
+
+@pytest.fixture(scope="module")
+def gemv(impl):
+    return impl.package.gemv
 
 
 @pytest.fixture(scope="module")
@@ -144,6 +157,33 @@ def test_swiglu_packed_is_silu_of_the_first_half_times_the_second(fused, target,
     assert_close(fused.swiglu_packed(gate_up), ref.swiglu(gate, up), "swiglu_packed")
 
 
+@pytest.mark.part("model")
+@pytest.mark.kernels
+@pytest.mark.parametrize("target", TARGETS)
+@engine_settings()
+@given(n=st.one_of(st.sampled_from([1, 1152]), st.integers(1, 300)),
+       k=st.one_of(st.sampled_from([1, 896, 4864]), st.integers(1, 600)), bias=st.booleans(),
+       swiglu=st.booleans(), seed=seeds)
+def test_gemv_is_the_row_times_the_weights_transposed_plus_the_bias(gemv, target, n, k, bias,
+                                                                     swiglu, seed):
+    """With swiglu the row is [gate | up] and the product is silu(gate) * up's, rounded to the
+    model dtype where swiglu_packed rounds it before a GEMM (the reference rounds there too, so
+    the tolerance is the product's). A long k is split over programs: on the CPU a k over 256,
+    on a GPU over 1,024."""
+    gen = torch.Generator().manual_seed(seed)
+    x = target.randn(gen, 1, 2 * k if swiglu else k, scale=2.0)
+    w = target.randn(gen, n, k, scale=k ** -0.5)
+    b = target.randn(gen, n) if bias else None
+    if swiglu:
+        gate, up = x.double().chunk(2, dim=-1)
+        silu = torch.nn.functional.silu(gate).to(x.dtype).double()
+        a = (silu * up).to(x.dtype).double()
+    else:
+        a = x.double()
+    want = a @ w.double().T + (b.double() if bias else 0.0)
+    assert_close(gemv.gemv(x, w, b, swiglu=swiglu), want, "gemv")
+
+
 def context_batch(target: Target, seed: int, requests, kv_heads: int, group: int, head_dim: int,
                   block_size: int):
     """requests: (rows, cached tokens before them) each. A paged cache (pages in random order,
@@ -205,7 +245,7 @@ def test_a_slice_late_in_a_long_context_gives_each_row_the_softmax_over_its_cont
 
 @pytest.mark.part("model")
 @pytest.mark.kernels
-def test_the_fused_kernels_refuse_bad_input_with_a_message_that_says_why(impl, fused,
+def test_the_fused_kernels_refuse_bad_input_with_a_message_that_says_why(impl, fused, gemv,
                                                                         context_kernel):
     cos, sin = impl.package.kernels.rope_cos_sin(torch.arange(2), 8, 10000.0)
     with pytest.raises(ValueError, match="contiguous"):
@@ -218,6 +258,13 @@ def test_the_fused_kernels_refuse_bad_input_with_a_message_that_says_why(impl, f
         fused.swiglu_packed(torch.randn(2, 7))
     with pytest.raises(ValueError, match="float32|dtype"):
         fused.swiglu_packed(torch.ones(2, 8, dtype=torch.int64))
+    for args, message in (((torch.randn(2, 4), torch.randn(3, 4)), "one row"),
+                          ((torch.randn(1, 4), torch.randn(3, 5)), "columns"),
+                          ((torch.randn(1, 4), torch.randn(3, 4), None, True), "gate \\| up"),
+                          ((torch.randn(1, 4), torch.randn(3, 4), torch.randn(4)), "bias must"),
+                          ((torch.randn(1, 4), torch.randn(4, 3).t()), "contiguous")):
+        with pytest.raises(ValueError, match=message):
+            gemv.gemv(*args)
     batch, q, rows, slots = context_batch(Target("cpu", torch.float32), 0, [(3, 2)], 2, 2, 8, 4)
     good = dict(q=q, k_cache=batch.k_cache, v_cache=batch.v_cache, row_indptr=indptr(rows, "cpu"),
                 context_slots=slots[0], context_indptr=indptr([5], "cpu"), max_context=5,
@@ -232,7 +279,8 @@ def test_the_fused_kernels_refuse_bad_input_with_a_message_that_says_why(impl, f
 
 @pytest.mark.part("model")
 @pytest.mark.kernels
-def test_under_fake_tensors_each_fused_op_promises_what_it_returns(impl, fused, context_kernel):
+def test_under_fake_tensors_each_fused_op_promises_what_it_returns(impl, fused, gemv,
+                                                                   context_kernel):
     from torch._subclasses.fake_tensor import FakeTensorMode
 
     here = Target("cuda" if torch.cuda.is_available() else "cpu", torch.float32)
@@ -242,12 +290,15 @@ def test_under_fake_tensors_each_fused_op_promises_what_it_returns(impl, fused, 
     batch, q, rows, slots = context_batch(here, 2, [(3, 2), (1, 0)], 2, 2, 8, 4)
     calls = {"rope_split": lambda t: fused.rope_split(t["qkv"], t["cos"], t["sin"], 4, 2),
              "swiglu_packed": lambda t: (fused.swiglu_packed(t["gate_up"]),),
+             "gemv": lambda t: (gemv.gemv(t["gate_up"][:1], t["down"], t["bias"], swiglu=True),),
              "context_attention": lambda t: (context_kernel.context_attention(
                  t["q"], t["k_cache"], t["v_cache"], t["rows"], t["slots"], t["contexts"], 5,
                  batch.scale),)}
-    real = dict(qkv=qkv, cos=cos, sin=sin, gate_up=gate_up, q=q, k_cache=batch.k_cache,
-                v_cache=batch.v_cache, rows=indptr(rows, here.device), slots=torch.cat(slots),
-                contexts=indptr([5, 1], here.device))
+    down, bias = here.randn(torch.Generator().manual_seed(2), 7, 5), here.randn(
+        torch.Generator().manual_seed(3), 7)
+    real = dict(qkv=qkv, cos=cos, sin=sin, gate_up=gate_up, down=down, bias=bias, q=q,
+                k_cache=batch.k_cache, v_cache=batch.v_cache, rows=indptr(rows, here.device),
+                slots=torch.cat(slots), contexts=indptr([5, 1], here.device))
     with FakeTensorMode(allow_non_fake_inputs=False) as mode:
         fake = {n: mode.from_tensor(t) for n, t in real.items()}
         promised = {name: call(fake) for name, call in calls.items()}
@@ -311,17 +362,21 @@ def test_with_its_kernels_a_qwen3_checkpoint_gives_the_oracles_tokens(impl):
 
 
 class GemmOutputs(AtenCalls):
-    """The output widths of the matrix products a step runs, in order. Under inference mode a
-    linear or a matmul reaches the dispatcher as itself, not as the mm it runs."""
+    """The output widths of the matrix products a step runs, in order, and which op ran each:
+    an aten product (under inference mode a linear or a matmul reaches the dispatcher as itself,
+    not as the mm it runs) or the version's gemv kernel."""
 
     def __init__(self):
         super().__init__()
         self.widths: list[int] = []
+        self.ops: list[str] = []
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         out = super().__torch_dispatch__(func, types, args, kwargs)
-        if getattr(func, "namespace", None) == "aten" and func._opname in MATMULS:
+        aten = getattr(func, "namespace", None) == "aten"
+        if aten and func._opname in MATMULS or not aten and func._opname == "gemv":
             self.widths.append(out.shape[-1])
+            self.ops.append("aten" if aten else "gemv")
         return out
 
 
@@ -343,6 +398,29 @@ def test_a_decode_pass_multiplies_by_four_matrices_a_layer_where_v12_multiplied_
     assert decode_step_widths(impl, ckpt) == layer * c.num_layers + [c.vocab_size]
     unfused = [q, kv, kv, c.hidden_size, c.intermediate_size, c.intermediate_size, c.hidden_size]
     assert decode_step_widths(v12, ckpt) == unfused * c.num_layers + [c.vocab_size]
+
+
+@interpreted
+def test_with_its_kernels_a_batch_1_decode_step_multiplies_in_gemv_launches(impl, gemv, fused):
+    """At one row every layer's product is a gemv, the down projection's reading [gate | up]
+    itself, so no swiglu_packed runs; the LM head, whose matrix has more rows than GEMV_MAX_N
+    allows for a real model (not for this one), stays a GEMM. A prompt's rows multiply in
+    GEMMs."""
+    ckpt = tiny_checkpoint("tiny_qwen2")
+    c = ckpt.config
+    layer = [(c.num_heads + 2 * c.num_kv_heads) * c.head_dim, c.hidden_size,
+             2 * c.intermediate_size, c.hidden_size]
+    assert max(layer) <= gemv.GEMV_MAX_N
+    engine = impl.build(ckpt, max_lanes=2, use_graphs=False)
+    engine.add_request(PROMPTS[0], GenerationParams(max_new_tokens=4))
+    with GemmOutputs() as prefill:
+        engine.step()
+    with GemmOutputs() as decode, KernelCalls(fused) as kernels:
+        engine.step()
+    assert prefill.widths == decode.widths == layer * c.num_layers + [c.vocab_size]
+    assert prefill.ops == ["aten"] * (4 * c.num_layers + 1)
+    assert decode.ops == ["gemv"] * 4 * c.num_layers + ["aten"]
+    assert kernels.counts["swiglu_packed"] == 0, dict(kernels.counts)
 
 
 def prefill_calls(impl, prompts, *modules):

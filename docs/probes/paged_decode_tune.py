@@ -4,6 +4,7 @@ bf16, GQA 14:2, head_dim 64, pages of 16 tokens in random order."""
 import torch
 
 import implementations
+from torchlet.bench.micro import chain_ms
 
 paged = implementations.load("v10_triton_paged_gqa").package.paged_kernels
 device, dtype = "cuda", torch.bfloat16
@@ -20,20 +21,10 @@ def case(batch, context, block=16, kv_heads=2, group=7, head_dim=64):
 
 
 def graph_us(fn, n=20):
+    """fn's us a call in a CUDA graph of n calls (the bench's own chained timing)."""
     fn()
     torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for _ in range(n):
-            fn()
-    graph.replay()
-    torch.cuda.synchronize()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    graph.replay()
-    end.record()
-    torch.cuda.synchronize()
-    return start.elapsed_time(end) / n * 1e3
+    return chain_ms(fn, n, replays=1) * 1e3
 
 
 def main():

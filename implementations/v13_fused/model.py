@@ -8,6 +8,10 @@ several kernels where one would do:
 - gate and up are two GEMMs over the same rows: here one over [gate | up], and SwiGLU reads both
   halves of its output row (swiglu_packed).
 
+At one row (a batch-1 decode step) a product is a read of its weights, which cuBLAS's tiles do
+slowly for small matrices: there the projections run gemv kernels (gemv.py), and down's forms
+SwiGLU from the [gate | up] row itself, so swiglu_packed's launch goes too (project, takes_gemv).
+
 A prefill's attention was, for every request in every layer, two gathers of its context out of
 the cache, then one fused call (v02's causal_attention), a host wait for each request's span
 between them: here one Triton kernel a layer for all the pass's requests, which reads each
@@ -29,7 +33,7 @@ import torch
 from torchlet.contract import Checkpoint, ModelConfig
 
 from ..v12_prefix_cache import ContextAttention, PagedDecoder, TritonOps
-from . import context_attention, fused_kernels
+from . import context_attention, fused_kernels, gemv
 
 __all__ = ["FusedContextAttention", "FusedOps", "PackedContext", "PackedWeights", "layers"]
 
@@ -68,7 +72,7 @@ class FusedOps(TritonOps):
         HF-named tensors: v12's phases."""
         if f"{QKV}.weight" not in w:
             return super().qkv_heads(x, positions, w, config)
-        qkv = torch.nn.functional.linear(x, w[f"{QKV}.weight"], w.get(f"{QKV}.bias"))
+        qkv = self.project(x, w[f"{QKV}.weight"], w.get(f"{QKV}.bias"))
         if not self.on_triton:
             q_width = w["self_attn.o_proj.weight"].shape[1]
             kv_width = (qkv.shape[-1] - q_width) // 2
@@ -82,12 +86,31 @@ class FusedOps(TritonOps):
         return self.group_queries(q, config.num_kv_heads), k, v
 
     def mlp(self, x: torch.Tensor, w: Mapping[str, torch.Tensor]) -> torch.Tensor:
-        """down(swiglu(gate, up)) with gate and up from one GEMM."""
+        """down(swiglu(gate, up)) with gate and up from one GEMM; at one row, the down gemv forms
+        SwiGLU itself."""
         if f"{GATE_UP}.weight" not in w:
             return super().mlp(x, w)
-        gate_up = torch.nn.functional.linear(x, w[f"{GATE_UP}.weight"], w.get(f"{GATE_UP}.bias"))
-        return torch.nn.functional.linear(self.swiglu_packed(gate_up), w["mlp.down_proj.weight"],
-                                          w.get("mlp.down_proj.bias"))
+        gate_up = self.project(x, w[f"{GATE_UP}.weight"], w.get(f"{GATE_UP}.bias"))
+        down, bias = w["mlp.down_proj.weight"], w.get("mlp.down_proj.bias")
+        if self.takes_gemv(gate_up, down):
+            return gemv.gemv(gate_up, down, bias, swiglu=True)
+        return torch.nn.functional.linear(self.swiglu_packed(gate_up), down, bias)
+
+    def takes_gemv(self, x: torch.Tensor, weight: torch.Tensor) -> bool:
+        """Whether x @ weight.T runs the gemv kernel: on the kernels, for one row (a batch-1
+        decode step) and a matrix of at most GEMV_MAX_N weight rows (gemv.py says why)."""
+        return self.on_triton and x.shape[0] == 1 and weight.shape[0] <= gemv.GEMV_MAX_N
+
+    def project(self, x: torch.Tensor, weight: torch.Tensor,
+                bias: torch.Tensor | None = None) -> torch.Tensor:
+        """x @ weight.T (+ bias): the gemv kernel where it is faster, a GEMM (cuBLAS) elsewhere."""
+        if self.takes_gemv(x, weight):
+            return gemv.gemv(x, weight, bias)
+        return torch.nn.functional.linear(x, weight, bias)
+
+    def linear(self, x: torch.Tensor, w: Mapping[str, torch.Tensor], name: str) -> torch.Tensor:
+        """v00's linear (the o projection's, here) through project."""
+        return self.project(x, w[f"{name}.weight"], w.get(f"{name}.bias"))
 
     def swiglu_packed(self, gate_up: torch.Tensor) -> torch.Tensor:
         """silu(gate) * up of each row [gate | up]: one kernel, or the same maths in PyTorch on
@@ -96,7 +119,6 @@ class FusedOps(TritonOps):
             return fused_kernels.swiglu_packed(gate_up)
         gate, up = gate_up.chunk(2, dim=-1)
         return torch.nn.functional.silu(gate) * up
-
 
 class PackedContext(NamedTuple):
     """Every request's context slots in one tensor: request r's are slots[starts[r] ..

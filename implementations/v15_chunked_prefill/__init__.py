@@ -24,7 +24,7 @@ from ..v14_overlap import PARTS as BEFORE
 from ..v14_overlap import (KERNELS, BlockPool, FusedContextAttention, FusedOps, GraphRunner,
                            OverlapEngine, PackedContext, PackedWeights, PagedDecoder,
                            PoolExhausted, PrefixBlockPool, PrefixKV, context_attention,
-                           default_buckets, fused_kernels, graphs, kernels, layers, metadata,
+                           default_buckets, fused_kernels, gemv, graphs, kernels, layers, metadata,
                            paged_attention, paged_kernels, sampler)
 from .request import ChunkedRequest
 from .runner import ChunkedRunner
@@ -41,5 +41,5 @@ __all__ = ["CAPABILITIES", "KERNELS", "OPTIONS", "PARTS", "BlockPool", "ChunkedR
            "ChunkedRunner", "ChunkedScheduler", "FusedContextAttention", "FusedOps", "GraphRunner",
            "OverlapEngine", "PackedContext", "PackedWeights", "PagedDecoder", "PoolExhausted", "PrefixBlockPool",
            "PrefixKV", "SliceGraphs", "SlicedBatch", "TokenBudget", "build", "context_attention",
-           "default_buckets", "fused_kernels", "graphs", "kernels", "layers", "metadata",
+           "default_buckets", "fused_kernels", "gemv", "graphs", "kernels", "layers", "metadata",
            "paged_attention", "paged_kernels", "sampler"]

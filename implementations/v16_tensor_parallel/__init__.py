@@ -20,7 +20,7 @@ from torchlet.contract import TENSOR_PARALLEL
 from ..v15_chunked_prefill import CAPABILITIES as PREVIOUS
 from ..v15_chunked_prefill import PARTS as BEFORE
 from ..v15_chunked_prefill import (KERNELS, BlockPool, PoolExhausted, PrefixBlockPool, PrefixKV,
-                                   context_attention, fused_kernels, graphs, kernels, layers,
+                                   context_attention, fused_kernels, gemv, graphs, kernels, layers,
                                    metadata, paged_attention, paged_kernels, sampler)
 from .engine import TensorParallelEngine
 from .model import ShardedModel, ShardedWeights, VocabShard, sharded
@@ -33,5 +33,5 @@ build = PARTS.build
 
 __all__ = ["CAPABILITIES", "KERNELS", "OPTIONS", "PARTS", "BlockPool", "PoolExhausted",
            "PrefixBlockPool", "PrefixKV", "Shard", "ShardedModel", "ShardedWeights", "TensorParallelEngine", "VocabShard", "build", "context_attention",
-           "fused_kernels", "graphs", "kernels", "layers", "metadata", "paged_attention",
+           "fused_kernels", "gemv", "graphs", "kernels", "layers", "metadata", "paged_attention",
            "paged_kernels", "sampler", "shard_checkpoint", "sharded"]

@@ -8,6 +8,7 @@ from spec.mutants import Edit, Mutant
 MODEL = "v13_fused/model.py"
 KERNELS = "v13_fused/fused_kernels.py"
 CONTEXT_KERNEL = "v13_fused/context_attention.py"
+GEMV_KERNEL = "v13_fused/gemv.py"
 PAGE = "spec/test_v13_fused.py"
 GEMMS = f"{PAGE}::test_a_decode_pass_multiplies_by_four_matrices_a_layer_where_v12_multiplied_by_seven"
 SAME = f"{PAGE}::test_the_packed_path_gives_v12s_logits_and_tokens_with_and_without_a_cached_prefix"
@@ -23,6 +24,8 @@ HEAD_DIM = (f"{PARITY}::test_a_checkpoint_whose_head_dim_is_not_hidden_over_head
             "oracles_tokens")
 QWEN3 = f"{PAGE}::test_with_its_kernels_a_qwen3_checkpoint_gives_the_oracles_tokens"
 QK_NORM = f"{PAGE}::test_with_qwen3s_norms_rope_split_norms_each_q_and_k_head_then_turns_it"
+GEMV = f"{PAGE}::test_gemv_is_the_row_times_the_weights_transposed_plus_the_bias"
+DECODE_GEMV = f"{PAGE}::test_with_its_kernels_a_batch_1_decode_step_multiplies_in_gemv_launches"
 TWINS = (f"{PARITY}::test_two_checkpoints_of_one_shape_built_in_one_process_each_give_their_own_"
          "tokens")
 
@@ -100,4 +103,20 @@ MUTANTS = [
         (SLICE,), ("v13",),
         "a chunk's partial says its max is 0: the combine weighs chunks without rescaling them to "
         "one max"),
+    Mutant("v13-gemv-drops-the-last-chunk", "fusion", (
+        Edit(GEMV_KERNEL, "    for start in range(lo, hi, BLOCK_K):",
+             "    for start in range(lo, lo + (hi - lo) // BLOCK_K * BLOCK_K, BLOCK_K):"),),
+        (GEMV,), ("v13",), "gemv leaves out a share's columns past its last whole BLOCK_K chunk"),
+    Mutant("v13-gemv-sums-one-split-short", "fusion", (
+        Edit(GEMV_KERNEL, "    for split in range(SPLIT):", "    for split in range(SPLIT - 1):"),),
+        (GEMV,), ("v13",), "a k split over programs loses the last share's partial sums"),
+    Mutant("v13-gemv-swiglu-reads-gate-as-up", "fusion", (
+        Edit(GEMV_KERNEL, "            up = tl.load(x_ptr + k + ks, mask=live, other=0.0)",
+             "            up = tl.load(x_ptr + ks, mask=live, other=0.0)"),),
+        (GEMV,), ("v13",), "the down projection's gemv multiplies silu(gate) by gate"),
+    Mutant("v13-down-gemv-after-its-own-swiglu", "fusion", (
+        Edit(MODEL, "            return gemv.gemv(gate_up, down, bias, swiglu=True)",
+             "            return gemv.gemv(self.swiglu_packed(gate_up), down, bias)"),),
+        (DECODE_GEMV,), ("v13",),
+        "SwiGLU runs in a launch of its own before the down projection's gemv: the same numbers"),
 ]

@@ -83,6 +83,8 @@ KERNEL_COLUMNS = [
     ("SDPA GB/s", lambda r: _num(",.1f")(r.get("sdpa_gb_s"))),
     ("paged / SDPA", lambda r: _num(".2f")(r.get("ratio"))),
     ("paged % of bound", lambda r: _num(".1f")(r.get("paged_pct_bound"))),
+    ("paged % in a chain", lambda r: _num(".1f")(r.get("paged_chain_pct_bound"))),
+    ("SDPA % in a chain", lambda r: _num(".1f")(r.get("sdpa_chain_pct_bound"))),
     ("max abs diff", lambda r: _num(".1e")(r.get("max_abs_diff"))),
 ]
 
