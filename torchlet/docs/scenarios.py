@@ -125,8 +125,8 @@ def _chunked(r: Recorder):
 
 
 def _kernels(r: Recorder):
-    # step 1 prefills, step 2 decodes: the step the kernels view watches. One request: a step
-    # launches the same kernels for one as for many, and the interpreter runs each row in turn
+    # step 1 prefills, step 2 decodes: the step the kernels view watches. One request: the
+    # interpreter runs each row in turn, and at one row v13 multiplies in its gemv kernels
     r.add(prompt(5), params(2))
     r.finish()
 
