@@ -1,5 +1,6 @@
-"""Ranks of a tensor-parallel group for the specs: every rank a child process (spawned, so the
-pytest process never joins a group), over gloo on loopback, always stopped when the spec ends.
+"""Ranks of a tensor-parallel group for the specs: every rank a child process (never the pytest
+process itself, so it never joins a group), over gloo on loopback, always stopped when the spec
+ends.
 
 `run_ranks(scenario, *args)` runs `scenario(ranks, counts, *args)` on rank 0, where `ranks` is a
 torchlet.parallel.Ranks joined from the environment torchrun would set (the launcher's own
@@ -81,11 +82,25 @@ def _follower(conn, rank, world, port, device="cpu"):
         conn.send_bytes(pickle.dumps(("error", traceback.format_exc())))
 
 
+def _context(scenario, device: str):
+    """On a CPU, ranks forked from multiprocessing's fork server, which imports torch, this
+    module and the scenario's once per pytest process: a spawned rank paid those imports itself,
+    about 2 s of CPU a rank and most of a mutant's run here. The server imports and never
+    computes, so it holds no threads or torch state to fork. It is started with the parent's
+    environment at its first use. CUDA ranks (NCCL) are spawned, as the harness's are
+    (torchlet.parallel), with no server in between."""
+    if device != "cpu":
+        return multiprocessing.get_context("spawn")
+    ctx = multiprocessing.get_context("forkserver")
+    ctx.set_forkserver_preload([__name__, scenario.__module__])  # read when the server starts
+    return ctx
+
+
 class Group:
     """The child processes of one run, started and stopped together."""
 
     def __init__(self, scenario, args, world: int, device: str = "cpu"):
-        ctx = multiprocessing.get_context("spawn")
+        ctx = _context(scenario, device)
         port = free_port()
         self.pipes, self.procs = [None] * world, [None] * world
         for rank in [*range(1, world), 0]:  # rank 0 last: it is told the others' pids
