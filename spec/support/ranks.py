@@ -41,16 +41,22 @@ def count_collectives() -> list[str]:
     return calls
 
 
-def _environment(rank: int, world: int, port: int) -> None:
+def _environment(rank: int, world: int, port: int, parent: tuple[dict, str]) -> None:
+    """The parent's environment and directory as they were when the group started (a rank
+    forked from the fork server would otherwise have the server's), then the group's."""
+    env, cwd = parent
+    os.environ.clear()
+    os.environ.update(env)
+    os.chdir(cwd)
     os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank),
                       MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 
-def _rank0(conn, scenario, args, world, port, peers, device="cpu"):
+def _rank0(conn, scenario, args, world, port, peers, parent, device="cpu"):
     import torch
     torch.set_num_threads(1)
-    _environment(0, world, port)
+    _environment(0, world, port, parent)
     os.environ["TORCHLET_SPEC_PEER_PID"] = str(peers[0])  # for a scenario that stops a rank
     try:
         counts = count_collectives()
@@ -61,10 +67,10 @@ def _rank0(conn, scenario, args, world, port, peers, device="cpu"):
         conn.send_bytes(pickle.dumps(("error", traceback.format_exc())))
 
 
-def _follower(conn, rank, world, port, device="cpu"):
+def _follower(conn, rank, world, port, parent, device="cpu"):
     import torch
     torch.set_num_threads(1)
-    _environment(rank, world, port)
+    _environment(rank, world, port, parent)
     counts = count_collectives()
     try:
         with Ranks.from_env(device, timeout_s=GROUP_TIMEOUT_S) as ranks:
@@ -86,9 +92,9 @@ def _context(scenario, device: str):
     """On a CPU, ranks forked from multiprocessing's fork server, which imports torch, this
     module and the scenario's once per pytest process: a spawned rank paid those imports itself,
     about 2 s of CPU a rank and most of a mutant's run here. The server imports and never
-    computes, so it holds no threads or torch state to fork. It is started with the parent's
-    environment at its first use. CUDA ranks (NCCL) are spawned, as the harness's are
-    (torchlet.parallel), with no server in between."""
+    computes, so it holds no threads or torch state to fork; each rank takes the parent's
+    environment and directory of the moment, as a spawned one does. CUDA ranks (NCCL) are
+    spawned, as the harness's are (torchlet.parallel), with no server in between."""
     if device != "cpu":
         return multiprocessing.get_context("spawn")
     ctx = multiprocessing.get_context("forkserver")
@@ -101,13 +107,14 @@ class Group:
 
     def __init__(self, scenario, args, world: int, device: str = "cpu"):
         ctx = _context(scenario, device)
-        port = free_port()
+        port, parent = free_port(), (dict(os.environ), os.getcwd())
         self.pipes, self.procs = [None] * world, [None] * world
         for rank in [*range(1, world), 0]:  # rank 0 last: it is told the others' pids
             mine, theirs = ctx.Pipe(duplex=False)
             target, targs = ((_rank0, (theirs, scenario, args, world, port,
-                                       [p.pid for p in self.procs[1:]], device)) if rank == 0
-                             else (_follower, (theirs, rank, world, port, device)))
+                                       [p.pid for p in self.procs[1:]], parent, device))
+                             if rank == 0
+                             else (_follower, (theirs, rank, world, port, parent, device)))
             proc = ctx.Process(target=target, args=targs, daemon=True)
             proc.start()
             self.pipes[rank], self.procs[rank] = mine, proc
