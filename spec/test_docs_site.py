@@ -98,9 +98,10 @@ def results(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def built(tmp_path_factory, results) -> tuple[Path, int]:
-    """The site as `torchlet docs build --out DIR --results FILE` writes it, and the command's
-    exit code: every spec of this page reads this one build (a build runs every version's
-    pictures, seconds each), and test_two_builds_are_byte_identical builds it again."""
+    """The reference site as `torchlet docs build --out DIR --results FILE` writes it, and the
+    command's exit code: the specs of this page that read the reference site, the JUnit file's
+    and the command's included, read this one build (a build runs every version's pictures,
+    seconds of CPU), and test_two_builds_are_byte_identical builds it again."""
     from torchlet import cli
 
     out = tmp_path_factory.mktemp("site") / "a"
