@@ -100,6 +100,20 @@ def pytest_generate_tests(metafunc):
     metafunc.parametrize("impl", params, scope="module")
 
 
+@pytest.fixture(scope="session")
+def mutants_worker():
+    """The mutants' child interpreter (spec/mutants/worker.py), one per pytest process, for every
+    meta-spec page whose nested pytest runs take its settings: the mutants' runs and the
+    selection pages'. A page then costs its runs, not another interpreter's torch import and
+    first collection (about 4 s a page and process here). The stub runs, with the `stubs`
+    Hypothesis profile, keep their own (spec/test_meta_stubs.py)."""
+    from spec.mutants.runner import Worker
+
+    worker = Worker()
+    yield worker
+    worker.close()
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item):
     overlap.before(item)

@@ -74,11 +74,43 @@ class Page(HTMLParser):
             self.h3[-1] += data
 
 
+JUNIT = """<?xml version="1.0" encoding="utf-8"?>
+<testsuites><testsuite name="pytest" tests="3">
+<testcase classname="spec.test_v02_kv_cache"
+  name="test_decode_ignores_the_history_token_ids_it_is_given[v02_kv_cache]"/>
+<testcase classname="spec.test_v02_kv_cache"
+  name="test_decode_reads_the_cache_so_a_cache_from_another_history_changes_the_output[v02_kv_cache]">
+  <failure message="assert 1 == 2">boom</failure></testcase>
+<testcase classname="spec.test_v02_kv_cache"
+  name="test_the_cache_holds_the_keys_and_values_hf_computes_from_scratch[v02_kv_cache-qwen2]">
+  <skipped message="no oracle"/></testcase>
+</testsuite></testsuites>
+"""
+
+
 @pytest.fixture(scope="module")
-def site(tmp_path_factory) -> Path:
+def results(tmp_path_factory) -> Path:
+    """A JUnit file of three of v02's specs: one passed, one failed, one skipped."""
+    xml = tmp_path_factory.mktemp("results") / "junit.xml"
+    xml.write_text(JUNIT)
+    return xml
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory, results) -> tuple[Path, int]:
+    """The reference site as `torchlet docs build --out DIR --results FILE` writes it, and the
+    command's exit code: the specs of this page that read the reference site, the JUnit file's
+    and the command's included, read this one build (a build runs every version's pictures,
+    seconds of CPU), and test_two_builds_are_byte_identical builds it again."""
+    from torchlet import cli
+
     out = tmp_path_factory.mktemp("site") / "a"
-    docs.build(out)
-    return out
+    return out, cli.main(["docs", "build", "--out", str(out), "--results", str(results)])
+
+
+@pytest.fixture(scope="module")
+def site(built) -> Path:
+    return built[0]
 
 
 def parsed(path: Path) -> Page:
@@ -193,52 +225,36 @@ def test_a_page_without_a_section_fails_the_build_naming_version_and_section(tmp
         docs.build(tmp_path / "out", spec_dir=spec_dir)
 
 
-def test_two_builds_are_byte_identical(site):
+def test_two_builds_are_byte_identical(site, results):
     again = site.parent / "b"
-    docs.build(again)
+    docs.build(again, results=results)
     first = {p.relative_to(site): p.read_bytes() for p in sorted(site.rglob("*")) if p.is_file()}
     second = {p.relative_to(again): p.read_bytes() for p in sorted(again.rglob("*")) if p.is_file()}
     assert first.keys() == second.keys()
     assert [k for k in first if first[k] != second[k]] == []
 
 
-JUNIT = """<?xml version="1.0" encoding="utf-8"?>
-<testsuites><testsuite name="pytest" tests="3">
-<testcase classname="spec.test_v02_kv_cache"
-  name="test_decode_ignores_the_history_token_ids_it_is_given[v02_kv_cache]"/>
-<testcase classname="spec.test_v02_kv_cache"
-  name="test_decode_reads_the_cache_so_a_cache_from_another_history_changes_the_output[v02_kv_cache]">
-  <failure message="assert 1 == 2">boom</failure></testcase>
-<testcase classname="spec.test_v02_kv_cache"
-  name="test_the_cache_holds_the_keys_and_values_hf_computes_from_scratch[v02_kv_cache-qwen2]">
-  <skipped message="no oracle"/></testcase>
-</testsuite></testsuites>
-"""
-
-
-def test_a_junit_file_shows_pass_fail_and_skip_per_spec_and_per_version(tmp_path):
-    xml = tmp_path / "junit.xml"
-    xml.write_text(JUNIT)
-    docs.build(tmp_path / "out", results=xml)
-    html = (tmp_path / "out" / "versions" / "v02_kv_cache.html").read_text()
+def test_a_junit_file_shows_pass_fail_and_skip_per_spec_and_per_version(site):
+    html = (site / "versions" / "v02_kv_cache.html").read_text()
     assert '[passed]</span> <a href="' in html.split("Decode ignores the history")[0][-200:]
     assert "[failed]" in html.split("Decode reads the cache")[0][-200:]
     assert "[skipped]" in html.split("The cache holds the keys")[0][-200:]
     skipped = html.split("The cache holds the keys")[1].split("</li>")[0]
     assert '<span class="reason"> (no oracle)</span>' in skipped, "the skip reason is not shown"
-    index = (tmp_path / "out" / "index.html").read_text()
+    index = (site / "index.html").read_text()
     row = index[index.index('href="versions/v02_kv_cache.html"'):].split("</tr>")[0]
     assert "1 passed, 1 failed, 1 skipped" in row
     other = index[index.index('href="versions/v03_request_states.html"'):].split("</tr>")[0]
     assert "not run" in other
 
 
-def test_the_cli_builds_the_site_and_refuses_a_missing_results_file_in_one_line(tmp_path,
+def test_the_cli_builds_the_site_and_refuses_a_missing_results_file_in_one_line(built, tmp_path,
                                                                                 capsys):
     from torchlet import cli
 
-    assert cli.main(["docs", "build", "--out", str(tmp_path / "site")]) == 0
-    assert (tmp_path / "site" / "index.html").is_file()
+    site, code = built
+    assert code == 0
+    assert (site / "index.html").is_file()
     capsys.readouterr()
     code = cli.main(["docs", "build", "--out", str(tmp_path / "other"),
                      "--results", str(tmp_path / "missing.xml")])

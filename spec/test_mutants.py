@@ -8,7 +8,8 @@ Why: a spec that passes on a broken version checks nothing. Running every spec a
 one property it breaks is noticed, by the specs named for that property.
 Core principle: the mutants are edits of exact source text, so a mutant that no longer matches the
 reference fails here instead of silently testing nothing. Each runs only its property's specs,
-with -x, in a child interpreter reused across mutants (spec/mutants/worker.py).
+with -x, in a child interpreter reused across mutants (spec/mutants/worker.py) and the
+selection pages' runs (conftest.py: mutants_worker).
 Files: spec/mutants/ (the set, the runner, the worker), docs/mutants.md (the table).
 Tradeoff left visible: the set is only as good as its mutants. A property with three mutants is
 pinned against those three breakages, not against every possible one.
@@ -16,7 +17,7 @@ pinned against those three breakages, not against every possible one.
 import pytest
 
 from spec.mutants import all_mutants
-from spec.mutants.runner import Worker, run
+from spec.mutants.runner import run
 from spec.mutants.table import DOC
 
 MUTANTS = all_mutants()
@@ -27,9 +28,7 @@ pytestmark = pytest.mark.mutants
 def worker(request):
     if request.config.getoption("--impl-root"):
         pytest.skip("mutants break the reference, not a tree given with --impl-root")
-    w = Worker()
-    yield w
-    w.close()
+    return request.getfixturevalue("mutants_worker")  # shared with the selection pages
 
 
 @pytest.mark.parametrize("mutant", MUTANTS, ids=[m.name for m in MUTANTS])

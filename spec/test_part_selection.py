@@ -23,7 +23,6 @@ import re
 
 import pytest
 
-from spec.mutants.runner import Worker
 
 QUIET = ["-q", "-p", "no:randomly", "-p", "no:xdist", "-p", "no:unraisableexception",
          "--no-owned-coverage"]
@@ -60,16 +59,15 @@ def tree(request, tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def pytest_run(tree, tmp_path_factory):
-    """pytest in a child interpreter, against the tree: (exit code, output)."""
-    worker = Worker()
+def pytest_run(tree, tmp_path_factory, mutants_worker):
+    """pytest in a child interpreter (the mutants', conftest.py), against the tree: (exit code,
+    output)."""
     log = tmp_path_factory.mktemp("log") / "log"
 
     def run(*args, page=PAGE):
-        rc = worker.pytest([page, f"--impl-root={tree}", *QUIET, *args], log)
+        rc = mutants_worker.pytest([page, f"--impl-root={tree}", *QUIET, *args], log)
         return rc, log.read_text()
-    yield run
-    worker.close()
+    return run
 
 
 def versions_of(out: str, spec: str) -> set[str]:

@@ -26,7 +26,6 @@ import pytest
 
 import implementations
 from spec.mutants import all_mutants
-from spec.mutants.runner import Worker
 from torchlet import learner
 from torchlet.contract import SAMPLING
 
@@ -43,12 +42,10 @@ QUIET = ["-q", "-p", "no:randomly", "-p", "no:xdist", "-p", "no:unraisableexcept
 
 @pytest.fixture(scope="module")
 def worker(request):
-    """One child interpreter for every pytest run of this page."""
+    """One child interpreter for every pytest run of this page: the mutants' (conftest.py)."""
     if request.config.getoption("--impl-root"):
         pytest.skip("selection is checked on the reference tree")
-    w = Worker()
-    yield w
-    w.close()
+    return request.getfixturevalue("mutants_worker")
 
 
 @pytest.fixture(scope="module")

@@ -41,7 +41,7 @@ from spec.support.hf_dirs import save_tiny
 from spec.support.models import FIXTURES_DIR, tiny_checkpoint
 from spec.support.oracle import greedy, hf_model
 from spec.support.prompts import MARGIN
-from spec.support.ranks import run_ranks, spec_for
+from spec.support.ranks import run_directory, run_ranks, shared_by_workers, spec_for
 from torchlet.checkpoints import load_hf_dir
 from torchlet.contract import TENSOR_PARALLEL, GenerationParams, TorchletError
 
@@ -165,26 +165,32 @@ def unseeded_run(engine, prompt):
     return tokens, kv
 
 
-def observe(ranks, counts, specs, kill):
-    """Rank 0's scenario: for each case, an EXACT engine's observations, then the tokens of a
-    default engine (overlap, the prefix cache, graphs where the version has them) and of a tight
-    one (slices of 4 rows, a pool small enough to preempt); then, if asked, a kill."""
+def observe(ranks, counts, specs, phases):
+    """Rank 0's scenario: for each case, an EXACT engine's observations (and an unseeded
+    request's run on it), then the tokens of a default engine (overlap, the prefix cache, graphs
+    where the version has them) and of a tight one (slices of 4 rows, a pool small enough to
+    preempt); then a kill. Only the phases asked for (see PHASES) run."""
     seen = {}
     for name, (exact, default, tight, cases, sampled) in specs.items():
-        engine = ranks.build(exact)
-        seen[name] = observe_one(engine, name, cases, sampled, counts)
-        seen[name]["rank"], seen[name]["world"] = engine.rank, engine.world_size
-        if sampled:
-            seen[name]["unseeded"] = unseeded_run(engine, cases[0][0])
-        engine = ranks.build(default)
+        seen[name] = {}
+        if phases & {"exact", "unseeded"}:
+            engine = ranks.build(exact)
+            seen[name]["rank"], seen[name]["world"] = engine.rank, engine.world_size
+            if "exact" in phases:
+                seen[name].update(observe_one(engine, name, cases, sampled, counts))
+            if sampled and "unseeded" in phases:
+                seen[name]["unseeded"] = unseeded_run(engine, cases[0][0])
         prompts = [p for p, _ in cases]
-        seen[name]["greedy"] = engine.generate(prompts + prompts[:1], GREEDY)
-        seen[name]["sampled"] = [engine.generate([p], params)[0] for p, params in sampled]
-        engine = ranks.build(tight)
-        seen[name]["tight"] = engine.generate(prompts, GREEDY)
+        if "default" in phases:
+            engine = ranks.build(default)
+            seen[name]["greedy"] = engine.generate(prompts + prompts[:1], GREEDY)
+            seen[name]["sampled"] = [engine.generate([p], params)[0] for p, params in sampled]
+        if "tight" in phases:
+            engine = ranks.build(tight)
+            seen[name]["tight"] = engine.generate(prompts, GREEDY)
     ranks.close_engine()  # rank 1 reports its collectives when an engine closes
     seen["counts"] = list(counts)
-    if kill:
+    if "kill" in phases:
         seen["killed"] = after_a_kill(ranks, next(iter(specs.values()))[0])
     return seen
 
@@ -220,20 +226,28 @@ READS = {"test_tp2_seeded_samples_are_the_golden_samples": SAMPLED,
          "test_shards_reports_what_the_shards_hold": "tiny_llama",
          "test_the_other_rank_calls_the_same_collectives_in_the_same_order": "tiny_llama",
          "test_a_killed_rank_makes_rank_0s_next_call_fail_with_a_clear_error": "tiny_llama"}
-KILL = "test_a_killed_rank_makes_rank_0s_next_call_fail_with_a_clear_error"
+# And the phases of observe() each spec reads; the exact engine's observations where a spec is
+# not named here.
+PHASES = {"test_tp2_greedy_tokens_are_the_oracles": {"exact", "default"},
+          "test_tp2_seeded_samples_are_the_golden_samples": {"default"},
+          "test_slices_a_tight_pool_and_preemption_keep_the_oracles_tokens": {"tight"},
+          "test_an_unseeded_request_feeds_every_rank_the_tokens_rank_0_drew": {"unseeded"},
+          "test_the_other_rank_calls_the_same_collectives_in_the_same_order":
+              {"exact", "unseeded", "default", "tight"},
+          "test_a_killed_rank_makes_rank_0s_next_call_fail_with_a_clear_error": {"kill"}}
 
 
-def wanted(session) -> tuple[tuple[str, ...], bool]:
-    """The cases the collected specs of this page read, in CASES order, and whether one kills."""
+def wanted(session) -> tuple[tuple[str, ...], frozenset[str]]:
+    """The cases the collected specs of this page read, in CASES order, and the phases."""
     here = [i for i in session.items if i.module.__name__ == __name__ and "tp2" in
             getattr(i, "fixturenames", ())]
     names = {i.callspec.params.get("name") if hasattr(i, "callspec") else None for i in here}
     names |= {READS[i.originalname] for i in here if i.originalname in READS}
-    return tuple(c for c in CASES if c in names), any(i.originalname == KILL for i in here)
+    phases = frozenset().union(*(PHASES.get(i.originalname, {"exact"}) for i in here))
+    return tuple(c for c in CASES if c in names), phases
 
 
-@functools.lru_cache(maxsize=None)
-def _tp2(impl, cases, kill):
+def _tp2(impl, cases, phases):
     """The run's result, or the exception it failed with: a failed run (a stub, a mutant) is not
     started again for every spec that reads it, which would cost each a group's start-up."""
     specs = {name: (spec_for(impl, model_dir(name), **EXACT), spec_for(impl, model_dir(name)),
@@ -241,16 +255,24 @@ def _tp2(impl, cases, kill):
                     oracle_cases(name), [c[:2] for c in sampled_cases(name)])
              for name in cases}
     try:
-        return run_ranks(observe, specs, kill)
+        return run_ranks(observe, specs, phases)
     except Exception as e:  # noqa: BLE001 - re-raised in every spec that reads the run
         return e
 
 
+@functools.lru_cache(maxsize=None)
+def _tp2_once(impl, cases, phases, directory):
+    """_tp2 once per version and pytest run: once per process, and once for all of xdist's
+    workers (spec/support/ranks.py: shared_by_workers)."""
+    key = repr((impl.name, impl.package.__file__, cases, sorted(phases)))
+    return shared_by_workers(key, lambda: _tp2(impl, cases, phases), directory)
+
+
 @pytest.fixture
-def tp2(impl, request):
+def tp2(impl, request, tmp_path_factory):
     """(rank 0's observations, [rank 1's collectives]) of one 2-rank run per version, of the
     cases the collected specs read."""
-    result = _tp2(impl, *wanted(request.session))
+    result = _tp2_once(impl, *wanted(request.session), run_directory(tmp_path_factory))
     if isinstance(result, Exception):
         # its traceback dropped: each raise would add this one's frames to those before it
         raise result.with_traceback(None)

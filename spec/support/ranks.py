@@ -1,5 +1,6 @@
-"""Ranks of a tensor-parallel group for the specs: every rank a child process (spawned, so the
-pytest process never joins a group), over gloo on loopback, always stopped when the spec ends.
+"""Ranks of a tensor-parallel group for the specs: every rank a child process (never the pytest
+process itself, so it never joins a group), over gloo on loopback, always stopped when the spec
+ends.
 
 `run_ranks(scenario, *args)` runs `scenario(ranks, counts, *args)` on rank 0, where `ranks` is a
 torchlet.parallel.Ranks joined from the environment torchrun would set (the launcher's own
@@ -40,16 +41,22 @@ def count_collectives() -> list[str]:
     return calls
 
 
-def _environment(rank: int, world: int, port: int) -> None:
+def _environment(rank: int, world: int, port: int, parent: tuple[dict, str]) -> None:
+    """The parent's environment and directory as they were when the group started (a rank
+    forked from the fork server would otherwise have the server's), then the group's."""
+    env, cwd = parent
+    os.environ.clear()
+    os.environ.update(env)
+    os.chdir(cwd)
     os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank),
                       MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 
-def _rank0(conn, scenario, args, world, port, peers, device="cpu"):
+def _rank0(conn, scenario, args, world, port, peers, parent, device="cpu"):
     import torch
     torch.set_num_threads(1)
-    _environment(0, world, port)
+    _environment(0, world, port, parent)
     os.environ["TORCHLET_SPEC_PEER_PID"] = str(peers[0])  # for a scenario that stops a rank
     try:
         counts = count_collectives()
@@ -60,10 +67,10 @@ def _rank0(conn, scenario, args, world, port, peers, device="cpu"):
         conn.send_bytes(pickle.dumps(("error", traceback.format_exc())))
 
 
-def _follower(conn, rank, world, port, device="cpu"):
+def _follower(conn, rank, world, port, parent, device="cpu"):
     import torch
     torch.set_num_threads(1)
-    _environment(rank, world, port)
+    _environment(rank, world, port, parent)
     counts = count_collectives()
     try:
         with Ranks.from_env(device, timeout_s=GROUP_TIMEOUT_S) as ranks:
@@ -81,18 +88,33 @@ def _follower(conn, rank, world, port, device="cpu"):
         conn.send_bytes(pickle.dumps(("error", traceback.format_exc())))
 
 
+def _context(scenario, device: str):
+    """On a CPU, ranks forked from multiprocessing's fork server, which imports torch, this
+    module and the scenario's once per pytest process: a spawned rank paid those imports itself,
+    about 2 s of CPU a rank and most of a mutant's run here. The server imports and never
+    computes, so it holds no threads or torch state to fork; each rank takes the parent's
+    environment and directory of the moment, as a spawned one does. CUDA ranks (NCCL) are
+    spawned, as the harness's are (torchlet.parallel), with no server in between."""
+    if device != "cpu":
+        return multiprocessing.get_context("spawn")
+    ctx = multiprocessing.get_context("forkserver")
+    ctx.set_forkserver_preload([__name__, scenario.__module__])  # read when the server starts
+    return ctx
+
+
 class Group:
     """The child processes of one run, started and stopped together."""
 
     def __init__(self, scenario, args, world: int, device: str = "cpu"):
-        ctx = multiprocessing.get_context("spawn")
-        port = free_port()
+        ctx = _context(scenario, device)
+        port, parent = free_port(), (dict(os.environ), os.getcwd())
         self.pipes, self.procs = [None] * world, [None] * world
         for rank in [*range(1, world), 0]:  # rank 0 last: it is told the others' pids
             mine, theirs = ctx.Pipe(duplex=False)
             target, targs = ((_rank0, (theirs, scenario, args, world, port,
-                                       [p.pid for p in self.procs[1:]], device)) if rank == 0
-                             else (_follower, (theirs, rank, world, port, device)))
+                                       [p.pid for p in self.procs[1:]], parent, device))
+                             if rank == 0
+                             else (_follower, (theirs, rank, world, port, parent, device)))
             proc = ctx.Process(target=target, args=targs, daemon=True)
             proc.start()
             self.pipes[rank], self.procs[rank] = mine, proc
@@ -135,6 +157,41 @@ def run_ranks(scenario, *args, world: int = 2, device: str = "cpu"):
         return first, [group.result(r) for r in range(1, world)]
     finally:
         group.stop()
+
+
+def run_directory(tmp_path_factory):
+    """The temporary directory every xdist worker of this run shares (the parent of each one's
+    own), or None outside xdist."""
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        return None
+    return tmp_path_factory.getbasetemp().parent
+
+
+def shared_by_workers(key: str, compute, directory):
+    """compute()'s value, computed once for all the xdist workers of a run: the first worker to
+    ask computes it, under a lock in `directory` (run_directory()), and leaves it there pickled;
+    the others wait on the lock and read it. xdist spreads a page's specs over its workers, each
+    of which would otherwise start a group of ranks and run every case again (15 s here).
+    Without a directory (a run without xdist, a mutant's or a stub run), it is compute()."""
+    import fcntl
+    import hashlib
+
+    if directory is None:
+        return compute()
+    path = directory / f"ranks-{hashlib.sha256(key.encode()).hexdigest()[:24]}.pickle"
+    with open(path.with_suffix(".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes, or its process ends
+        if path.exists():
+            return pickle.loads(path.read_bytes())
+        value = compute()
+        try:
+            data = pickle.dumps(value)
+        except Exception:  # noqa: BLE001 - an error that won't pickle: each worker meets its own
+            return value
+        part = path.with_suffix(".part")
+        part.write_bytes(data)
+        part.replace(path)
+        return value
 
 
 def spec_for(impl, model_dir, device="cpu", dtype="float64", **options) -> BuildSpec:

@@ -127,9 +127,15 @@ class _Ops(TorchDispatchMode):
         if w._model_on_stack():
             w.model_ops.append(str(func))
         w._in_op += 1
+        # An op's body (a Triton kernel under the CPU interpreter: its Python runs call by call)
+        # is the op's kernel, not the model: the watch's profile hook is off until it returns,
+        # where it would only count _in_op, at several times the kernel's own cost.
+        profile = sys.getprofile()
+        sys.setprofile(None)
         try:
             return func(*args, **(kwargs or {}))
         finally:
+            sys.setprofile(profile)
             w._in_op -= 1
 
 
