@@ -41,7 +41,7 @@ from spec.support.hf_dirs import save_tiny
 from spec.support.models import FIXTURES_DIR, tiny_checkpoint
 from spec.support.oracle import greedy, hf_model
 from spec.support.prompts import MARGIN
-from spec.support.ranks import run_directory, run_ranks, shared_by_workers, spec_for
+from spec.support.ranks import run_ranks, spec_for
 from torchlet.checkpoints import load_hf_dir
 from torchlet.contract import TENSOR_PARALLEL, GenerationParams, TorchletError
 
@@ -251,6 +251,7 @@ def wanted(session) -> tuple[tuple[str, ...], frozenset[str]]:
     return tuple(c for c in CASES if c in names), phases
 
 
+@functools.lru_cache(maxsize=None)
 def _tp2(impl, cases, phases):
     """The run's result, or the exception it failed with: a failed run (a stub, a mutant) is not
     started again for every spec that reads it, which would cost each a group's start-up."""
@@ -264,19 +265,11 @@ def _tp2(impl, cases, phases):
         return e
 
 
-@functools.lru_cache(maxsize=None)
-def _tp2_once(impl, cases, phases, directory):
-    """_tp2 once per version and pytest run: once per process, and once for all of xdist's
-    workers (spec/support/ranks.py: shared_by_workers)."""
-    key = repr((impl.name, impl.package.__file__, cases, sorted(phases)))
-    return shared_by_workers(key, lambda: _tp2(impl, cases, phases), directory)
-
-
 @pytest.fixture
-def tp2(impl, request, tmp_path_factory):
+def tp2(impl, request):
     """(rank 0's observations, [rank 1's collectives]) of one 2-rank run per version, of the
     cases the collected specs read."""
-    result = _tp2_once(impl, *wanted(request.session), run_directory(tmp_path_factory))
+    result = _tp2(impl, *wanted(request.session))
     if isinstance(result, Exception):
         # its traceback dropped: each raise would add this one's frames to those before it
         raise result.with_traceback(None)

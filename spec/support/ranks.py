@@ -159,41 +159,6 @@ def run_ranks(scenario, *args, world: int = 2, device: str = "cpu"):
         group.stop()
 
 
-def run_directory(tmp_path_factory):
-    """The temporary directory every xdist worker of this run shares (the parent of each one's
-    own), or None outside xdist."""
-    if not os.environ.get("PYTEST_XDIST_WORKER"):
-        return None
-    return tmp_path_factory.getbasetemp().parent
-
-
-def shared_by_workers(key: str, compute, directory):
-    """compute()'s value, computed once for all the xdist workers of a run: the first worker to
-    ask computes it, under a lock in `directory` (run_directory()), and leaves it there pickled;
-    the others wait on the lock and read it. xdist spreads a page's specs over its workers, each
-    of which would otherwise start a group of ranks and run every case again (15 s here).
-    Without a directory (a run without xdist, a mutant's or a stub run), it is compute()."""
-    import fcntl
-    import hashlib
-
-    if directory is None:
-        return compute()
-    path = directory / f"ranks-{hashlib.sha256(key.encode()).hexdigest()[:24]}.pickle"
-    with open(path.with_suffix(".lock"), "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes, or its process ends
-        if path.exists():
-            return pickle.loads(path.read_bytes())
-        value = compute()
-        try:
-            data = pickle.dumps(value)
-        except Exception:  # noqa: BLE001 - an error that won't pickle: each worker meets its own
-            return value
-        part = path.with_suffix(".part")
-        part.write_bytes(data)
-        part.replace(path)
-        return value
-
-
 def spec_for(impl, model_dir, device="cpu", dtype="float64", **options) -> BuildSpec:
     """The BuildSpec of `impl` (a reference version or a mutant's copy), float64 by default."""
     from pathlib import Path
