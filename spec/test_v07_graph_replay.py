@@ -23,6 +23,8 @@ included, and the lane cache is read in full (max_len rows per lane) by every la
 import pytest
 import torch
 from hypothesis import given
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_leaves
 
 from spec.support import scenarios
 from spec.support import strategies as sts
@@ -174,6 +176,42 @@ def test_replayed_steady_state_tokens_equal_eager_tokens(steady):
     assert graphed_tokens == eager_tokens
     assert [len(t) for t in graphed_tokens] == [9 - i for i in range(8)]
 
+
+
+class VocabOutputs(TorchDispatchMode):
+    """The dtypes of the [rows, vocab] tensors that ops return, replayed graph ops included."""
+
+    def __init__(self):
+        super().__init__()
+        self.dtypes: list[torch.dtype] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        for t in tree_leaves(out):
+            if isinstance(t, torch.Tensor) and t.dim() == 2 and t.shape[-1] == VOCAB:
+                self.dtypes.append(t.dtype)
+        return out
+
+
+@pytest.mark.part("runner", "sampler")
+def test_a_greedy_bfloat16_decode_step_draws_from_the_lm_heads_logits_and_makes_no_float_copy(
+        impl):
+    # The argmax of the LM head's bfloat16 logits is the argmax of their float32 copy, which
+    # would cost a step a read and a write of [lanes, vocab] (docs/perf-notes.md).
+    engine = impl.build(CKPT, dtype=torch.bfloat16, max_lanes=4)
+    eager = impl.build(CKPT, dtype=torch.bfloat16, max_lanes=4, use_graphs=False)
+    params = GenerationParams(max_new_tokens=6, ignore_eos=True)
+    prompts = [[20 + i, 4, 9] for i in range(3)]
+    ids = [engine.add_request(p, params) for p in prompts]
+    for _ in range(3):  # the prefill, then decodes that capture the bucket
+        engine.step()
+    with VocabOutputs() as seen:
+        engine.step()
+    assert torch.bfloat16 in seen.dtypes, "the step computed no [lanes, vocab] logits"
+    assert torch.float32 not in seen.dtypes, f"[lanes, vocab] tensors of {seen.dtypes}"
+    while engine.has_unfinished():
+        engine.step()
+    assert [engine.output(i).tokens for i in ids] == eager.generate(prompts, params)
 
 @pytest.mark.gpu
 def test_cuda_replay_equals_eager_within_tolerance_and_tokens_match_cpu(impl):

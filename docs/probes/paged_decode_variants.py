@@ -134,7 +134,7 @@ row("v10 as it is", lambda *a: paged.paged_decode_attention(*a, 0.125))
 grid = dict(block_n=(128, 256), warps=(4, 8), stages=(1, 2, 3), k_rows=(False, True),
             page_const=(False, True), per_sm=(2, 4))
 if "--quick" in sys.argv:
-    grid.update(block_n=(128,), warps=(4,), per_sm=(2,))
+    grid.update(block_n=(128,), warps=(4,), k_rows=(False,))
 for values in itertools.product(*grid.values()):
     options = dict(zip(grid, values))
     try:

@@ -71,7 +71,8 @@ def sample(logits: torch.Tensor, temperature: torch.Tensor, top_k: torch.Tensor,
     """One token id per row: the argmax where temperature is 0, else a draw from the filtered
     distribution keyed by (seed, position). Both are computed, and a where picks, so the step
     has one shape whatever its rows ask for."""
-    logp = filter_logits(logits, temperature, top_k, top_p, min_p).float().log_softmax(dim=-1)
+    logits = logits.float()  # a decode step's are in the model's dtype (v05's decode_step)
+    logp = filter_logits(logits, temperature, top_k, top_p, min_p).log_softmax(dim=-1)
     noise = -uniforms(seed, position, logits.shape[-1]).log()  # Exp(1)
     drawn = (logp - noise.log()).argmax(dim=-1)  # argmax p / E, in logs
     return torch.where(temperature > 0, drawn, logits.argmax(dim=-1))

@@ -15,6 +15,8 @@ FN_NOT_CALLED = (f"{CAPTURE}::test_a_replay_never_calls_the_captured_function_an
 EQUAL_LOGITS = (f"{REPLAY}::test_replay_logits_equal_eager_logits_bit_for_bit_while_the_batch_"
                 f"changes")
 EQUAL_REPLAY = f"{CAPTURE}::test_replay_equals_eager_bit_for_bit_while_inputs_change_in_place"
+NO_FLOAT_COPY = (f"{REPLAY}::test_a_greedy_bfloat16_decode_step_draws_from_the_lm_heads_logits_and_"
+                 f"makes_no_float_copy")
 
 RUN_REPLAY = ('        self._counts[bucket]["replays"] += 1\n'
               '        return self.graphs[bucket].replay(*self._views[bucket])')
@@ -86,4 +88,11 @@ MUTANTS = [
         (f"{CAPTURE}::test_runner_captures_each_bucket_once_and_only_replays_in_steady_state",
          EQUAL_LOGITS), ("v07",),
         "the runner replays the smallest graph captured so far, whatever the batch"),
+    Mutant("v05-decode-step-casts-its-logits", "graph replay", (
+        Edit("v05_decode_lanes/runner.py",
+             "        return self.model.lm_head(self.weights, hidden)\n",
+             "        return self.model.lm_head(self.weights, hidden).float()\n"),),
+        (NO_FLOAT_COPY,), ("v07",),
+        "the decode step casts every lane's logits to float32 before its argmax: the same "
+        "tokens, a [lanes, vocab] copy more"),
 ]
