@@ -1,5 +1,3 @@
-import sys
+from torchlet.cli import exit_process
 
-from torchlet.cli import main
-
-sys.exit(main())
+exit_process()
