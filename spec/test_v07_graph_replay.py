@@ -177,7 +177,6 @@ def test_replayed_steady_state_tokens_equal_eager_tokens(steady):
     assert [len(t) for t in graphed_tokens] == [9 - i for i in range(8)]
 
 
-
 class VocabOutputs(TorchDispatchMode):
     """The dtypes of the [rows, vocab] tensors that ops return, replayed graph ops included."""
 
@@ -212,6 +211,7 @@ def test_a_greedy_bfloat16_decode_step_draws_from_the_lm_heads_logits_and_makes_
     while engine.has_unfinished():
         engine.step()
     assert [engine.output(i).tokens for i in ids] == eager.generate(prompts, params)
+
 
 @pytest.mark.gpu
 def test_cuda_replay_equals_eager_within_tolerance_and_tokens_match_cpu(impl):
