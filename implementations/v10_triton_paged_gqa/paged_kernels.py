@@ -46,8 +46,11 @@ def _pad(n: int) -> int:
 # arrive combined, through atomic counters, gave wrong logits once in an H200 graph replay).
 # From one pair per SM up, splitting measured slower on an H200 (batch 32 x 8 KV heads, context
 # 4096: 206 us split in 2 against 191 us unsplit): the partials and their combine cost more than
-# the extra parallelism gains.
-PROGRAMS_PER_SM = 2
+# the extra parallelism gains. 4 programs per SM, with the page size a compile-time constant,
+# measured best of 12 variants (docs/probes/paged_decode_variants.py --quick, 2026-12-03): batch
+# 64 x 4,096 42.9 us against 44.4 at 2 per SM, batch 64 x 1,024 14.0 against 15.0, the rest
+# within 3%.
+PROGRAMS_PER_SM = 4
 # Below this a program walks at most 4 tiles: the split saves less than its second launch costs.
 MIN_SPLIT_CONTEXT = 512
 # The SM count the interpreter plans for (an H200's), so CPU runs take the GPU's split path.
@@ -61,7 +64,7 @@ COMBINE_FLOATS = 16384
 def _paged_decode_kernel(
         q_ptr, k_ptr, v_ptr, tables_ptr, lens_ptr, out_ptr, part_ptr, scale,
         q_sb, q_sh, cache_sblock, cache_stok, cache_shead, tables_sb, out_sb, out_sh,
-        block_size, group, head_dim, chunk,
+        group, head_dim, chunk, PAGE: tl.constexpr,
         BLOCK_G: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr,
         SPLIT: tl.constexpr, PRECISION: tl.constexpr):
     # One program = one request x one KV head (x one chunk of its context when SPLIT), with all
@@ -89,9 +92,10 @@ def _paged_decode_kernel(
     for start in range(lo, hi, BLOCK_N):
         t = start + tl.arange(0, BLOCK_N)
         live = t < hi
-        # Follow the table: each token's page is looked up, so pages need not be adjacent.
-        page = tl.load(tables_ptr + b * tables_sb + t // block_size, mask=live, other=0)
-        slot = (page.to(tl.int64) * cache_sblock + (t % block_size) * cache_stok
+        # Follow the table: each token's page is looked up, so pages need not be adjacent. The
+        # page size is a compile-time constant, so t // PAGE and t % PAGE are a shift and a mask.
+        page = tl.load(tables_ptr + b * tables_sb + t // PAGE, mask=live, other=0)
+        slot = (page.to(tl.int64) * cache_sblock + (t % PAGE) * cache_stok
                 + kv_head * cache_shead)
         k_mask = live[None, :] & (d < head_dim)[:, None]
         # Masked loads read 0 past the context: those slots may hold anything, NaN included.
@@ -177,14 +181,17 @@ def _num_sms(device: torch.device) -> int:
     return _SMS[device]
 
 
-def _plan_splits(work: int, max_context: int, sms: int) -> tuple[int, int]:
+def _plan_splits(work: int, max_context: int, sms: int,
+                 per_sm: int | None = None) -> tuple[int, int]:
     """(splits, chunk tokens) for `work` request x KV head pairs whose tables hold max_context
-    tokens. Only shapes go in, never context_lens, so a captured graph's launch fits every
-    replay; chunks are whole tiles, and none lies wholly past max_context."""
+    tokens, for about per_sm (PROGRAMS_PER_SM) programs an SM. Only shapes go in, never
+    context_lens, so a captured graph's launch fits every replay; chunks are whole tiles, and
+    none lies wholly past max_context."""
     tiles = triton.cdiv(max_context, BLOCK_N)
     if work >= sms or max_context < MIN_SPLIT_CONTEXT:
         return 1, max_context
-    splits = max(1, min(triton.cdiv(PROGRAMS_PER_SM * sms, work), tiles))
+    per_sm = PROGRAMS_PER_SM if per_sm is None else per_sm
+    splits = max(1, min(triton.cdiv(per_sm * sms, work), tiles))
     if splits == 1:
         return 1, max_context
     chunk = triton.cdiv(tiles, splits) * BLOCK_N
@@ -215,7 +222,7 @@ def _paged_decode_op(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
         q, k_cache, v_cache, block_tables, context_lens, out, part, scale,
         q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
         block_tables.stride(0), out.stride(0), out.stride(1),
-        block_size, group, head_dim, chunk,
+        group, head_dim, chunk, PAGE=block_size,
         BLOCK_G=block_g, BLOCK_D=block_d, BLOCK_N=BLOCK_N, SPLIT=splits > 1,
         # float32 tl.dot defaults to TF32 on the GPU (10-bit mantissa); ask for full precision.
         PRECISION="ieee" if q.dtype == torch.float32 else "tf32")

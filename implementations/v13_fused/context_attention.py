@@ -32,6 +32,9 @@ check = kernels.check
 BLOCK_M = 64
 BLOCK_N = 64  # context tokens one loop iteration scores
 COMBINE_SPLITS = 8  # partials the combine reads at once (it loops over more)
+# Programs an SM when a pass's contexts are split (v10's plan): 2, the plan this kernel was
+# measured with (docs/perf-notes.md); v10's decode kernel plans for 4.
+PROGRAMS_PER_SM = 2
 _NS = __name__.replace(".", "_")
 
 
@@ -133,7 +136,7 @@ def _context_attention_op(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch
     # the live programs number about kv_heads x tokens / rows_per_program.
     splits, chunk = paged_kernels._plan_splits(
         kv_heads * triton.cdiv(tokens, rows_per_program), max_context,
-        paged_kernels._num_sms(q.device))
+        paged_kernels._num_sms(q.device), PROGRAMS_PER_SM)
     part = seen = out  # the SPLIT=False kernel writes neither
     if splits > 1:
         # torch.empty launches nothing: scratch for v10's partial rows, and each row's key count.
