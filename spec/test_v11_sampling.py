@@ -169,6 +169,68 @@ def test_a_draw_depends_on_seed_and_position_only(impl):
     assert len(set(many.tolist())) > 10  # seeds 0..119 at one position spread over the vocab
 
 
+REAL_VOCAB = 49_152  # SmolLM2's: a real vocabulary, where one hash in 2^24 is not rare
+ALL_ONES = 2 ** 24 - 1
+# the hash's top 24 bits where float32 rounds (x + 0.5): all ones, just past 2^23 (odd and even),
+# and the smallest, next to u = 0
+EXTREMES = (ALL_ONES, ALL_ONES - 1, 2 ** 23, 2 ** 23 + 1, 2 ** 23 + 3, 0)
+
+
+@pytest.mark.part("sampler")
+@pytest.mark.parametrize("top24", EXTREMES)
+def test_uniforms_equal_the_oracles_bit_for_bit_at_the_extreme_hash_values(impl, top24):
+    """For a (seed, position) whose stream holds the extreme value top24 at one token (found by
+    inverting the hash), the version's uniforms over a real vocabulary equal the contract's,
+    computed by the oracle in float64, exactly; every one lies strictly inside (0, 1)."""
+    seed = oracle.seeds_with_bits(top24, REAL_VOCAB, 1)[0]
+    token = oracle.token_with_bits(seed, 7, top24)
+    ours = impl.package.sampler.uniforms(torch.tensor([seed]), torch.tensor([7]), REAL_VOCAB)[0]
+    expected = oracle.uniforms(seed, 7, REAL_VOCAB)
+    assert expected[token] == (top24 + 0.5) / 2 ** 24
+    assert torch.equal(ours.double(), expected), (seed, token, float(ours[token]))
+    assert 0 < float(ours.min()) and float(ours.max()) < 1
+
+
+def race_rows(seeds: list[int], position: int, vocab: int, settings: oracle.Settings):
+    g = torch.Generator().manual_seed(position)
+    logits = torch.randn(len(seeds), vocab, generator=g) * 3
+    t, k, p, m = settings_tensors([settings] * len(seeds), torch.float32)
+    return logits, (t, k, p, m, torch.tensor(seeds), torch.full((len(seeds),), position))
+
+
+@pytest.mark.part("sampler")
+def test_top_k_one_draws_the_greedy_token_for_every_seed_whose_stream_holds_an_all_ones_hash(
+        impl):
+    """Of seeds 0..29,999, every one whose stream at position 7 over a 49,152-token vocabulary
+    holds the all-ones hash (about 90 of them; the others' uniforms are nowhere near 1), at
+    temperature 0.8 and top_k=1: the draw is the argmax, whichever token the extreme landed on."""
+    seeds = [s for s in oracle.seeds_with_bits(ALL_ONES, REAL_VOCAB, 200) if s < 30_000]
+    logits, settings = race_rows(seeds, 7, REAL_VOCAB, oracle.Settings(0.8, 1, 1.0, 0.0))
+    drawn = impl.package.sampler.sample(logits, *settings)
+    assert torch.equal(drawn, logits.argmax(-1)), [
+        (s, int(d)) for s, d, a in zip(seeds, drawn, logits.argmax(-1)) if d != a]
+
+
+@pytest.mark.part("sampler")
+@engine_settings()  # one 49,152-token row sorted twice an example: a model step's cost
+@given(position=st.integers(0, 2 ** 31), start=st.integers(0, 2 ** 62),
+       top24=st.sampled_from([ALL_ONES, 2 ** 23 + 1, 0]), extreme=st.booleans(),
+       settings=st.builds(oracle.Settings, st.floats(0.05, 3.0),
+                          st.sampled_from([0, 1, 2]) | st.integers(0, 100),
+                          st.sampled_from([1.0, 0.5]) | st.floats(0.01, 1.0),
+                          st.sampled_from([0.0, 0.5]) | st.floats(0.0, 1.0)))
+def test_a_sampled_token_is_always_inside_the_filtered_support(impl, position, start, top24,
+                                                               extreme, settings):
+    """Over seeds, positions and filters on a real vocabulary, a draw never leaves the tokens
+    Hugging Face's warpers keep; half the examples take the first seed from `start` whose stream
+    holds an extreme hash, so the rare uniforms next to 0 and 1 are always in the draw."""
+    seed = oracle.seeds_with_bits(top24, REAL_VOCAB, 1, position, start)[0] if extreme else start
+    logits, tensors = race_rows([seed], position, REAL_VOCAB, settings)
+    token = int(impl.package.sampler.sample(logits, *tensors)[0])
+    support = torch.isfinite(oracle.hf_filter(logits[0].double(), settings))
+    assert support[token], (seed, token, int(support.sum()))
+
+
 # -- the engine ---------------------------------------------------------------------------------
 
 def test_temperature_zero_and_top_k_one_are_greedy(impl, engine):

@@ -159,7 +159,8 @@ class GenerationParams:
     modulo 2^63, lo and hi its low and high 32 bits, mix the lowbias32 hash
     (x ^= x >> 16; x *= 0x7feb352d; x ^= x >> 15; x *= 0x846ca68b; x ^= x >> 16, mod 2^32),
     key = mix(mix(mix(lo) ^ hi) ^ n), key2 = mix(key ^ 0x9e3779b9),
-    u_t = ((mix(mix(key ^ t) ^ key2) >> 8) + 0.5) / 2^24."""
+    u_t = ((mix(mix(key ^ t) ^ key2) >> 8) + 0.5) / 2^24, which lies strictly inside (0, 1) and
+    needs float64 to be held exactly (float32 rounds it from 2^23 up, the all-ones hash to 1)."""
 
     max_new_tokens: int = 16
     eos_token_ids: tuple[int, ...] = ()

@@ -30,15 +30,17 @@ def _mix32(x: torch.Tensor) -> torch.Tensor:
 
 
 def uniforms(seed: torch.Tensor, position: torch.Tensor, vocab: int) -> torch.Tensor:
-    """[B, vocab] float32 uniforms in (0, 1), a pure function of (seed, position, token id).
-    24 bits each, so that (u + 0.5) / 2^24 is exact in float32 and never 0 or 1."""
+    """[B, vocab] float64 uniforms in (0, 1), a pure function of (seed, position, token id):
+    (x + 0.5) / 2^24 for the hash's top 24 bits x. float64 holds every one exactly; float32
+    cannot (from x = 2^23 up, x + 0.5 rounds to even, and 2^24 - 1 + 0.5 to 2^24, a u of 1
+    whose E = -log(u) = 0 would win the race for a filtered token)."""
     seed = seed.long()
     lo, hi = seed & _MASK32, (seed >> 32) & _MASK32
     key = _mix32(_mix32(_mix32(lo) ^ hi) ^ (position.long() & _MASK32))
     key2 = _mix32(key ^ 0x9E3779B9)  # a second key, so no two (position, token) pairs collide
     tokens = torch.arange(vocab, device=seed.device)
     bits = _mix32(_mix32(key[:, None] ^ tokens) ^ key2[:, None])
-    return ((bits >> 8).float() + 0.5) * (1.0 / (1 << 24))
+    return ((bits >> 8).double() + 0.5) * (1.0 / (1 << 24))
 
 
 def filter_logits(logits: torch.Tensor, temperature: torch.Tensor, top_k: torch.Tensor,
@@ -73,7 +75,8 @@ def sample(logits: torch.Tensor, temperature: torch.Tensor, top_k: torch.Tensor,
     has one shape whatever its rows ask for."""
     logits = logits.float()  # a decode step's are in the model's dtype (v05's decode_step)
     logp = filter_logits(logits, temperature, top_k, top_p, min_p).log_softmax(dim=-1)
-    noise = -uniforms(seed, position, logits.shape[-1]).log()  # Exp(1)
-    drawn = (logp - noise.log()).argmax(dim=-1)  # argmax p / E, in logs
+    # Exp(1), and its log, from the exact float64 uniforms; float32 from there on
+    log_noise = (-uniforms(seed, position, logits.shape[-1]).log()).log().float()
+    drawn = (logp - log_noise).argmax(dim=-1)  # argmax p / E, in logs
     return torch.where(temperature > 0, drawn, logits.argmax(dim=-1))
 

@@ -16,6 +16,10 @@ IN_GRAPH = (f"{PAGE}::test_a_sampling_step_reads_the_lanes_settings_and_draws_in
 MIXED = f"{PAGE}::test_greedy_and_seeded_requests_decoded_together_each_get_the_oracles_tokens"
 UNSEEDED = f"{PAGE}::test_different_seeds_draw_differently_and_unseeded_requests_still_sample"
 ONE_BIT = f"{PAGE}::test_seeds_that_differ_in_any_one_of_their_63_bits_draw_differently"
+EXTREMES = f"{PAGE}::test_uniforms_equal_the_oracles_bit_for_bit_at_the_extreme_hash_values"
+TOP_K_ONE = (f"{PAGE}::test_top_k_one_draws_the_greedy_token_for_every_seed_whose_stream_holds_"
+             f"an_all_ones_hash")
+SUPPORT = f"{PAGE}::test_a_sampled_token_is_always_inside_the_filtered_support"
 GREEDY_AFTER = (f"{PAGE}::test_once_a_sampling_request_has_left_its_lane_all_greedy_steps_sort_"
                 f"and_hash_nothing")
 
@@ -81,4 +85,10 @@ MUTANTS = [
         (GREEDY_AFTER,), ("v11",),
         "once a sampling request has left its lane, all-greedy steps still sort and hash: the "
         "same argmax tokens"),
+    Mutant("v11-uniforms-rounded-in-float32", "seeded sampling", (
+        Edit(SAMPLER, "    return ((bits >> 8).double() + 0.5) * (1.0 / (1 << 24))",
+             "    return ((bits >> 8).float() + 0.5) * (1.0 / (1 << 24))"),),
+        (EXTREMES, TOP_K_ONE, SUPPORT), ("v11",),
+        "the uniforms are made in float32, where x + 0.5 rounds from 2^23 up and the all-ones "
+        "hash gives u = 1: E = 0 and that token wins, filtered or not"),
 ]

@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass
 
+import numpy
 import torch
 from transformers.generation.logits_process import (MinPLogitsWarper, TemperatureLogitsWarper,
                                                     TopKLogitsWarper, TopPLogitsWarper)
@@ -33,11 +34,46 @@ def mix32(x: int) -> int:
 
 def uniforms(seed: int, position: int, vocab: int) -> torch.Tensor:
     """The contract's uniforms for (seed, position), one per token id, float64."""
+    key, key2 = keys(seed, position)
+    tokens = numpy.arange(vocab, dtype=numpy.uint64)  # mix32's ops wrap mod 2^64, then mask
+    bits = mix32(mix32(tokens ^ key) ^ key2) >> 8
+    return torch.from_numpy((bits.astype(numpy.float64) + 0.5) / 2 ** 24)
+
+
+def unmix32(x: int) -> int:
+    """mix32's inverse: each xor-shift and product undone, last first."""
+    x ^= x >> 16
+    x = (x * pow(0x846CA68B, -1, 2 ** 32)) & M32
+    x ^= (x >> 15) ^ (x >> 30)
+    x = (x * pow(0x7FEB352D, -1, 2 ** 32)) & M32
+    return x ^ (x >> 16)
+
+
+def keys(seed: int, position: int) -> tuple[int, int]:
     seed %= 2 ** 63
     key = mix32(mix32(mix32(seed & M32) ^ (seed >> 32)) ^ (position & M32))
-    key2 = mix32(key ^ 0x9E3779B9)
-    return torch.tensor([((mix32(mix32(key ^ t) ^ key2) >> 8) + 0.5) / 2 ** 24
-                         for t in range(vocab)], dtype=torch.float64)
+    return key, mix32(key ^ 0x9E3779B9)
+
+
+def token_with_bits(seed: int, position: int, top24: int) -> int:
+    """The token id whose hash at (seed, position) has top24 as its top 24 bits and the least
+    low byte that makes the id smallest: hashes inverted, so extreme uniforms are found without
+    hashing a whole vocabulary."""
+    key, key2 = keys(seed, position)
+    low = numpy.arange(256, dtype=numpy.uint64)  # mix32's ops wrap mod 2^64 and then mask
+    return int((unmix32(unmix32(low | (top24 << 8)) ^ key2) ^ key).min())
+
+
+def seeds_with_bits(top24: int, vocab: int, count: int, position: int = 7,
+                    start: int = 0) -> list[int]:
+    """The first `count` seeds from `start` whose uniforms at `position` over `vocab` tokens
+    include (top24 + 0.5) / 2^24."""
+    found, seed = [], start
+    while len(found) < count:
+        if token_with_bits(seed, position, top24) < vocab:
+            found.append(seed)
+        seed += 1
+    return found
 
 
 @dataclass(frozen=True)
