@@ -47,7 +47,8 @@ from spec.support.serve_app import InProcess, Paced
 from spec.support.serve_server import Server
 from torchlet import cli
 from torchlet.checkpoints import load_hf_dir
-from torchlet.contract import PREFIX_CACHE, REQUEST_STATES, SAMPLING, GenerationParams
+from torchlet.contract import (PREFIX_CACHE, REQUEST_STATES, SAMPLING, GenerationParams,
+                               RequestError)
 from torchlet.engines import build_sized
 from torchlet.text import prompt_ids, stop_ids
 
@@ -388,6 +389,12 @@ def test_64_concurrent_streams_each_get_their_own_prompt_s_tokens_and_the_engine
     assert after["finished"].get("length", 0) - before["finished"].get("length", 0) == 64
     assert after["tables"] == {} and after["pool"]["num_used"] == 0
     assert max(len(ids) for ids in paced.steps[start:]) <= LANES
+    # and the engine's request table is empty again: every request that got a token is gone
+    served = set().union(*paced.steps[start:])
+    assert len(served) == 64
+    for i in served:
+        with pytest.raises(RequestError, match="unknown request id"):
+            paced.engine.output(i)
 
 
 BAD = {  # what each sends (a JSON body, or raw bytes), the status it gets, the param it names
@@ -399,6 +406,12 @@ BAD = {  # what each sends (a JSON body, or raw bytes), the status it gets, the 
     "n above 1": ({"messages": user("hi"), "n": 2}, 400, "n"),
     "a prompt the pool cannot hold": ({"prompt": list(range(40, 150))}, 400, None),
     "a body of the wrong shape": ({"messages": "hi"}, 422, "messages"),
+    # Python's json reads these, then recursion, int() and the tokenizer fail on them
+    "JSON nested 100,000 deep": (b'{"model": "x", "messages": ' + b"[" * 100_000 + b"]" * 100_000
+                                 + b"}", 400, None),
+    "a 5,000-digit integer": (b'{"model": "x", "max_tokens": 1' + b"0" * 5_000 + b"}", 400, None),
+    "a lone surrogate": (b'{"model": "x", "messages": [{"role": "user", "content": "\\ud800"}]}',
+                         400, None),
 }
 
 
@@ -424,6 +437,49 @@ def test_bad_input_gets_its_status_and_a_json_error_and_leaves_nothing_behind(
         {k: before[k] for k in ("waiting", "running", "finished", "tables", "pool")}
     if case == "max_tokens past the context":
         assert error["code"] == "context_length_exceeded"
+
+
+class HeldTokenizer:
+    """The byte tokenizer, except that a conversation whose message begins "HOLD" is held in
+    the tokenizer until released: a prompt that takes as long to tokenize as the spec likes."""
+
+    def __init__(self, tokenizer):
+        self.tokenizer = tokenizer
+        self.entered, self.release = threading.Event(), threading.Event()
+
+    def __getattr__(self, name):
+        return getattr(self.tokenizer, name)
+
+    def apply_chat_template(self, messages, **kwargs):
+        if messages[-1]["content"].startswith("HOLD"):
+            self.entered.set()
+            self.release.wait(60)
+        return self.tokenizer.apply_chat_template(messages, **kwargs)
+
+
+def test_a_prompt_being_tokenized_does_not_hold_up_another_clients_request(
+        version, checkpoint, tokenizer, model):
+    """While one request's prompt is still in the tokenizer (held there), another client's
+    request is answered in full: tokenizing runs off the event loop. On the loop, the second
+    request would wait behind the first (a 2 MB prompt took 1 to 2.6 s to tokenize)."""
+    held = HeldTokenizer(tokenizer)
+    engine = Paced(build(version, checkpoint))
+    server = InProcess(engine, version, held, checkpoint.config, model.name, CONTEXT)
+    try:
+        with plain(base_url=server.url) as http, ThreadPoolExecutor(1) as pool:
+            body = {"model": model.name, "max_tokens": 2}
+            slow = pool.submit(http.post, "/v1/chat/completions",
+                               json={**body, "messages": user("HOLD on")})
+            assert held.entered.wait(30), "the held prompt never reached the tokenizer"
+            quick = http.post("/v1/chat/completions", json={**body, "messages": user("hi")},
+                              timeout=10)
+            assert quick.status_code == 200 and not slow.done()
+            held.release.set()
+            assert slow.result().status_code == 200
+    finally:
+        held.release.set()
+        engine.release()
+        server.stop()
 
 
 def whole_stream(http: httpx.Client, body: dict, queued: threading.Event | None = None):
@@ -598,6 +654,13 @@ def test_the_torchlet_serve_command_answers_curl_and_the_openai_client_and_exits
             r = c.chat.completions.create(model=model.name, messages=user(question),
                                           max_tokens=NEW)
             assert r.choices[0].message.content == want
+            # the default samples: what most clients send is served, and greedy stays greedy
+            sampled = c.chat.completions.create(model=model.name, messages=user(question),
+                                                max_tokens=NEW, temperature=0.8, seed=5)
+            assert sampled.choices[0].message.content is not None
+            if any(SAMPLING in v.capabilities for v in default):
+                assert SAMPLING in version.capabilities
+            assert f"[{version.name} on cpu" in "".join(server.log)  # the banner says which
             snapshots = feed(http)
             next(snapshots)
             server.proc.send_signal(signal.SIGTERM)

@@ -20,6 +20,9 @@ tight pool, whose recompute draws the same numbers again. The filters equal Hugg
 random logits, ties included; the draws follow the filtered distribution by a chi-square test
 and never pick a filtered token. temperature=0, and top_k=1 at any temperature, are greedy.
 Seeds use their whole range: seeds one bit apart, anywhere in their 63 bits, draw differently.
+The uniforms are the contract's bit for bit, strictly inside (0, 1), at the rarest hash values
+too (found by inverting the hash): made in float32, the all-ones hash rounded to u = 1, whose
+E = 0 won the race for any token, filtered or not, once in ~340 draws over a real vocabulary.
 A step whose running requests are all greedy runs the greedy path, the argmax alone, whatever
 its lanes ran before: watched from the ops it dispatches, no sort and no hash.
 
@@ -37,6 +40,10 @@ sampling run in the GPU specs.
 """
 from __future__ import annotations
 
+import numbers
+from fractions import Fraction
+
+import numpy
 import pytest
 import torch
 from hypothesis import given
@@ -51,7 +58,8 @@ from spec.support.allocations import OpLog
 from spec.support.block_watch import StepLog
 from spec.support.replay_watch import ModelWatch
 from spec.support.snapshots import GoldenSamples, render_samples
-from torchlet.contract import SAMPLING, GenerationParams, RequestError, RequestState
+from torchlet.contract import (SAMPLING, FinishReason, GenerationParams, RequestError,
+                               RequestState)
 
 pytestmark = pytest.mark.needs(SAMPLING)
 
@@ -414,7 +422,84 @@ def test_different_seeds_draw_differently_and_unseeded_requests_still_sample(eng
 
 BAD = [("temperature", -0.5), ("temperature", float("nan")), ("temperature", float("inf")),
        ("top_p", 0.0), ("top_p", 1.5), ("top_p", float("nan")), ("top_k", -1), ("top_k", 2.5),
-       ("min_p", -0.1), ("min_p", 1.01), ("seed", 1.5), ("seed", "7"), ("seed", True)]
+       ("min_p", -0.1), ("min_p", 1.01), ("seed", 1.5), ("seed", "7"), ("seed", True),
+       ("temperature", 1e-45), ("top_k", 2 ** 63), ("top_k", VOCAB + 1)]
+
+
+class Unwritable:
+    """An int as check_request sees one (an Integral that compares), which no buffer can take:
+    converting it raises. What a request's settings do when written into a step's buffers is
+    injected through the contract with it, as a FailsAt stop check is (v03's isolation page)."""
+
+    def __init__(self, value: int):
+        self.value = value
+
+    def __lt__(self, other):
+        return self.value < other
+
+    def __gt__(self, other):
+        return self.value > other
+
+    def __le__(self, other):
+        return self.value <= other
+
+    def __ge__(self, other):
+        return self.value >= other
+
+    def __int__(self):
+        raise OverflowError("an unwritable int")
+
+    __index__ = __int__
+
+
+numbers.Integral.register(Unwritable)
+
+# Each setting: valid values, values past its range, other number types, and an unwritable one.
+ANY_SETTING = {
+    "temperature": st.sampled_from([0.0, 1.0, 1e-45, 1e-5, -1.0, float("inf"), numpy.float32(0.7),
+                                    Fraction(1, 3), 10 ** 400 // 10 ** 390]),
+    "top_k": st.sampled_from([0, 1, 5, VOCAB, VOCAB + 1, 2 ** 63, -1, numpy.int64(3),
+                              Unwritable(2)]),
+    "top_p": st.sampled_from([1.0, 0.5, 1e-45, 0.0, numpy.float64(0.9), Fraction(1, 2)]),
+    "min_p": st.sampled_from([0.0, 0.2, 1.0, 1e-45, numpy.float16(0.1)]),
+    "seed": st.one_of(st.none(), st.integers(-2 ** 70, 2 ** 70),
+                      st.sampled_from([numpy.uint64(2 ** 64 - 1), numpy.int64(-5),
+                                       Unwritable(7)])),
+}
+
+
+@pytest.fixture(scope="module")
+def neighbour(engine):
+    """A seeded request's tokens alone: what it must draw beside any other request."""
+    params = GenerationParams(max_new_tokens=4, temperature=0.9, seed=99)
+    return params, engine.generate([[5, 6, 7]], params)[0]
+
+
+@engine_settings()
+@given(settings=st.fixed_dictionaries(ANY_SETTING), together=st.booleans())
+def test_random_settings_valid_or_not_never_fail_a_step_nor_change_another_requests_tokens(
+        engine, neighbour, settings, together):
+    """Beside a seeded request, another is added with settings drawn from valid values, values
+    past their ranges, other number types and an int no buffer can take: it is refused when
+    added (RequestError), or it runs and finishes (on an error, with FinishReason.ERROR); every
+    step returns, the neighbour draws its solo tokens, and afterwards nothing is held."""
+    params, expected = neighbour
+    first = engine.add_request([5, 6, 7], params)
+    if together:
+        engine.step()
+    try:
+        other = engine.add_request([9, 4], GenerationParams(max_new_tokens=3, **settings))
+    except RequestError:
+        other = None
+    while engine.has_unfinished():
+        engine.step()
+    assert engine.output(first).tokens == expected
+    if other is not None:
+        out = engine.output(other)
+        assert out.state is RequestState.FINISHED
+        if out.finish_reason is FinishReason.ERROR:  # failed binding: no token taken
+            assert (out.error, out.tokens) == ("OverflowError: an unwritable int", [])
+    assert engine.total_cached_tokens() == 0
 
 
 @pytest.mark.parametrize("name,value", BAD, ids=[f"{n}={v!r}" for n, v in BAD])

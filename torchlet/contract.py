@@ -266,6 +266,9 @@ def check_request(prompt: Any, params: GenerationParams, config: ModelConfig, *,
         raise RequestError(
             f"token ids outside the vocabulary [0, {config.vocab_size}): {bad[:5]}")
     check_params(params)
+    if params.top_k > config.vocab_size:
+        raise RequestError(f"top_k must be at most the vocabulary's {config.vocab_size} tokens "
+                           f"(0 is off), got {_kind(params.top_k)}")
     if not sampling and not params.greedy:
         raise RequestError(f"temperature={params.temperature!r} asks for sampling, and this "
                            f"version decodes greedily (temperature=0): sampling needs a version "
@@ -309,12 +312,17 @@ def check_params(params: Any) -> None:
     check_sampling(params)
 
 
+# The smallest temperature that samples: logits divided by less overflow float32 (a denormal
+# 1e-45 made every score inf, and the race NaN). vLLM's sampling epsilon.
+MIN_TEMPERATURE = 1e-5
+
+
 def check_sampling(params: GenerationParams) -> None:
     """Refuse sampling settings outside their ranges, naming the setting."""
     t, k, p, m, seed = params.temperature, params.top_k, params.top_p, params.min_p, params.seed
-    if not _is_real(t) or not math.isfinite(t) or t < 0:
-        raise RequestError(f"temperature must be a finite number of at least 0 (0 is greedy), "
-                           f"got {_kind(t)}")
+    if not _is_real(t) or not math.isfinite(t) or t < 0 or 0 < t < MIN_TEMPERATURE:
+        raise RequestError(f"temperature must be 0 (greedy) or a finite number of at least "
+                           f"{MIN_TEMPERATURE:g}, got {_kind(t)}")
     if not _is_int(k) or k < 0:
         raise RequestError(f"top_k must be an int of at least 0 (0 is off), got {_kind(k)}")
     if not _is_real(p) or not 0 < p <= 1:
@@ -504,6 +512,13 @@ class RequestStatesAPI(Protocol):
 
     def output(self, request_id: int) -> RequestOutput:
         """A copy of the request's output now."""
+        ...
+
+    def take(self, request_id: int) -> RequestOutput:
+        """output(), and where the request has finished (its tokens, an abort or an error), it
+        leaves the engine: its id is unknown from then on (RequestError). What a long-running
+        caller (torchlet serve) reads a finished request with, so the engine holds only the
+        requests still to be taken; output() leaves them there for the reads a caller repeats."""
         ...
 
     def abort(self, request_id: int) -> None:

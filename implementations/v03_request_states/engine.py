@@ -78,6 +78,14 @@ class StepEngine(CacheEngine):
     def output(self, request_id: int) -> RequestOutput:
         return self._request(request_id).output()
 
+    def take(self, request_id: int) -> RequestOutput:
+        """output(), and a finished request leaves the engine: a long-running engine holds only
+        the requests whose last output is still to be taken."""
+        request = self._request(request_id)
+        if request.finished:
+            del self.requests[request_id]
+        return request.output()
+
     def abort(self, request_id: int) -> None:
         self.scheduler.abort(self._request(request_id))
 

@@ -109,6 +109,8 @@ class Scheduler:
         K/V. Returns a copy of every request's output. The one place a step runs a request's own code (its stop check): if
         that raises, the request fails alone and leaves like any finished one."""
         for request, token in zip(batch.requests, tokens, strict=True):
+            if request.finished:  # it failed earlier in this step (v11's bind): no token
+                continue
             try:
                 request.append(token)
             except Exception as error:  # noqa: BLE001  (whatever its settings raise)

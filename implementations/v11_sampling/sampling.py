@@ -21,9 +21,15 @@ SETTINGS = {"temperature": ((), torch.float32), "top_k": ((), torch.long),
 
 
 def settings_of(params: GenerationParams) -> dict:
-    """A request's sampling settings by SETTINGS name (its seed already chosen)."""
-    return {"temperature": params.temperature, "top_k": params.top_k, "top_p": params.top_p,
-            "min_p": params.min_p, "seed": params.seed & (2 ** 63 - 1)}
+    """A request's sampling settings by SETTINGS name (its seed already chosen), as plain Python
+    numbers: any number type check_request took is converted here, the seed modulo 2^63."""
+    return {"temperature": float(params.temperature), "top_k": int(params.top_k),
+            "top_p": float(params.top_p), "min_p": float(params.min_p),
+            "seed": int(params.seed) % 2 ** 63}
+
+
+# What a lane holds when nothing is bound: GenerationParams' defaults, greedy.
+GREEDY_ROW = {"temperature": 0.0, "top_k": 0, "top_p": 1.0, "min_p": 0.0, "seed": 0}
 
 
 class SeededSampler:
@@ -52,21 +58,29 @@ class SeededSampler:
 
     def bind(self, requests: Sequence) -> None:
         """Give each request's lane its settings (its prefill has just handed it the lane): on
-        the host, then that lane's entries copied over; they stay while the request runs."""
+        the host, then that lane's entries copied over; they stay while the request runs. A
+        request whose settings cannot be written fails alone, its lane left greedy: what it
+        asked is its own, and the other requests of the step go on."""
         host, host_np, device = self.settings.host, self.settings.host_np, self.settings.device_tensors
         for request in requests:
-            for name, value in settings_of(request.params).items():
-                host_np[name][request.lane] = value
+            try:
+                for name, value in settings_of(request.params).items():
+                    host_np[name][request.lane] = value
+            except Exception as error:  # noqa: BLE001  (whatever its settings raise)
+                request.fail(error)
+                for name, value in GREEDY_ROW.items():
+                    host_np[name][request.lane] = value
+            for name in SETTINGS:
                 device[name][request.lane].copy_(host[name][request.lane])
 
     def draw(self, logits: torch.Tensor, requests: Sequence) -> torch.Tensor:
         """Eager draws for rows outside the graph (prefill), each at its request's next
-        position: settings made into tensors here; the argmax alone when no row samples."""
-        if all(r.params.greedy for r in requests):
+        position, with the settings bind() wrote into its lane; the argmax alone when no row
+        samples."""
+        lanes = torch.tensor([r.lane for r in requests], dtype=torch.long)
+        if not bool((self.settings.host["temperature"][lanes] > 0).any()):
             return logits.argmax(dim=-1)
-        columns = zip(*(settings_of(r.params).values() for r in requests))
-        settings = [torch.tensor(c, dtype=dtype, device=logits.device)
-                    for c, (_, dtype) in zip(columns, SETTINGS.values())]
+        settings = [self.settings.host[name][lanes].to(logits.device) for name in SETTINGS]
         position = torch.tensor([len(r.sequence) for r in requests], dtype=torch.long,
                                 device=logits.device)
         return sample(logits, *settings, position)

@@ -35,4 +35,13 @@ MUTANTS = [
              "                    if r.finished and r.error is None]\n"),),
         (FAILING,), ("v08",),
         "a request that failed in a step leaves the batch but is never freed: it keeps its blocks"),
+    Mutant("v03-a-taken-request-stays", "bad-input atomicity", (
+        Edit("v03_request_states/engine.py",
+             "        if request.finished:\n            del self.requests[request_id]\n"
+             "        return request.output()\n",
+             "        return request.output()\n"),),
+        (f"{MODULE}::test_two_thousand_requests_leave_the_engine_once_taken_and_its_memory_"
+         f"stays_bounded",), ("v03",),
+        "take() leaves a finished request in the engine's table: a long-running server's "
+        "memory grows with every request it served"),
 ]

@@ -20,6 +20,8 @@ EXTREMES = f"{PAGE}::test_uniforms_equal_the_oracles_bit_for_bit_at_the_extreme_
 TOP_K_ONE = (f"{PAGE}::test_top_k_one_draws_the_greedy_token_for_every_seed_whose_stream_holds_"
              f"an_all_ones_hash")
 SUPPORT = f"{PAGE}::test_a_sampled_token_is_always_inside_the_filtered_support"
+ANY_SETTINGS = (f"{PAGE}::test_random_settings_valid_or_not_never_fail_a_step_nor_change_another_"
+                f"requests_tokens")
 GREEDY_AFTER = (f"{PAGE}::test_once_a_sampling_request_has_left_its_lane_all_greedy_steps_sort_"
                 f"and_hash_nothing")
 
@@ -91,4 +93,19 @@ MUTANTS = [
         (EXTREMES, TOP_K_ONE, SUPPORT), ("v11",),
         "the uniforms are made in float32, where x + 0.5 rounds from 2^23 up and the all-ones "
         "hash gives u = 1: E = 0 and that token wins, filtered or not"),
+    Mutant("v11-a-failing-bind-fails-the-step", "bad-input atomicity", (
+        Edit(SAMPLING, "            except Exception as error:  # noqa: BLE001  (whatever its "
+                       "settings raise)\n                request.fail(error)\n",
+             "            except ZeroDivisionError as error:  # nothing a write raises\n"
+             "                request.fail(error)\n"),),
+        (ANY_SETTINGS,), ("v11",),
+        "a request's settings that cannot be written into its lane raise out of the step, "
+        "failing every request in it"),
+    Mutant("v11-a-request-failed-in-bind-takes-a-token", "bad-input atomicity", (
+        Edit("v03_request_states/scheduler.py",
+             "            if request.finished:  # it failed earlier in this step (v11's bind): "
+             "no token\n                continue\n", ""),),
+        (ANY_SETTINGS,), ("v11",),
+        "a request failed while its settings were bound is still handed a token, and the stop "
+        "check's complaint replaces its error"),
 ]

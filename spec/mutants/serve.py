@@ -100,4 +100,25 @@ MUTANTS = [
                      "else None,",
              "            \"cached\": [] if self.prefix else None,"),),
         (CACHED,), (), "the page's feed lists no cached block: the grid shows them free"),
+    Mutant("serve-finished-requests-never-taken", STATE, (
+        Edit(WORKER, "        self.engine.take(job.request_id)  # finished and taken: it leaves the "
+                     "engine\n", ""),),
+        (LOAD,), (), "a finished request stays in the engine's table: the server's memory grows "
+        "with every request it served"),
+    Mutant("serve-json-limits-uncaught", REFUSAL, (
+        Edit(PROTOCOL, "    except RecursionError:\n        raise ApiError(400, \"the request body is "
+                       "nested too deeply\") from None\n    except ValueError as e:",
+             "    except ZeroDivisionError as e:"),),
+        (BAD,), (), "JSON nested too deep or an integer past 4,300 digits reaches a 500 with a "
+        "traceback"),
+    Mutant("serve-lone-surrogates-reach-the-tokenizer", REFUSAL, (
+        Edit(PROTOCOL, "        json.dumps(data, ensure_ascii=False).encode(\"utf-8\")\n",
+             "        pass\n"),),
+        (BAD,), (), "a lone surrogate in a message reaches the chat template: a 500"),
+    Mutant("serve-tokenizes-on-the-event-loop", REFUSAL, (
+        Edit(APP, "    prompt = await asyncio.to_thread(protocol.prompt_of, body, model.tokenizer,\n"
+                  "                                     model.vocab_size)",
+             "    prompt = protocol.prompt_of(body, model.tokenizer, model.vocab_size)"),),
+        (f"{MODULE}::test_a_prompt_being_tokenized_does_not_hold_up_another_clients_request",),
+        (), "a prompt is tokenized on the event loop: every other client waits for it"),
 ]

@@ -202,7 +202,10 @@ async def complete(served: Served, body, request: Request):
                             f"{model.name!r} (GET /v1/models)", param="model",
                        code="model_not_found")
     stop_strings = protocol.stops(body)
-    prompt = protocol.prompt_of(body, model.tokenizer, model.vocab_size)
+    # in a thread: a long prompt's tokenizing (seconds for megabytes) must not hold up the
+    # event loop, and with it every other client
+    prompt = await asyncio.to_thread(protocol.prompt_of, body, model.tokenizer,
+                                     model.vocab_size)
     settings = protocol.params(body, len(prompt), model.context, model.eos_ids, model.samples,
                                model.version)
     job, events = served.submit(prompt, settings)

@@ -40,7 +40,9 @@ class Launch:
         self.device = cli.resolve_device(args.device)
         self.threads = cli.set_threads(args.threads)
         self.interpret = args.triton_interpret
-        self.version = cli.pick_version(args.impl, args.impl_root, self.device,
+        # the newest version that samples, unless --impl names one: most OpenAI clients and
+        # chat pages send a temperature, and a greedy default would refuse them all
+        self.version = cli.pick_version(args.impl, args.impl_root, self.device, need=SAMPLING,
                                         interpret=args.triton_interpret)
         if REQUEST_STATES not in self.version.capabilities:
             raise TorchletError(f"{self.version.name} has no step API (request_states): serve "

@@ -81,8 +81,19 @@ def parse(raw: bytes, kind: type[Common]) -> Common:
         data = json.loads(raw)
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise ApiError(400, f"the request body is not valid JSON: {e}") from None
+    except RecursionError:
+        raise ApiError(400, "the request body is nested too deeply") from None
+    except ValueError as e:  # an integer past Python's 4,300-digit limit on int(str)
+        raise ApiError(400, f"the request body holds a number too large to read: {e}") from None
     if not isinstance(data, dict):
         raise ApiError(400, "the request body must be a JSON object")
+    try:  # JSON's \ud800 escapes read as lone surrogates, which no tokenizer can take
+        json.dumps(data, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise ApiError(400, f"the request body holds invalid Unicode: a lone surrogate "
+                            f"{e.object[e.start:e.end]!a}") from None
+    except RecursionError:  # nested deeper than json.dumps goes, though loads took it
+        raise ApiError(400, "the request body is nested too deeply") from None
     try:
         return kind.model_validate(data)
     except ValidationError as e:

@@ -141,6 +141,7 @@ class Worker:
 
     def _end(self, job: Job, reason: str, error: str | None) -> None:
         del self.jobs[job.request_id]
+        self.engine.take(job.request_id)  # finished and taken: it leaves the engine
         self.finished[reason] += 1
         if self.metrics:
             self.metrics.ended(reason)
