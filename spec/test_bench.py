@@ -310,6 +310,29 @@ def test_without_a_shared_prefix_the_prefix_cache_finds_nothing(tmp_path):
 
 
 
+def test_bench_batching_times_the_same_requests_one_after_another_then_at_once(tmp_path):
+    """`bench batching` against a server of a tiny checkpoint: one row, its ratio the seconds
+    at once over the seconds one after another, the answers the same both ways (greedy), the
+    command recorded, and the doc's section shows both."""
+    from spec.support.hf_dirs import save_tiny
+    from torchlet.bench.doc import section
+
+    model, out = tmp_path / "model", tmp_path / "out"
+    save_tiny(model, "llama", tokenizer=True, seed=5, printable=True)
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        assert main(["bench", "batching", "--device", "cpu", "--model", str(model),
+                     "--requests", "3", "--tokens", "4", "--out", str(out)]) == 0
+    result = json.loads((out / "batching.json").read_text())
+    [row] = result["rows"]
+    assert (row["requests"], row["tokens"], row["same_answers"]) == (3, 4, True)
+    assert row["ratio"] == pytest.approx(row["concurrent_s"] / row["sequential_s"])
+    assert result["command"].startswith("torchlet bench batching ")
+    assert "--requests 3" in result["command"] and "--tokens 4" in result["command"]
+    text = "\n".join(section("batching", result, "benchmarks"))
+    assert result["command"] in text and f"{row['ratio']:.3f}" in text
+    assert (out / "batching.png").stat().st_size > 0
+
+
 @pytest.fixture(scope="module")
 def main_job_run(tmp_path_factory):
     """`bench main-job` on a tiny checkpoint saved by Hugging Face, with its tokenizer: the

@@ -18,9 +18,12 @@ per-slot buffers, the model v07 replays) with
 implementations/v08_paged_gqa_py/{metadata.py, model.py}, and later
 implementations/v10_triton_paged_gqa/paged_kernels.py (the same cache layout in a Triton kernel).
 
-Tradeoff left visible: the PyTorch decode gathers every slot of the padded tables into a
-contiguous copy before attending, so it moves max_blocks * block_size tokens per request whatever
-the real lengths; v10's kernel reads blocks in place and stops at each context length.
+Tradeoff left visible: the PyTorch decode gathers every slot of the tables it is given into a
+contiguous copy before attending, so it moves width * block_size tokens per request whatever the
+real lengths. An eager engine step hands it tables cut to the step's longest one (page 3:
+test_an_eager_step_reads_only_the_blocks_its_requests_hold_not_room_for_max_len); a graph
+replays the full width it was captured with. v10's kernel reads blocks in place and stops at
+each context length.
 """
 from __future__ import annotations
 

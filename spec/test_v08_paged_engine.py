@@ -57,11 +57,12 @@ import pytest
 import torch
 from hypothesis import given
 from hypothesis import strategies as st
+from torch.utils._python_dispatch import TorchDispatchMode
 
 import implementations
 from spec.support import strategies as sts
-from spec.support.allocations import OpLog
-from spec.support.block_watch import BlockWatch
+from spec.support.allocations import OpLog, storage, tensors_in
+from spec.support.block_watch import BlockWatch, StepLog
 from spec.support.hypothesis_profiles import engine_settings
 from spec.support.models import tiny_checkpoint
 from torchlet.contract import (CHUNKED_PREFILL, PAGED_KV, GenerationParams, RequestError,
@@ -430,3 +431,66 @@ def test_tokens_equal_v07s_with_graphs_on_and_off(impl, use_graphs, block_size):
     assert engine.generate(PARITY_PROMPTS, params) == expected
     replays = sum(s.get("replays", 0) for s in engine.graph_stats().values())
     assert (replays > 0) == use_graphs
+
+
+# --- what an eager step reads -----------------------------------------------------------------
+
+class CacheReads(TorchDispatchMode):
+    """The largest read out of the K/V caches during one step, in tokens: each op that takes a
+    cache's storage without writing it, measured by the elements of its results (a token is
+    kv_heads x head_dim of them). The caches are known by their storages."""
+
+    def __init__(self, caches: set[int], token_elements: int):
+        super().__init__()
+        self.caches, self.token_elements = caches, token_elements
+        self.largest = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        inputs = {storage(t) for t in tensors_in((args, tuple(kwargs.values())))}
+        if inputs & self.caches and not func._schema.is_mutable:
+            elements = sum(t.numel() for t in tensors_in(out) if storage(t) not in inputs)
+            self.largest = max(self.largest, elements // self.token_elements)
+        return out
+
+
+def test_an_eager_step_reads_only_the_blocks_its_requests_hold_not_room_for_max_len(impl):
+    """Run eagerly (as a CPU serves), a step's attention reads each request's live context: no
+    single read out of the K/V caches exceeds the step's lanes (its bucket: 1, 2, 4 ... up to the
+    highest lane in use) times the blocks of the longest request in the step, in tokens. Room
+    for max_len tokens (128 here: 32 blocks a lane) is never gathered for 12-token requests: that
+    made 8 requests batched cost as much as 8 run one after another on a CPU. Tokens stay the
+    solo ones."""
+    block_size = 4
+    engine = impl.build(CKPT, dtype=F64, use_graphs=False, num_blocks=40, block_size=block_size,
+                        max_lanes=4, max_model_len=128)
+    prompts = [[5, 6, 7, 8, 9, 10], [11, 12, 13], [40, 41, 42, 43, 44]]
+    ids = [engine.add_request(p, SCRIPT_PARAMS) for p in prompts]
+    with StepLog(engine.decode_buffers(), VOCAB) as first:  # its K/V stores show the caches
+        engine.step()
+    caches = {storage(s.target) for s in first.stores}
+    assert len(caches) == 2 * CONFIG.num_layers
+    # A prompt sharing the first one's first block: from v12 its prefill reads its context back.
+    prompts.append(prompts[0][:-1] + [1, 2, 77, 78])
+    ids.append(engine.add_request(prompts[-1], SCRIPT_PARAMS))
+    reads = CacheReads(caches, CONFIG.num_kv_heads * CONFIG.head_dim)
+    seen = 0
+    while engine.has_unfinished():
+        live = [i for i in ids if engine.output(i).state is not RequestState.FINISHED]
+        lanes = [engine.lane_of(i) for i in live]
+        with reads:
+            engine.step()
+        lanes += [engine.lane_of(i) for i in live]
+        bucket = 1 << max(lane for lane in lanes if lane is not None).bit_length()
+        longest = max(len(engine.output(i).prompt) + len(engine.output(i).tokens) for i in live)
+        # + 1: from v14 a step also launches the next decode, one token further on
+        bound = bucket * blocks_for(longest + 1, block_size) * block_size
+        assert reads.largest <= bound, (
+            f"a read of {reads.largest} tokens from the caches, where the step's requests of at "
+            f"most {longest} tokens, in {bucket} lanes, hold at most {bound}")
+        seen += reads.largest > 0
+        reads.largest = 0
+    assert seen
+    for i, prompt in zip(ids, prompts):
+        assert engine.output(i).tokens == solo(tuple(prompt), SCRIPT_PARAMS)

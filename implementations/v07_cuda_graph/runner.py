@@ -37,12 +37,16 @@ class GraphRunner:
     bucket long. For bucket b, fn receives the views buffer[:b], made once and kept, so replay
     sees the very tensors it captured. The caller writes a batch of n into the buffers in place,
     fills lanes n..b-1 with harmless padding, calls run(n), and reads the first n rows of the
-    outputs. With enabled=False, run() calls fn eagerly on the same views (graphs off).
+    outputs. With enabled=False, run() calls fn eagerly on the same views (graphs off), or on
+    what `live` makes of them: an eager run's shapes are its own, so it may read less of the
+    buffers than a graph, whose shapes were fixed at capture.
     """
 
     def __init__(self, fn: Callable, batch_buffers: Sequence[torch.Tensor], *,
-                 buckets: Sequence[int], constants=(), enabled: bool = True, warmup: int = 3):
+                 buckets: Sequence[int], constants=(), enabled: bool = True, warmup: int = 3,
+                 live: Callable[[tuple], tuple] | None = None):
         self.fn = fn
+        self.live = live
         self.buffers = tuple(batch_buffers)
         self.buckets = tuple(sorted(set(buckets)))
         too_short = [tuple(t.shape) for t in self.buffers if t.shape[0] < self.buckets[-1]]
@@ -79,8 +83,9 @@ class GraphRunner:
         """fn's outputs for the bucket of `batch` (bucket-sized: slice the first `batch` rows)."""
         bucket = self.bucket_for(batch)
         if not self.enabled:
+            views = self._views[bucket]
             with torch.no_grad():
-                return self.fn(*self._views[bucket])
+                return self.fn(*(views if self.live is None else self.live(views)))
         if bucket not in self.graphs:
             if self.buffers[0].is_cuda:
                 # A CUDA capture takes 0.1-0.6 s on an H200 (its warm-up runs compile kernels for
@@ -125,7 +130,8 @@ class GraphedRunner(LaneRunner):
         inputs = self.inputs.tensors + self.sampler.lane_tensors(variant)
         return GraphRunner(partial(self.captured_step, variant), inputs,
                            buckets=default_buckets(self.kv.num_lanes),
-                           constants=(self.weights, self.kv.kv), enabled=self.use_graphs)
+                           constants=(self.weights, self.kv.kv), enabled=self.use_graphs,
+                           live=self.inputs.live)
 
     def captured_step(self, variant: str, *tensors: torch.Tensor):
         """What a graph holds: v05's eager decode step over these lanes, to float logits, then

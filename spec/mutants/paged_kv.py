@@ -23,6 +23,8 @@ MACHINE = (f"{BLOCKS}::test_allocator_under_random_allocate_append_finish_abort_
            f"every_invariant")
 FREE_ORDER = f"{BLOCKS}::test_free_returns_a_requests_blocks_tail_first_to_the_end_of_the_free_list"
 GROWTH = f"{BLOCKS}::test_a_token_takes_a_new_block_only_when_the_last_block_is_full"
+LIVE = (f"{PAGED}::test_an_eager_step_reads_only_the_blocks_its_requests_hold_not_room_for_"
+        f"max_len")
 
 TABLES = "block table invariants"
 ALLOCATOR = "block allocator"
@@ -109,4 +111,10 @@ MUTANTS = [
         Edit(POOL, GROW, "            self._take()"),),
         (GROWTH, POISON), V08,
         "a request takes a new block off the free list but its table never names it"),
+    Mutant("v08-eager-step-reads-the-whole-table", TABLES, (
+        Edit(INPUTS, "        return views[:at] + (views[at][:, :self.width],) + views[at + 1:]",
+             "        return views"),),
+        (LIVE,), V08,
+        "an eager decode gathers every lane's whole padded table, room for max_len tokens, as a "
+        "graph does: same tokens, batching buys nothing on a CPU"),
 ]

@@ -182,12 +182,7 @@ def add_commands(subparsers) -> None:
     p.add_argument("--no-stream", action="store_true", help="ask for whole answers (stream "
                    "false): throughput without a server event and a client parse per token")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--impl", default=None, help="version to serve (default: as torchlet serve)")
-    p.add_argument("--impl-root", default=None, help="tree of versions (default: implementations/)")
-    p.add_argument("--model", default=None, help="a Hugging Face checkpoint directory with its "
-                                                 "tokenizer (default: SmolLM2-135M-Instruct)")
-    p.add_argument("--device", default=None, help="default: cuda if there is one, else cpu")
-    p.add_argument("--threads", type=int, default=None, help="the server's torch threads")
+    _server_options(p)
     p.add_argument("--max-running", type=int, default=8, help="the server's --max-running")
     p.add_argument("--max-model-len", type=int, default=None, help="the server's --max-model-len")
     p.add_argument("--max-waiting", type=int, default=None, help="the server's --max-waiting")
@@ -196,10 +191,32 @@ def add_commands(subparsers) -> None:
     p.add_argument("--out", default="bench-results", help="where serve.json and serve.png go")
     p.set_defaults(run=_lazy("run_serve"), bench_parser=p)
 
+    p = sub.add_parser("batching", help="what continuous batching buys a server: the same "
+                                        "requests through torchlet serve one after another, "
+                                        "then all at once")
+    p.add_argument("--requests", type=int, default=8)
+    p.add_argument("--tokens", type=int, default=16, help="output tokens of each request")
+    p.add_argument("--prompt-tokens", type=int, default=24, help="prompt tokens of each request")
+    p.add_argument("--seed", type=int, default=0)
+    _server_options(p)
+    p.add_argument("--dtype", default=None, help="the server's --dtype")
+    p.add_argument("--out", default="bench-results", help="where batching.json and .png go")
+    p.set_defaults(run=_lazy("run_batching"), bench_parser=p)
+
     p = sub.add_parser("report", help="regenerate docs/benchmarks.md from the result files")
     p.add_argument("--results", default="bench-results", help="directory of fresh KIND.json files")
     p.add_argument("--doc", default=None, help="default: docs/benchmarks.md of this checkout")
     p.set_defaults(run=_lazy("run_report"), bench_parser=p)
+
+
+def _server_options(p) -> None:
+    """What a bench that starts `torchlet serve` passes on to it."""
+    p.add_argument("--impl", default=None, help="version to serve (default: as torchlet serve)")
+    p.add_argument("--impl-root", default=None, help="tree of versions (default: implementations/)")
+    p.add_argument("--model", default=None, help="a Hugging Face checkpoint directory with its "
+                                                 "tokenizer (default: SmolLM2-135M-Instruct)")
+    p.add_argument("--device", default=None, help="default: cuda if there is one, else cpu")
+    p.add_argument("--threads", type=int, default=None, help="the server's torch threads")
 
 
 def _parser(sub, name, run, help_text, versions_help="comma-separated, e.g. v00,v02 (default: "

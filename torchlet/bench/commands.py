@@ -412,6 +412,21 @@ def run_report(args) -> int:
     return 0
 
 
+def run_batching(args) -> int:
+    """`torchlet bench batching`: the same requests through one server, one after another,
+    then all at once."""
+    from . import report
+    from .batching import run_batching_bench
+
+    row, banner, described = run_batching_bench(args)
+    payload = {"rows": [row], "server": banner, "workload": {"describe": described}}
+    device = args.device or ("cuda" if "on cuda" in banner else "cpu")
+    path = report.save("batching", payload, args.out, command_line(args), device)
+    print(report.text_table("batching", [row]))
+    print(f"wrote {path}")
+    return 0
+
+
 def run_serve(args) -> int:
     """`torchlet bench serve`: the server in a child process, a Poisson stream at each rate."""
     from . import report

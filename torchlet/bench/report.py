@@ -156,7 +156,16 @@ SERVE_COLUMNS = [
     ("ITL p50 ms", lambda r: _num(",.2f")(r["itl_p50_ms"])),
     ("ITL p99 ms", lambda r: _num(",.2f")(r["itl_p99_ms"])),
 ]
-COLUMNS = {"tp": TP_COLUMNS, "serve": SERVE_COLUMNS, "serve-gpu": SERVE_COLUMNS, "main-job": MAIN_JOB_COLUMNS, "mixed": MIXED_COLUMNS, "mixed-cpu": MIXED_COLUMNS,
+BATCHING_COLUMNS = [
+    ("version", lambda r: r["version"]),
+    ("requests", lambda r: str(r["requests"])),
+    ("tokens each", lambda r: str(r["tokens"])),
+    ("one after another s", lambda r: _num(".2f")(r["sequential_s"])),
+    ("all at once s", lambda r: _num(".2f")(r["concurrent_s"])),
+    ("at once / after another", lambda r: _num(".3f")(r["ratio"])),
+    ("same answers", lambda r: "yes" if r["same_answers"] else "NO"),
+]
+COLUMNS = {"batching": BATCHING_COLUMNS, "tp": TP_COLUMNS, "serve": SERVE_COLUMNS, "serve-gpu": SERVE_COLUMNS, "main-job": MAIN_JOB_COLUMNS, "mixed": MIXED_COLUMNS, "mixed-cpu": MIXED_COLUMNS,
            "long-prompt": LONG_PROMPT_COLUMNS,
            "cpu": WORKLOAD_COLUMNS, "gpu-workload": WORKLOAD_COLUMNS + GPU_EXTRA,
            "decode": DECODE_COLUMNS, "kernel": KERNEL_COLUMNS, "anchors": ANCHORS_COLUMNS}
@@ -335,6 +344,14 @@ def chart(kind: str, payload: dict, path: Path) -> None:
         for ax in axes:
             ax.set_xticks(list(at), [f"{r['rate']:g}" for r in rows])
             ax.set_xlabel("requests per second (inf: all at once)")
+        fig.suptitle(payload.get("server", ""), fontsize=7, wrap=True)
+    elif kind == "batching":
+        fig, ax = plt.subplots(figsize=(6, 2.2))
+        r = rows[0]
+        ax.barh([0, 1], [r["sequential_s"], r["concurrent_s"]])
+        ax.set_yticks([0, 1], [f"{r['requests']} one after another", f"{r['requests']} at once"])
+        ax.set_xlabel(f"seconds for {r['requests']} requests of {r['tokens']} tokens "
+                      f"(lower is better)")
         fig.suptitle(payload.get("server", ""), fontsize=7, wrap=True)
     elif kind == "main-job":
         fig, ax = plt.subplots(figsize=(8, 0.5 * len(rows) + 1.6))
