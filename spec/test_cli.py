@@ -193,7 +193,7 @@ MISTAKES = {
     "--model naming a file": (("generate", "hi", "--impl", "v00", "--model", TINY / "config.json"),
                               "neither a GGUF file nor a Hugging Face checkpoint directory"),
     "a negative --temperature": (("generate", "hi", "--model", TINY, "--temperature", "-1"),
-                                 "--temperature must be 0 (greedy) or a finite number of at least 1e-05"),
+                                 "--temperature must be 0 (greedy) or a number from 1e-05 to 3.403e+38"),
     "a --top-p of 0": (("generate", "hi", "--model", TINY, "--temperature", "1", "--top-p", "0"),
                        "--top-p must be a number in (0, 1]"),
     "--threads 0": (("generate", "hi", "--model", TINY, "--threads", "0"),

@@ -402,6 +402,8 @@ BAD = {  # what each sends (a JSON body, or raw bytes), the status it gets, the 
     "unknown model": ({"model": "gpt-4o", "messages": user("hi")}, 404, "model"),
     "max_tokens past the context": ({"messages": user("hi"), "max_tokens": CONTEXT}, 400,
                                     "max_tokens"),
+    "max_completion_tokens 0": ({"messages": user("hi"), "max_completion_tokens": 0}, 400,
+                                "max_completion_tokens"),  # not taken for absent
     "negative temperature": ({"messages": user("hi"), "temperature": -0.5}, 400, "temperature"),
     "n above 1": ({"messages": user("hi"), "n": 2}, 400, "n"),
     "a prompt the pool cannot hold": ({"prompt": list(range(40, 150))}, 400, None),

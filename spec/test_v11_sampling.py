@@ -423,7 +423,7 @@ def test_different_seeds_draw_differently_and_unseeded_requests_still_sample(eng
 BAD = [("temperature", -0.5), ("temperature", float("nan")), ("temperature", float("inf")),
        ("top_p", 0.0), ("top_p", 1.5), ("top_p", float("nan")), ("top_k", -1), ("top_k", 2.5),
        ("min_p", -0.1), ("min_p", 1.01), ("seed", 1.5), ("seed", "7"), ("seed", True),
-       ("temperature", 1e-45), ("top_k", 2 ** 63), ("top_k", VOCAB + 1)]
+       ("temperature", 1e-45), ("temperature", 1e39), ("top_k", 2 ** 63), ("top_k", VOCAB + 1)]
 
 
 class Unwritable:
@@ -457,7 +457,7 @@ numbers.Integral.register(Unwritable)
 # Each setting: valid values, values past its range, other number types, and an unwritable one.
 ANY_SETTING = {
     "temperature": st.sampled_from([0.0, 1.0, 1e-45, 1e-5, -1.0, float("inf"), numpy.float32(0.7),
-                                    Fraction(1, 3), 10 ** 400 // 10 ** 390]),
+                                    Fraction(1, 3), 10 ** 400 // 10 ** 390, 1e308]),
     "top_k": st.sampled_from([0, 1, 5, VOCAB, VOCAB + 1, 2 ** 63, -1, numpy.int64(3),
                               Unwritable(2)]),
     "top_p": st.sampled_from([1.0, 0.5, 1e-45, 0.0, numpy.float64(0.9), Fraction(1, 2)]),

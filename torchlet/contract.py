@@ -315,14 +315,18 @@ def check_params(params: Any) -> None:
 # The smallest temperature that samples: logits divided by less overflow float32 (a denormal
 # 1e-45 made every score inf, and the race NaN). vLLM's sampling epsilon.
 MIN_TEMPERATURE = 1e-5
+# The largest: a step's settings are float32, where a larger one is inf (at that size every
+# unfiltered token is as likely as another already).
+MAX_TEMPERATURE = float(torch.finfo(torch.float32).max)
 
 
 def check_sampling(params: GenerationParams) -> None:
     """Refuse sampling settings outside their ranges, naming the setting."""
     t, k, p, m, seed = params.temperature, params.top_k, params.top_p, params.min_p, params.seed
-    if not _is_real(t) or not math.isfinite(t) or t < 0 or 0 < t < MIN_TEMPERATURE:
-        raise RequestError(f"temperature must be 0 (greedy) or a finite number of at least "
-                           f"{MIN_TEMPERATURE:g}, got {_kind(t)}")
+    if not _is_real(t) or not math.isfinite(t) or t < 0 or 0 < t < MIN_TEMPERATURE \
+            or t > MAX_TEMPERATURE:
+        raise RequestError(f"temperature must be 0 (greedy) or a number from "
+                           f"{MIN_TEMPERATURE:g} to {MAX_TEMPERATURE:.4g}, got {_kind(t)}")
     if not _is_int(k) or k < 0:
         raise RequestError(f"top_k must be an int of at least 0 (0 is off), got {_kind(k)}")
     if not _is_real(p) or not 0 < p <= 1:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from hypothesis import strategies as st
 
-from torchlet.contract import MIN_TEMPERATURE, GenerationParams
+from torchlet.contract import MAX_TEMPERATURE, MIN_TEMPERATURE, GenerationParams
 
 FIRST_ID = 3  # ids 0..2 are left for eos/stop, as in the fixtures (eos = 2)
 
@@ -52,7 +52,8 @@ _BAD_SETTINGS = {
     "stop_token_ids": _BAD_IDS,
     "ignore_eos": _NOT_A_BOOL,
     "temperature": st.one_of(st.floats(max_value=-1e-6), _NOT_A_NUMBER,
-                             st.floats(0, MIN_TEMPERATURE, exclude_min=True, exclude_max=True)),
+                             st.floats(0, MIN_TEMPERATURE, exclude_min=True, exclude_max=True),
+                             st.floats(MAX_TEMPERATURE, exclude_min=True)),
     # past every fixture's vocabulary (and 2^63, past an int64 buffer)
     "top_k": st.one_of(st.integers(max_value=-1), st.booleans(), st.floats(allow_nan=True),
                        st.text(max_size=3), st.none(), st.integers(min_value=2 ** 20)),

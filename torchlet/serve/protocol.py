@@ -123,13 +123,16 @@ def params(request: Common, prompt_len: int, context: int, eos_ids: tuple[int, .
         raise ApiError(400, f"the prompt has {prompt_len} tokens and the context holds "
                             f"{context}: no room for a token", param="messages",
                        code="context_length_exceeded")
-    asked = getattr(request, "max_completion_tokens", None) or request.max_tokens
+    # the newer name wins when given; a 0 is refused, not taken for absent
+    name = ("max_completion_tokens" if getattr(request, "max_completion_tokens", None)
+            is not None else "max_tokens")
+    asked = getattr(request, name)
     if asked is not None and asked < 1:
-        raise ApiError(400, f"max_tokens must be at least 1, got {asked}", param="max_tokens")
+        raise ApiError(400, f"{name} must be at least 1, got {asked}", param=name)
     if asked is not None and asked > room:
-        raise ApiError(400, f"prompt ({prompt_len} tokens) + max_tokens ({asked}) = "
+        raise ApiError(400, f"prompt ({prompt_len} tokens) + {name} ({asked}) = "
                             f"{prompt_len + asked} exceeds the context of {context} tokens",
-                       param="max_tokens", code="context_length_exceeded")
+                       param=name, code="context_length_exceeded")
     settings = GenerationParams(
         max_new_tokens=asked or min(DEFAULT_MAX_TOKENS, room), eos_token_ids=eos_ids,
         ignore_eos=request.ignore_eos, temperature=request.temperature, top_k=request.top_k,
