@@ -4,7 +4,8 @@ What it shows: a Hugging Face directory of the Qwen2, Llama or Qwen3 family, as 
 writes it, loads into the plain config and tensors every engine takes, with the logits Hugging
 Face itself computes; the default SmolLM2 model, shipped as a quantized GGUF file, converts into
 such a directory once and is cached; anything else is refused with an error that names the
-problem instead of a traceback from deep inside torch or safetensors.
+problem instead of a traceback from deep inside torch, safetensors or gguf (a file cut short is
+called truncated, wherever the cut falls).
 
 Core principle: the loader is checked against the writer (Hugging Face), never against itself.
 The GGUF conversion is checked by behaviour: Hugging Face's own LlamaForCausalLM, given the
@@ -26,9 +27,9 @@ import torch
 
 import implementations
 from spec.support import real_model as rm
-from spec.support.gguf_files import llama_cpp_permute
+from spec.support.gguf_files import llama_cpp_permute, write_gguf
 from spec.support.hf_dirs import save_tiny
-from torchlet import gguf_model
+from torchlet import cli, gguf_model
 from torchlet.checkpoints import load_hf_dir
 from torchlet.contract import CheckpointError
 from torchlet.text import load_tokenizer
@@ -139,6 +140,36 @@ def test_a_truncated_safetensors_file_is_called_corrupt(broken):
     weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])
     with pytest.raises(CheckpointError, match="model.safetensors is corrupt"):
         load_hf_dir(broken)
+
+
+@pytest.fixture(scope="module")
+def whole_gguf(tmp_path_factory):
+    path = tmp_path_factory.mktemp("gguf") / "tiny.F32.gguf"
+    write_gguf(path, "llama", seed=3)
+    return path
+
+
+@pytest.mark.parametrize("where", ["in the header", "in the metadata", "in the tensor data"])
+def test_a_truncated_gguf_file_is_called_truncated_in_one_line(capsys, monkeypatch, tmp_path,
+                                                               whole_gguf, where):
+    """A download or a copy cut short. The gguf package's reader slices its memory map short
+    and fails further on, on an index or numpy's "cannot reshape array of size ...", which
+    never said that the file ends too soon."""
+    from gguf import GGUFReader
+
+    data = whole_gguf.read_bytes()
+    tensors = GGUFReader(str(whole_gguf)).data_offset  # where the tensor data starts
+    cut = {"in the header": 12, "in the metadata": tensors // 2,
+           "in the tensor data": (tensors + len(data)) // 2}[where]
+    path = tmp_path / "model.gguf"
+    path.write_bytes(data[:cut])
+    monkeypatch.setenv(gguf_model.CACHE_ENV, str(tmp_path / "cache"))
+    code = cli.main(["generate", "hi", "--model", str(path)])
+    out, err = capsys.readouterr()
+    assert code == 1 and out == "" and err.count("\n") == 1 and "Traceback" not in err, err
+    assert err.startswith(f"torchlet: error: {path.resolve()} is truncated (or corrupt): "), err
+    assert f"the file ends at byte {cut:,}" in err
+    assert list((tmp_path / "cache" / "gguf").iterdir()) == []  # no conversion left behind
 
 
 def test_a_missing_tensor_is_named(broken):

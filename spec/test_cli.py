@@ -16,8 +16,9 @@ paged cache (its gathers cost a CPU more than they save for one request), graph 
 Files to compare: torchlet/cli.py and torchlet/text.py.
 
 Every failure a user can cause (a bad argument, a missing directory, a prompt that is not UTF-8,
-Ctrl-C at any moment, start-up included) ends in one line on stderr and a non-zero exit status,
-never a traceback.
+a device Torchlet does not run on, Ctrl-C at any moment, start-up included) ends in one line on
+stderr and a non-zero exit status, never a traceback; a reader that leaves the pipe early
+(`head -2`) ends any command quietly with status 141, as SIGPIPE ends other programs.
 
 Tradeoff left visible: the command mostly runs in-process here (`main(argv)`), so the spec pays
 the model load once per worker, not a fresh interpreter per call; main() returns the exit status
@@ -458,3 +459,59 @@ def test_a_prompt_that_cannot_be_read_is_one_clear_line(capsys, monkeypatch, tmp
                          "--model", str(TINY))
     assert code == 1 and out == "" and err.count("\n") == 1
     assert err.startswith(f"torchlet: error: {message.format(tmp=tmp_path)}"), err
+
+
+def test_a_reader_that_closed_the_pipe_ends_generate_quietly_with_status_141(chat_model):
+    """`torchlet generate ... | head -2`: head leaves, the next write fails. Here the reading end
+    is closed before the command starts, so its first write fails, whatever the timing."""
+    read, write = os.pipe()
+    os.close(read)
+    try:
+        done = subprocess.run([sys.executable, "-c", ENTRY, "generate", "Hello", "--impl", "v00",
+                               "--max-new-tokens", "2", "--model", str(chat_model)],
+                              cwd=REPO, env=child_env(), stdout=write, stderr=subprocess.PIPE,
+                              stdin=subprocess.DEVNULL, timeout=120)
+    finally:
+        os.close(write)
+    err = done.stderr.decode("utf-8", "replace")
+    assert done.returncode == 141, err
+    assert "Traceback" not in err and "Broken pipe" not in err and "Exception ignored" not in err
+
+
+class ClosedPipe(io.StringIO):
+    def write(self, text):
+        raise BrokenPipeError(32, "Broken pipe")
+
+
+@pytest.mark.parametrize("argv", [("diff", "v00", "v01_0"), ("parts", "v01_0")],
+                         ids=["diff", "parts"])
+def test_every_command_that_prints_ends_quietly_with_status_141_on_a_closed_pipe(monkeypatch,
+                                                                                capsys, argv):
+    """One wrapper at the entry, so no command can forget it: in-process, a closed stdout."""
+    monkeypatch.setattr(sys, "stdout", ClosedPipe())
+    code = cli.main(list(argv))
+    assert (code, capsys.readouterr().err) == (141, "")
+
+
+def test_an_unsupported_device_is_one_clear_line_before_the_model_loads(capsys, chat_model):
+    """meta (and any device but cpu and cuda) used to get as far as the first forward pass."""
+    code, out, err = run(capsys, "generate", "Hello", "--impl", "v00", "--model", str(chat_model),
+                         "--max-new-tokens", "2", "--device", "meta")
+    line = assert_one_line(code, err.encode(), "torchlet: error")
+    assert line == "torchlet: error: --device meta: not a device Torchlet runs on (cpu, cuda, " \
+                   "cuda:N)" and out == ""
+
+
+@pytest.mark.parametrize("where", ["a file", "under a file"])
+def test_docs_build_into_a_file_is_refused_before_the_build(capsys, monkeypatch, tmp_path, where):
+    """The build takes minutes; a --out it cannot write used to fail only at its end."""
+    from torchlet import docs
+
+    monkeypatch.setattr(docs, "build", lambda *a, **k: pytest.fail("built before --out's check"))
+    mine = tmp_path / "notes.txt"
+    mine.write_text("mine\n")
+    out_dir = mine if where == "a file" else mine / "site"
+    code, out, err = run(capsys, "docs", "build", "--out", str(out_dir))
+    line = assert_one_line(code, err.encode(), "torchlet: error")
+    assert line == f"torchlet: error: --out {out_dir}: {mine} is a file, not a directory"
+    assert mine.read_text() == "mine\n" and out == ""

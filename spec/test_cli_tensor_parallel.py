@@ -5,16 +5,19 @@ What it shows: the harness side of v16. `--tensor-parallel 2` starts one more pr
 1) and joins it in a gloo group (NCCL on GPUs) with this one (rank 0); under torchrun (one machine
 or several) every process torchrun starts finds its rank and the world in its environment, rank 0
 answers and the others follow (torchlet/parallel.py). Without --impl, the newest version with the
-tensor_parallel capability runs. The answer is the one-device answer, token for token.
+tensor_parallel capability runs. The answer is the one-device answer, token for token, from
+generate and from chat alike (both run through cli.run_on_ranks).
 
 Every failure a user can cause (N below 1, a version that runs on one device, a flag that
-contradicts torchrun's world) is one line and a non-zero exit status, and leaves no rank behind.
+contradicts torchrun's world) is one line and a non-zero exit status, refused before any rank
+starts here, and leaves no rank behind.
 
 Tradeoff left visible: a rank is a process with its own interpreter: the start-up (torch's
 import, the model's load on every rank) is paid once per run, seconds on a CPU."""
 from __future__ import annotations
 
 import functools
+import io
 import multiprocessing
 import os
 import subprocess
@@ -25,7 +28,7 @@ import pytest
 import torch
 
 from spec.support.hf_dirs import save_tiny
-from torchlet import cli
+from torchlet import cli, parallel
 from torchlet.contract import TENSOR_PARALLEL
 from torchlet.learner import child_env
 from torchlet.parallel import free_port
@@ -90,16 +93,37 @@ def test_torchrun_with_two_local_ranks_over_loopback_answers_the_same():
     assert "tensor parallel over 2 ranks" in done.stderr
 
 
+def test_chat_with_tensor_parallel_2_answers_as_one_device_does(capsys, monkeypatch):
+    """chat takes generate's flags, --tensor-parallel among them: it used to ignore that one."""
+    path, expected = model_dir()
+    monkeypatch.setattr(sys, "stdin", io.StringIO("Hello\n"))
+    code, out, err = run(capsys, "chat", "--model", str(path), "--max-new-tokens", NEW,
+                         "--tensor-parallel", "2")
+    assert code == 0, err
+    assert out == expected + "\n"
+    assert "tensor parallel over 2 ranks" in err and "v16" in err
+    assert multiprocessing.active_children() == []
+
+
+@pytest.mark.parametrize("command", ["generate", "chat"])
 @pytest.mark.parametrize("argv, says", [
     (["--tensor-parallel", "0"], "--tensor-parallel must be at least 1"),
     (["--tensor-parallel", "2", "--impl", "v07"], "tensor_parallel capability"),
 ])
-def test_a_tensor_parallel_mistake_is_one_line_and_leaves_no_rank_behind(capsys, argv, says):
+def test_a_tensor_parallel_mistake_is_one_line_before_any_rank_starts(capsys, monkeypatch,
+                                                                      command, argv, says):
+    """Refused before rank 1 is started: started first, it took 4-6 s to refuse and printed
+    gloo's "Connection closed by peer" first."""
+    started, enter = [], parallel.Ranks.__enter__
+    monkeypatch.setattr(parallel.Ranks, "__enter__",
+                        lambda ranks: started.append(ranks.world) or enter(ranks))
+    monkeypatch.setattr(sys, "stdin", io.StringIO("Hello\n"))
     path, _ = model_dir()
-    code, out, err = run(capsys, "generate", "Hello", "--model", str(path), *argv)
+    prompt = ["Hello"] if command == "generate" else []
+    code, out, err = run(capsys, command, *prompt, "--model", str(path), *argv)
     assert code == 1 and out == ""
     assert says in err and err.count("\n") == 1, err
-    assert multiprocessing.active_children() == []
+    assert started == [] and multiprocessing.active_children() == []
 
 
 def test_a_tensor_parallel_flag_that_contradicts_torchrun_is_refused(capsys, monkeypatch):

@@ -2,11 +2,12 @@
 
 Each turn sends the whole conversation again (system prompt, every question and answer so far,
 then the new question) through the model's chat template, so an answer can build on the ones
-before. The engine is the one `torchlet generate` builds (cli.Runner), with the same flags; it
-is rebuilt larger only when the conversation outgrows it. /reset forgets the conversation (the
-system prompt stays), /exit or end of input (Ctrl-D) ends the chat, Ctrl-C ends it as it ends
-generate. A question that would take the conversation past the model's context is not sent:
-one line says so and points at /reset.
+before. The engine is the one `torchlet generate` builds (cli.Runner), with the same flags,
+--tensor-parallel among them (cli.run_on_ranks); it is rebuilt larger only when the
+conversation outgrows it. /reset forgets the conversation (the system prompt stays), /exit or
+end of input (Ctrl-D) ends the chat, Ctrl-C ends it as it ends generate. A question that would
+take the conversation past the model's context is not sent: one line says so and points at
+/reset.
 """
 from __future__ import annotations
 
@@ -36,16 +37,28 @@ def read_line(prompt: str) -> str | None:
 
 
 def run_chat(args) -> int:
-    from torchlet.cli import Runner
+    from torchlet.cli import run_on_ranks
     from torchlet.contract import TorchletError
-    from torchlet.text import has_chat_template, prompt_ids
 
     if args.system is not None and not args.system.strip():
         raise TorchletError("--system is empty (leave it out for no system prompt)")
-    runner = Runner(args)
+    return run_on_ranks(args, lambda runner: converse(runner, args.system),
+                        check=require_chat_template)
+
+
+def require_chat_template(runner) -> None:
+    from torchlet.contract import TorchletError
+    from torchlet.text import has_chat_template
+
     if not has_chat_template(runner.tokenizer):
         raise TorchletError(f"{runner.model_name}'s tokenizer has no chat template, which a chat "
                             f"needs (torchlet generate --no-chat sends a prompt as it is)")
+
+
+def converse(runner, system: str | None) -> int:
+    """The chat itself, on rank 0: read a line, answer it, until /exit or the end of input."""
+    from torchlet.text import prompt_ids
+
     if sys.stdin.isatty():
         try:
             import readline  # noqa: F401  line editing and history for input()
@@ -53,7 +66,7 @@ def run_chat(args) -> int:
             pass
     print(runner.banner(), file=sys.stderr)
     print(HELP, file=sys.stderr, flush=True)
-    start = [{"role": "system", "content": args.system}] if args.system is not None else []
+    start = [{"role": "system", "content": system}] if system is not None else []
     conversation = list(start)
     while (line := read_line("> ")) is not None:
         line = line.strip()

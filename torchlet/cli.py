@@ -4,7 +4,8 @@ learner's workflow, the docs site, the model cache, a version's parts) register 
 through `add_commands(subparsers)` in their own modules.
 
 Every failure the user can cause (a bad argument, a missing directory, Ctrl-C at any moment) ends
-in one line on stderr and a non-zero exit, never a traceback. That is why this module imports
+in one line on stderr and a non-zero exit, never a traceback; a reader that closes the pipe early
+(`| head -2`) ends any command quietly, with status 141. That is why this module imports
 only the standard library at its top: torch and the harness are imported inside main(), where a
 Ctrl-C during those slow imports is caught like any other."""
 from __future__ import annotations
@@ -22,6 +23,9 @@ from pathlib import Path
 PLUGINS = ("torchlet.bench", "torchlet.learner", "torchlet.docs", "torchlet.cache",
            "torchlet.chat", "torchlet.parts", "torchlet.serve")
 DTYPES = ("auto", "float32", "bfloat16", "float16")
+# The device kinds the versions are written and specified for. Others torch knows fail deep in
+# a run: meta holds no data (the first .item() raised), mps and xla are untried.
+DEVICES = ("cpu", "cuda")
 
 
 def resolve_device(name: str | None) -> str:
@@ -31,12 +35,14 @@ def resolve_device(name: str | None) -> str:
 
     if name is None:
         return "cuda" if torch.cuda.is_available() else "cpu"
-    if name.startswith("cuda") and not torch.cuda.is_available():
-        raise TorchletError(f"--device {name}: this machine has no CUDA GPU (try --device cpu)")
     try:
-        torch.device(name)
-    except RuntimeError as e:
-        raise TorchletError(f"--device {name}: {e}") from None
+        kind = torch.device(name).type
+    except RuntimeError:  # torch's message lists twenty kinds, the ones Torchlet runs on among them
+        kind = None
+    if kind not in DEVICES:
+        raise TorchletError(f"--device {name}: not a device Torchlet runs on (cpu, cuda, cuda:N)")
+    if kind == "cuda" and not torch.cuda.is_available():
+        raise TorchletError(f"--device {name}: this machine has no CUDA GPU (try --device cpu)")
     return name
 
 
@@ -253,7 +259,8 @@ def resolve_dtype(name: str, device: str):
 class Runner:
     """What generate and chat share: the version on its device and CPU threads, the model and
     its tokenizer, the settings of every answer, and an engine sized to the longest request so
-    far. Everything the user can get wrong is refused before the model loads."""
+    far. Everything the user can get wrong is refused before the model loads. ranks: the run's
+    tensor-parallel ranks (run_on_ranks), started or not yet; engines are built through them."""
 
     def __init__(self, args, ranks=None):
         check_run_args(args)
@@ -370,15 +377,11 @@ class Runner:
 
 
 def run_generate(args) -> int:
-    from torchlet.parallel import follow_builds
     from torchlet.text import prompt_ids
 
     prompt = read_prompt(args)
-    with tensor_parallel_ranks(args) as ranks:
-        if ranks is not None and ranks.rank != 0:  # torchrun's other ranks follow rank 0's
-            follow_builds(ranks.local_rank)
-            return 0
-        runner = Runner(args, ranks)
+
+    def generate(runner: Runner) -> int:
         ids = prompt_ids(runner.tokenizer, prompt, chat=not args.no_chat)
         print(runner.banner(f"prompt {len(ids)} tokens"), file=sys.stderr, flush=True)
         _, timing = runner.answer(ids)
@@ -386,14 +389,44 @@ def run_generate(args) -> int:
             print(timing, file=sys.stderr)
         if args.stats:
             print(prefix_cache_line(runner.version, runner.engine), file=sys.stderr)
-    return 0
+        return 0
+
+    return run_on_ranks(args, generate)
 
 
-@contextlib.contextmanager
+def run_on_ranks(args, work, check=None) -> int:
+    """work(runner) on rank 0, alone or with the ranks of a tensor-parallel run; the other ranks
+    follow rank 0's engines. generate and chat both run this way. check(runner), if given, may
+    refuse the run before any rank starts here."""
+    from torchlet.parallel import follow_builds
+
+    def runner_for(ranks) -> Runner:
+        runner = Runner(args, ranks)
+        if check is not None:
+            check(runner)
+        return runner
+
+    ranks = tensor_parallel_ranks(args)
+    if ranks is None:
+        return work(runner_for(None))
+    if ranks.start:
+        # refusals come before rank 1 exists: started first, rank 1 made a refused --impl take
+        # 4-6 s and printed gloo's "Connection closed by peer" above the refusal
+        runner = runner_for(ranks)
+        with ranks:
+            return work(runner)
+    with ranks:  # torchrun's ranks exist already: all join first, so a refusal on 0 frees them
+        if ranks.rank != 0:
+            follow_builds(ranks.local_rank)
+            return 0
+        return work(runner_for(ranks))
+
+
 def tensor_parallel_ranks(args):
-    """The ranks of a tensor-parallel run, or None for one device: --tensor-parallel N starts
-    N - 1 ranks here (torchlet.parallel.Ranks); under torchrun (WORLD_SIZE set) this process is
-    one of the ranks torchrun started, and --tensor-parallel, if given, must say as many."""
+    """The ranks of a tensor-parallel run, not started yet, or None for one device:
+    --tensor-parallel N starts N - 1 ranks here (torchlet.parallel.Ranks); under torchrun
+    (WORLD_SIZE set) this process is one of the ranks torchrun started, and --tensor-parallel,
+    if given, must say as many."""
     from torchlet.contract import TorchletError
     from torchlet.parallel import Ranks
 
@@ -404,14 +437,10 @@ def tensor_parallel_ranks(args):
         if asked is not None and asked != int(env):
             raise TorchletError(f"--tensor-parallel {asked}, but torchrun started {env} ranks "
                                 f"(WORLD_SIZE): leave the flag out under torchrun")
-        ranks = Ranks.from_env(resolve_device(args.device))
-    elif asked is not None and asked > 1:
-        ranks = Ranks(asked, resolve_device(args.device))
-    else:
-        yield None
-        return
-    with ranks:
-        yield ranks
+        return Ranks.from_env(resolve_device(args.device))
+    if asked is not None and asked > 1:
+        return Ranks(asked, resolve_device(args.device))
+    return None
 
 
 def prefix_cache_line(version, engine) -> str:
@@ -493,13 +522,34 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+# What a shell reports for a program that SIGPIPE ended (128 + 13), as `yes | head -1` does:
+# a reader that left early is not a success (`set -o pipefail` sees the output was not all read),
+# nor a failure worth a word.
+CLOSED_PIPE = 141
+
+
 def main(argv: list[str] | None = None) -> int:
     try:
-        return _main(argv)
+        code = _main(argv)
+        sys.stdout.flush()  # a closed pipe also shows at the last flush
+        return code
     except KeyboardInterrupt:  # at any moment: during the imports, the model load, the stream
-        sys.stdout.flush()
+        with contextlib.suppress(BrokenPipeError):
+            sys.stdout.flush()
         print("\ntorchlet: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # whichever command wrote: `torchlet generate ... | head -2`
+        quiet_stdout()
+        return CLOSED_PIPE
+
+
+def quiet_stdout() -> None:
+    """Point stdout at /dev/null: what is still buffered for the closed pipe would fail again at
+    the interpreter's exit ("Exception ignored ... BrokenPipeError", exit status 120)."""
+    try:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    except (OSError, ValueError):  # main() called in-process with stdout captured: no descriptor
+        pass
 
 
 def _main(argv: list[str] | None) -> int:

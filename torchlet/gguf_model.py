@@ -197,12 +197,37 @@ def hf_name(name: str) -> str:
     raise CheckpointError(f"unexpected GGUF tensor {name!r}")
 
 
+class PastTheEnd(Exception):
+    """A read of a GGUF file that runs past its last byte, to byte `end`."""
+
+    def __init__(self, end: int, part: str):
+        super().__init__(end, part)
+        self.end, self.part = end, part
+
+
 def open_gguf(path: str | Path):
+    """The gguf package's reader of the file; a one-line CheckpointError when it cannot be read.
+    A file cut short (a partial download or copy) is called truncated: the stock reader slices
+    its memory map short and fails further on, on an IndexError or numpy's "cannot reshape array
+    of size ...", which never says that the file ends too soon."""
     from gguf import GGUFReader
 
+    class Reader(GGUFReader):
+        # _get is the reader's one read of the file (gguf 0.19): every field, the tensor table
+        # and each tensor's data go through it, so a bound checked here catches a cut anywhere
+        def _get(self, offset, dtype, count=1, override_order=None):
+            end = int(offset) + np.dtype(dtype).itemsize * int(count)
+            if end > len(self.data):  # data_offset is set once the header is read
+                raise PastTheEnd(end, "tensor data" if hasattr(self, "data_offset") else "header")
+            return super()._get(offset, dtype, count, override_order)
+
     try:
-        return GGUFReader(str(path))
-    except (OSError, ValueError) as e:
+        return Reader(str(path))
+    except PastTheEnd as e:  # a corrupt count or offset also points past the end
+        raise CheckpointError(f"{path} is truncated (or corrupt): its {e.part} runs to byte "
+                              f"{e.end:,}, but the file ends at byte {Path(path).stat().st_size:,}"
+                              f" (a download or copy cut short? fetch it again)") from None
+    except (OSError, ValueError, IndexError, KeyError) as e:
         raise CheckpointError(f"{path} is not a readable GGUF file: {e}") from None
 
 

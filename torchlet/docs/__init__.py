@@ -38,9 +38,22 @@ def build(out: Path = DEFAULT_OUT, results: Path | None = None, spec_dir: Path =
                       Path(root), drawn, DOCS_DIR, Path(bench_dir))
 
 
+def check_out(out: Path) -> None:
+    """Refuse an --out under which no directory can be made, before the build: the build takes
+    minutes and used to fail only when it wrote, in a traceback."""
+    from torchlet.contract import TorchletError
+
+    for where in (out, *out.parents):
+        if where.exists():
+            if not where.is_dir():
+                raise TorchletError(f"--out {out}: {where} is a file, not a directory")
+            return
+
+
 def _cmd_build(args) -> int:
     from torchlet.contract import TorchletError
 
+    check_out(Path(args.out))
     results = Path(args.results) if args.results else None
     if results is not None and not results.is_file():
         raise TorchletError(f"--results {results}: no such file (write one with "
