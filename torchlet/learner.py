@@ -32,6 +32,17 @@ SPEC_FILE = re.compile(r"^test_v(\d\d)(?:_(\d)(?=_|$))?(?:_\w*)?\.py$")
 ROOT_INIT = '"""A learner\'s tree of Torchlet versions (see docs/learners.md)."""\n'
 # The stub message starts with this, so that check() can read it back out of a failure.
 STUB_MESSAGE = re.compile(r"(v\d\d\w*): implement ([\w.]+) \(")
+# A spec stopped by check's time limit fails with this (torchlet/spec_timeout.py writes it).
+TIMEOUT_MESSAGE = re.compile(r"(v\d\d\w*): ([\w.<>]+) did not return in ([\d.]+) s \(it was at "
+                             r"(.+?:\d+)\)")
+# Every version directory exercise writes holds this file: --force replaces only those, never a
+# reference version or a copy of one.
+MARK = ".torchlet-exercise"
+# check's limit on each spec phase (setup, call, teardown). The slowest single phase of any
+# version's own specs took 12.5 s on the 2-core CPU machine, shared (v13's packed path in the
+# Triton interpreter; v16's rank start-up 11.2 s): 60 s leaves 5x for load and for a learner's
+# slower but right code, and an endless loop is still named within a minute. --timeout changes it.
+DEFAULT_TIMEOUT = 60.0
 
 
 # ---------------------------------------------------------------- versions and their specs
@@ -170,13 +181,30 @@ def stub_source(source: str, version: str, module: str, specs: list[Path]) -> st
     return out
 
 
+class LearnerSyntaxError(TorchletError):
+    """A module of a learner's tree that Python can't parse; its text is `FILE:LINE: message`,
+    the form editors jump from."""
+
+
+def parse(path: Path) -> ast.Module:
+    """The module's syntax tree, or a LearnerSyntaxError naming its file and line."""
+    try:
+        return ast.parse(Path(path).read_bytes(), filename=str(path))
+    except (SyntaxError, ValueError) as e:  # ValueError: a null byte, before Python 3.12
+        line = getattr(e, "lineno", None) or 1
+        raise LearnerSyntaxError(f"{path}:{line}: {getattr(e, 'msg', None) or e}") from None
+
+
 def remaining_stubs(path: Path) -> list[str]:
     """Qualnames in a module file whose body is still one of our stubs."""
-    return remaining_stubs_in(Path(path).read_text())
+    return _stubs_in(parse(path))
 
 
 def remaining_stubs_in(source: str) -> list[str]:
-    tree = ast.parse(source)
+    return _stubs_in(ast.parse(source))
+
+
+def _stubs_in(tree: ast.Module) -> list[str]:
     left = []
     for qualname, node in functions(tree.body):
         body = node.body[1:] if _docstring_node(node) else node.body
@@ -196,7 +224,7 @@ def module_name(version_dir: Path, path: Path) -> str:
 def _relative_imports(path: Path) -> set[str]:
     """Sibling modules a module imports with `from .x import` or `from . import x`."""
     found = set()
-    for node in ast.walk(ast.parse(path.read_text())):
+    for node in ast.walk(parse(path)):
         if isinstance(node, ast.ImportFrom) and node.level == 1:
             if node.module:
                 found.add(node.module)
@@ -229,7 +257,7 @@ def function_files(version_dir: Path) -> dict[str, Path]:
     """`module.qualname` of every function of a version, in the order to write them, and the
     file it is in."""
     return {f"{module_name(version_dir, p)}.{q}": p for p in modules_in_order(version_dir)
-            for q, _ in functions(ast.parse(p.read_text()).body)}
+            for q, _ in functions(parse(p).body)}
 
 
 def functions_in_order(version_dir: Path) -> list[str]:
@@ -248,7 +276,7 @@ def calls(version_dir: Path) -> dict[str, list[str]]:
     of that name in the same module where there is one, else every function of that name in the
     version (a method reached through `self` of a subclass, say)."""
     defs = [(module_name(version_dir, p), q, node) for p in modules_in_order(version_dir)
-            for q, node in functions(ast.parse(p.read_text()).body)]
+            for q, node in functions(parse(p).body)]
     named: dict[str, list[tuple[str, str]]] = {}
     for module, q, _ in defs:
         parts = q.split(".")
@@ -320,6 +348,29 @@ def is_done(version_dir: Path) -> bool:
     return not stubs_left(version_dir)
 
 
+def _mark(version_dir: Path, how: str) -> None:
+    (version_dir / MARK).write_text(f"{version_dir.name}: written by `torchlet exercise` ({how}); "
+                                    f"`--force` may replace this directory.\n")
+
+
+def _refuse_foreign(dest: Path, reference_root: Path) -> None:
+    """Refuse a tree exercise must not write into: a file; the project's reference versions, a
+    tree inside them or around them; a tree holding a version directory exercise did not write
+    (a copy of the reference, say), which --force would otherwise delete."""
+    if dest.exists() and not dest.is_dir():
+        raise ExerciseError(f"{dest} is a file, not a directory")
+    for reference in {REFERENCE_ROOT, Path(reference_root).resolve()}:
+        if dest.is_relative_to(reference) or reference.is_relative_to(dest):
+            raise ExerciseError(f"refusing to write into {dest}: it overlaps the project's "
+                                f"reference versions in {reference}; write the exercise to a "
+                                f"directory of your own, e.g. ~/torchlet-mine")
+    foreign = [p for p in sorted(dest.iterdir()) if p.is_dir() and VERSION_DIR.match(p.name)
+               and not (p / MARK).exists()] if dest.is_dir() else []
+    if foreign:
+        raise ExerciseError(f"{foreign[0]} was not written by `torchlet exercise` (it has no {MARK}"
+                            f"): exercise writes only into trees of its own; use a new directory")
+
+
 def make_exercise(version: str, dest: Path, learner_root: Path | None = None, *,
                   reference_root: Path = REFERENCE_ROOT, force: bool = False) -> Exercise:
     """Write a learner tree for `version` under `dest`.
@@ -327,40 +378,47 @@ def make_exercise(version: str, dest: Path, learner_root: Path | None = None, *,
     Earlier versions come from `learner_root` where the learner has finished them (no stubs
     left), from the reference otherwise; one already finished in `dest` is kept as it is. The
     version itself is the reference with every function body stubbed. `force` replaces an
-    existing copy of the version, and an unfinished earlier one, instead of refusing."""
+    existing copy of the version, and an unfinished earlier one, instead of refusing. Every
+    refusal comes before anything is written or deleted."""
     name = resolve(version, reference_root)
     names = version_names(reference_root)
-    dest = Path(dest).resolve()
-    dest.mkdir(parents=True, exist_ok=True)
+    dest = Path(dest).expanduser().resolve()
+    _refuse_foreign(dest, reference_root)
     target = dest / name
-    if target.exists():
-        if not force:
-            raise ExerciseError(f"{target} exists; it may hold your work (use --force to "
-                                f"replace it with fresh stubs)")
-        shutil.rmtree(target)
+    if target.exists() and not force:
+        raise ExerciseError(f"{target} exists; it may hold your work (use --force to "
+                            f"replace it with fresh stubs)")
+    earlier = names[:names.index(name)]
+    kept = [e for e in earlier if (dest / e).exists() and is_done(dest / e)]
+    unfinished = [e for e in earlier if (dest / e).exists() and e not in kept]
+    if unfinished and not force:
+        here = dest / unfinished[0]
+        left = stubs_left(here)
+        raise ExerciseError(f"{here} still has stubs ({', '.join(left[:4])}...): finish "
+                            f"it first, or use --force to replace it with the reference")
+
+    for path in [target, *(dest / e for e in unfinished)]:
+        if path.exists():
+            shutil.rmtree(path)
+    dest.mkdir(parents=True, exist_ok=True)
     if not (dest / "__init__.py").exists():
         (dest / "__init__.py").write_text(ROOT_INIT)
-
     sources = {}
-    for earlier in names[:names.index(name)]:
-        here = dest / earlier
-        if here.exists():
-            if is_done(here):
-                sources[earlier] = str(here)
-                continue
-            if not force:
-                left = [q for p in here.rglob("*.py") for q in remaining_stubs(p)]
-                raise ExerciseError(f"{here} still has stubs ({', '.join(left[:4])}...): finish "
-                                    f"it first, or use --force to replace it with the reference")
-            shutil.rmtree(here)
-        mine = Path(learner_root) / earlier if learner_root else None
-        src = mine if mine and mine.is_dir() and is_done(mine) else Path(reference_root) / earlier
+    for e in earlier:
+        here = dest / e
+        if e in kept:
+            sources[e] = str(here)
+            continue
+        mine = Path(learner_root) / e if learner_root else None
+        src = mine if mine and mine.is_dir() and is_done(mine) else Path(reference_root) / e
         _copy_version(src, here)
-        sources[earlier] = str(src)
+        _mark(here, f"copied from {src}")
+        sources[e] = str(src)
 
     spec_paths = spec_modules(name, root=reference_root)
     specs = _spec_names(spec_paths)
     _copy_version(Path(reference_root) / name, target)
+    _mark(target, "stubs")
     stubbed = []
     for path in sorted(target.rglob("*.py")):
         module = module_name(target, path)
@@ -387,13 +445,16 @@ def child_env() -> dict[str, str]:
 
 
 def run_specs(root: Path, version: str, specs: list[Path], extra: list[str] = (),
-              capture: bool = True, env: dict[str, str] | None = None,
+              capture: bool = True, env: dict[str, str] | None = None, timeout: float = 0,
               ) -> tuple[list[Outcome], subprocess.CompletedProcess]:
     """Run spec modules with `--impl-root root -k version` in a child pytest; read its junit.
-    `env` adds variables to the child's environment (e.g. HYPOTHESIS_PROFILE)."""
+    `env` adds variables to the child's environment (e.g. HYPOTHESIS_PROFILE); `timeout`, when
+    not 0, limits each spec's setup, call and teardown to that many seconds."""
+    limit = ["-p", "torchlet.spec_timeout", f"--spec-timeout={timeout:g}"] if timeout else []
     with tempfile.TemporaryDirectory() as tmp:
         xml = Path(tmp) / "junit.xml"
-        cmd = [sys.executable, "-m", "pytest", *spec_args(root, version, specs, xml), *extra]
+        cmd = [sys.executable, "-m", "pytest", *spec_args(root, version, specs, xml), *limit,
+               *extra]
         proc = subprocess.run(cmd, cwd=REPO, env={**child_env(), **(env or {})}, text=True,
                               capture_output=capture)
         outcomes = read_junit(xml) if xml.exists() else []
@@ -442,10 +503,17 @@ def stub_hits(outcome: Outcome) -> list[str]:
     return [m.group(2) for m in STUB_MESSAGE.finditer(outcome.message + "\n" + outcome.text)]
 
 
+def timed_out(outcome: Outcome) -> re.Match | None:
+    """The time-limit message of a spec that a function of the tree did not return from."""
+    return TIMEOUT_MESSAGE.search(outcome.message + "\n" + outcome.text)
+
+
 def reason(outcome: Outcome) -> str:
     hits = stub_hits(outcome)
     if hits:
         return f"stub {hits[0]} raised NotImplementedError"
+    if stuck := timed_out(outcome):
+        return f"{stuck[2]} did not return in {stuck[3]} s"
     first = (outcome.message or outcome.text).strip().splitlines()
     return first[0][:110] if first else "failed"
 
@@ -483,7 +551,12 @@ def summarize(version: str, version_dir: Path, outcomes: list[Outcome],
     reached = [f for f in files if f in hits] + sorted(hits - set(files))
     source = reference_dir if reference_dir and reference_dir.is_dir() else version_dir
     todo = need_order(left + [f for f in reached if f not in left], reached, calls(source))
-    if reached:
+    stuck = next((m for o in failed if (m := timed_out(o))), None)
+    if stuck:  # the run stopped at it: every later spec that reaches it would wait as long
+        lines.append(f"next: make {stuck[2]} return (it was still at {stuck[4]} after {stuck[3]} s"
+                     f"; the specs after it did not run)")
+        rest = todo
+    elif reached:
         nxt = todo[0]
         blocking = [o.test for o in failed if nxt in stub_hits(o)]
         where = f" in {files[nxt]}" if nxt in files else ""
@@ -494,26 +567,37 @@ def summarize(version: str, version_dir: Path, outcomes: list[Outcome],
         lines.append(f"next: make {failed[0].test} pass (no stub left in its way)")
         rest = todo
     if rest:
-        label = "then: " if reached else "stubs left: "
+        label = "then: " if reached and not stuck else "stubs left: "
         lines.append(textwrap.fill(", ".join(rest), width=100, initial_indent=label,
                                    subsequent_indent=" " * len(label), break_on_hyphens=False))
     return "\n".join(lines)
 
 
 def check(root: Path, version: str | None = None, extra: list[str] = (),
-          show_output: bool = False) -> int:
+          show_output: bool = False, timeout: float = DEFAULT_TIMEOUT) -> int:
     root = Path(root).resolve()
     names = version_names(root)
     if not names:
         print(f"{root} holds no versions; start with `torchlet exercise v00 {root}`")
         return 2
-    name = resolve(version, root) if version else names[-1]
+    name = resolve(version) if version else names[-1]  # unknown: the reference's names listed
+    if name not in names:
+        raise UnknownVersionError(f"{root} has no {name} yet (it holds {', '.join(names)}); "
+                                  f"start it with `torchlet exercise {name} {root}`")
     specs = spec_modules(name)
     if not specs:
         print(f"{name} has no spec module yet (looked for {SPEC_DIR}/test_v*)")
         return 2
+    try:  # the specs would only fail to import it, each with a traceback
+        for earlier in names[:names.index(name) + 1]:
+            for path in sorted((root / earlier).rglob("*.py")):
+                parse(path)
+    except LearnerSyntaxError as e:
+        print(e, file=sys.stderr)
+        return 1
     print(f"running {', '.join(_spec_names(specs))} against {root / name}", flush=True)
-    outcomes, proc = run_specs(root, name, specs, extra, capture=not show_output)
+    outcomes, proc = run_specs(root, name, specs, extra, capture=not show_output,
+                               timeout=timeout)
     if not outcomes and proc.stdout:
         print(proc.stdout[-4000:], proc.stderr[-2000:])
     print(summarize(name, root / name, outcomes, REFERENCE_ROOT / name))
@@ -602,10 +686,30 @@ def _existing_dir(path: str | Path, what: str) -> Path:
     return path
 
 
-def _cmd_check(args) -> int:
-    extra = [a for a in args.pytest_args if a != "--"]
+def _check_options(parser) -> None:
+    parser.add_argument("-k", default=None, metavar="VERSION",
+                        help="the version to check (default: the newest in DIR)")
+    parser.add_argument("--show-output", action="store_true", help="show pytest's own output")
+    parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT, metavar="SECONDS",
+                        help=f"fail a spec whose setup, call or teardown runs longer, naming "
+                             f"the function it was in, and stop (default {DEFAULT_TIMEOUT:g}; "
+                             f"0: no limit)")
+
+
+def _cmd_check(args, options: argparse.ArgumentParser) -> int:
+    """`args.words` holds everything from DIR on, `--` included: argparse gives a positional
+    after DIR nothing once an option follows DIR, so check's own options after DIR
+    (`check DIR -k v06 -- -x`, the form the docs print) are read here, and pytest's after `--`."""
+    words = args.words
+    cut = words.index("--") if "--" in words else len(words)
+    _, unknown = options.parse_known_args(words[:cut], namespace=args)
+    if unknown:
+        raise TorchletError(f"check: unrecognized arguments: {' '.join(unknown)} (pytest's "
+                            f"options go after --, e.g. `torchlet check DIR -- -x`)")
+    if args.timeout < 0:
+        raise TorchletError(f"--timeout must be 0 (no limit) or more, got {args.timeout:g}")
     root = _existing_dir(args.dir, "learner tree")
-    return check(root, args.k, extra, args.show_output)
+    return check(root, args.k, words[cut + 1:], args.show_output, args.timeout)
 
 
 def _cmd_diff(args) -> int:
@@ -625,14 +729,16 @@ def add_commands(subparsers) -> None:
                    help="replace an existing copy of the version with fresh stubs")
     p.set_defaults(run=_cmd_exercise)
 
-    p = subparsers.add_parser("check", help="run a version's specs against a learner tree")
-    p.add_argument("dir", help="the learner tree")
-    p.add_argument("-k", default=None, metavar="VERSION",
-                   help="the version to check (default: the newest in DIR)")
-    p.add_argument("--show-output", action="store_true", help="show pytest's own output")
-    p.add_argument("pytest_args", nargs=argparse.REMAINDER,
-                   help="after --: more pytest arguments, e.g. -- -x")
-    p.set_defaults(run=_cmd_check)
+    usage = "%(prog)s [-h] [-k VERSION] [--show-output] [--timeout SECONDS] DIR [-- PYTEST_ARGS]"
+    p = subparsers.add_parser("check", help="run a version's specs against a learner tree",
+                              usage=usage)
+    _check_options(p)
+    p.add_argument("words", nargs=argparse.REMAINDER, metavar="DIR [-- PYTEST_ARGS]",
+                   help="the learner tree; after --, more pytest arguments, e.g. -- -x")
+    options = argparse.ArgumentParser(prog=p.prog, usage=usage, add_help=False)
+    _check_options(options)
+    options.add_argument("dir", metavar="DIR", help="the learner tree")
+    p.set_defaults(run=lambda args: _cmd_check(args, options))
 
     p = subparsers.add_parser("diff", help="what changed between two versions' modules")
     p.add_argument("a", help="the older version (or the only one: compare with its predecessor)")
