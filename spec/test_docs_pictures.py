@@ -132,6 +132,26 @@ def test_the_pool_picture_holds_the_block_tables_the_engine_has_at_the_steps_it_
         assert held == want, f"step {k}: the pool's blocks and their holders"
 
 
+def rects(root) -> list:
+    return list(root.iter("{http://www.w3.org/2000/svg}rect"))
+
+
+def test_the_pool_picture_colours_its_requests_apart_from_the_timeline_and_names_each_colour():
+    """v08's page sets the pool beside the timeline, where blue is a prefill, green a decode
+    and red a preemption: a request of the pool drawn in one of those reads as that, so its
+    colours are its own, and its legend names each (a request, the null, free, kept blocks)."""
+    _, drawn = observed("v08")
+    timeline = {el.get("fill") for el in rects(drawn["timeline"]) if el.get("data-step")}
+    pool = rects(drawn["pool"])
+    held = {el.get("data-request"): el.get("fill") for el in pool if el.get("data-index")}
+    assert held and not set(held.values()) & timeline, (held, timeline)
+    legend = {el.get("data-legend"): el.get("fill") for el in pool if el.get("data-legend")}
+    assert {f"r{r}": fill for r, fill in held.items()}.items() <= legend.items(), legend
+    states = {el.get("data-state"): el.get("fill") for el in pool
+              if el.get("data-state") in ("null", "free", "kept")}
+    assert states and states.items() <= legend.items(), (states, legend)
+
+
 def test_the_lanes_picture_puts_each_request_in_the_lane_lane_of_names():
     seen, drawn = observed("v05")
     for k, step in seen.items():

@@ -4,7 +4,8 @@ What it introduces: `torchlet docs build [--out DIR] [--results junit.xml]`, a s
 version map, one page per version (its spec modules' page contracts and their specs, and its
 recipe: a table of the parts its engine is assembled from, each with what it is, the version that
 wrote it and its file, the parts the version swaps highlighted) and a code compare for every
-adjacent pair of versions and for the first against the newest.
+adjacent pair of versions and for the first against the newest; every reader document of
+docs/ as a page the index links, and each file a page contract names linked to its source page.
 Why: the page contracts are spec module docstrings, which a reader otherwise sees only in an
 editor; generated from the executable specs, a page cannot claim what its specs do not check.
 Core principle: the site is a pure function of the tree: every page follows the contract (a
@@ -18,7 +19,8 @@ pictures}.py) have their own page, spec/test_docs_pictures.py, and so has the co
 method view (torchlet/docs/methods.py), spec/test_docs_methods.py; spec/test_docs_browser.py
 opens the same site in a real browser.
 Tradeoff left visible: spec counts are test functions, not parametrizations, because counting
-those needs pytest's collection; and the status shown is only as fresh as the last JUnit file.
+those needs pytest's collection; and the status shown is only as fresh as the last JUnit file
+(without one, the index says how to make it and no spec is marked).
 """
 from __future__ import annotations
 
@@ -36,8 +38,10 @@ import pytest
 
 import implementations
 from torchlet import docs
+from torchlet.docs import DOCS_DIR, markdown
 from torchlet.docs.pages import SECTIONS, MissingSectionError, version_pages
-from torchlet.learner import SPEC_DIR
+from torchlet.docs.site import index_html, load_results, version_html
+from torchlet.learner import REPO, SPEC_DIR, effective_modules
 from torchlet.parts import recipe_rows
 from spec.support.recipe_tree import ROWS, write_recipe_tree
 
@@ -344,3 +348,68 @@ def test_the_index_links_the_reader_documents_and_says_where_its_cpu_figures_com
     text = "".join(index.text)
     assert "CPU tok/s: output tokens per second of torchlet bench cpu" in text
     assert "not SmolLM2" in text
+
+
+def test_a_site_built_without_results_says_in_one_line_how_to_get_them_and_marks_no_spec():
+    """A fresh clone has no build/junit.xml: "[not run]" on every spec and "not run" in every
+    row read as untested, so the index says once, above the map, how to fill them in."""
+    pages = version_pages()
+    none = load_results(None)
+    index = index_html(pages, none, {}, [])
+    hint = Page(index[index.index("</h1>"):index.index("<table")])
+    assert any("pytest -n 2 --junitxml=build/junit.xml" in t for t in hint.text), hint.text
+    assert "last run" not in index and "not run" not in index
+    for i, page in enumerate(pages[:3]):
+        text = version_html(page, None, None, none)
+        assert "not run" not in text and "notrun" not in text, page.name
+
+
+def test_every_document_in_docs_is_a_page_linked_from_the_index_and_keeps_its_links(site):
+    """Each reader document (docs/*.md) is a page the index links; a link in one to another
+    document or to an image in docs/ stays a link (the link check above resolves it)."""
+    index = Page((site / "index.html").read_text())
+    documents = sorted(DOCS_DIR.glob("*.md"))
+    assert len(documents) >= 9
+    for md in documents:
+        assert f"docs/{md.stem}.html" in index.links, f"the index does not link {md.name}"
+        page = Page((site / "docs" / f"{md.stem}.html").read_text())
+        for target in re.findall(r"\]\(([^)\s#]+)\)", md.read_text()):
+            if (md.parent / target).is_file():
+                assert target.replace(".md", ".html") in page.links, f"{md.name}: {target}"
+
+
+def test_a_reader_documents_code_tables_and_lists_render_as_code_tables_and_lists():
+    """The documents that became pages write code indented four spaces and fenced inside a
+    list item, and tables whose rule has no spaces (|---|---|): each renders as code or as a
+    table (not as a paragraph or a row of dashes), and a list's items as one list."""
+    text = ("- Command:\n\n  ```\n  pytest -q\n  ```\n\nThen:\n\n    ./setup.sh && pytest\n"
+            "    pytest -k v02\n\nruns it.\n\n| a | b |\n|---|---|\n| 1 | 2 |\n\n- one\n- two\n")
+    html = markdown.render(text, lambda target: target)
+    assert "<pre>pytest -q</pre>" in html
+    assert "<pre>./setup.sh &amp;&amp; pytest\npytest -k v02</pre>" in html
+    assert "<table><tr><th>a</th><th>b</th></tr><tr><td>1</td><td>2</td></tr></table>" in html
+    assert "<ul><li>one</li><li>two</li></ul>" in html
+
+
+def files_paragraphs(text: str) -> list[str]:
+    """The HTML of each "Files" section on a version page: from its heading to the next."""
+    return [part.split("<h3")[0] for part in text.split('<h3 class="section">Files</h3>')[1:]]
+
+
+def test_every_file_a_version_page_names_links_to_its_source(site):
+    """The paragraphs that name a version's files (implementations/v08_paged_gqa_py/kv.py,
+    implementations/v05_decode_lanes/{kv.py, runner.py}, torchlet/contract.py, a bare
+    runner.py meaning the version's own) link each name of a file of the repository to the page
+    of its source; transformers' modeling_qwen2.py, not one, stays text."""
+    linked = 0
+    for version in VERSIONS:
+        own = effective_modules(version)
+        for paragraph in files_paragraphs((site / "versions" / f"{version}.html").read_text()):
+            for href, name in re.findall(r'<a href="([^"]+)">([^<]+)</a>', paragraph):
+                assert href.endswith(f"/{Path(name).name}.html"), f"{version}: {name} -> {href}"
+                linked += 1
+            plain = re.sub(r"<a [^>]+>[^<]+</a>", "", paragraph)
+            for name in re.findall(r"[\w./]+\.py\b", plain):
+                assert not ((REPO / name).is_file() or name in own
+                            or (SPEC_DIR / name).is_file()), f"{version}: {name} is not a link"
+    assert linked > 100

@@ -5,8 +5,8 @@ picture back and compare it with the engine (spec/test_docs_pictures.py).
 
 Views, each a function of the Run: timeline (step x request, coloured by what the request did),
 lanes (lane x step, the request in each lane), buffers (the decode step's static inputs, lane x
-step), pool (the block pool and each request's block table at chosen steps; for a prefix-cache
-version, how many tables hold a block), tokens (the tokens each request took, step by step) and
+step), pool (the block pool and each request's block table at chosen steps, in colours of its
+own, named in its legend; for a prefix-cache version, how many tables hold a block), tokens (the tokens each request took, step by step) and
 kernels (the ops one step dispatched, layer by layer, beside another version's).
 The output depends on the run alone, so two builds draw the same bytes."""
 from __future__ import annotations
@@ -26,6 +26,13 @@ LEGEND = {PREFILL: "prefill (its prompt's rows)", SLICE: "prefill slice (part of
           IDLE: "running, not scheduled"}
 PALETTE = ("#4c78a8", "#f58518", "#54a24b", "#b279a2", "#e45756", "#72b7b2", "#eeca3b",
            "#9d755d")
+# The pool's requests: none of the timeline's blue, green, red or grey (FILL), which the
+# pool sits beside on v08's and v12's pages with other meanings, nor the graphs' yellows.
+HOLDER = ("#8e6bbf", "#f58518", "#2a9d8f", "#9d755d", "#d45087", "#6b8e23", "#3d3d8f",
+          "#c97b2a")
+STATE = {"null": "#444", "free": "#fafafa", "kept": "#fff3c4", "tail": "url(#tail)"}
+STATE_LEGEND = {"null": "null block", "free": "free", "kept": "kept for reuse",
+                "tail": "empty rows of a last block (wasted tail)"}
 DEFS = ('<defs><pattern id="slice" width="6" height="6" patternUnits="userSpaceOnUse" '
         'patternTransform="rotate(45)"><rect width="6" height="6" fill="#9ecae9"/>'
         '<rect width="2" height="6" fill="#4c78a8"/></pattern>'
@@ -65,14 +72,25 @@ def header(run: Run, y: float = 18) -> list[str]:
     return out
 
 
-def legend(kinds: list[str], y: float) -> list[str]:
-    out, x = [], 8
-    for kind in kinds:
-        out.append(f'<rect x="{x}" y="{y - 9}" width="12" height="12" fill="{FILL[kind]}" '
-                   'stroke="#999" stroke-width=".5"/>')
-        out.append(text(x + 16, y + 1, LEGEND[kind], "start", "#444"))
-        x += 30 + 6.6 * len(LEGEND[kind])
+def swatches(items: list[tuple[str, str, str]], y: float, x: float = 8) -> list[str]:
+    """A legend's row: for each (key, fill, label) a square of the fill (data-legend: the key,
+    so a spec can match a colour to what it means) and the label."""
+    out = []
+    for key, fill, label in items:
+        out.append(f'<rect x="{x:g}" y="{y - 9:g}" width="12" height="12" fill="{fill}" '
+                   f'stroke="#999" stroke-width=".5" data-legend="{escape(key)}"/>')
+        out.append(text(x + 16, y + 1, label, "start", "#444"))
+        x += 30 + 6.6 * len(label)
     return out
+
+
+def swatches_end(items: list[tuple[str, str, str]], x: float = 8) -> float:
+    """Where a row of swatches ends: the picture is drawn at least this wide."""
+    return x + sum(30 + 6.6 * len(label) for _, _, label in items)
+
+
+def legend(kinds: list[str], y: float) -> list[str]:
+    return swatches([(kind, FILL[kind], LEGEND[kind]) for kind in kinds], y)
 
 
 def ahead(run: Run, r: int, cell: Cell, taken: int) -> int:
@@ -266,12 +284,12 @@ def pool(run: Run, numbers: tuple[int, ...], prefix_cache: bool = False) -> str:
             x = 8 + b * (bw + gap)
             owners = held.get(b, [])
             if b == 0:
-                body.append(box(x, y, bw, bw, "#444", {"step": number, "block": 0,
+                body.append(box(x, y, bw, bw, STATE["null"], {"step": number, "block": 0,
                                                      "state": "null"}, "block 0: the null block"))
                 body.append(text(x + bw / 2, y + bw / 2 + 4, "null", fill="#fff"))
             elif not owners:
                 state = "kept" if b in keep else "free"
-                body.append(box(x, y, bw, bw, "#fff3c4" if state == "kept" else "#fafafa",
+                body.append(box(x, y, bw, bw, STATE[state],
                                 {"step": number, "block": b, "state": state},
                                 f"block {b}: {state}"))
                 body.append(f'<rect x="{x}" y="{y}" width="{bw}" height="{bw}" fill="none" '
@@ -281,12 +299,12 @@ def pool(run: Run, numbers: tuple[int, ...], prefix_cache: bool = False) -> str:
                 cell = step.cells[r]
                 i = cell.table.index(b)
                 filled = min(size, max(0, cell.cached - i * size))
-                color = PALETTE[r % len(PALETTE)]
+                color = HOLDER[r % len(HOLDER)]
                 row = bw / size
                 for t in range(size):
+                    fill = color if t < filled else STATE["tail"]
                     body.append(f'<rect x="{x}" y="{y + t * row:g}" width="{bw}" '
-                                f'height="{row:g}" fill="{color if t < filled else "url(#tail)"}"'
-                                '/>')
+                                f'height="{row:g}" fill="{fill}"/>')
                 body.append(box(x, y, bw, bw, "none",
                                 {"step": number, "block": b, "state": "used",
                                  "holders": " ".join(map(str, owners)), "filled": filled},
@@ -305,19 +323,21 @@ def pool(run: Run, numbers: tuple[int, ...], prefix_cache: bool = False) -> str:
             body.append(text(8, y + 13, f"r{r} table", "start"))
             for i, b in enumerate(cell.table):
                 x = 90 + i * 30
-                body.append(box(x, y, 28, 18, PALETTE[r % len(PALETTE)],
+                body.append(box(x, y, 28, 18, HOLDER[r % len(HOLDER)],
                                 {"step": number, "request": r, "index": i, "block": b},
                                 f"r{r}'s table[{i}] = block {b}"))
                 body.append(text(x + 14, y + 13, b, fill="#fff"))
             y += 21
         y += 14
-    notes = ["hatched: a last block's empty rows (the wasted tail)"]
+    shown = sorted({r for n in numbers for r, cell in run.step(n).cells.items() if cell.table})
+    held = [(f"r{r}", HOLDER[r % len(HOLDER)], f"r{r}") for r in shown]
+    states = [(s, STATE[s], STATE_LEGEND[s]) for s in STATE if prefix_cache or s != "kept"]
+    body += swatches(held, y + 4) + swatches(states, y + 22)
+    y += 40
     if prefix_cache:
-        notes.append("×n: held by n tables (a shared prefix); yellow: kept for reuse")
-    for note in notes:
-        body.append(text(8, y + 4, note, "start", "#666"))
+        body.append(text(8, y + 4, "×n: held by n tables (a shared prefix)", "start", "#666"))
         y += 16
-    width = max(16 + num_blocks * (bw + gap), 640)
+    width = max(16 + num_blocks * (bw + gap), 640, int(swatches_end(states)) + 10)
     return svg(width, y, body, f"{run.version}: block pool by step")
 
 
@@ -360,11 +380,9 @@ def kernels(runs: list[Run]) -> str:
             widest = max(widest, len(row))
             y += bh + 4
         y += 10
-    x = 8
-    for kind in [k for k in KIND_FILL if k in kinds]:
-        body.append(f'<rect x="{x}" y="{y}" width="12" height="12" fill="{KIND_FILL[kind]}"/>')
-        body.append(text(x + 16, y + 10, KIND_LEGEND[kind], "start", "#444"))
-        x += 30 + 6.6 * len(KIND_LEGEND[kind])
+    items = [(kind, KIND_FILL[kind], KIND_LEGEND[kind]) for kind in KIND_FILL if kind in kinds]
+    body += swatches(items, y + 9)
+    x = swatches_end(items)
     note = ("one box per op the step dispatched below torch, in order (a kernel launch each "
             "on a GPU); views, which launch nothing, left out")
     body.append(text(8, y + 30, note, "start", "#666"))

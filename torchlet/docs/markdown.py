@@ -1,8 +1,9 @@
-"""The repository's reader documents (docs/learners.md, docs/benchmarks.md, docs/mutants.md) as
+"""The repository's reader documents (docs/*.md: learners, usage, contract, benchmarks, ...) as
 pages of the site, so the index can link them and the links still stay inside the site.
 
-Only what those files use is rendered: headings, fenced code, tables, lists, images, links and
-`code`. A link to a file the site does not hold keeps its text and loses its link."""
+Only what those files use is rendered: headings, code (fenced, also inside a list item, or
+indented four spaces), tables, lists, images, links and `code`. A link to a file the site does
+not hold keeps its text and loses its link."""
 from __future__ import annotations
 
 import re
@@ -45,13 +46,24 @@ def render(text: str, keep) -> str:
     i = 0
     while i < len(lines):
         line = lines[i]
-        if line.startswith("```"):
+        if line.lstrip().startswith("```"):  # a fence, also one indented under a list item
             flush()
+            indent = len(line) - len(line.lstrip())
             j = i + 1
-            while j < len(lines) and not lines[j].startswith("```"):
+            while j < len(lines) and not lines[j].lstrip().startswith("```"):
                 j += 1
-            out.append("<pre>" + escape("\n".join(lines[i + 1:j])) + "</pre>")
+            out.append("<pre>" + escape("\n".join(x[indent:] for x in lines[i + 1:j])) + "</pre>")
             i = j + 1
+            continue
+        if line.startswith("    ") and line.strip() and not para:
+            # indented code: up to the next line of text at the margin
+            j = i
+            while j < len(lines) and (lines[j].startswith("    ") or not lines[j].strip()):
+                j += 1
+            while not lines[j - 1].strip():
+                j -= 1
+            out.append("<pre>" + escape("\n".join(x[4:] for x in lines[i:j])) + "</pre>")
+            i = j
             continue
         if line.startswith("#"):
             flush()
@@ -62,7 +74,7 @@ def render(text: str, keep) -> str:
             rows = []
             while i < len(lines) and lines[i].startswith("|"):
                 cells = [c.strip() for c in lines[i].strip().strip("|").split(" | ")]
-                if not all(set(c) <= set("-: ") for c in cells):
+                if not re.fullmatch(r"[\s|:-]+", lines[i]):  # not the rule under the header
                     tag = "th" if not rows else "td"
                     rows.append("<tr>" + "".join(f"<{tag}>{inline(c, keep)}</{tag}>"
                                                  for c in cells) + "</tr>")
@@ -82,4 +94,5 @@ def render(text: str, keep) -> str:
             para.append(line.strip())
         i += 1
     flush()
-    return "".join(out)
+    # items one after another (a blank line between them or not) are one list
+    return "".join(out).replace("</li></ul><ul><li>", "</li><li>")

@@ -4,7 +4,9 @@ Every link is relative and stays inside the site, every order is sorted, and not
 the clock, so the site opens from file:// and from `python -m http.server -d DIR` alike, and two
 builds of one tree are byte-identical. The sources a page links to are pages of the site too
 (source/...py.html), each line with an id, because a link to the .py file in the tree is outside
-a served site (404) and a #L anchor into a plain text file jumps nowhere."""
+a served site (404) and a #L anchor into a plain text file jumps nowhere: the versions' files, the
+spec modules, and the harness files a page contract's Files paragraph names (Sources).
+Without a results file (a fresh clone) no spec is marked; the index says how to get results."""
 from __future__ import annotations
 
 import json
@@ -13,9 +15,9 @@ import shutil
 from html import escape
 from pathlib import Path
 
-from torchlet.docs import compare, methods
+from torchlet.docs import DEFAULT_RESULTS, compare, methods
 from torchlet.docs.pages import SECTIONS, VersionPage
-from torchlet.learner import read_junit
+from torchlet.learner import REPO, read_junit
 
 CSS = """html{overflow-y:scroll}body{font:15px/1.5 system-ui,sans-serif;margin:2em auto;max-width:78em;padding:0 1em;color:#222}
 table{border-collapse:collapse}th,td{border:1px solid #ddd;padding:.2em .5em;vertical-align:top}
@@ -57,11 +59,17 @@ def page(title: str, body: str, depth: int, script: bool = False) -> str:
             f'</body></html>\n')
 
 
-def prose(text: str) -> str:
+def prose(text: str, link=None) -> str:
+    """Paragraphs with `code`; link: a FILE_NAME substitution (Sources.linker) for a paragraph
+    that names files."""
     paras = [" ".join(p.split()) for p in re.split(r"\n\s*\n", text.strip()) if p.strip()]
     code = re.compile(r"`([^`]+)`")
-    return "".join("<p>" + code.sub(r"<code>\1</code>", escape(p, quote=False)) + "</p>"
-                   for p in paras)
+    out = []
+    for p in paras:
+        p = escape(p, quote=False)
+        out.append("<p>" + code.sub(r"<code>\1</code>", FILE_NAME.sub(link, p) if link else p)
+                   + "</p>")
+    return "".join(out)
 
 
 def compare_name(a: str, b: str) -> str:
@@ -74,16 +82,17 @@ def source_path(*parts: str) -> str:
     return "/".join(("source", *parts)) + ".html"
 
 
-def source_html(path: str, label: str, text: str, version: str) -> str:
+def source_html(path: str, label: str, text: str, version: str | None) -> str:
     """One source file as rows with ids L1, L2, ... (each number links to its own line), so that
-    `path#L42` opens at line 42, which the CSS :target rule highlights."""
+    `path#L42` opens at line 42, which the CSS :target rule highlights. version: the page its
+    nav leads back to; None for a file of the harness (torchlet/contract.py)."""
     rows = "".join(f'<tr id="L{n}"><td class="n"><a href="#L{n}">{n}</a></td>'
                    f'<td><pre>{escape(line, quote=False)}</pre></td></tr>'
                    for n, line in enumerate(text.splitlines(), 1))
     depth = path.count("/")
     up = "../" * depth
-    nav = (f'<nav><a href="{up}index.html">version map</a>'
-           f'<a href="{up}versions/{version}.html">{version}</a></nav>')
+    back = f'<a href="{up}versions/{version}.html">{version}</a>' if version else ""
+    nav = f'<nav><a href="{up}index.html">version map</a>{back}</nav>'
     return page(label, f'{nav}<h1>{escape(label)}</h1><table class="src">{rows}</table>', depth)
 
 
@@ -92,14 +101,75 @@ def file_link(version: str, rel: str, text: str) -> str:
     return f'<a href="../{source_path("implementations", version, rel)}">{escape(text)}</a>'
 
 
+# A file a page contract's Files paragraph names: a path (implementations/v08_paged_gqa_py/kv.py,
+# torchlet/contract.py), a brace group (implementations/v05_decode_lanes/{kv.py, runner.py}) or
+# a bare name (runner.py: the version's own).
+FILE_NAME = re.compile(r"((?:[\w.-]+/)*)(\{[^{}]*\}|[\w-][\w.-]*\.py\b)")
+
+
+class Sources:
+    """The source pages the Files paragraphs link to. Pages of the site, not links into the
+    repository's tree: the site is served on its own (python -m http.server -d docs/_site),
+    where a path out of it 404s, and a .py opened as a file has no line to jump to. The
+    versions' files and the spec modules have pages already; the other files of the
+    repository a paragraph names (torchlet/contract.py, spec/support/oracle.py) get theirs
+    from `extra` (site path -> file)."""
+
+    def __init__(self, owned: dict[str, list[str]], repo: Path = REPO):
+        self.owned, self.repo, self.extra = owned, Path(repo).resolve(), {}
+
+    def find(self, path: str, p: VersionPage) -> str | None:
+        """The site path of the page showing `path` as version p's page names it; None for a
+        file the repository does not hold (transformers' modeling_qwen2.py)."""
+        head, _, rest = path.partition("/")
+        if head == "implementations":
+            version, _, rel = rest.partition("/")
+            return (source_path("implementations", version, rel)
+                    if rel in self.owned.get(version, ()) else None)
+        if not rest:  # a bare name: the version's own module, else a spec module
+            owner = p.name if path in p.owned else p.inherited.get(path)
+            if owner:
+                return source_path("implementations", owner, path)
+            path = f"spec/{path}"
+        file = (self.repo / path).resolve()
+        if not (file.is_relative_to(self.repo) and file.is_file()):
+            return None
+        self.extra[source_path(*Path(path).parts)] = file
+        return source_path(*Path(path).parts)
+
+    def linker(self, p: VersionPage):
+        """A FILE_NAME substitution linking each name (from versions/) to its page; a bare name
+        not found is looked for in the directory named last (spec/support/oracle.py and
+        prompts.py)."""
+        last = ""
+
+        def one(path: str, text: str) -> str:
+            nonlocal last
+            found = self.find(path, p)
+            if found is None and "/" not in path and last:
+                found = self.find(last + path, p)
+            if "/" in path:
+                last = path.rsplit("/", 1)[0] + "/"
+            return f'<a href="../{found}">{text}</a>' if found else text
+
+        def sub(m: re.Match) -> str:
+            prefix, name = m.groups()
+            if not name.startswith("{"):
+                return one(prefix + name, prefix + name)
+            names = [n.strip() for n in name[1:-1].split(",")]
+            return prefix + "{" + ", ".join(one(prefix + n, n) for n in names) + "}"
+        return sub
+
+
 # ---------------------------------------------------------------- spec results and benchmarks
 
-def load_results(path: Path | None) -> dict[tuple[str, str], list[tuple[str, str, str]]]:
+def load_results(path: Path | None) -> dict[tuple[str, str], list[tuple[str, str, str]]] | None:
     """(spec file name, qualname) -> [(parametrization id, status, message)] from a pytest
-    JUnit XML; the message is a skip's reason or a failure's first line."""
-    found: dict[tuple[str, str], list[tuple[str, str]]] = {}
+    JUnit XML; the message is a skip's reason or a failure's first line. None without a file:
+    the pages then mark no spec, where an empty dict marks each "not run"."""
     if path is None:
-        return found
+        return None
+    found: dict[tuple[str, str], list[tuple[str, str, str]]] = {}
     for outcome in read_junit(path):
         file, _, rest = outcome.test.partition("::")
         name, _, params = rest.partition("[")
@@ -154,8 +224,24 @@ def load_benchmarks(bench_dir: Path) -> dict[str, dict[str, str]]:
 
 # ---------------------------------------------------------------- pages
 
+# A fresh clone has no results: "not run" on every spec would read as untested, so the index
+# says this once instead (the README's test command, which leaves the file the build reads).
+NO_RESULTS = (f"No spec results yet: run <code>pytest -n 2 --junitxml="
+              f"{DEFAULT_RESULTS.relative_to(REPO)}</code>, then <code>torchlet docs build</code>.")
+
 READING = (("learners.md", "The learner's path", "fill in one version at a time"),
+           ("usage.md", "Usage", "generate, chat, serve and this site, with the flags worth "
+            "knowing"),
+           ("testing.md", "Testing", "the spec suite: its command, how a run picks its specs, "
+            "its times"),
+           ("layout.md", "Layout", "where each thing lives"),
+           ("contract.md", "The engine contract", "what a version declares and what each "
+            "capability promises"),
            ("benchmarks.md", "Benchmarks", "every measured figure, with its command and charts"),
+           ("perf-notes.md", "Performance notes", "each change's target, what moved, and the "
+            "command that measured it"),
+           ("gpu.md", "GPU runs", "what ran on a GPU, when, with which command, and what came "
+            "out"),
            ("mutants.md", "Mutants", "each deliberate breakage and the spec that notices it"))
 
 
@@ -177,22 +263,26 @@ def cpu_source(bench_dir: Path) -> str:
 
 def index_html(pages: list[VersionPage], results, figures, pairs, cpu_note: str = "",
                reading: tuple = ()) -> str:
+    """results None (no JUnit file): no "last run" column, and a line saying how to fill it."""
     rows = []
     for p in pages:
-        status = version_status(p, results)
+        status = "" if results is None else f"<td>{escape(version_status(p, results))}</td>"
         f = figures.get(p.name, {})
         rows.append(f'<tr><td><a href="versions/{p.name}.html">{p.name}</a></td>'
                     f'<td>{escape(p.idea)}</td><td><code>{escape(p.capability)}</code></td>'
-                    f'<td>{len(p.specs)}</td><td>{escape(status)}</td>'
+                    f'<td>{len(p.specs)}</td>{status}'
                     + "".join(f"<td>{f.get(k, '—')}</td>" for k in ("cpu", "gpu_s", "floor"))
                     + "</tr>")
     links = "".join(f'<li><a href="compare/{compare_name(a, b)}">{a} → {b}</a></li>'
                     for a, b in pairs)
-    body = ("<h1>Torchlet: the version map</h1><p>Read the versions in order; each page is its "
+    body = ("<h1>Torchlet: the version map</h1>"
+            + (f"<p>{NO_RESULTS}</p>" if results is None else "")
+            + "<p>Read the versions in order; each page is its "
             "spec modules' page contract and the specs that check it. Specs counts the test "
             "functions in a version's own spec modules (not their parametrizations).</p>"
             "<table><tr><th>version</th><th>idea</th><th>capability it adds</th><th>specs</th>"
-            "<th>last run</th><th>CPU tok/s</th><th>H200 workload</th><th>% of floor</th></tr>"
+            + ("" if results is None else "<th>last run</th>")
+            + "<th>CPU tok/s</th><th>H200 workload</th><th>% of floor</th></tr>"
             + "".join(rows) + "</table>" + (f"<p>{cpu_note}</p>" if cpu_note else "")
             + ("<h2>Read further</h2><ul>" + "".join(
                 f'<li><a href="docs/{name.replace(".md", ".html")}">{title}</a>: {what}</li>'
@@ -256,8 +346,10 @@ def pictures_html(pictures, why: str) -> str:
 
 
 def version_html(p: VersionPage, prev: str | None, nxt: str | None, results,
-                 owned: dict[str, list[str]] | None = None, pictures=(), why: str = "") -> str:
-    """A version's page; owned (version -> the files it owns) is what its recipe table links."""
+                 sources: Sources | None = None, pictures=(), why: str = "") -> str:
+    """A version's page; sources (the files each version owns, and where the others a page
+    names are shown) is what its recipe table and its Files paragraphs link."""
+    sources = sources or Sources({})
     nav = ['<a href="../index.html">version map</a>']
     if prev:
         nav.append(f'<a href="{prev}.html" rel="prev">← {prev}</a>')
@@ -272,18 +364,21 @@ def version_html(p: VersionPage, prev: str | None, nxt: str | None, results,
         out.append(f'<section id="part-{i}"><h2>{escape(part.title)}</h2>'
                    f'<p>From <a href="{src}">spec/{part.path.name}</a></p>')
         for key, heading in SECTIONS:
-            out.append(f'<h3 class="section">{heading}</h3>{prose(part.sections[key])}')
+            link = sources.linker(p) if key == "files" else None
+            out.append(f'<h3 class="section">{heading}</h3>{prose(part.sections[key], link)}')
         out.append("<h3>Specs</h3><ul>")
         for s in part.specs:
-            st = spec_status(results.get((part.path.name, s.qualname)), p.name)
-            runs = results.get((part.path.name, s.qualname))
+            # no results at all (None): no mark, NO_RESULTS on the index says why; a results
+            # file that lacks the spec: "[not run]"
+            runs = (results or {}).get((part.path.name, s.qualname))
+            st = "" if results is None else spec_status(runs, p.name)
+            mark = f'<span class="{st.replace(" ", "")}">[{st}]</span> ' if st else ""
             why = "".join(f'<span class="reason"> ({escape(r)})</span>'
                           for r in skip_reasons(runs, p.name)) if st == "skipped" else ""
-            out.append(f'<li id="{s.qualname}"><span class="{st.replace(" ", "")}">[{st}]</span> '
-                       f'<a href="{src}#L{s.line}">{escape(s.sentence)}</a>{why}'
-                       f'{prose(s.doc)}</li>')
+            out.append(f'<li id="{s.qualname}">{mark}<a href="{src}#L{s.line}">'
+                       f'{escape(s.sentence)}</a>{why}{prose(s.doc)}</li>')
         out.append("</ul></section>")
-    out.append(recipe_html(p, owned or {}))
+    out.append(recipe_html(p, sources.owned))
     out.append('<h2>Files</h2><p>Owned by this version:</p><ul>'
                + "".join(f"<li>{file_link(p.name, f, f)}</li>" for f in p.owned) + "</ul>")
     if p.inherited:
@@ -439,7 +534,7 @@ def write_site(out: Path, pages: list[VersionPage], results, figures, root: Path
     reading, copies, present = reading_pages(docs_dir) if docs_dir else ({}, {}, ())
     names = [p.name for p in pages]
     by_name = {p.name: p for p in pages}
-    owned = {p.name: p.owned for p in pages}
+    sources = Sources({p.name: p.owned for p in pages})
     pairs = compare.pairs(names)
     files = {"style.css": CSS, "site.js": JS,
              "index.html": index_html(pages, results, figures, pairs,
@@ -449,7 +544,7 @@ def write_site(out: Path, pages: list[VersionPage], results, figures, root: Path
         prev = names[i - 1] if i else None
         nxt = names[i + 1] if i + 1 < len(names) else None
         pictures, why = drawn.get(p.name, ([], ""))
-        files[f"versions/{p.name}.html"] = version_html(p, prev, nxt, results, owned,
+        files[f"versions/{p.name}.html"] = version_html(p, prev, nxt, results, sources,
                                                         pictures, why)
         files.update({pic.file: pic.svg + "\n" for pic in pictures})
         for part in p.parts:  # a page's sources: its spec modules and the files it owns
@@ -459,6 +554,9 @@ def write_site(out: Path, pages: list[VersionPage], results, figures, root: Path
             path = source_path("implementations", p.name, rel)
             files[path] = source_html(path, f"{Path(root).name}/{p.name}/{rel}",
                                       (Path(root) / p.name / rel).read_text(), p.name)
+    for path, file in sorted(sources.extra.items()):  # a spec module's page is there already
+        files.setdefault(path, source_html(path, str(file.relative_to(sources.repo)),
+                                           file.read_text(), None))
     for a, b in pairs:
         named = compare.named_files(b, [part.sections["files"] for part in by_name[b].parts])
         changes, why = method_changes(a, b, root)
