@@ -96,12 +96,6 @@ class StaticInputs(LaneInputs):
             self.poison, self.vocab, self.max_len)
         return self.buffers.tensors
 
-    def live(self, views: tuple) -> tuple:
-        """What an eager step reads of these views of the buffers (and any tensors after
-        them): all of them here. Inputs whose lanes hold room for more than a step uses may cut
-        them to what it uses: a graph reads the whole buffers, whose shapes it fixed."""
-        return views
-
     def decode_buffers(self) -> dict[str, torch.Tensor]:
         """The tensors every decode step reads its inputs from: the same objects, addresses,
         shapes and dtypes at every step."""

@@ -38,15 +38,13 @@ class GraphRunner:
     sees the very tensors it captured. The caller writes a batch of n into the buffers in place,
     fills lanes n..b-1 with harmless padding, calls run(n), and reads the first n rows of the
     outputs. With enabled=False, run() calls fn eagerly on the same views (graphs off), or on
-    what `live` makes of them: an eager run's shapes are its own, so it may read less of the
-    buffers than a graph, whose shapes were fixed at capture.
+    the inputs it is given in place of the first buffers: an eager run's shapes are its own, so
+    it may read less than a graph, whose shapes were fixed at capture.
     """
 
     def __init__(self, fn: Callable, batch_buffers: Sequence[torch.Tensor], *,
-                 buckets: Sequence[int], constants=(), enabled: bool = True, warmup: int = 3,
-                 live: Callable[[tuple], tuple] | None = None):
+                 buckets: Sequence[int], constants=(), enabled: bool = True, warmup: int = 3):
         self.fn = fn
-        self.live = live
         self.buffers = tuple(batch_buffers)
         self.buckets = tuple(sorted(set(buckets)))
         too_short = [tuple(t.shape) for t in self.buffers if t.shape[0] < self.buckets[-1]]
@@ -79,13 +77,14 @@ class GraphRunner:
             if b not in self.graphs:
                 self.capture(b)
 
-    def run(self, batch: int):
-        """fn's outputs for the bucket of `batch` (bucket-sized: slice the first `batch` rows)."""
+    def run(self, batch: int, inputs: Sequence[torch.Tensor] = ()):
+        """fn's outputs for the bucket of `batch` (bucket-sized: slice the first `batch` rows).
+        An eager run reads `inputs` (their first rows) in place of as many first buffers."""
         bucket = self.bucket_for(batch)
         if not self.enabled:
-            views = self._views[bucket]
+            views = tuple(t[:bucket] for t in inputs) + self._views[bucket][len(inputs):]
             with torch.no_grad():
-                return self.fn(*(views if self.live is None else self.live(views)))
+                return self.fn(*views)
         if bucket not in self.graphs:
             if self.buffers[0].is_cuda:
                 # A CUDA capture takes 0.1-0.6 s on an H200 (its warm-up runs compile kernels for
@@ -130,8 +129,7 @@ class GraphedRunner(LaneRunner):
         inputs = self.inputs.tensors + self.sampler.lane_tensors(variant)
         return GraphRunner(partial(self.captured_step, variant), inputs,
                            buckets=default_buckets(self.kv.num_lanes),
-                           constants=(self.weights, self.kv.kv), enabled=self.use_graphs,
-                           live=self.inputs.live)
+                           constants=(self.weights, self.kv.kv), enabled=self.use_graphs)
 
     def captured_step(self, variant: str, *tensors: torch.Tensor):
         """What a graph holds: v05's eager decode step over these lanes, to float logits, then
@@ -144,11 +142,12 @@ class GraphedRunner(LaneRunner):
     def step_lanes(self, requests: Sequence) -> tuple[torch.Tensor, torch.Tensor]:
         """Write the lanes, replay the bucket that covers the lanes in use: logits and draws by
         lane, in the graph's output tensors, which the next replay overwrites (lane_rows
-        indexes out a copy)."""
-        self.inputs.write(requests)
+        indexes out a copy). Graphs off, the step reads what the write returns, which may be
+        less than the whole buffers a graph reads."""
+        written = self.inputs.write(requests)
         in_use = self.kv.lanes_in_use()
         graphs = self.graphs[self.sampler.variant(in_use)]
-        logits, drawn = graphs.run(max(in_use) + 1 if in_use else 1)
+        logits, drawn = graphs.run(max(in_use) + 1 if in_use else 1, written)
         for request in requests:
             request.computed += 1
         return logits, drawn

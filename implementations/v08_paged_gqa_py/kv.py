@@ -352,9 +352,7 @@ class PagedInputs(StaticInputs):
         self.table_rows = np.full(self.buffers.host_np["block_tables"].shape, NULL_BLOCK,
                                   dtype=np.int32)
         self.row_tables: list[list[int] | None] = [None] * num_lanes
-        # The longest table the last write holds, in blocks, and where the tables sit among the
-        # buffers: an eager step reads only those columns (live).
-        self.width = 1
+        # Where the tables sit among the buffers: write() cuts them to the step's longest.
         self.tables_at = list(self.buffers.device_tensors).index("block_tables")
 
     @classmethod
@@ -375,7 +373,11 @@ class PagedInputs(StaticInputs):
 
     def write(self, requests: Sequence) -> tuple[torch.Tensor, ...]:
         """Write this step's lanes, each with its request's block table and the slot its token's
-        K/V goes to, into the static buffers; returns those same buffers. A lane feeds its
+        K/V goes to, into the static buffers; returns those same buffers, the block tables cut
+        to the longest table written: an eager step then gathers only the blocks its requests
+        hold, not room for max_len tokens (at 2,048 tokens and 16-token blocks, 128 blocks a
+        lane where a 40-token request holds 3); a graph reads the whole buffers it captured,
+        past each table the null block. A lane feeds its
         request's last token at the position after the rows it has computed, in room the request
         takes now (a new block only when its last one is full; RequestError if the pool has none:
         the scheduler preempts before a step gets here)."""
@@ -388,16 +390,9 @@ class PagedInputs(StaticInputs):
             "slot_mapping": [pool.slot(r.id, p) for r, p in zip(requests, positions)],
             "block_tables": self.padded_tables(lanes, [r.blocks for r in requests])},
             self.poison, self.vocab, self.max_len)
-        self.width = max([len(r.blocks) for r in requests], default=1) or 1
-        return self.buffers.tensors
-
-    def live(self, views: tuple) -> tuple:
-        """The views with each lane's block table cut to the longest table of the last write:
-        an eager decode attention then gathers only the blocks the step's requests hold, not
-        room for max_len tokens (at 2,048 tokens and 16-token blocks, 128 blocks a lane where a
-        40-token request holds 3). Columns past a lane's own table name the null block."""
-        at = self.tables_at
-        return views[:at] + (views[at][:, :self.width],) + views[at + 1:]
+        width = max([len(r.blocks) for r in requests], default=1) or 1
+        tensors, at = self.buffers.tensors, self.tables_at
+        return tensors[:at] + (tensors[at][:, :width],) + tensors[at + 1:]
 
     def padded_tables(self, lanes: list[int], tables: list) -> np.ndarray:
         """The lanes' block tables, each padded with the null block to the buffer's width."""

@@ -112,8 +112,8 @@ MUTANTS = [
         (GROWTH, POISON), V08,
         "a request takes a new block off the free list but its table never names it"),
     Mutant("v08-eager-step-reads-the-whole-table", TABLES, (
-        Edit(INPUTS, "        return views[:at] + (views[at][:, :self.width],) + views[at + 1:]",
-             "        return views"),),
+        Edit(INPUTS, "        return tensors[:at] + (tensors[at][:, :width],) + tensors[at + 1:]",
+             "        return tensors"),),
         (LIVE,), V08,
         "an eager decode gathers every lane's whole padded table, room for max_len tokens, as a "
         "graph does: same tokens, batching buys nothing on a CPU"),
