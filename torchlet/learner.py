@@ -4,8 +4,8 @@
 docstring but raise NotImplementedError in every body. The stubs are cut out of the reference
 source by `ast` positions each time, so they never drift from it. `torchlet check DIR` runs vNN's
 spec modules against the tree, says which function to write next and lists the other stubs left
-in the order the specs need them; `torchlet diff vA vB` shows what a version changes in the
-files it owns.
+in the order the specs need them; `torchlet diff vA vB` shows what changes between two versions,
+method by method as the docs site's compare does (`--files`: the whole files).
 """
 from __future__ import annotations
 
@@ -614,9 +614,14 @@ def effective_modules(version: str, root: Path = REFERENCE_ROOT) -> dict[str, Pa
     names = version_names(root)
     files = {}
     for name in names[:names.index(version) + 1]:
-        for path in sorted((Path(root) / name).rglob("*.py")):
-            files[str(path.relative_to(Path(root) / name))] = path
+        files.update(own_modules(name, root))
     return files
+
+
+def own_modules(version: str, root: Path = REFERENCE_ROOT) -> dict[str, Path]:
+    """The module files a version's own directory holds, by their path in it."""
+    return {str(path.relative_to(Path(root) / version)): path
+            for path in sorted((Path(root) / version).rglob("*.py"))}
 
 
 def _owner(path: Path, root: Path) -> str:
@@ -626,17 +631,62 @@ def _owner(path: Path, root: Path) -> str:
 REWRITE = 0.5  # below this share of common lines, diff shows a replacing file whole
 
 
-def diff(a: str, b: str | None = None, root: Path = REFERENCE_ROOT) -> str:
-    """What changes from version a to version b (b's predecessor to b when b is None)."""
-    root = Path(root).resolve()
+def version_pair(a: str, b: str | None, root: Path) -> tuple[str, str]:
+    """(the older, the newer) of `torchlet diff A [B]`: B's predecessor and B when B is left out.
+    The same version twice and a newer one first are refused: the header read them as changes
+    (v08 replacing itself; v14 replacing v15's files)."""
     names = version_names(root)
     if b is None:
         b = resolve(a, root)
         if names.index(b) == 0:
             raise UnknownVersionError(f"{b} is the first version; name two versions to compare")
-        a = names[names.index(b) - 1]
+        return names[names.index(b) - 1], b
     a, b = resolve(a, root), resolve(b, root)
-    old, new = effective_modules(a, root), effective_modules(b, root)
+    if a == b:
+        raise TorchletError(f"{a} twice: name two versions, or one to compare with the version "
+                            f"before it")
+    if names.index(a) > names.index(b):
+        raise TorchletError(f"{a} comes after {b}: name the older version first (torchlet diff "
+                            f"{b} {a})")
+    return a, b
+
+
+def diff_header(a: str, b: str, old: dict[str, Path], new: dict[str, Path], root: Path) -> str:
+    """Which files b owns (and which of a's each replaces), which each version between a and b
+    owns, and which of a's b runs too. Every version between is named with its files, not only
+    those still standing by b: b's classes build on theirs (v16's engine on v14's, whose file
+    v15 replaced), so either view can show code from any of them."""
+    def was(rel: str) -> str:
+        return f"replaces {_owner(old[rel], root)}/{rel}" if rel in old else "new"
+
+    names = version_names(root)
+    owned = ", ".join(f"{rel} ({was(rel)})" for rel in own_modules(b, root))
+    head = [f"{a} -> {b}", f"  {b} owns: {owned}"]
+    between = names[names.index(a) + 1:names.index(b)]
+    if between:
+        head.append("  changed by the versions between:")
+        head += [f"    {name}: {', '.join(own_modules(name, root))}" for name in between]
+    same = [f"{rel} ({_owner(path, root)})" for rel, path in sorted(new.items())
+            if old.get(rel) == path]
+    return "\n".join(head + [f"  the same in both: {', '.join(same) or '-'}"]) + "\n\n"
+
+
+def method_view(a: str, b: str, root: Path) -> str:
+    """The site's method-level compare as text: per part the recipes hold differently, each
+    method the newer part runs against the one it takes the place of."""
+    # imported here, not at the top: torchlet.docs imports this module (REPO, read_junit)
+    from torchlet.docs.methods import as_text
+    from torchlet.docs.site import method_changes
+
+    changes, why = method_changes(a, b, root)
+    if why:
+        return f"(no method view here: {why}; --files shows the whole files)\n"
+    return as_text(changes) or "(the two recipes hold the same parts; --files shows the files)\n"
+
+
+def file_view(old: dict[str, Path], new: dict[str, Path], root: Path) -> str:
+    """Each file that differs as a unified diff; a file rewritten on top of the one it replaces
+    whole."""
     out = []
     for rel in sorted(set(old) | set(new)):
         src, dst = old.get(rel), new.get(rel)
@@ -656,14 +706,19 @@ def diff(a: str, b: str | None = None, root: Path = REFERENCE_ROOT) -> str:
             out.extend(difflib.unified_diff(src_lines, dst_lines, src_label, dst_label))
         if out and not out[-1].endswith("\n"):
             out[-1] += "\n"
-    base = Path(root)
-    owned = [r for r, p in new.items() if p.is_relative_to(base / b)]
-    replaced = [f"{r} (replaces {_owner(old[r], root)}/{r})" if r in old else f"{r} (new)"
-                for r in owned]
-    kept = [f"{r} ({_owner(p, root)})" for r, p in sorted(new.items()) if old.get(r) == p]
-    head = [f"{a} -> {b}", f"  {b} owns: {', '.join(replaced)}",
-            f"  kept from earlier versions: {', '.join(kept) or '-'}"]
-    return "\n".join(head) + "\n\n" + "".join(out)
+    return "".join(out)
+
+
+def diff(a: str, b: str | None = None, root: Path = REFERENCE_ROOT, *, files: bool = True) -> str:
+    """What changes from version a to version b (b's predecessor to b when b is None): the
+    header, then the whole files' diffs (files) or the method view. Files by default here, the
+    method view in the CLI: it imports both versions' packages, which a caller that wants the
+    text alone need not pay for."""
+    root = Path(root).resolve()
+    a, b = version_pair(a, b, root)
+    old, new = effective_modules(a, root), effective_modules(b, root)
+    body = file_view(old, new, root) if files else method_view(a, b, root)
+    return diff_header(a, b, old, new, root) + body
 
 
 # ---------------------------------------------------------------- CLI
@@ -714,7 +769,7 @@ def _cmd_check(args, options: argparse.ArgumentParser) -> int:
 
 def _cmd_diff(args) -> int:
     root = _existing_dir(args.impl_root, "--impl-root") if args.impl_root else REFERENCE_ROOT
-    sys.stdout.write(diff(args.a, args.b, root))
+    sys.stdout.write(diff(args.a, args.b, root, files=args.files))
     return 0
 
 
@@ -740,9 +795,12 @@ def add_commands(subparsers) -> None:
     options.add_argument("dir", metavar="DIR", help="the learner tree")
     p.set_defaults(run=lambda args: _cmd_check(args, options))
 
-    p = subparsers.add_parser("diff", help="what changed between two versions' modules")
+    p = subparsers.add_parser("diff", help="what changed between two versions, method by method "
+                                           "(the site's compare view)")
     p.add_argument("a", help="the older version (or the only one: compare with its predecessor)")
     p.add_argument("b", nargs="?", default=None, help="the newer version")
+    p.add_argument("--files", action="store_true",
+                   help="the whole files' diffs instead of the methods")
     p.add_argument("--impl-root", default=None, help="a tree of versions other than the reference")
     p.set_defaults(run=_cmd_diff)
 

@@ -215,6 +215,25 @@ def pair_methods(old: dict[Any, Method], new: dict[Any, Method],
     return [pairings.get(m, Pairing(m, None)) for m in added], left
 
 
+def as_text(changes: list[PartChange]) -> str:
+    """The method view as `torchlet diff` prints it: per part, each method against the one it
+    takes the place of as a unified diff (a new one whole), then the methods no longer run."""
+    def label(m: Method) -> str:
+        return f"{m.short}'s {m.qualname} ({m.file}:{m.line})"
+
+    out = []
+    for c in changes:
+        was = f"{c.old_label} -> " if c.old_label else "new: "
+        out.append(f"== {c.part}: {was}{c.new_label}\n")
+        for p in c.pairings:
+            old = [line + "\n" for line in p.old.lines] if p.old else []
+            out.extend(difflib.unified_diff(old, [line + "\n" for line in p.new.lines],
+                                            label(p.old) if p.old else "/dev/null", label(p.new)))
+        if c.gone:
+            out.append("no longer run by the part: " + ", ".join(map(label, c.gone)) + "\n")
+    return "".join(out)
+
+
 def part_changes(old_version, new_version, root: Path) -> list[PartChange]:
     """For each part (in assembly order) the two recipes hold differently, its pairings."""
     old_recipe, new_recipe = old_version.recipe, new_version.recipe
