@@ -17,7 +17,10 @@ the oracle's (greedy and seeded) for prompts cut into slices of 1, 4, 16 and 64 
 prefix cache on, and through preemptions mid-prompt on a tight, poisoned pool. What a step
 computes is read from the K/V it stores (spec/support/block_watch.py): each slice stores exactly
 the rows after the ones its request stored before, a step's stored prefill rows and live decode
-lanes never exceed the budget, and every running decode gets its row in every step.
+lanes never exceed the budget, and every running decode gets its row in every step. Nor does a
+step compute less than it could: min(budget, rows available), so no request waits while rows of
+the step are left, and a waiting prompt is sliced rather than held back whole. Slice graphs give
+the oracle's tokens in every request bucket four lanes can fill.
 
 Files to compare: implementations/v15_chunked_prefill/scheduler.py (TokenBudget, ChunkedScheduler,
 SlicedBatch) against implementations/v08_paged_gqa_py/scheduler.py (PagedAdmission,
@@ -193,6 +196,95 @@ def test_seeded_requests_sliced_draw_the_golden_samples(impl):
 # --- the budget ---------------------------------------------------------------------------
 
 
+def step_rows(engine, buffers) -> tuple[int, int]:
+    """engine.step(), and the rows it computed, read from what it did rather than from its
+    stats: (the slots one cache got outside the decode pass, i.e. its slices' rows; the live
+    lanes of its decode pass, those whose context_lens it read above 0)."""
+    with StepLog(buffers, VOCAB) as log:
+        engine.step()
+    prefill = {}
+    for s in log.stores:
+        if "slot_mapping" not in s.source:
+            prefill.setdefault(id(s.target.untyped_storage()), []).extend(s.slots)
+    lens = log.read.get("context_lens")  # unread in a step that decodes nothing
+    return len(next(iter(prefill.values()), [])), 0 if lens is None else int((lens > 0).sum())
+
+
+def work_available(engine, ids, lanes: int) -> int:
+    """Rows the engine could compute now, read from its requests' outputs (the pool holds them
+    all): one for each running request past its prompt, the rest of the prompt of each one in
+    it, and the whole prompt of each waiting request, oldest first, that a free lane could take."""
+    rows, running, waiting = 0, 0, []
+    for i in ids:
+        o = engine.output(i)
+        if o.state is RequestState.RUNNING:
+            running += 1
+            rows += 1 if o.tokens else len(o.prompt) - engine.num_cached_tokens(i)
+        elif o.state is RequestState.WAITING:
+            waiting.append(len(o.prompt))
+    return rows + sum(waiting[:lanes - running])
+
+
+@engine_settings()
+@given(schedule=schedules(), budget=st.sampled_from(BUDGETS[1:]), lanes=st.integers(1, 4))
+def test_a_step_computes_its_whole_budget_or_all_the_rows_there_are_under_any_arrivals(
+        impl, schedule, budget, lanes):
+    """Requests arriving at any step on one to four lanes, a pool that holds them all: every
+    step computes min(budget, rows available) rows, counted from the K/V its slices store and
+    the lanes its decode runs, so no step leaves rows unused while a waiting or half-computed
+    prompt could take them. Each request gets the oracle's tokens."""
+    engine = build(impl, max_running=lanes, max_step_tokens=budget, prefix_cache=False)
+    cases, ids = short_cases() + list(long_cases()), []
+    buffers = engine.decode_buffers()
+
+    def step():
+        available = work_available(engine, ids, lanes)
+        rows, decoded = step_rows(engine, buffers)
+        assert rows + decoded == min(budget, available), (
+            f"step {engine.last_step_stats().step}: {rows} prompt rows + {decoded} decodes on a "
+            f"budget of {budget}, with {available} rows to compute")
+    for gap, c, n in schedule:
+        for _ in range(gap):
+            step()
+        ids.append(engine.add_request(list(cases[c][0]), GenerationParams(max_new_tokens=n)))
+    while engine.has_unfinished():
+        step()
+    assert [engine.output(i).tokens for i in ids] == [list(cases[c][1][:n])
+                                                      for _, c, n in schedule]
+
+
+def test_a_prompt_waiting_is_sliced_at_once_and_no_request_waits_behind_it(impl):
+    """A request decodes when a long prompt and a short one arrive together, three lanes, a
+    budget of 8 rows: the long prompt starts the next step, sliced to the rows the decode
+    leaves, instead of waiting for a step with room for all of it; and the short prompt behind
+    it starts in the step whose slice ends the long prompt, on the rows that slice leaves.
+    Rows are read from the K/V each step stores; the tokens are the oracle's."""
+    engine = build(impl, max_running=3, max_step_tokens=8, prefix_cache=False)
+    watch = watched(engine, poisoned=False)
+    (s1, t1), (s2, t2) = short_cases()
+    (long, t0), = long_cases()[:1]
+    first = watch.add(list(s1), GREEDY)
+    while not engine.output(first).tokens:
+        watch.step()
+    a, b = watch.add(list(long), GREEDY), watch.add(list(s2), GREEDY)
+    done = 0
+    while done < len(long):
+        watch.step()
+        decodes = watch.decoded
+        got = watch.prefilled.get(a, 0)
+        assert got == min(len(long) - done, 8 - decodes), (
+            f"the long prompt got {got} rows beside {decodes} decodes, with "
+            f"{len(long) - done} to compute")
+        done += got
+        left = 8 - decodes - got
+        assert watch.prefilled.get(b, 0) == min(len(s2), left), (
+            f"the short prompt got {watch.prefilled.get(b, 0)} rows, {left} were left")
+    assert watch.prefilled.get(b), "the long prompt's last slice left no rows: a weak schedule"
+    while engine.has_unfinished():
+        watch.step()
+    assert [engine.output(i).tokens for i in (first, a, b)] == [list(t1), list(t0), list(t2)]
+
+
 def test_every_running_decode_gets_its_row_in_every_step_beside_slices(impl):
     """Three requests decode while long prompts arrive: in every step each of them that was
     past its prompt gains one token, and the step stays within the budget."""
@@ -266,15 +358,8 @@ def test_a_two_thousand_token_prompt_never_makes_a_step_compute_more_than_the_bu
                               GenerationParams(max_new_tokens=1))
     buffers, steps = engine.decode_buffers(), 0
     while engine.output(long).state is not RequestState.FINISHED:
-        with StepLog(buffers, VOCAB) as log:
-            engine.step()
+        rows, lanes = step_rows(engine, buffers)
         steps += 1
-        prefill = {}
-        for s in log.stores:
-            if "slot_mapping" not in s.source:
-                prefill.setdefault(id(s.target.untyped_storage()), []).extend(s.slots)
-        rows = len(next(iter(prefill.values()), []))
-        lanes = sum(n > 0 for n in log.read["context_lens"].tolist())
         assert rows + lanes <= 256, f"step {steps}: {rows} prompt rows + {lanes} decodes"
         assert lanes == 3, f"step {steps}: {lanes} of the 3 running requests decoded"
     assert steps == -(-2000 // 253), f"the long prompt took {steps} steps of 253 rows"
@@ -417,6 +502,68 @@ def test_slices_replayed_from_graphs_beside_decodes_give_the_oracles_tokens(impl
     engine = on_kernels(impl, max_running=2, max_step_tokens=4, overlap=True)
     cases = short_cases()
     assert engine.generate([list(p) for p, _ in cases], GREEDY) == [list(t) for _, t in cases]
+
+
+# Prompt lengths of the passes below, four lanes and a budget of 20 rows, each pass one step of
+# whole prompts: one alone (its 7 rows padded to 16 by a padding request: requests padded to
+# 4), four that fill 16 rows (no padding request: 4, replayed with other prompts), and four of
+# 10 rows (four requests and the padding one: 8).
+BUCKET_PASSES = ((7,), (3, 4, 4, 5), (1, 2, 3, 4))
+
+
+@functools.lru_cache(maxsize=None)
+@on_disk
+def first_tokens(lengths: tuple[int, ...], seed: int) -> tuple[tuple[tuple[int, ...], int], ...]:
+    """(prompt, its oracle's first token) for a prompt of each length, kept only where the
+    float64 reference's gap is above MARGIN."""
+    g = torch.Generator().manual_seed(seed)
+    model, found = cached_model(FIXTURE), []
+    for length in lengths:
+        for _ in range(30):
+            prompt = tuple(torch.randint(3, VOCAB, (length,), generator=g).tolist())
+            ref = greedy(model, list(prompt), 1, stop_below=MARGIN)
+            if ref.horizon(MARGIN) == 1:
+                found.append((prompt, ref.tokens[0]))
+                break
+        else:
+            raise AssertionError(f"no prompt of {length} tokens keeps a gap of {MARGIN}")
+    return tuple(found)
+
+
+class SliceBuckets(TorchDispatchMode):
+    """(rows, requests) of every context attention a step dispatches, replayed ones included:
+    the bucket its pass was padded to (rows, and requests with the padding one)."""
+
+    def __init__(self):
+        super().__init__()
+        self.seen = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func._opname == "context_attention":
+            self.seen.append((args[0].shape[0], args[3].shape[0] - 1))
+        return func(*args, **(kwargs or {}))
+
+
+@pytest.mark.kernel_path
+@pytest.mark.part("runner")
+def test_slice_graphs_of_every_request_bucket_replay_and_give_the_oracles_tokens(impl):
+    """Four lanes, so a slice pass holds one to four requests, padded to 4 or, where a padding
+    request joins four, to 8 (read from the context attention's shapes): a pass alone, four
+    requests without padding rows (replaying the first pass's graph with other inputs), and four
+    with them, each through its bucket's graph. Each request's first token is the oracle's."""
+    engine = on_kernels(impl, max_running=4, max_step_tokens=20, overlap=False)
+    buckets = Counter()
+    for k, lengths in enumerate(BUCKET_PASSES):
+        cases = first_tokens(lengths, k)
+        ids = [engine.add_request(list(p), GenerationParams(max_new_tokens=1)) for p, _ in cases]
+        with SliceBuckets() as watch:
+            engine.step()  # one slice pass: the whole prompts, and each draws its token
+        assert not engine.has_unfinished(), f"lengths {lengths} took more than one step"
+        assert len(set(watch.seen)) == 1, f"lengths {lengths}: passes {watch.seen}"
+        buckets[watch.seen[0]] += 1
+        assert [engine.output(i).tokens for i in ids] == [[t] for _, t in cases], lengths
+    # Two buckets for three passes: the second pass replayed the first's graph.
+    assert len(buckets) == 2 and {requests for _, requests in buckets} == {4, 8}, buckets
 
 
 @pytest.mark.gpu

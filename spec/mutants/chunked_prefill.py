@@ -21,6 +21,11 @@ DECODED = (f"{PAGE}::test_a_request_preempted_after_its_prompt_recomputes_its_pr
            f"in_slices")
 REPLAYED = (f"{PAGE}::test_a_slice_after_the_first_of_its_bucket_replays_a_graph_and_gets_the_"
             f"oracles_tokens")
+WHOLE = (f"{PAGE}::test_a_step_computes_its_whole_budget_or_all_the_rows_there_are_under_any_"
+         f"arrivals")
+AT_ONCE = f"{PAGE}::test_a_prompt_waiting_is_sliced_at_once_and_no_request_waits_behind_it"
+BUCKETS = (f"{PAGE}::test_slice_graphs_of_every_request_bucket_replay_and_give_the_oracles_"
+           f"tokens")
 
 PROPERTY = "chunked prefill"
 V15 = ("v15",)
@@ -79,6 +84,53 @@ MUTANTS = [
              "        left = self.policy.budget - len(decode)\n"),),
         (BESIDE,), V15,
         "while a prompt is sliced only the oldest running request decodes; the others wait"),
+    Mutant("v15-one-prompt-admitted-at-a-time", PROPERTY, (
+        Edit(SCHEDULER, "        while left > sum(r.prefill_to - r.computed for r in prefill) and "
+                        "self.waiting and \\\n",
+             "        while not prefill and self.waiting and \\\n"),),
+        (WHOLE, AT_ONCE), V15,
+        "a request waits while another prompt is being computed: the rows a prompt's last slice "
+        "leaves go unused"),
+    Mutant("v15-a-waiting-prompt-held-back-until-it-fits", PROPERTY, (
+        Edit(SCHEDULER, "                self.policy.admits(self.waiting[0], self.running):\n",
+             "                self.policy.admits(self.waiting[0], self.running) and (\n"
+             "                    not self.running or len(self.waiting[0].sequence)\n"
+             "                    <= left - sum(r.prefill_to - r.computed for r in prefill)):\n"),),
+        (AT_ONCE, WHOLE), V15,
+        "a prompt longer than the rows left waits for a step with room for all of it (v14's "
+        "admission), unless nothing else runs"),
+    Mutant("v15-a-long-prompt-blocks-admission", PROPERTY, (
+        Edit(SCHEDULER, "        while left > sum(r.prefill_to - r.computed for r in prefill) and "
+                        "self.waiting and \\\n",
+             "        while left > sum(r.prefill_to - r.computed for r in prefill) and "
+             "self.waiting and \\\n"
+             "                not any(r.prefill_to > self.policy.budget for r in prefill) "
+             "and \\\n"),),
+        (AT_ONCE, WHOLE), V15,
+        "while a prompt longer than the budget is computed, nobody else is admitted, even to the "
+        "rows its last slice leaves"),
+    Mutant("v15-a-row-held-back-per-prompt-in-progress", PROPERTY, (
+        Edit(SCHEDULER, "        while left > sum(r.prefill_to - r.computed for r in prefill) and "
+                        "self.waiting and \\\n",
+             "        while left > sum(r.prefill_to - r.computed + 1 for r in prefill) and "
+             "self.waiting and \\\n"),),
+        (WHOLE,), V15,
+        "each prompt being computed holds one row back from admission: a last slice that leaves "
+        "so few rows leaves them unused"),
+    Mutant("v15-slice-graph-bucket-leaves-out-the-padding-request", "slice graphs", (
+        Edit(SLICES, "        return (num_rows, bucket(requests + (pad > 0), SMALLEST_REQUESTS),\n",
+             "        return (num_rows, bucket(requests, SMALLEST_REQUESTS),\n"),),
+        (BUCKETS,), V15,
+        "the padding request is not counted in the request bucket: a pass of four requests and "
+        "padding rows has no room for it"),
+    Mutant("v15-slice-graph-replayed-across-request-buckets", "slice graphs", (
+        Edit(SLICES, "        if key in self.graphs:\n"
+                     "            device_flat, graph = self.graphs[key]\n",
+             "        same = [k for k in self.graphs if (k[0], k[2]) == (key[0], key[2])]\n"
+             "        if same:\n            device_flat, graph = self.graphs[same[0]]\n"),),
+        (BUCKETS,), V15,
+        "graphs are looked up by rows and context bound only: a pass replays the graph of "
+        "another request bucket"),
     Mutant("v15-slice-graph-inputs-left-stale", "slice graphs", (
         Edit(SLICES, "            device_flat.copy_(torch.from_numpy(flat), non_blocking=True)\n",
              ""),),
