@@ -14,10 +14,15 @@ Why v15 needs it: a model whose weights and K/V outgrow one device cannot run on
 Core principle: sharding changes where the maths runs, never what it computes. At TP=2 in
 float64 the tokens are the oracle's (greedy and seeded), and the logits equal TP=1's within
 float64's tolerance, on a tied Qwen2, on 5 query heads sharing 1 KV head (replicated), and on a
-Llama with 3 KV heads (split 2 and 1, as SmolLM2's are) and an o-projection bias. Every rank runs
-in a child process over gloo on loopback (spec/support/ranks.py); what a rank does is read from
-outside it: the collectives it calls (torch.distributed wrapped in the rank), the weights its
-matmuls read (the ops it dispatches), the K/V it stores (the kv_cache capability).
+Llama with 3 KV heads (split 2 and 1, as SmolLM2's are) and an o-projection bias; and greedy
+tokens are the oracle's at TP=2 and TP=3 on heads whose head_dim is declared apart from the
+hidden size, over GQA ratios of 4:1, 6:2, 6:3, 4:2 and 2:2. Every rank runs in a child process
+over gloo on loopback (spec/support/ranks.py); what a rank does is read from outside it: the
+collectives it calls (torch.distributed wrapped in the rank), the weights its matmuls read (the
+ops it dispatches), the K/V it stores (the kv_cache capability), the bytes of the storages its
+engine holds (every tensor reachable from it, each storage counted once and whole). A call that
+rank 0 refuses, or a request aborted before it ran, leaves every rank in step: the next call's
+tokens are the oracle's.
 
 Files to compare: implementations/v16_tensor_parallel/model.py (sharded, VocabShard)
 against implementations/v13_fused/model.py (FusedOps); implementations/v16_tensor_parallel/
@@ -31,6 +36,10 @@ are held on every rank; a forward pass waits on 2 all-reduces a layer.
 from __future__ import annotations
 
 import functools
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
 
 import pytest
 import torch
@@ -41,9 +50,9 @@ from spec.support.hf_dirs import save_tiny
 from spec.support.models import FIXTURES_DIR, tiny_checkpoint
 from spec.support.oracle import greedy, hf_model
 from spec.support.prompts import MARGIN
-from spec.support.ranks import run_ranks, spec_for
+from spec.support.ranks import held_bytes, run_ranks, spec_for
 from torchlet.checkpoints import load_hf_dir
-from torchlet.contract import TENSOR_PARALLEL, GenerationParams, TorchletError
+from torchlet.contract import TENSOR_PARALLEL, FinishReason, GenerationParams, TorchletError
 
 pytestmark = pytest.mark.needs(TENSOR_PARALLEL)
 
@@ -59,28 +68,51 @@ UNEVEN = dict(hidden_size=96, num_attention_heads=6, num_key_value_heads=3, head
               intermediate_size=160, attention_bias=True, tie_word_embeddings=True)
 
 
-@functools.lru_cache(maxsize=None)
-def uneven_dir() -> str:
-    import tempfile
-    from pathlib import Path
+# Checkpoints these specs write with Hugging Face's save_pretrained (hf_dirs.save_tiny), once a
+# run, by name: (family, overrides). Beside UNEVEN, heads whose head_dim is declared apart from
+# hidden / heads (as Qwen3's are) on more GQA ratios: 4 query heads on 1 KV head, 6 on 2, 6 on 3
+# (with biases), and 2 on 2 (a Qwen2, untied: tied, its greedy tokens repeat one token).
+SAVED = {
+    "uneven": ("llama", UNEVEN),
+    "gqa4to1": ("llama", dict(hidden_size=48, num_attention_heads=4, num_key_value_heads=1,
+                              head_dim=24)),
+    "gqa6to2": ("llama", dict(hidden_size=48, num_attention_heads=6, num_key_value_heads=2,
+                              head_dim=16)),
+    "gqa6to3": ("llama", dict(hidden_size=48, num_attention_heads=6, num_key_value_heads=3,
+                              head_dim=12, attention_bias=True)),
+    "gqa2to2": ("qwen2", dict(hidden_size=32, num_attention_heads=2, num_key_value_heads=2,
+                              head_dim=24, tie_word_embeddings=False)),
+}
 
-    out = Path(tempfile.mkdtemp(prefix="torchlet-tp-")) / "uneven"
-    save_tiny(out, "llama", seed=16, **UNEVEN)
+
+@functools.lru_cache(maxsize=None)
+def saved_dir(name: str) -> str:
+    family, overrides = SAVED[name]
+    out = Path(tempfile.mkdtemp(prefix="torchlet-tp-")) / name
+    save_tiny(out, family, seed=16, **overrides)
     return str(out)
 
 
 def model_dir(name: str) -> str:
-    return uneven_dir() if name == "uneven" else str(FIXTURES_DIR / name)
+    return saved_dir(name) if name in SAVED else str(FIXTURES_DIR / name)
 
 
 def checkpoint(name: str):
-    return load_hf_dir(model_dir(name)) if name == "uneven" else tiny_checkpoint(name)
+    return load_hf_dir(model_dir(name)) if name in SAVED else tiny_checkpoint(name)
 
 
 # tiny_llama: 6 heads on 2 KV heads, split evenly (and the golden samples' fixture); tiny_gqa5:
 # 5 query heads on 1 KV head, replicated, with qkv biases.
 CASES = ("tiny_llama", "tiny_gqa5", "uneven")
 SAMPLED = "tiny_llama"
+# Head shapes with head_dim declared apart from hidden / heads: tiny_head_dim (4 heads of 32 on a
+# hidden size of 64, 2 KV heads) and SAVED's. Over 3 ranks a KV head is each rank's own (6:3),
+# shared by two ranks while the third holds the other (6:2, 4:2), or shared by all (4:1); 2:2
+# runs at TP=2 alone (over 3 ranks, two would share a KV head of one query head: a BuildError).
+SHAPES = ("tiny_head_dim", "gqa4to1", "gqa6to2", "gqa6to3", "gqa2to2")
+TP3_SHAPES = SHAPES[:-1]
+# The failure paths' model, and what the bytes held are measured on: an evenly split one.
+EVEN = "tiny_llama"
 
 
 @functools.lru_cache(maxsize=None)
@@ -169,11 +201,19 @@ def unseeded_run(engine, prompt):
     return tokens, kv
 
 
-def observe(ranks, counts, specs, phases):
+def greedy_tokens(ranks, counts, specs):
+    """Rank 0: for each name, its spec's engine built on every rank, and its greedy tokens of
+    its prompts."""
+    return {name: ranks.build(spec).generate(prompts, GREEDY)
+            for name, (spec, prompts) in specs.items()}
+
+
+def observe(ranks, counts, specs, phases, shapes, held, failing):
     """Rank 0's scenario: for each case, an EXACT engine's observations (and an unseeded
     request's run on it), then the tokens of a default engine (overlap, the prefix cache, graphs
     where the version has them) and of a tight one (slices of 4 rows, a pool small enough to
-    preempt); then a kill. Only the phases asked for (see PHASES) run."""
+    preempt); the greedy tokens of the other head shapes; the bytes an engine built from held
+    holds; each failure path; then a kill. Only the phases asked for (see PHASES) run."""
     seen = {}
     for name, (exact, default, tight, cases, sampled) in specs.items():
         seen[name] = {}
@@ -192,6 +232,10 @@ def observe(ranks, counts, specs, phases):
         if "tight" in phases:
             engine = ranks.build(tight)
             seen[name]["tight"] = engine.generate(prompts, GREEDY)
+    seen["shapes"] = greedy_tokens(ranks, counts, shapes)
+    if "held" in phases:
+        seen["held"] = held_bytes(ranks.build(held))
+    seen["failures"] = after_failures(ranks, phases, *failing)
     ranks.close_engine()  # rank 1 reports its collectives when an engine closes
     seen["counts"] = list(counts)
     if "kill" in phases:
@@ -215,6 +259,81 @@ def after_a_kill(ranks, spec):
     return None
 
 
+@dataclass(frozen=True)
+class StopWhen(GenerationParams):
+    """Settings with a stop check of the caller's own, as the contract lets a subclass have."""
+
+    when: Callable[[int], bool] = lambda token: False
+
+    def stops_at(self, token: int):
+        return FinishReason.STOP if self.when(token) else super().stops_at(token)
+
+
+def refusal(call) -> str | None:
+    """The class name of what call() raised; None when it returned."""
+    try:
+        call()
+    except Exception as e:  # noqa: BLE001 - the spec reads which
+        return type(e).__name__
+    return None
+
+
+def abort_waiting(engine, prompts):
+    """max_running=1: the second request waits while the first runs, and is aborted there.
+    (Its state when aborted, its finish reason and tokens; the first one's tokens.)"""
+    first, second = (engine.add_request(p, GREEDY) for p in prompts[:2])
+    engine.step()
+    state = engine.output(second).state.value
+    engine.abort(second)
+    while engine.has_unfinished():
+        engine.step()
+    aborted = engine.take(second)
+    return state, aborted.finish_reason.value, aborted.tokens, engine.take(first).tokens
+
+
+def refuse_requests(engine, prompts):
+    """add_request refused on rank 0: a token past the vocabulary, and settings that cannot be
+    sent to the other ranks (a stop check that is a lambda). What each raised."""
+    past = prompts[0] + [engine.config.vocab_size]
+    own = StopWhen(max_new_tokens=NEW, when=lambda token: token == 7)
+    return [refusal(lambda: engine.add_request(past, GREEDY)),
+            refusal(lambda: engine.add_request(prompts[0], own))]
+
+
+def refuse_kv_calls(engine, prompts):
+    """kv_cache (and ragged batch) calls with bad arguments on rank 0: what each raised. A good
+    prefill and release between them."""
+    p = prompts[0]
+    calls = [lambda: engine.prefill(["a", "b"], [p]),  # two ids, one prompt
+             lambda: engine.decode(["a"], [p + [5]]),  # nothing cached for "a"
+             lambda: engine.decode(["a", "b"], [p]),  # two ids, one sequence
+             lambda: engine.decode(["zz"], [p[:1]]),  # one token, nothing cached
+             lambda: engine.prefill([["a"]], [p]),  # an id that is no dict key
+             lambda: engine.release(["a"]),
+             lambda: engine.prefill([lambda: 0], [p]),  # an id that cannot be pickled
+             lambda: engine.forward_ragged("abc", None)]
+    raised = [refusal(call) for call in calls[:4]]
+    engine.prefill(["ok"], [p])
+    engine.release("ok")
+    return raised + [refusal(call) for call in calls[4:]]
+
+
+# Each failure path, by the phase that runs it: what it does on an engine of its own.
+FAILURES = {"abort_waiting": abort_waiting, "refuse_requests": refuse_requests,
+            "refuse_kv_calls": refuse_kv_calls}
+
+
+def after_failures(ranks, phases, spec, waiting_spec, prompts):
+    """Rank 0: each failure path asked for on an engine of its own, then (what it returned, that
+    engine's greedy tokens of prompts, how many ranks answered its shards() gather)."""
+    seen = {}
+    for path in [p for p in FAILURES if p in phases]:
+        engine = ranks.build(waiting_spec if path == "abort_waiting" else spec)
+        did = FAILURES[path](engine, prompts)
+        seen[path] = did, engine.generate(prompts, GREEDY), len(engine.shards())
+    return seen
+
+
 def tight_options(name):
     longest = max(len(p) for p, _ in oracle_cases(name)) + NEW
     blocks = 2 * -(-longest // 4) + 1  # one request's blocks at a time, and the null block
@@ -230,6 +349,9 @@ READS = {"test_tp2_seeded_samples_are_the_golden_samples": SAMPLED,
          "test_shards_reports_what_the_shards_hold": "tiny_llama",
          "test_the_other_rank_calls_the_same_collectives_in_the_same_order": "tiny_llama",
          "test_a_killed_rank_makes_rank_0s_next_call_fail_with_a_clear_error": "tiny_llama"}
+PATHS = {"test_aborting_a_waiting_request_leaves_every_rank_in_step": "abort_waiting",
+         "test_a_request_refused_on_rank_0_leaves_every_rank_in_step": "refuse_requests",
+         "test_a_refused_kv_cache_call_leaves_every_rank_in_step": "refuse_kv_calls"}
 # And the phases of observe() each spec reads; the exact engine's observations where a spec is
 # not named here.
 PHASES = {"test_tp2_greedy_tokens_are_the_oracles": {"exact", "default"},
@@ -237,43 +359,92 @@ PHASES = {"test_tp2_greedy_tokens_are_the_oracles": {"exact", "default"},
           "test_slices_a_tight_pool_and_preemption_keep_the_oracles_tokens": {"tight"},
           "test_an_unseeded_request_feeds_every_rank_the_tokens_rank_0_drew": {"unseeded"},
           "test_the_other_rank_calls_the_same_collectives_in_the_same_order":
-              {"exact", "unseeded", "default", "tight"},
-          "test_a_killed_rank_makes_rank_0s_next_call_fail_with_a_clear_error": {"kill"}}
+              {"exact", "unseeded", "default", "tight", *PATHS.values()},
+          "test_a_killed_rank_makes_rank_0s_next_call_fail_with_a_clear_error": {"kill"},
+          "test_tp2_greedy_tokens_of_declared_head_dims_and_more_gqa_ratios_are_the_oracles":
+              set(),
+          "test_each_rank_holds_the_storage_of_its_half_of_an_evenly_split_model_alone":
+              {"held"},
+          **{name: {path} for name, path in PATHS.items()}}
 
 
-def wanted(session) -> tuple[tuple[str, ...], frozenset[str]]:
-    """The cases the collected specs of this page read, in CASES order, and the phases."""
-    here = [i for i in session.items if i.module.__name__ == __name__ and "tp2" in
+def wanted(session, fixture: str = "tp2"):
+    """The cases the collected specs of this page that read the fixture read, in CASES order,
+    the phases, and the head shapes, in SHAPES order."""
+    here = [i for i in session.items if i.module.__name__ == __name__ and fixture in
             getattr(i, "fixturenames", ())]
-    names = {i.callspec.params.get("name") if hasattr(i, "callspec") else None for i in here}
-    names |= {READS[i.originalname] for i in here if i.originalname in READS}
+    params = [i.callspec.params if hasattr(i, "callspec") else {} for i in here]
+    names = {p.get("name") for p in params} | {READS[i.originalname] for i in here
+                                               if i.originalname in READS}
     phases = frozenset().union(*(PHASES.get(i.originalname, {"exact"}) for i in here))
-    return tuple(c for c in CASES if c in names), phases
+    shapes = {p.get("shape") for p in params}
+    return (tuple(c for c in CASES if c in names), phases,
+            tuple(s for s in SHAPES if s in shapes))
 
 
-@functools.lru_cache(maxsize=None)
-def _tp2(impl, cases, phases):
+def screened(impl, names) -> dict:
+    """name: (its EXACT engine's spec, its screened prompts), for greedy_tokens. (What the
+    shards are cut to shows without graphs, whose captures made a 3-rank run 3x as long.)"""
+    return {n: (spec_for(impl, model_dir(n), **EXACT), [p for p, _ in oracle_cases(n)])
+            for n in names}
+
+
+HELD = dict(num_blocks=9, block_size=16, **EXACT)  # a pool of a few blocks
+
+
+def held_spec(impl):
+    """EVEN in float32, its checkpoint's own dtype (a cast would copy a slice it is handed)."""
+    return spec_for(impl, model_dir(EVEN), dtype="float32", **HELD)
+
+
+def run_or_error(scenario, *args, world: int = 2):
     """The run's result, or the exception it failed with: a failed run (a stub, a mutant) is not
     started again for every spec that reads it, which would cost each a group's start-up."""
-    specs = {name: (spec_for(impl, model_dir(name), **EXACT), spec_for(impl, model_dir(name)),
-                    spec_for(impl, model_dir(name), **tight_options(name)),
-                    oracle_cases(name), [c[:2] for c in sampled_cases(name)])
-             for name in cases}
     try:
-        return run_ranks(observe, specs, phases)
+        return run_ranks(scenario, *args, world=world)
     except Exception as e:  # noqa: BLE001 - re-raised in every spec that reads the run
         return e
 
 
+def result(run):
+    if isinstance(run, Exception):
+        # its traceback dropped: each raise would add this one's frames to those before it
+        raise run.with_traceback(None)
+    return run
+
+
+@functools.lru_cache(maxsize=None)
+def _tp2(impl, cases, phases, shapes):
+    specs = {name: (spec_for(impl, model_dir(name), **EXACT), spec_for(impl, model_dir(name)),
+                    spec_for(impl, model_dir(name), **tight_options(name)),
+                    oracle_cases(name), [c[:2] for c in sampled_cases(name)])
+             for name in cases}
+    # the failure paths' engines overlap steps (a decode launched ahead of each read-back)
+    # and cache prefixes, without graphs: what the plans carry, not what the captures cost
+    failing = (spec_for(impl, model_dir(EVEN), use_graphs=False),
+               spec_for(impl, model_dir(EVEN), use_graphs=False, max_running=1),
+               [p for p, _ in oracle_cases(EVEN)] if phases & set(FAILURES) else [])
+    return run_or_error(observe, specs, phases, screened(impl, shapes), held_spec(impl),
+                        failing)
+
+
 @pytest.fixture
 def tp2(impl, request):
-    """(rank 0's observations, [rank 1's collectives]) of one 2-rank run per version, of the
-    cases the collected specs read."""
-    result = _tp2(impl, *wanted(request.session))
-    if isinstance(result, Exception):
-        # its traceback dropped: each raise would add this one's frames to those before it
-        raise result.with_traceback(None)
-    return result
+    """(rank 0's observations, [rank 1's report]) of one 2-rank run per version, of the cases,
+    phases and head shapes the collected specs read."""
+    return result(_tp2(impl, *wanted(request.session)))
+
+
+@functools.lru_cache(maxsize=None)
+def _tp3(impl, shapes):
+    return run_or_error(greedy_tokens, screened(impl, shapes), world=3)
+
+
+@pytest.fixture
+def tp3(impl, request):
+    """Rank 0's greedy tokens of each head shape the collected specs read, from one 3-rank run
+    per version."""
+    return result(_tp3(impl, wanted(request.session, "tp3")[2]))[0]
 
 
 @functools.lru_cache(maxsize=None)
@@ -405,7 +576,8 @@ def test_a_forward_pass_all_reduces_twice_a_layer_and_gathers_the_logits_once(im
 def test_the_other_rank_calls_the_same_collectives_in_the_same_order(impl, tp2):
     seen, followers = tp2
     compute = {"all_reduce", "all_gather"}
-    assert [c for c in followers[0] if c in compute] == [c for c in seen["counts"] if c in compute]
+    assert ([c for c in followers[0].collectives if c in compute]
+            == [c for c in seen["counts"] if c in compute])
 
 
 # --- a rank that stops -------------------------------------------------------------------------
@@ -418,6 +590,87 @@ def test_a_killed_rank_makes_rank_0s_next_call_fail_with_a_clear_error(impl, tp2
     assert seen["killed"] is not None, "the call after the kill did not fail"
     kind, message = seen["killed"]
     assert kind == "TorchletError" and "tensor parallel" in message and "\n" not in message
+
+
+# --- more head shapes, over 2 and 3 ranks -------------------------------------------------------
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_tp2_greedy_tokens_of_declared_head_dims_and_more_gqa_ratios_are_the_oracles(
+        impl, tp2, shape):
+    """head_dim declared apart from hidden / heads, on 4:1 (one KV head on both ranks), 6:2,
+    4:2 and 2:2 (one each), 6:3 (2 and 1): a slice of q/k/v or o cut by hidden / heads, or a
+    KV head cut apart from its query heads, changes the tokens."""
+    seen, _ = tp2
+    assert seen["shapes"][shape] == [t for _, t in oracle_cases(shape)]
+
+
+@pytest.mark.parametrize("shape", TP3_SHAPES)
+def test_tp3_greedy_tokens_are_the_oracles(impl, tp3, shape):
+    """Over 3 ranks a KV head is each rank's own (6:3), shared by all three (4:1), or shared by
+    two while the third holds the other alone (6:2, 4:2): the ranks that share a KV head split
+    its query heads, and only they do."""
+    assert tp3[shape] == [t for _, t in oracle_cases(shape)]
+
+
+# --- what a rank holds ---------------------------------------------------------------------------
+
+
+def test_each_rank_holds_the_storage_of_its_half_of_an_evenly_split_model_alone(impl, tp2):
+    """Right after the build, every rank's engine holds (in bytes of distinct storages, each
+    whole) at most half of each split tensor and of TP=1's K/V pool, the norms whole, and what
+    TP=1's engine holds besides the model. A rank that kept a whole tensor and used a slice of
+    it holds the whole: its storage, not the slice's size, is what it costs."""
+    seen, followers = tp2
+    ckpt = checkpoint(EVEN)
+    config, tensors = ckpt.config, ckpt.tensors  # float32, untied: every tensor its own
+    weights = sum(t.numel() * t.element_size() for t in tensors.values())
+    norms = sum(t.numel() * t.element_size() for n, t in tensors.items()
+                if n.endswith("norm.weight"))
+    kv = (HELD["num_blocks"] * HELD["block_size"] * config.num_kv_heads * config.head_dim
+          * 2 * config.num_layers * 4)  # k and v, float32
+    alone = held_bytes(impl.build(ckpt, dtype=torch.float32, **HELD))
+    share = norms + (weights - norms) // 2 + kv // 2 + (alone - weights - kv)
+    # room for a buffer of a rank's own (2% of the model's bytes), below what a whole tensor
+    # kept costs (every layer's whole o_proj: 5% more; the whole embedding: 6%)
+    room = weights // 50
+    spec = held_spec(impl)
+    held = [seen["held"], *(b for s, b in followers[0].held if s == spec)]
+    assert len(held) == 2 and max(held) <= share + room, (held, share)
+
+
+# --- failure paths: every rank alive and in step after them -------------------------------------
+
+
+def test_aborting_a_waiting_request_leaves_every_rank_in_step(impl, tp2):
+    """With one request running, a second waits, and is aborted there: it finishes aborted
+    with no token, the first one's tokens are the oracle's, and so are the next generate's."""
+    seen, _ = tp2
+    (state, reason, tokens, first), after, answered = seen["failures"]["abort_waiting"]
+    expected = [t for _, t in oracle_cases(EVEN)]
+    assert (state, reason, tokens) == ("waiting", "aborted", [])
+    assert first == expected[0] and after == expected and answered == 2
+
+
+def test_a_request_refused_on_rank_0_leaves_every_rank_in_step(impl, tp2):
+    """A token past the vocabulary, and settings that cannot reach the other ranks (a stop
+    check that is a lambda): add_request raises a RequestError on rank 0, nothing reaches the
+    others, and the next generate's tokens are the oracle's."""
+    seen, _ = tp2
+    refused, after, answered = seen["failures"]["refuse_requests"]
+    assert refused == ["RequestError", "RequestError"]
+    assert after == [t for _, t in oracle_cases(EVEN)] and answered == 2
+
+
+def test_a_refused_kv_cache_call_leaves_every_rank_in_step(impl, tp2):
+    """prefill, decode and release with ids and token lists that do not pair up, an id that is
+    no dict key or cannot be pickled, nothing cached; a ragged batch of no token ids: each call
+    raises on rank 0, every rank still answers, and the next generate's tokens are the
+    oracle's."""
+    seen, _ = tp2
+    refused, after, answered = seen["failures"]["refuse_kv_calls"]
+    assert None not in refused, refused
+    assert after == [t for _, t in oracle_cases(EVEN)] and answered == 2
 
 
 # --- two GPUs over NCCL (marker gpu2; skipped, saying why, with fewer) ------------------------

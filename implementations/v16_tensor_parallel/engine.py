@@ -9,10 +9,20 @@ scheduler makes the same batches, its pool the same tables, and its sampler the 
 the same logits (the LM head's slices are gathered on every rank), so the ranks stay in step
 without sending tokens. A request without a seed gets one on rank 0, sent with it.
 
+A call rank 0 refuses must be refused alike everywhere, or the ranks fall out of step (a rank
+left with a request or a pass the others lack meets their next collective with another size).
+So rank 0 refuses before anything is sent what the others would not refuse as it does: a call
+whose arguments cannot be pickled (it could never reach them), and a kv_cache or ragged pass
+that would fail with another error than a RequestError (the only one they skip); the calls that
+compute nothing (release, abort) are run or checked on rank 0 before they are sent.
+
 The plan goes over the group's gloo ranks even beside NCCL (a CPU broadcast of a pickled list,
 no GPU sync)."""
 from __future__ import annotations
 
+import pickle
+
+import torch
 import torch.distributed as dist
 
 from torchlet.contract import RequestError, TorchletError
@@ -41,11 +51,18 @@ class TensorParallelEngine(OverlapEngine):
     # -- rank 0: record and send ------------------------------------------------------------------
 
     def record(self, name: str, *args) -> None:
-        """Rank 0 with others: note a call for the plan; a computing one sends the plan now."""
+        """Rank 0 with others: note a call for the plan; a computing one sends the plan now. A
+        call that cannot be pickled is refused first: sent later, it would fail the whole plan,
+        and the calls noted before it would reach no other rank."""
         if self.world_size == 1 or self.rank != 0:
             return
         if self.closed:
             raise TorchletError("tensor parallel: this engine is closed; its ranks have stopped")
+        try:
+            pickle.dumps(args)
+        except Exception as e:  # noqa: BLE001 - whatever pickling a caller's object raises
+            raise RequestError(f"tensor parallel: {name}'s arguments cannot be sent to the other "
+                               f"ranks ({type(e).__name__}: {e})") from None
         self.pending.append((name, args))
         if name in COMPUTE:
             plan, self.pending = self.pending, []
@@ -76,22 +93,54 @@ class TensorParallelEngine(OverlapEngine):
         return super().step()
 
     def prefill(self, request_ids, prompts):
+        self.refuse_unpaired(request_ids, prompts)
         self.record("prefill", request_ids, prompts)
         return super().prefill(request_ids, prompts)
 
     def decode(self, request_ids, sequences):
+        self.refuse_unpaired(request_ids, sequences, cached=True)
         self.record("decode", request_ids, sequences)
         return super().decode(request_ids, sequences)
 
+    def refuse_unpaired(self, request_ids, rows, cached: bool = False) -> None:
+        """Rank 0 with others: what a kv_cache pass would fail on with another error than a
+        RequestError, refused before anything is sent: ids and token lists that do not pair up,
+        an id that is no dict key, a decode of an id without a cache."""
+        if self.world_size == 1 or self.rank != 0:
+            return
+        try:
+            ids, rows = list(request_ids), list(rows)
+            uncached = [r for r in ids if r not in self.direct]
+        except TypeError as e:
+            raise RequestError(f"a pass takes lists of request ids and token lists ({e})") from None
+        if len(ids) != len(rows):
+            raise RequestError(f"{len(ids)} request ids for {len(rows)} token lists")
+        if cached and uncached:
+            raise RequestError(f"decode of requests without a cache: {uncached!r}")
+
+    def refuse_unbatchable(self, token_ids, req_indptr) -> None:
+        """Rank 0 with others: a ragged batch the pass would fail on before its own checks (token
+        ids that make no integer tensor, a req_indptr that is no tensor), refused before
+        anything is sent."""
+        if self.world_size == 1 or self.rank != 0:
+            return
+        try:
+            torch.tensor(list(token_ids), dtype=torch.long)
+        except (TypeError, ValueError, RuntimeError) as e:
+            raise RequestError(f"token_ids must be a list of token ids ({e})") from None
+        if not isinstance(req_indptr, torch.Tensor):
+            raise RequestError(f"req_indptr must be a tensor, got {type(req_indptr).__name__}")
+
     def release(self, request_id) -> None:
+        super().release(request_id)  # what it fails on (an id that is no dict key) is not sent
         self.record("release", request_id)
-        super().release(request_id)
 
     def logits(self, token_ids):
         self.record("logits", token_ids)
         return super().logits(token_ids)
 
     def forward_ragged(self, token_ids, req_indptr):
+        self.refuse_unbatchable(token_ids, req_indptr)
         self.record("forward_ragged", token_ids, req_indptr)
         return super().forward_ragged(token_ids, req_indptr)
 

@@ -9,6 +9,12 @@ PAGE = "spec/test_v16_tensor_parallel.py"
 GREEDY = f"{PAGE}::test_tp2_greedy_tokens_are_the_oracles"
 LOGITS = f"{PAGE}::test_tp2_logits_equal_tp1s"
 UNSEEDED = f"{PAGE}::test_an_unseeded_request_feeds_every_rank_the_tokens_rank_0_drew"
+SHAPES = f"{PAGE}::test_tp2_greedy_tokens_of_declared_head_dims_and_more_gqa_ratios_are_the_oracles"
+TP3 = f"{PAGE}::test_tp3_greedy_tokens_are_the_oracles"
+HELD = f"{PAGE}::test_each_rank_holds_the_storage_of_its_half_of_an_evenly_split_model_alone"
+WAITING = f"{PAGE}::test_aborting_a_waiting_request_leaves_every_rank_in_step"
+REFUSED = f"{PAGE}::test_a_request_refused_on_rank_0_leaves_every_rank_in_step"
+KV_CALLS = f"{PAGE}::test_a_refused_kv_cache_call_leaves_every_rank_in_step"
 
 PROPERTY = "tensor parallelism"
 V16 = ("v16",)
@@ -36,4 +42,45 @@ MUTANTS = [
         (UNSEEDED,), V16,
         "each rank draws its own seed for an unseeded request: they sample different tokens and "
         "feed rank 0's embedding a mix"),
+    Mutant("v16-head-dim-from-the-hidden-size", PROPERTY, (
+        Edit(SHARD, "    d = ckpt.config.head_dim\n",
+             "    d = ckpt.config.hidden_size // ckpt.config.num_heads\n"),),
+        (f"{SHAPES}[v16_tensor_parallel-gqa4to1]",), V16,
+        "the shards' rows and columns cut by hidden / heads: right only where head_dim is that"),
+    Mutant("v16-shared-kv-head-split-over-every-rank", PROPERTY, (
+        Edit(SHARD, "            mine = runs(group, len(sharing))[sharing.index(rank)]\n",
+             "            mine = runs(group, world)[rank]\n"),),
+        (f"{TP3}[v16_tensor_parallel-gqa6to2]",), V16,
+        "a shared KV head's query heads split as if every rank shared it: right at TP=2, where "
+        "they all do; at TP=3 with 2 KV heads, heads are lost"),
+    Mutant("v16-shards-are-views-of-the-whole-tensors", PROPERTY, (
+        Edit(SHARD, "    return t[r.start * scale:r.stop * scale].clone()\n",
+             "    return t[r.start * scale:r.stop * scale]\n"),
+        Edit(SHARD, "    return t[:, r.start * scale:r.stop * scale].clone()\n",
+             "    return t[:, r.start * scale:r.stop * scale]\n")),
+        (HELD,), V16,
+        "each rank computes with its slices, views that keep the whole checkpoint tensors alive"),
+    Mutant("v16-abort-of-a-waiting-request-kept-on-rank-0", PROPERTY, (
+        Edit(ENGINE, "        self.record(\"abort\", request_id)\n",
+             "        if request.state.value != \"waiting\":  # it has not run anywhere yet\n"
+             "            self.record(\"abort\", request_id)\n"),),
+        (WAITING,), V16,
+        "a request aborted while it waits is not sent: the other ranks run it later, and their "
+        "batches differ from rank 0's"),
+    Mutant("v16-unsendable-request-queued", PROPERTY, (
+        Edit(ENGINE, "        try:\n            pickle.dumps(args)\n"
+                     "        except Exception as e:  # noqa: BLE001 - whatever pickling a "
+                     "caller's object raises\n"
+                     "            raise RequestError(f\"tensor parallel: {name}'s arguments "
+                     "cannot be sent to the other \"\n"
+                     "                               f\"ranks ({type(e).__name__}: {e})\") "
+                     "from None\n", ""),),
+        (REFUSED,), V16,
+        "a request whose settings cannot be pickled is queued on rank 0; the next plan fails to "
+        "send, and the calls in it reach no other rank"),
+    Mutant("v16-kv-pass-sent-unchecked", PROPERTY, (
+        Edit(ENGINE, "        self.refuse_unpaired(request_ids, prompts)\n", ""),),
+        (KV_CALLS,), V16,
+        "a prefill of ids and prompts that do not pair up is sent: the other ranks fail on it "
+        "with a ValueError, which they do not skip, and stop"),
 ]

@@ -5,16 +5,21 @@ ends.
 `run_ranks(scenario, *args)` runs `scenario(ranks, counts, *args)` on rank 0, where `ranks` is a
 torchlet.parallel.Ranks joined from the environment torchrun would set (the launcher's own
 path) and `counts` the list of collectives this rank has called so far; the other ranks follow
-rank 0's builds (torchlet.parallel.follow_builds) with the same counter installed. Returns
-(rank 0's result, [each other rank's collectives]). A scenario raising, or a rank that stops or
-hangs, fails the spec with its reason."""
+rank 0's builds (torchlet.parallel.follow_builds) with the same counter installed, and measure
+what each engine they build holds (held_bytes). Returns (rank 0's result, [each other rank's
+Follower report]). A scenario raising, or a rank that stops or hangs, fails the spec with its
+reason."""
 from __future__ import annotations
 
+import gc
 import multiprocessing
 import os
 import pickle
 import traceback
+import types
+from dataclasses import dataclass, field
 
+import torch
 import torch.distributed as dist
 
 from torchlet.parallel import BuildSpec, Ranks, follow_builds, free_port
@@ -39,6 +44,51 @@ def count_collectives() -> list[str]:
         counted.__name__ = name
         setattr(dist, name, counted)
     return calls
+
+
+def held_bytes(root) -> int:
+    """Bytes of the distinct storages behind the tensors reachable from root (an engine): each
+    storage counted once and whole, however many tensors view it and however little of it they
+    view, so a slice kept of a full tensor costs the full tensor. Follows what objects refer to,
+    and a function's closure and defaults, never a module, a class, a function's globals or a
+    frame: what the engine holds, not what its code could reach."""
+    seen, storages, stack = set(), {}, [root]
+    while stack:
+        obj = stack.pop()
+        if id(obj) in seen or isinstance(obj, (type, types.ModuleType, types.FrameType)):
+            continue
+        seen.add(id(obj))
+        if isinstance(obj, torch.Tensor):
+            storage = obj.untyped_storage()
+            storages[storage.data_ptr()] = storage.nbytes()
+        elif isinstance(obj, types.FunctionType):
+            stack.extend((*(obj.__closure__ or ()), *(obj.__defaults__ or ())))
+        else:
+            stack.extend(gc.get_referents(obj))
+    return sum(storages.values())
+
+
+def measure_builds() -> list[tuple[BuildSpec, int]]:
+    """Wrap BuildSpec.engine in this process so that each engine it builds is measured as soon
+    as it is built: (the spec, held_bytes of the engine) appended to the list returned."""
+    held: list[tuple[BuildSpec, int]] = []
+    build = BuildSpec.engine
+
+    def engine(spec, local_rank):
+        built = build(spec, local_rank)
+        held.append((spec, held_bytes(built)))
+        return built
+    BuildSpec.engine = engine
+    return held
+
+
+@dataclass
+class Follower:
+    """What a rank other than 0 reported: the collectives it called, in order, and (spec, bytes
+    held) of each engine it built."""
+
+    collectives: list[str] = field(default_factory=list)
+    held: list[tuple[BuildSpec, int]] = field(default_factory=list)
 
 
 def _environment(rank: int, world: int, port: int, parent: tuple[dict, str]) -> None:
@@ -71,17 +121,18 @@ def _follower(conn, rank, world, port, parent, device="cpu"):
     import torch
     torch.set_num_threads(1)
     _environment(rank, world, port, parent)
-    counts = count_collectives()
+    counts, held = count_collectives(), measure_builds()
     try:
         with Ranks.from_env(device, timeout_s=GROUP_TIMEOUT_S) as ranks:
             if ranks.rank != rank:
                 raise AssertionError(f"joined as rank {ranks.rank}, not {rank}")
-            # its new collectives each time an engine closes (a scenario may stop this rank)
-            sent = [0]
+            # what is new each time an engine closes (a scenario may stop this rank)
+            sent = [0, 0]
 
             def report():
-                conn.send_bytes(pickle.dumps(("ok", counts[sent[0]:])))
-                sent[0] = len(counts)
+                news = Follower(counts[sent[0]:], held[sent[1]:])
+                conn.send_bytes(pickle.dumps(("ok", news)))
+                sent[:] = len(counts), len(held)
             follow_builds(rank, report)
             report()
     except BaseException:
@@ -120,12 +171,12 @@ class Group:
             self.pipes[rank], self.procs[rank] = mine, proc
 
     def result(self, rank: int):
-        """Rank 0's result; another rank's reports so far, joined (its collectives up to the
+        """Rank 0's result; another rank's reports so far, joined into one Follower (up to the
         last engine it closed)."""
         pipe = self.pipes[rank]
         if rank == 0 and not pipe.poll(WAIT_S):
             raise AssertionError(f"rank 0 gave no result within {WAIT_S} s")
-        found = []
+        found = Follower()
         while rank == 0 or pipe.poll(0):
             try:
                 # plain pickle: torch would send tensors as shared memory of a process now gone
@@ -138,7 +189,8 @@ class Group:
                 raise AssertionError(f"rank {rank} failed:\n{value}")
             if rank == 0:
                 return value
-            found.extend(value)
+            found.collectives += value.collectives
+            found.held += value.held
         return found
 
     def stop(self) -> None:
