@@ -102,3 +102,12 @@ def assert_lists_its_recipe(capsys, version):
         assert line.startswith("* " if row.swapped else "  ")
         assert line[2:].split()[0] == row.name
         assert f"  {row.writer}  " in line and line.endswith(row.file)
+
+
+def test_every_part_is_filed_under_the_version_that_wrote_it():
+    """"written by" and "file" agree for every part of every version: v13's model, v08's
+    PagedDecoder class composed with v13's ops and memory, is filed where v13 makes it
+    (v13_fused/model.py), not in the file of its class."""
+    wrong = [(version.name, r.name, r.writer, r.file) for version in implementations.discover()
+             for r in recipe_rows(version) or () if r.file.split("/")[0] != r.writer]
+    assert not wrong, f"(version, part, written by, file): {wrong}"

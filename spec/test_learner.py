@@ -317,8 +317,11 @@ def test_a_scripted_learner_session_from_exercise_to_the_next_version(tmp_path,
     right = torchlet("check", root, cwd=tmp_path)
     assert right.returncode == 0, right.stdout[-3000:] + right.stderr[-2000:]
     assert "every spec of this version passes, and no stub is left" in right.stdout
+    # a green check points to the next version: its line, run as printed
+    hint = f"next: torchlet exercise {second} {root}"
+    assert hint + "\n" in right.stdout, right.stdout[-2000:]
 
-    following = torchlet("exercise", "v01_0", root, cwd=tmp_path)
+    following = torchlet(*hint.split()[2:], cwd=tmp_path)
     assert following.returncode == 0, following.stderr
     assert f"  {first} from {root / first}\n" in following.stdout, following.stdout
     assert f"next: torchlet check {root} -k {second}\n" in following.stdout, following.stdout

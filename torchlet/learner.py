@@ -530,6 +530,10 @@ def summarize(version: str, version_dir: Path, outcomes: list[Outcome],
     left = stubs_left(version_dir)
     if not failed and not left:
         lines.append("every spec of this version passes, and no stub is left.")
+        names = version_names(REFERENCE_ROOT)
+        later = names[names.index(version) + 1:] if version in names else []
+        lines.append(f"next: torchlet exercise {later[0]} {version_dir.parent}" if later else
+                     "that was the newest version: every idea of the runtime is yours")
         return "\n".join(lines)
     if not failed:
         lines.append(f"every spec passes, but {len(left)} function(s) are still stubs, which no "

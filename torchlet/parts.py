@@ -32,10 +32,28 @@ def part_file(part: Any) -> Path | None:
     return Path(found).resolve() if found else None
 
 
-def _where(part: Any, root: Path) -> str:
+def made_in(part: Any, package: str) -> Path | None:
+    """For an object made by a version (v13's `layers`, a PagedDecoder holding v13's ops), the
+    file of that version's package whose module holds it: its class's file names the version
+    that wrote the class, not the one that made this part. None where no such module holds it
+    (a module, a class or a function: their own file says it)."""
+    if isinstance(part, types.ModuleType) or isinstance(part, type) or callable(part) and \
+            hasattr(part, "__qualname__"):
+        return None
+    homes = [m for name, m in list(sys.modules.items())
+             if (name == package or name.startswith(package + ".")) and m is not None
+             and any(v is part for v in vars(m).values())]
+    # a package's __init__ re-exports what its modules made: the module that made it first
+    homes.sort(key=lambda m: m.__name__ == package)
+    found = getattr(homes[0], "__file__", None) if homes else None
+    return Path(found).resolve() if found else None
+
+
+def _where(part: Any, root: Path, package: str = "") -> str:
     from torchlet.learner import REPO
 
-    path = part_file(part)
+    path = made_in(part, package) if package else None
+    path = path or part_file(part)
     if path is None:
         return getattr(part, "__module__", None) or type(part).__module__
     for base in (Path(root).resolve(), REPO):
@@ -52,8 +70,12 @@ def recipe_rows(version) -> list[PartRow] | None:
         return None
     root = Path(version.package.__file__).resolve().parent.parent
     swapped = set(recipe.swapped())
-    return [PartRow(name, label, version.writer(name), _where(recipe.parts[name], root),
-                    name in swapped)
+    tree = version.package.__name__.rpartition(".")[0]  # "implementations", or a learner's
+
+    def where(name: str) -> str:
+        writer = version.writer(name)
+        return _where(recipe.parts[name], root, f"{tree}.{writer}" if tree else writer)
+    return [PartRow(name, label, version.writer(name), where(name), name in swapped)
             for name, label, _ in recipe.table()]
 
 
