@@ -88,7 +88,7 @@ def test_the_qwen3_shape_is_hugging_faces_and_one_layer_of_it_gives_hugging_face
     import dataclasses
 
     from spec.support.oracle import hf_model
-    from torchlet.bench.commands import shape_of
+    from torchlet.bench.flags import shape_of
     from torchlet.bench.workloads import QWEN3_06B, random_checkpoint
     from torchlet.checkpoints import hf_classes
 
@@ -349,7 +349,7 @@ def main_job_run(tmp_path_factory):
 
 
 def test_main_job_times_hf_and_the_default_version_on_the_same_greedy_tokens(main_job_run):
-    from torchlet.cli import default_version
+    from torchlet.running import default_version
 
     result, table = main_job_run
     default = default_version(implementations.discover(), "cpu").name

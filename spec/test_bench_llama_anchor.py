@@ -35,7 +35,8 @@ from spec.support.gguf_files import write_gguf
 from torchlet import gguf_model
 from torchlet.bench.llama_anchor import NAME
 from torchlet.bench.main_job import HF
-from torchlet.cli import default_version, main
+from torchlet.cli import main
+from torchlet.running import default_version
 
 NEW_TOKENS = 3
 

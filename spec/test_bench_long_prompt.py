@@ -31,8 +31,9 @@ import torch
 import implementations
 from torchlet.bench.main_job import HF
 from torchlet.checkpoints import load_hf_dir
-from torchlet.cli import default_version, main
+from torchlet.cli import main
 from torchlet.contract import GenerationParams
+from torchlet.running import default_version
 from torchlet.text import load_tokenizer
 
 TEXT = "The first token comes only after the whole prompt. "  # 51 bytes: read twice, and more

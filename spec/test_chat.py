@@ -12,8 +12,8 @@ default limit, or at the context's end, says so in a line.
 Core principle: the answers are checked against Hugging Face's own model given the conversation
 as text through the same template, so the spec sees what a user sees, in a pseudo-terminal.
 
-Files to compare: torchlet/chat.py, and torchlet/cli.py (Runner, which chat shares with
-generate).
+Files to compare: torchlet/chat.py, and torchlet/generate.py (Runner, which chat shares
+with generate).
 
 Tradeoff left visible: the model is a tiny random Llama whose output layer is cut down to the
 printable ASCII bytes (the other rows zeroed), so that every answer is text a terminal shows as

@@ -13,11 +13,12 @@ length, and greedy or the sampling settings with their seed, drawn when none was
 -1, as llama.cpp's users write it).
 
 Core principle: implementations see token ids only; text, tokenizers and checkpoint formats stay
-in the harness (torchlet/cli.py, torchlet/text.py, torchlet/checkpoints.py). The default version
+in the harness (torchlet/generate.py, torchlet/text.py, torchlet/checkpoints.py). The default version
 is the fastest measured for the main job: the newest on a GPU; on a CPU the newest without a
 paged cache (its gathers cost a CPU more than they save for one request), graph stand-in off.
 
-Files to compare: torchlet/cli.py and torchlet/text.py.
+Files to compare: torchlet/generate.py (the command), torchlet/running.py (device, threads,
+which version), torchlet/cli.py (main: the one-line errors) and torchlet/text.py.
 
 Every failure a user can cause (a bad argument, a missing directory, a prompt that is not UTF-8,
 a device Torchlet does not run on, Ctrl-C at any moment, start-up included) ends in one line on
@@ -48,7 +49,7 @@ import torch
 
 from spec.support import real_model as rm
 from spec.support.hf_dirs import byte_tokenizer, hf_model, save_tiny
-from torchlet import cli
+from torchlet import cli, running
 from torchlet.contract import PREFIX_CACHE, SAMPLING
 from torchlet.learner import child_env
 from torchlet.text import StreamDecoder, load_tokenizer, prompt_ids
@@ -114,16 +115,16 @@ def fake(name, triton, paged=False):
 def test_the_default_is_the_newest_on_a_gpu_and_the_newest_unpaged_on_a_cpu_without_graphs():
     versions = [fake("v00", False), fake("v07", False), fake("v08", False, paged=True),
                 fake("v10", True, paged=True)]
-    assert cli.default_version(versions, "cpu").name == "v07"
-    assert cli.default_version(versions, "cuda").name == "v10"
-    assert cli.default_version(versions[2:], "cpu").name == "v10"  # none unpaged: the newest
+    assert running.default_version(versions, "cpu").name == "v07"
+    assert running.default_version(versions, "cuda").name == "v10"
+    assert running.default_version(versions[2:], "cpu").name == "v10"  # none unpaged: the newest
     import implementations
     newest = implementations.discover()[-1]
-    assert cli.serving_options(newest, "cpu") == {"use_graphs": False, "overlap": False}
-    assert cli.serving_options(newest, "cuda") == {}
-    mode = cli.run_mode(newest, "cpu", cli.serving_options(newest, "cpu"), interpret=False)
+    assert running.serving_options(newest, "cpu") == {"use_graphs": False, "overlap": False}
+    assert running.serving_options(newest, "cuda") == {}
+    mode = running.run_mode(newest, "cpu", running.serving_options(newest, "cpu"), interpret=False)
     assert "kernels off" in mode and "graphs off" in mode and "steps in order" in mode
-    with cli.kernels_off("cpu", interpret=False):
+    with running.kernels_off("cpu", interpret=False):
         assert os.environ["TRITON_INTERPRET"] == "0"  # what an engine's layers read at build
     assert os.environ.get("TRITON_INTERPRET") == "1"  # the specs' setting, given back
 

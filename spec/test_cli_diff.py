@@ -1,6 +1,6 @@
 """`torchlet diff vA vB`: what a version changes, method by method as the site's compare shows it.
 
-What it introduces: a header, then the method view (torchlet/docs/methods.py's as_text, the
+What it introduces: a header, then the method view (torchlet/methods.py's as_text, the
 site's compare page as text): for each part the two recipes hold differently, each method the
 newer part runs against the one it takes the place of. `--files` shows the whole files' diffs
 instead, under the same header. The header says which files B owns (and which of A's each
@@ -13,7 +13,7 @@ every version between, with all its files, not only the files still standing by 
 build on theirs (v16's engine on v14's, whose engine.py v15 replaced), so the method view shows
 code from files the effective module set no longer holds. A newer version first, or one version
 twice, is refused in one line, never read as changes.
-Files: torchlet/learner.py (diff), torchlet/docs/methods.py (as_text), torchlet/docs/site.py
+Files: torchlet/learner.py (diff), torchlet/methods.py (as_text), torchlet/docs/site.py
 (method_changes).
 Tradeoff left visible: the method view imports both versions' packages (a Triton version needs
 Triton); where one cannot be imported it says why in one line and points to --files.

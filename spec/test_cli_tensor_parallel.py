@@ -6,7 +6,7 @@ What it shows: the harness side of v16. `--tensor-parallel 2` starts one more pr
 or several) every process torchrun starts finds its rank and the world in its environment, rank 0
 answers and the others follow (torchlet/parallel.py). Without --impl, the newest version with the
 tensor_parallel capability runs. The answer is the one-device answer, token for token, from
-generate and from chat alike (both run through cli.run_on_ranks).
+generate and from chat alike (both run through torchlet/generate.py's run_on_ranks).
 
 Every failure a user can cause (N below 1, a version that runs on one device, a flag that
 contradicts torchrun's world) is one line and a non-zero exit status, refused before any rank

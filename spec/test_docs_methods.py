@@ -1,6 +1,6 @@
 """The compare page's method view: a swapped part, method by method.
 
-What it introduces: the Methods section of each compare page (torchlet/docs/methods.py, drawn by
+What it introduces: the Methods section of each compare page (torchlet/methods.py, drawn by
 torchlet/docs/site.py): for each part the two recipes (PARTS) hold differently, each method the
 newer part runs beside the one of the older part it takes the place of, side by side, or alone.
 Why: a version's idea is usually a method or two of one part; shown as whole files (a new
@@ -10,7 +10,7 @@ Core principle: the spec derives each pairing from the recipe and the sources on
 methods a swapped part's class defines that the older part has; for a rewritten part, the method
 a caller now calls where it called the older one), builds the site's compare page for the pair,
 and finds the two methods' names and their source lines side by side in it.
-Files: torchlet/docs/{methods.py, site.py}; spec/mutants/pictures.py breaks the pairing.
+Files: torchlet/methods.py, torchlet/docs/site.py; spec/mutants/pictures.py breaks the pairing.
 Tradeoff left visible: a differently named method is paired only where a caller's changed line
 shows the swap; one no caller names is shown alone, as an addition.
 """

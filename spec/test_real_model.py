@@ -30,9 +30,9 @@ import torch
 
 import implementations
 from spec.support import real_model as rm
-from torchlet.cli import default_version, serving_options
 from torchlet.contract import GENERATE, GenerationParams
 from torchlet.engines import build_sized
+from torchlet.running import default_version, serving_options
 
 pytestmark = [pytest.mark.needs(GENERATE), pytest.mark.real_model]
 

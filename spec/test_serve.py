@@ -45,7 +45,7 @@ import implementations
 from spec.support.hf_dirs import ascii_chat_dir, byte_tokenizer
 from spec.support.serve_app import InProcess, Paced
 from spec.support.serve_server import Server
-from torchlet import cli
+from torchlet import cli, running
 from torchlet.checkpoints import load_hf_dir
 from torchlet.contract import (PREFIX_CACHE, REQUEST_STATES, SAMPLING, GenerationParams,
                                RequestError)
@@ -91,9 +91,9 @@ def tokenizer():
 def build(version, checkpoint, **sizing):
     """An engine as the server builds one on a CPU: its layers on their PyTorch path, chosen at
     build."""
-    with cli.kernels_off("cpu", False):
+    with running.kernels_off("cpu", False):
         return build_sized(version, checkpoint, max_model_len=CONTEXT,
-                           **{"max_running": LANES, **cli.serving_options(version, "cpu"),
+                           **{"max_running": LANES, **running.serving_options(version, "cpu"),
                               **sizing})
 
 
@@ -148,7 +148,7 @@ def solo(engine, tokenizer, prompts, **settings) -> list[str]:
     """Each prompt's answer from engine.generate, on the server's path (Triton kernels off)."""
     params = GenerationParams(eos_token_ids=stop_ids(tokenizer, (tokenizer.eos_token_id,)),
                               **{"max_new_tokens": NEW, **settings})
-    with cli.kernels_off("cpu", False):
+    with running.kernels_off("cpu", False):
         outs = engine.generate(prompts, params)
     return [tokenizer.decode(t, skip_special_tokens=True) for t in outs]
 
@@ -643,9 +643,9 @@ def test_the_torchlet_serve_command_answers_curl_and_the_openai_client_and_exits
             assert health["status"] == "ok" and health["model"] == model.name
             version = implementations.load(health["version"], root)
             question = "Name a colour."
-            with cli.kernels_off("cpu", False):
+            with running.kernels_off("cpu", False):
                 engine = build_sized(version, checkpoint, max_model_len=CONTEXT, max_running=1,
-                                     **cli.serving_options(version, "cpu"))
+                                     **running.serving_options(version, "cpu"))
             (want,) = solo(engine, tokenizer, [chat_ids(tokenizer, question)])
             r = http.post("/v1/chat/completions", content=json.dumps(
                 {"model": model.name, "messages": user(question), "max_tokens": NEW}),

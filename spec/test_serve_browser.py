@@ -24,7 +24,7 @@ import pytest
 import implementations
 from spec.support.hf_dirs import ascii_chat_dir, byte_tokenizer
 from spec.support.serve_app import InProcess
-from torchlet import cli
+from torchlet import running
 from torchlet.checkpoints import load_hf_dir
 from torchlet.contract import PREFIX_CACHE, GenerationParams
 from torchlet.engines import build_sized
@@ -63,9 +63,9 @@ def served(tmp_path_factory):
     model = ascii_chat_dir(tmp_path_factory.mktemp("serve_page_model"))
     checkpoint = load_hf_dir(model)
     context = checkpoint.config.max_position
-    with cli.kernels_off("cpu", interpret=False):  # as `torchlet serve` builds it on a CPU
+    with running.kernels_off("cpu", interpret=False):  # as `torchlet serve` builds it on a CPU
         engine = build_sized(version, checkpoint, max_model_len=context, max_running=8,
-                             **cli.serving_options(version, "cpu"))
+                             **running.serving_options(version, "cpu"))
     server = InProcess(engine, version, byte_tokenizer(), checkpoint.config, model.name, context)
     yield server, version, model
     server.stop()
@@ -87,9 +87,9 @@ def answer(version, model) -> str:
     context = checkpoint.config.max_position
     params = GenerationParams(max_new_tokens=min(128, context - len(ids)),
                               eos_token_ids=stop_ids(tokenizer, checkpoint.config.eos_token_ids))
-    with cli.kernels_off("cpu", interpret=False):
+    with running.kernels_off("cpu", interpret=False):
         engine = build_sized(version, checkpoint, max_model_len=context, max_running=1,
-                             **cli.serving_options(version, "cpu"))
+                             **running.serving_options(version, "cpu"))
         (tokens,) = engine.generate([ids], params)
     return tokenizer.decode(tokens, skip_special_tokens=True)
 

@@ -2,8 +2,8 @@
 
 Each turn sends the whole conversation again (system prompt, every question and answer so far,
 then the new question) through the model's chat template, so an answer can build on the ones
-before. The engine is the one `torchlet generate` builds (cli.Runner), with the same flags,
---tensor-parallel among them (cli.run_on_ranks); it is rebuilt larger only when the
+before. The engine is the one `torchlet generate` builds (torchlet/generate.py's Runner), with
+the same flags, --tensor-parallel among them (run_on_ranks); it is rebuilt larger only when the
 conversation outgrows it. /reset forgets the conversation (the system prompt stays), /exit or
 end of input (Ctrl-D) ends the chat.
 
@@ -31,7 +31,7 @@ STOPPED = "[stopped: the answer so far stays in the conversation]"
 
 
 def add_commands(subparsers) -> None:
-    from torchlet.cli import add_run_args
+    from torchlet.generate import add_run_args
 
     p = subparsers.add_parser("chat", help="a conversation with the model, streamed turn by turn",
                               description="Type a message and Enter; each answer sees the whole "
@@ -75,7 +75,7 @@ def ctrl_c_stops_the_answer():
 
 
 def run_chat(args) -> int:
-    from torchlet.cli import run_on_ranks
+    from torchlet.generate import run_on_ranks
     from torchlet.contract import TorchletError
 
     if args.system is not None and not args.system.strip():

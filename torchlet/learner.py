@@ -25,9 +25,11 @@ from pathlib import Path
 
 from implementations import REFERENCE_ROOT, VERSION_DIR, version_names
 from torchlet.contract import TorchletError, UnknownVersionError
+from torchlet.methods import as_text, method_changes
 
 REPO = Path(__file__).resolve().parents[1]
 SPEC_DIR = REPO / "spec"
+DEFAULT_RESULTS = REPO / "build" / "junit.xml"  # where the README's test command leaves it
 SPEC_FILE = re.compile(r"^test_v(\d\d)(?:_(\d)(?=_|$))?(?:_\w*)?\.py$")
 ROOT_INIT = '"""A learner\'s tree of Torchlet versions (see docs/learners.md)."""\n'
 # The stub message starts with this, so that check() can read it back out of a failure.
@@ -678,10 +680,6 @@ def diff_header(a: str, b: str, old: dict[str, Path], new: dict[str, Path], root
 def method_view(a: str, b: str, root: Path) -> str:
     """The site's method-level compare as text: per part the recipes hold differently, each
     method the newer part runs against the one it takes the place of."""
-    # imported here, not at the top: torchlet.docs imports this module (REPO, read_junit)
-    from torchlet.docs.methods import as_text
-    from torchlet.docs.site import method_changes
-
     changes, why = method_changes(a, b, root)
     if why:
         return f"(no method view here: {why}; --files shows the whole files)\n"

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from torchlet.contract import TorchletError
+from torchlet.running import kernels_off
 
 # How long a rank waits for the others before its call fails (a rank that died closes its
 # connections, which fails the others' calls at once; this bounds a rank that hangs).
@@ -89,8 +90,6 @@ def init_group(rank: int, world: int, address: str, port: int, backend: str,
 
 
 def kernels_mode(spec: BuildSpec):
-    from torchlet.cli import kernels_off
-
     return kernels_off(spec.device, spec.interpret)
 
 

@@ -94,7 +94,7 @@ def format_rows(version_name: str, rows: list[PartRow]) -> str:
 def run_parts(args) -> int:
     import implementations
 
-    from torchlet.cli import existing_dir
+    from torchlet.running import existing_dir
     from torchlet.contract import TorchletError
 
     root = (existing_dir(args.impl_root, "--impl-root") if args.impl_root is not None

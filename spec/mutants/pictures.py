@@ -7,7 +7,7 @@ misplacing what it was given while still drawing a plausible page."""
 from spec.mutants import Edit, Mutant
 
 DRAW = "torchlet/docs/draw.py"
-METHODS = "torchlet/docs/methods.py"
+METHODS = "torchlet/methods.py"
 SPEC = "spec/test_docs_pictures.py"
 METHODS_SPEC = "spec/test_docs_methods.py"
 PROPERTY = "picture content"

@@ -15,7 +15,8 @@
 
 Each run prints a table and writes DIR/KIND.json and DIR/KIND.png (default bench-results/).
 """
-# The package: this parser; commands.py, what each subcommand does; run.py and drive.py, one
+# The package: this parser; commands.py, what each subcommand does; flags.py, what the shared
+# flags resolve to (versions, device, dtype, model shape, sizes); run.py and drive.py, one
 # version built and driven through the contract; main_job.py, the user's one prompt (and
 # long_prompt.py, a long one's first token, on main_job's contenders and rounds); micro.py,
 # the decode step and the kernel alone; workloads.py, floor.py, hf.py, the requests, the floor
@@ -25,7 +26,7 @@ from __future__ import annotations
 import argparse
 import importlib
 
-from torchlet.cli import DTYPES  # the standard library only, like this module
+from torchlet.running import DTYPES  # the standard library only, like this module
 
 SHAPES = ("qwen2.5-0.5b", "qwen3-0.6b", "qwen2.5-7b", "qwen2.5-72b", "cpu")
 

@@ -12,6 +12,8 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+from .contender import Contender
+
 NAME = "llama.cpp"
 INSTALL = "pip install 'torchlet[llama]', which builds llama-cpp-python from source"
 
@@ -43,8 +45,6 @@ def llama_contender(gguf: Path, ids: list[int], n: int, threads: int):
     import llama_cpp
 
     from torchlet.gguf_model import open_gguf, quantization
-
-    from .main_job import Contender
 
     # n_batch at least the prompt: one decode call prefills it, as the torch rows do
     llm = llama_cpp.Llama(model_path=str(gguf), n_threads=threads, n_threads_batch=threads,

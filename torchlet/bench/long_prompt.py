@@ -15,8 +15,8 @@ import itertools
 import statistics
 from pathlib import Path
 
-from torchlet.cli import resolve_device, resolve_dtype, set_threads
 from torchlet.contract import TorchletError
+from torchlet.running import resolve_device, resolve_dtype, set_threads
 
 from .drive import progress_bar
 from .main_job import (HF, add_prefix_stats, contenders_for, interleave, load_model,

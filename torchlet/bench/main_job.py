@@ -12,36 +12,21 @@ each count's rounds as an anchor where it is installed (llama_anchor.py).
 """
 from __future__ import annotations
 
-import contextlib
 import gc
 import statistics
 import time
-from dataclasses import dataclass, field
-from typing import Callable
 
 import torch
 
-from torchlet.cli import (kernels_off, pick_version, resolve_device, resolve_dtype, run_mode,
-                          serving_options, set_threads)
 from torchlet.contract import PREFIX_CACHE, GenerationParams, TorchletError
+from torchlet.running import (kernels_off, pick_version, resolve_device, resolve_dtype, run_mode,
+                              serving_options, set_threads)
 
+from .contender import Contender
 from .drive import progress_bar
 from .run import prefix_stats
 
 HF = "HF transformers generate"
-
-
-@dataclass
-class Contender:
-    """One side of the comparison: `run()` answers the prompt once (`run(ids)`, other ids) and
-    returns (token ids, seconds to the first token, seconds to the last)."""
-
-    name: str
-    mode: str
-    run: Callable[[], tuple[list[int], float, float]]
-    scope: Callable = contextlib.nullcontext  # what every call of this contender runs inside
-    stats: Callable | None = None             # prefix cache counters, for a version with one
-    extra: dict = field(default_factory=dict)
 
 
 class _Clock:

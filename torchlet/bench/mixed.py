@@ -16,9 +16,10 @@ import time
 
 import torch
 
-from torchlet import cli
+from torchlet import running
 from torchlet.contract import CHUNKED_PREFILL, REQUEST_STATES, GenerationParams
 
+from .flags import device_of, dtype_of, select_versions, shape_of
 from .run import ModelSpec, build_options, load_version
 
 
@@ -73,8 +74,6 @@ def drive(engine, shorts, longs, args, device: str) -> dict:
 
 
 def measure(args, log) -> tuple[dict, str]:
-    from .commands import device_of, dtype_of, select_versions, shape_of
-
     device = device_of(args)
     dtype = dtype_of(args, device)
     config = shape_of(args, device)
@@ -90,12 +89,12 @@ def measure(args, log) -> tuple[dict, str]:
             chunked = CHUNKED_PREFILL in version.capabilities
             options[budget.name] = (args.budget if chunked
                                     else args.long_len + args.decoders + args.long_prompts)
-        with cli.kernels_off(device, interpret=False):  # Triton layers choose at build
+        with running.kernels_off(device, interpret=False):  # Triton layers choose at build
             engine = version.build(checkpoint, device=device, dtype=dtype, **options)
         log(f"{v.name}: {args.decoders} decoding, {args.long_prompts} prompts of "
             f"{args.long_len} tokens arriving every {args.every} steps; options {options}")
         # On a CPU, Triton layers run their PyTorch path: timing the interpreter would time it.
-        with cli.kernels_off(device, interpret=False):
+        with running.kernels_off(device, interpret=False):
             # The warm-up's long prompt makes every kind of step the run makes, late slices of a
             # long context included (a kernel's first call at a shape compiles it: 1 s on the
             # H200 inside the measured run otherwise); ids shifted by one, so that a prefix

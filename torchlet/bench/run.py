@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from torchlet import cli
+from torchlet import running
 from torchlet.contract import BLOCK_SIZE, MAX_LEN, NUM_BLOCKS, PREFIX_CACHE, REQUEST_STATES
 
 from .drive import (check_counts, run_generate, run_steps, run_stream, sync,  # noqa: F401
@@ -108,7 +108,7 @@ def run_job(job: Job) -> dict:
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats()
     rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    with cli.kernels_off(job.device, interpret=False):  # Triton layers choose at build
+    with running.kernels_off(job.device, interpret=False):  # Triton layers choose at build
         engine, options = build_engine(version, checkpoint, job.device, dtype, job.wishes,
                                        job.workload, job.named)
     stepwise = REQUEST_STATES in version.capabilities
@@ -116,7 +116,7 @@ def run_job(job: Job) -> dict:
     # On a CPU, Triton layers run their PyTorch path, as torchlet generate runs them: the
     # interpreter is for the specs, and timing it would time the interpreter.
     pytorch_layers = version.uses_triton and not cuda
-    with cli.kernels_off(job.device, interpret=False):
+    with running.kernels_off(job.device, interpret=False):
         warm_up(engine, job.workload, stepwise)
         cached = PREFIX_CACHE in version.capabilities
         before = engine.prefix_cache_stats() if cached else None

@@ -83,10 +83,10 @@ def check_fit(plans: list[dict], device: str, log) -> None:
 
 
 def measure(args, log) -> tuple[dict, str]:
-    from torchlet.cli import kernels_off
     from torchlet.parallel import BuildSpec, Ranks
+    from torchlet.running import kernels_off
 
-    from .commands import device_of, dtype_of, ints, named_of, rates, select_versions, shape_of
+    from .flags import device_of, dtype_of, ints, named_of, rates, select_versions, shape_of
     from .drive import run_steps, warm_up
     from .sharded import ShardedRandomModel, gather_peaks, peak_bytes, planned_bytes
     from .workloads import nano_vllm_workload, scaled

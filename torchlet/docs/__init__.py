@@ -8,10 +8,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from implementations import REFERENCE_ROOT
-from torchlet.learner import REPO, SPEC_DIR
+from torchlet.learner import DEFAULT_RESULTS, REPO, SPEC_DIR
 
 DEFAULT_OUT = REPO / "docs" / "_site"
-DEFAULT_RESULTS = REPO / "build" / "junit.xml"  # where the README's test command leaves it
 DOCS_DIR = REPO / "docs"          # the reader documents the index links (learners.md, ...)
 BENCH_DIR = DOCS_DIR / "benchmarks"
 

@@ -15,9 +15,10 @@ import shutil
 from html import escape
 from pathlib import Path
 
-from torchlet.docs import DEFAULT_RESULTS, compare, methods
+from torchlet import methods
+from torchlet.docs import compare
 from torchlet.docs.pages import SECTIONS, VersionPage
-from torchlet.learner import REPO, read_junit
+from torchlet.learner import DEFAULT_RESULTS, REPO, read_junit
 
 CSS = """html{overflow-y:scroll}body{font:15px/1.5 system-ui,sans-serif;margin:2em auto;max-width:78em;padding:0 1em;color:#222}
 table{border-collapse:collapse}th,td{border:1px solid #ddd;padding:.2em .5em;vertical-align:top}
@@ -511,18 +512,6 @@ def reading_pages(docs_dir: Path) -> tuple[dict[str, str], dict[str, Path], tupl
     return html, copies, present
 
 
-def method_changes(a: str, b: str, root: Path) -> tuple[list | None, str]:
-    """(the part changes between two versions' recipes, ""), or (None, why) where a version's
-    package cannot be imported here (a learner's stub, Triton missing)."""
-    import implementations
-
-    try:
-        return methods.part_changes(implementations.load(a, root), implementations.load(b, root),
-                                    root), ""
-    except Exception as e:  # noqa: BLE001  (the page says why, in one line)
-        return None, f"{type(e).__name__}: {(str(e).splitlines() or [''])[0]}"
-
-
 def write_site(out: Path, pages: list[VersionPage], results, figures, root: Path,
                drawn: dict | None = None, docs_dir: Path | None = None,
                bench_dir: Path | None = None) -> int:
@@ -559,7 +548,7 @@ def write_site(out: Path, pages: list[VersionPage], results, figures, root: Path
                                            file.read_text(), None))
     for a, b in pairs:
         named = compare.named_files(b, [part.sections["files"] for part in by_name[b].parts])
-        changes, why = method_changes(a, b, root)
+        changes, why = methods.method_changes(a, b, root)
         files[f"compare/{compare_name(a, b)}"] = compare_html(
             a, b, compare.file_diffs(a, b, root), named, changes, why)
     for rel in sorted({str(Path(rel).parent) for rel in files}):

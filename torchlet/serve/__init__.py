@@ -18,7 +18,7 @@ DEFAULT_MAX_WAITING = 256  # requests queued beyond the running ones before a 42
 
 
 def add_commands(subparsers) -> None:
-    from torchlet.cli import DTYPES, add_threads
+    from torchlet.running import DTYPES, add_threads
 
     p = subparsers.add_parser(
         "serve", help="an OpenAI-compatible server, with a live view of the engine at /",
@@ -60,6 +60,6 @@ def add_commands(subparsers) -> None:
 def run_serve(args) -> int:
     from torchlet.serve.launch import Launch
 
-    launch = Launch(args)
+    launch = Launch(args, DEFAULT_MAX_LEN)
     print(launch.banner(), file=sys.stderr, flush=True)
     return launch.run()

@@ -8,12 +8,11 @@ import socket
 
 import uvicorn
 
-from torchlet import cli
+from torchlet import running
 from torchlet.checkpoints import load_hf_dir
 from torchlet.contract import NUM_BLOCKS, REQUEST_STATES, SAMPLING, TorchletError
 from torchlet.engines import build_sized
 from torchlet.gguf_model import resolve_model
-from torchlet.serve import DEFAULT_MAX_LEN
 from torchlet.serve.app import Model, Served, create_app
 from torchlet.serve.metrics import Metrics
 from torchlet.serve.worker import Worker
@@ -30,19 +29,22 @@ def listen(host: str, port: int) -> socket.socket:
 
 
 class Launch:
-    def __init__(self, args):
+    """`torchlet serve` with its parsed flags; default_max_len: the longest prompt + answer
+    when --max-model-len is not given and the model's context is longer."""
+
+    def __init__(self, args, default_max_len: int):
         for flag, least in (("max_running", 1), ("max_model_len", 1), ("num_blocks", 1),
                             ("max_waiting", 0)):
             value = getattr(args, flag)
             if value is not None and value < least:
                 raise TorchletError(f"--{flag.replace('_', '-')} must be at least {least}, got "
                                     f"{value}")
-        self.device = cli.resolve_device(args.device)
-        self.threads = cli.set_threads(args.threads)
+        self.device = running.resolve_device(args.device)
+        self.threads = running.set_threads(args.threads)
         self.interpret = args.triton_interpret
         # the newest version that samples, unless --impl names one: most OpenAI clients and
         # chat pages send a temperature, and a greedy default would refuse them all
-        self.version = cli.pick_version(args.impl, args.impl_root, self.device, need=SAMPLING,
+        self.version = running.pick_version(args.impl, args.impl_root, self.device, need=SAMPLING,
                                         interpret=args.triton_interpret)
         if REQUEST_STATES not in self.version.capabilities:
             raise TorchletError(f"{self.version.name} has no step API (request_states): serve "
@@ -60,11 +62,11 @@ class Launch:
         checkpoint = load_hf_dir(model_dir)
         tokenizer = load_tokenizer(model_dir)
         config = checkpoint.config
-        context = min(config.max_position, args.max_model_len or DEFAULT_MAX_LEN)
-        self.serving = cli.serving_options(self.version, self.device)
-        with cli.kernels_off(self.device, self.interpret):  # the layers choose at build
+        context = min(config.max_position, args.max_model_len or default_max_len)
+        self.serving = running.serving_options(self.version, self.device)
+        with running.kernels_off(self.device, self.interpret):  # the layers choose at build
             engine = build_sized(self.version, checkpoint, device=self.device,
-                                 dtype=cli.resolve_dtype(args.dtype, self.device),
+                                 dtype=running.resolve_dtype(args.dtype, self.device),
                                  max_model_len=context, max_running=args.max_running,
                                  **self.serving, **sizing)
         self.served = serve_engine(engine, self.version, tokenizer, config, name, context,
@@ -78,7 +80,7 @@ class Launch:
         return f"http://{host if ':' not in host else f'[{host}]'}:{port}"
 
     def banner(self) -> str:
-        mode = cli.run_mode(self.version, self.device, self.serving, self.interpret)
+        mode = running.run_mode(self.version, self.device, self.serving, self.interpret)
         return (f"[{self.version.name} on {self.device}{mode}, {self.threads}, {self.model.name}, "
                 f"context {self.model.context}] serving on {self.url()}")
 
@@ -105,7 +107,7 @@ def serve_engine(engine, version, tokenizer, config, name: str, context: int, mo
     with it too."""
     metrics = Metrics()
     worker = Worker(engine, version.capabilities, metrics,
-                    context=lambda: cli.kernels_off(device, interpret))
+                    context=lambda: running.kernels_off(device, interpret))
     model = Model(name, version.name, tokenizer, context, config.vocab_size,
                   stop_ids(tokenizer, config.eos_token_ids), SAMPLING in version.capabilities)
     return Served(worker, model, metrics, most)

@@ -13,7 +13,10 @@ function object) is unchanged and not shown; the others are paired:
   paired method of either version (any part's) now makes to it instead, on the lines that took
   the calling line's place (v04's runner called kv.allocate where v05's calls kv.place);
 - else shown alone, as an addition.
-Methods the older part runs and the newer one no longer does, paired with none, are named."""
+Methods the older part runs and the newer one no longer does, paired with none, are named.
+
+Two readers: the docs site's compare pages (torchlet/docs/site.py) and `torchlet diff`'s method
+view (torchlet/learner.py); it lies below both, as the docs site imports the learner's module."""
 from __future__ import annotations
 
 import difflib
@@ -251,3 +254,15 @@ def part_changes(old_version, new_version, root: Path) -> list[PartChange]:
     first = [p for *_, old, new in changes for p in pair_methods(old, new)[0]]
     return [PartChange(name, labels[0].get(name, ""), labels[1][name],
                        *pair_methods(old, new, first)) for name, a, b, old, new in changes]
+
+
+def method_changes(a: str, b: str, root: Path) -> tuple[list | None, str]:
+    """(the part changes between two versions' recipes, ""), or (None, why) where a version's
+    package cannot be imported here (a learner's stub, Triton missing)."""
+    import implementations
+
+    try:
+        return part_changes(implementations.load(a, root), implementations.load(b, root),
+                                    root), ""
+    except Exception as e:  # noqa: BLE001  (the page says why, in one line)
+        return None, f"{type(e).__name__}: {(str(e).splitlines() or [''])[0]}"

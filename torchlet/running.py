@@ -1,0 +1,193 @@
+"""Where and how a version runs on this machine, for every command that runs one (generate,
+chat, serve, the benchmarks, the tensor-parallel ranks): the device and dtype, torch's CPU
+threads, which version runs by default, the serving options a CPU needs, and whether Triton
+kernels run or take their PyTorch path.
+
+Standard library only at the top, like torchlet/cli.py: torch, the contract and the versions are
+imported by the functions that need them, so a command's flags parse before anything slow loads."""
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+from pathlib import Path
+
+DTYPES = ("auto", "float32", "bfloat16", "float16")
+# The device kinds the versions are written and specified for. Others torch knows fail deep in
+# a run: meta holds no data (the first .item() raised), mps and xla are untried.
+DEVICES = ("cpu", "cuda")
+
+
+def resolve_device(name: str | None) -> str:
+    import torch
+
+    from torchlet.contract import TorchletError
+
+    if name is None:
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    try:
+        kind = torch.device(name).type
+    except RuntimeError:  # torch's message lists twenty kinds, the ones Torchlet runs on among them
+        kind = None
+    if kind not in DEVICES:
+        raise TorchletError(f"--device {name}: not a device Torchlet runs on (cpu, cuda, cuda:N)")
+    if kind == "cuda" and not torch.cuda.is_available():
+        raise TorchletError(f"--device {name}: this machine has no CUDA GPU (try --device cpu)")
+    return name
+
+
+def default_version(versions, device: str):
+    """On a GPU, the newest version. On a CPU, the newest whose cache is not paged: for the main
+    job, one request, the gathers through block tables cost a CPU more than paging saves
+    (`torchlet bench main-job --versions v05,v06,v07,v08` on the 2-core CPU machine, 2026-12-01:
+    v07 35.4 tokens/s, v08 32.1, v13 30.8, Hugging Face 33.2). It serves with its CPU graph
+    stand-in off (serving_options). Flags that need a later capability (sampling) pick the
+    newest version that has it (pick_version)."""
+    from torchlet.contract import PAGED_KV, UnknownVersionError
+
+    if not versions:
+        raise UnknownVersionError(f"no version to run on {device}")
+    if not device.startswith("cuda"):
+        contiguous = [v for v in versions if PAGED_KV not in v.capabilities]
+        if contiguous:
+            return contiguous[-1]
+    return versions[-1]
+
+
+def pick_version(name: str | None, root: str | None, device: str, need=None,
+                 interpret: bool = False):
+    """The version --impl names, else the default for the device; with `need` (a capability the
+    flags ask for, e.g. sampling) and no --impl, the newest version that has it. interpret: on a
+    CPU, run Triton kernels in the interpreter (slow; the specs' way)."""
+    if interpret and not device.startswith("cuda"):
+        # must be set before any @triton.jit runs, i.e. before versions are imported
+        os.environ["TRITON_INTERPRET"] = "1"
+    import implementations
+
+    from torchlet.contract import UnknownVersionError
+
+    root = (existing_dir(root, "--impl-root") if root is not None
+            else implementations.REFERENCE_ROOT)
+    if name is not None:  # --impl "" is a mistake to report, not a request for the default
+        return implementations.load(name, root)
+    implementations.require_versions(root)
+    needs = (need,) if isinstance(need, str) else tuple(need or ())
+    if needs:
+        able = [v for v in implementations.discover(root)
+                if all(n in v.capabilities for n in needs)]
+        if not able:
+            raise UnknownVersionError(f"no version under {root} has the "
+                                      f"{' and '.join(needs)} capabilit"
+                                      f"{'y' if len(needs) == 1 else 'ies'}")
+        return able[-1]
+    return default_version(implementations.discover(root), device)
+
+
+def serving_options(version, device: str) -> dict:
+    """On a CPU, graphs off where a version has them: its graph stand-in replays a recorded tape
+    of ops, which checks the graph contract in the specs but is slower than eager here. And the
+    step in order where a version would launch the next decode ahead (v14): a CPU runs each op
+    as it is dispatched, so the overlap buys nothing there, and a token would be shown only
+    after the next one is computed."""
+    names = {o.name for o in version.options}
+    if device.startswith("cuda"):
+        return {}
+    return {name: False for name in ("use_graphs", "overlap") if name in names}
+
+
+@contextlib.contextmanager
+def kernels_off(device: str, interpret: bool):
+    """On a CPU, Triton layers take their PyTorch path unless --triton-interpret asks for the
+    interpreter. An engine chooses when it is built (it reads TRITON_INTERPRET then), so build
+    and run it inside this block."""
+    if device.startswith("cuda") or interpret:
+        yield
+        return
+    before = os.environ.get("TRITON_INTERPRET")
+    os.environ["TRITON_INTERPRET"] = "0"
+    try:
+        yield
+    finally:
+        if before is None:
+            del os.environ["TRITON_INTERPRET"]
+        else:
+            os.environ["TRITON_INTERPRET"] = before
+
+
+def run_mode(version, device: str, options: dict, interpret: bool) -> str:
+    """How the version runs here, for the banner."""
+    mode = []
+    if version.uses_triton and not device.startswith("cuda"):
+        mode.append("Triton kernels in the interpreter" if interpret else
+                    "Triton kernels off (PyTorch layers)")
+    if options.get("use_graphs") is False:
+        mode.append("graphs off")
+    if options.get("overlap") is False:
+        mode.append("steps in order")
+    return "".join(f", {m}" for m in mode)
+
+
+def resolve_dtype(name: str, device: str):
+    import torch
+
+    if name == "auto":
+        name = "bfloat16" if device.startswith("cuda") else "float32"
+    return getattr(torch, name)
+
+
+
+def existing_dir(path: str | Path, what: str, hint: str = "") -> Path:
+    """The directory `path`, resolved; a TorchletError naming `what` if it is none."""
+    from torchlet.contract import TorchletError
+
+    path = Path(path)
+    if not path.is_dir():
+        kind = "a file, not a directory" if path.exists() else "does not exist"
+        raise TorchletError(f"{what} {path}: {kind}{hint}")
+    return path.resolve()
+
+
+def usable_cores() -> int:
+    """The cores this process may run on (a cpuset or taskset may leave it fewer than the
+    machine has)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+
+
+def default_threads() -> tuple[int, str]:
+    """Torch's CPU threads when --threads is not given, and why, for the banner: the cores this
+    process may use that the 1-minute load average does not already keep busy, at least 1.
+    Torch's own default takes every core; on a busy machine its threads then wait on each other
+    (SmolLM2 decoded about 10x slower with 2 than with 1 on the 2-core machine under load)."""
+    cores = usable_cores()
+    try:
+        load = os.getloadavg()[0]
+    except (AttributeError, OSError):  # neither exists on every platform
+        load = 0.0
+    return max(1, min(cores, round(cores - load))), f"{cores} cores, load {load:.1f}"
+
+
+def set_threads(n: int | None) -> str:
+    """Sets torch's CPU threads to n, or to default_threads() when None; returns what the banner
+    says. generate, chat and bench main-job call it, so the benchmark runs as generate does."""
+    import torch
+
+    from torchlet.contract import TorchletError
+
+    if n is not None and n < 1:
+        raise TorchletError(f"--threads must be at least 1, got {n}")
+    if n is not None and n > usable_cores():  # taken, as asked, but it only slows the run down
+        print(f"torchlet: warning: --threads {n} is more than the {usable_cores()} cores this "
+              f"process may use: the threads past them only wait their turn", file=sys.stderr)
+    why = ""
+    if n is None:
+        n, why = default_threads()
+        why = f" ({why})"
+    torch.set_num_threads(n)
+    return f"{n} thread{'' if n == 1 else 's'}{why}"
+
+
+def add_threads(p) -> None:
+    p.add_argument("--threads", type=int, default=None,
+                   help="torch CPU threads (default: the cores that the 1-minute load average "
+                        "leaves free, at least 1)")
+
