@@ -2,7 +2,7 @@
 
 `discover(root)` finds version packages (`vNN_name` or `vNN_M_name`) under a tree, this one by
 default or a learner's, and reads what each declares: CAPABILITIES, build, OPTIONS, layers and
-KERNELS, and PARTS, the recipe its build assembles (torchlet/contract.py says what each is).
+KERNELS, and PARTS, the recipe its build assembles (torchlet/contract/ says what each is).
 """
 from __future__ import annotations
 

@@ -14,7 +14,7 @@ and imported a module named paged_kernels; a version that named things otherwise
 or not found, silently.
 Core principle: one declared list per build, read by the build's own refusal and by the harness;
 OPTIONS agrees with the build's signature wherever the signature names the option.
-Files: torchlet/contract.py (BuildOption, the roles, PAGED_DECODE_ATTENTION, check_build),
+Files: torchlet/contract/recipe.py (BuildOption, the roles, PAGED_DECODE_ATTENTION, check_build),
 implementations/__init__.py (Version), torchlet/bench/run.py (build_options),
 torchlet/bench/micro.py (kernel_bench), torchlet/engines.py (build_sized).
 Tradeoff left visible: `model`, which v08 to v10 take so that a later version can hand its model

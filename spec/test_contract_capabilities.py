@@ -12,7 +12,7 @@ Core principle: a version's engine, built on the tiny fixture, is an instance of
 capability in its CAPABILITIES (its `layers` of SplitGQALayers with split_gqa, its `sampler` of
 Sampler with sampling); no API repeats another's member, and no class of the reference
 implementations carries the name of a contract Protocol.
-Files: torchlet/contract.py (the APIs, API_OF, lacking); docs/contract.md.
+Files: torchlet/contract/capabilities.py (the APIs, API_OF, lacking); docs/contract.md.
 Tradeoff left visible: a runtime Protocol checks that the names exist, not their signatures or
 what they do: the capability's own spec pages check that.
 """

@@ -398,7 +398,7 @@ def files_paragraphs(text: str) -> list[str]:
 
 def test_every_file_a_version_page_names_links_to_its_source(site):
     """The paragraphs that name a version's files (implementations/v08_paged_gqa_py/kv.py,
-    implementations/v05_decode_lanes/{kv.py, runner.py}, torchlet/contract.py, a bare
+    implementations/v05_decode_lanes/{kv.py, runner.py}, torchlet/contract/values.py, a bare
     runner.py meaning the version's own) link each name of a file of the repository to the page
     of its source; transformers' modeling_qwen2.py, not one, stays text."""
     linked = 0

@@ -4,7 +4,9 @@ What it checks: among torchlet's own modules no import circle, counting the impo
 functions as much as those at the top; no module of torchlet imports torchlet.cli but the entry
 point (torchlet/__main__.py; the console script names torchlet.cli:main itself); and the entry
 point, with every torchlet module it imports at its top, imports only the standard library at
-its top.
+its top; and the contract, a package of three modules (torchlet/contract/values.py,
+capabilities.py, recipe.py), is imported as torchlet.contract only, the one thing of the harness
+a version imports.
 Why: a circle kept alive by an import inside a function works until someone moves that import to
 the top, and it hides which module is the lower one, so a reader cannot tell where a shared piece
 belongs. cli.py was used as a library by ten harness modules (pick_version, kernels_off, even
@@ -17,8 +19,11 @@ every `import` and `from ... import` of a torchlet module anywhere in a file. `f
 name` points at pkg.name where that is a module, else at pkg; importing a module from outside its
 package points at the package too, since Python runs the package's __init__ first (that is how
 `learner -> docs.methods` closed a circle through docs/__init__.py). The standard-library rule
-keeps `torchlet --help` and a Ctrl-C during the slow imports as cli.py's docstring says.
-Files: torchlet/ (all of it); torchlet/cli.py, torchlet/running.py, torchlet/generate.py.
+keeps `torchlet --help` and a Ctrl-C during the slow imports as cli.py's docstring says. The
+contract's three modules hold one concern each (968 lines did all three); its __init__ names
+every name once, so a version's import line does not change when a name moves between them.
+Files: torchlet/ (all of it); torchlet/cli.py, torchlet/running.py, torchlet/generate.py,
+torchlet/contract/__init__.py (the re-exports).
 Tradeoff left visible: a package's __init__ may still import its own submodules inside functions
 (the commands' lazy imports), and those submodules may not import the package back; an import
 done with importlib and a string (bench/__init__.py's commands) is not seen.
@@ -170,3 +175,42 @@ def test_the_entry_point_reaches_only_the_standard_library_at_the_top_of_each_mo
             elif module.split(".")[0] not in sys.stdlib_module_names:
                 outside.append(f"{name} imports {module}")
     assert not outside, outside
+
+
+CONTRACT = "torchlet.contract"
+
+
+def torchlet_imports(path: Path, name: str, is_package: bool) -> list[tuple[int, str]]:
+    """(line, module) of each import of a torchlet module in a file, `from torchlet import x`
+    read as torchlet.x; relative imports resolved against `name`."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, a.name) for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                here = name.split(".") if is_package else name.split(".")[:-1]
+                base = ".".join(here[:len(here) - node.level + 1] + ([base] if base else []))
+            found += [(node.lineno, f"{base}.{a.name}" if base == "torchlet" else base)
+                      for a in node.names]
+    return [(line, m) for line, m in found if m == "torchlet" or m.startswith("torchlet.")]
+
+
+def test_the_contract_is_imported_as_torchlet_contract_and_implementations_import_nothing_else():
+    """torchlet/contract/ is three modules (values, capabilities, recipe) behind one import path:
+    a caller never names a module of it, and a version imports nothing else of the harness."""
+    wrong = []
+    trees = [(PACKAGE.parent / "implementations", "implementations"),
+             (PACKAGE.parent / "spec", "spec"), (PACKAGE, "torchlet")]
+    for root, top in trees:
+        for path in sorted(root.rglob("*.py")):
+            name = ".".join((top, *path.relative_to(root).with_suffix("").parts))
+            if name.startswith(CONTRACT + ".") or name == CONTRACT + ".__init__":
+                continue  # the package's own modules
+            for line, module in torchlet_imports(path, name.removesuffix(".__init__"),
+                                                 path.name == "__init__.py"):
+                if module.startswith(CONTRACT + ".") or (top == "implementations"
+                                                         and module != CONTRACT):
+                    wrong.append(f"{path.relative_to(PACKAGE.parent)}:{line} imports {module}")
+    assert not wrong, "\n".join(wrong)

@@ -9,7 +9,7 @@ Core principle: each bad request gets a RequestError whose message names the pro
 it got where a token id or a prompt belongs; Python and numpy integers are token ids, bool is not.
 Nothing is generated for any prompt of a call that holds a bad one; that such a call leaves
 nothing queued either is spec/test_v03_refusals.py's. (Bad checkpoints: spec/test_checkpoints.py.)
-Files: torchlet/contract.py (check_prompts, check_request),
+Files: torchlet/contract/values.py (check_prompts, check_request),
 implementations/v00_full_recompute/engine.py.
 Tradeoff left visible: none; later versions inherit this page unchanged.
 """

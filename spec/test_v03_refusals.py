@@ -19,7 +19,7 @@ the `check` of the K/V memory and of the admission policy that _checked asks:
 implementations/v05_decode_lanes/kv.py (LaneKV.check, max_model_len),
 implementations/v04_continuous_batching/scheduler.py (ContinuousBatching.check, max_step_tokens)
 and implementations/v08_paged_gqa_py/scheduler.py (PagedAdmission.check, the pool);
-torchlet/contract.py (check_request, check_prompts).
+torchlet/contract/values.py (check_request, check_prompts).
 Tradeoff left visible: every prompt is checked twice when it is queued (the scheduler re-asks
 its policy), a few comparisons bought for keeping Scheduler.add safe to call alone.
 """

@@ -17,7 +17,7 @@ code raises for that request alone. The failure is injected from outside, throug
 a GenerationParams subclass whose stop check raises at a chosen token. The evidence is taken
 from outside too: the other requests' tokens against a run without it, and, after every step,
 that a finished request holds no cache and, where the version pages, no block.
-Files: torchlet/contract.py (GenerationParams, check_params, FinishReason.ERROR,
+Files: torchlet/contract/values.py (GenerationParams, check_params, FinishReason.ERROR,
 RequestOutput.error), implementations/v03_request_states/{scheduler.py, request.py, engine.py}
 (Scheduler.postprocess; Request.fail, raise_if_failed; StepEngine.generate, stream).
 Tradeoff left visible: a failure is caught where a request takes its token. One inside a forward

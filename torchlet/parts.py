@@ -1,4 +1,4 @@
-"""`torchlet parts vNN`: a version's recipe (its PARTS, torchlet/contract.py's Recipe), one line
+"""`torchlet parts vNN`: a version's recipe (its PARTS, torchlet/contract/recipe.py's Recipe), one line
 per part in assembly order: the part's name, what it is, the version that wrote it and the file
 it lives in. The docs site's version pages show the same rows (recipe_rows)."""
 from __future__ import annotations

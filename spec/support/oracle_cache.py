@@ -26,7 +26,7 @@ REPO = Path(__file__).resolve().parents[2]
 CACHE = REPO / "build" / "oracle-cache"
 # What the oracle's answers depend on besides the function's own module.
 SOURCES = ("spec/support/oracle.py", "spec/support/models.py", "torchlet/checkpoints.py",
-           "torchlet/contract.py")
+           "torchlet/contract/values.py")
 
 
 @functools.lru_cache(maxsize=None)

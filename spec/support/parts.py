@@ -1,6 +1,6 @@
 """A part's own specs run once, against the version that writes the part.
 
-A version is a recipe (torchlet/contract.py: Recipe): its predecessor's parts, with the ones its
+A version is a recipe (torchlet/contract/recipe.py: Recipe): its predecessor's parts, with the ones its
 idea changes swapped. A spec that exercises one part directly or states one part's own property
 (the layers' functions and kernels: model; a block pool, the paged metadata: kv; the sampler's
 functions; graph capture: runner) says nothing new about a version that took that part unchanged.

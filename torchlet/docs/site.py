@@ -86,7 +86,7 @@ def source_path(*parts: str) -> str:
 def source_html(path: str, label: str, text: str, version: str | None) -> str:
     """One source file as rows with ids L1, L2, ... (each number links to its own line), so that
     `path#L42` opens at line 42, which the CSS :target rule highlights. version: the page its
-    nav leads back to; None for a file of the harness (torchlet/contract.py)."""
+    nav leads back to; None for a file of the harness (torchlet/contract/values.py)."""
     rows = "".join(f'<tr id="L{n}"><td class="n"><a href="#L{n}">{n}</a></td>'
                    f'<td><pre>{escape(line, quote=False)}</pre></td></tr>'
                    for n, line in enumerate(text.splitlines(), 1))
@@ -103,7 +103,7 @@ def file_link(version: str, rel: str, text: str) -> str:
 
 
 # A file a page contract's Files paragraph names: a path (implementations/v08_paged_gqa_py/kv.py,
-# torchlet/contract.py), a brace group (implementations/v05_decode_lanes/{kv.py, runner.py}) or
+# torchlet/contract/values.py), a brace group (implementations/v05_decode_lanes/{kv.py, runner.py}) or
 # a bare name (runner.py: the version's own).
 FILE_NAME = re.compile(r"((?:[\w.-]+/)*)(\{[^{}]*\}|[\w-][\w.-]*\.py\b)")
 
@@ -113,7 +113,7 @@ class Sources:
     repository's tree: the site is served on its own (python -m http.server -d docs/_site),
     where a path out of it 404s, and a .py opened as a file has no line to jump to. The
     versions' files and the spec modules have pages already; the other files of the
-    repository a paragraph names (torchlet/contract.py, spec/support/oracle.py) get theirs
+    repository a paragraph names (torchlet/contract/values.py, spec/support/oracle.py) get theirs
     from `extra` (site path -> file)."""
 
     def __init__(self, owned: dict[str, list[str]], repo: Path = REPO):
