@@ -22,10 +22,8 @@ import textwrap
 from html.parser import HTMLParser
 
 import implementations
+from torchlet import methods
 from torchlet.docs import site
-# by its module's name: a harness mutant's worker imports torchlet.methods anew, which the
-# torchlet package's attribute (`from torchlet import methods`) would not see
-from torchlet.methods import method_changes
 
 
 class Methods(HTMLParser):
@@ -79,7 +77,7 @@ def compare_page(a: str, b: str) -> list[dict]:
     views left out: site.write_site adds them, and the whole site takes seconds to build)."""
     names = implementations.version_names()
     old, new = (next(n for n in names if n.startswith(v + "_")) for v in (a, b))
-    changes, why = method_changes(old, new, implementations.REFERENCE_ROOT)
+    changes, why = methods.method_changes(old, new, implementations.REFERENCE_ROOT)
     assert not why, why
     return Methods(site.compare_html(old, new, [], [], changes)).found
 

@@ -44,12 +44,18 @@ def harness_copy(directory: str | None, fresh: list[str]):
             spec = importlib.util.spec_from_file_location(name, package + ".py")
         module = importlib.util.module_from_spec(spec)
         sys.modules[name] = module
+        # `from torchlet import x` reads the package's attribute before sys.modules
+        setattr(sys.modules["torchlet"], parts[1], module)
         spec.loader.exec_module(module)
     try:
         yield
     finally:
         for n in [n for n in sys.modules if named(n)]:
             del sys.modules[n]
+        for name in fresh:  # an edited module the reference had not imported: no attribute left
+            parent, _, child = name.rpartition(".")
+            if name not in saved and parent == "torchlet" and hasattr(sys.modules[parent], child):
+                delattr(sys.modules[parent], child)
         sys.modules.update(saved)
         for n, module in saved.items():  # a parent's attribute names the reference again
             parent, _, child = n.rpartition(".")
