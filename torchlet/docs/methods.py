@@ -16,6 +16,7 @@ function object) is unchanged and not shown; the others are paired:
 Methods the older part runs and the newer one no longer does, paired with none, are named."""
 from __future__ import annotations
 
+import ast
 import difflib
 import functools
 import inspect
@@ -135,6 +136,26 @@ def _method(fn, owner: str, root: Path) -> Method | None:
                   tuple(textwrap.dedent("".join(lines)).splitlines()))
 
 
+def _forwards(fn) -> bool:
+    """Whether a method only hands its call on to the same-named member of one of its object's
+    components (a decoder's `rms_norm` returning `self.ops.rms_norm(...)`): plumbing, so the
+    component's own method is shown too, not hidden by it."""
+    found = _source(inspect.unwrap(fn))
+    if found is None:
+        return False
+    try:
+        node = ast.parse(textwrap.dedent("".join(found[0]))).body[0]
+    except (SyntaxError, IndexError):
+        return False
+    body = node.body[1:] if ast.get_docstring(node) is not None else node.body
+    if len(body) != 1 or not isinstance(body[0], ast.Return) or body[0].value is None:
+        return False
+    value = body[0].value.func if isinstance(body[0].value, ast.Call) else body[0].value
+    return (isinstance(value, ast.Attribute) and value.attr == fn.__name__
+            and isinstance(value.value, ast.Attribute) and isinstance(value.value.value, ast.Name)
+            and value.value.value.id == "self")
+
+
 def methods_of(part: Any, root: Path, tree: str) -> dict[Any, Method]:
     """function -> Method, for every method the part's components run (through their MROs),
     the first component's where two hold one name."""
@@ -150,7 +171,7 @@ def methods_of(part: Any, root: Path, tree: str) -> dict[Any, Method]:
                 pairs += [(n, _function(v), klass.__name__) for n, v in vars(klass).items()]
             latest = {n: (fn, owner) for n, fn, owner in pairs if fn is not None}
             pairs = [(n, fn, owner) for n, (fn, owner) in latest.items()]
-        held = {name for name, _, _ in pairs}
+        held = {name for name, fn, _ in pairs if not _forwards(fn)}
         for name, fn, owner in pairs:
             if name.startswith("__") and name != "__init__" or fn in found or name in taken:
                 continue
