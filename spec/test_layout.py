@@ -5,10 +5,12 @@ code lines lie in runs of six or more lines that another version holds too, meas
 torchlet/duplication.py); no function a version owns has the body of a function an earlier
 version owns, so no exercise stub asks a learner to write again what an earlier version taught;
 v06's exercise holds only v06's idea (8 stubs at most); and a version imports from its
-predecessor's package only, never from a submodule of it nor from an older version.
+predecessor's package only, never from a submodule of it nor from an older version; no file
+defines `__getattr__` or sets a function on another object than self (`ops.mlp = lambda ...`).
 Why: a reader compares adjacent versions and a learner writes one version's functions; copies
 make the diff longer than the idea and the exercise a retyping of the previous one. A reader who
-meets a name follows one chain, version to predecessor, instead of opening every older package.
+meets a name follows one chain, version to predecessor, instead of opening every older package,
+and a reader's go-to-definition lands where the call does.
 Core principle: a version subclasses or composes its predecessor's parts and overrides only what
 its idea changes; measured on the source, with the method written in torchlet/duplication.py.
 The decoder is such a part too (v01_0 on): its functions reach each other through self, so a
@@ -156,3 +158,78 @@ def test_a_v14_decode_step_runs_code_from_few_files_and_calls_across_versions_ra
     trace = trace_step("v14")
     assert len(trace.files) <= STEP_FILES, sorted(trace.files)
     assert trace.num_hops <= STEP_HOPS, trace.hops.most_common(20)
+
+
+# --- seams: a call lands where reading finds it ------------------------------------------------
+
+def _is_self(node: ast.expr) -> bool:
+    return isinstance(node, ast.Name) and node.id in ("self", "cls")
+
+
+def tree_function_names() -> set[str]:
+    """The name of every function and method the versions define, properties left out (a
+    property's value is no function)."""
+    names = set()
+    for path in ROOT.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and not any(
+                    ast.unparse(d).endswith("property") for d in node.decorator_list):
+                names.add(node.name)
+    return names
+
+
+def _a_function(value: ast.expr, functions: set[str]) -> bool:
+    """Whether an assigned value is a function: a lambda, a partial, or a name or attribute
+    that names a function the versions define (`gathered`, `ops.rope_qk_kernels`)."""
+    if isinstance(value, ast.Lambda):
+        return True
+    if isinstance(value, ast.Call):
+        return ast.unparse(value.func).split(".")[-1] == "partial"
+    if isinstance(value, ast.Name):
+        return value.id in functions
+    return isinstance(value, ast.Attribute) and value.attr in functions
+
+
+def hidden_dispatch(path, functions: set[str]) -> list[str]:
+    """`file:line what` for each `__getattr__` the file defines and each function it sets on an
+    attribute of another object than self (`ops.mlp = lambda ...`, `setattr(obj, name, f)`)."""
+    found = []
+    where = f"{path.relative_to(ROOT)}:"
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) \
+                and node.name == "__getattr__":
+            found.append(f"{where}{node.lineno} defines __getattr__")
+        pairs = []
+        if isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None:
+            for target in getattr(node, "targets", None) or [node.target]:
+                if isinstance(target, ast.Tuple) and isinstance(node.value, ast.Tuple):
+                    pairs += zip(target.elts, node.value.elts)
+                else:
+                    pairs.append((target, node.value))
+        elif isinstance(node, ast.Call) and ast.unparse(node.func) == "setattr" \
+                and len(node.args) == 3:
+            pairs.append((ast.Attribute(node.args[0], "?"), node.args[2]))
+        for target, value in pairs:
+            if isinstance(target, ast.Attribute) and not _is_self(target.value) \
+                    and _a_function(value, functions):
+                found.append(f"{where}{node.lineno} sets a function on another object: "
+                             f"{ast.unparse(target)} = {ast.unparse(value)[:60]}")
+    return found
+
+
+# Functions still set on another object, `file: target` -> why it is not a subclass yet. v16's
+# collectives go on v13's ops object: a subclass of FusedOps would make the ops' chain five
+# classes deep (the test above allows four); the chain must lose a link first.
+STILL_SET_FROM_OUTSIDE = {
+    f"v16_tensor_parallel/model.py: ops.{name}": "a subclass of FusedOps is a fifth link"
+    for name in ("output_projection", "mlp", "lm_head")}
+
+
+def test_no_version_answers_through_getattr_or_rebinds_a_method_from_outside():
+    """A reader's go-to-definition lands: no `__getattr__` answers a name a class does not hold,
+    and no object's method is replaced from outside it (a subclass overrides it instead)."""
+    functions = tree_function_names()
+    found = [f for path in sorted(ROOT.rglob("*.py")) for f in hidden_dispatch(path, functions)
+             if f"{f.split(':')[0]}: {f.split(': ', 1)[-1].split(' = ')[0]}"
+             not in STILL_SET_FROM_OUTSIDE]
+    assert not found, "hidden dispatch:\n  " + "\n  ".join(found)

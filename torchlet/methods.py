@@ -19,6 +19,7 @@ Two readers: the docs site's compare pages (torchlet/docs/site.py) and `torchlet
 view (torchlet/learner.py); it lies below both, as the docs site imports the learner's module."""
 from __future__ import annotations
 
+import ast
 import difflib
 import functools
 import inspect
@@ -138,6 +139,26 @@ def _method(fn, owner: str, root: Path) -> Method | None:
                   tuple(textwrap.dedent("".join(lines)).splitlines()))
 
 
+def _forwards(fn) -> bool:
+    """Whether a method only hands its call on to the same-named member of one of its object's
+    components (a decoder's `rms_norm` returning `self.ops.rms_norm(...)`): plumbing, so the
+    component's own method is shown too, not hidden by it."""
+    found = _source(inspect.unwrap(fn))
+    if found is None:
+        return False
+    try:
+        node = ast.parse(textwrap.dedent("".join(found[0]))).body[0]
+    except (SyntaxError, IndexError):
+        return False
+    body = node.body[1:] if ast.get_docstring(node) is not None else node.body
+    if len(body) != 1 or not isinstance(body[0], ast.Return) or body[0].value is None:
+        return False
+    value = body[0].value.func if isinstance(body[0].value, ast.Call) else body[0].value
+    return (isinstance(value, ast.Attribute) and value.attr == fn.__name__
+            and isinstance(value.value, ast.Attribute) and isinstance(value.value.value, ast.Name)
+            and value.value.value.id == "self")
+
+
 def methods_of(part: Any, root: Path, tree: str) -> dict[Any, Method]:
     """function -> Method, for every method the part's components run (through their MROs),
     the first component's where two hold one name."""
@@ -153,7 +174,7 @@ def methods_of(part: Any, root: Path, tree: str) -> dict[Any, Method]:
                 pairs += [(n, _function(v), klass.__name__) for n, v in vars(klass).items()]
             latest = {n: (fn, owner) for n, fn, owner in pairs if fn is not None}
             pairs = [(n, fn, owner) for n, (fn, owner) in latest.items()]
-        held = {name for name, _, _ in pairs}
+        held = {name for name, fn, _ in pairs if not _forwards(fn)}
         for name, fn, owner in pairs:
             if name.startswith("__") and name != "__init__" or fn in found or name in taken:
                 continue

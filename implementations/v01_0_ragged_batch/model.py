@@ -8,10 +8,12 @@ projections) a decoder calls but never changes. Here the ops are v00's functions
 (its module); a later version that changes how a layer computes hands the decoder other ops
 (v01_1 the attention phases, v05 the rotation once per pass, v09 Triton kernels, v13 fused
 ones), and one that changes where K/V live subclasses the decoder (v02, v05) or, from v08, hands
-it a memory part. A name the decoder does not hold is read from its ops, so `layers.rms_norm` is
-the ops' own. The version's `layers` is an instance."""
+it a memory part. What callers use of the ops (the weights' class, the LM head, the contract's
+per-token layers) the decoder names, each the ops' own, so `layers.rms_norm` is the ops'. The
+version's `layers` is an instance."""
 from __future__ import annotations
 
+from functools import cached_property
 from typing import Mapping
 
 import torch
@@ -40,13 +42,32 @@ class RaggedDecoder:
     row_positions = staticmethod(ragged.row_positions)
     last_rows = staticmethod(ragged.last_rows)
 
-    # The model takes no build option. Declared, so that the recipe's look-up of a part's options
-    # never reaches __getattr__, which a learner's exercise leaves raising until written.
-    OPTIONS = ()
+    # What callers use of the ops, named here: the class a runner loads weights into, the LM
+    # head, and the per-token layers the contract's Layers names. Each is the ops' own, whichever
+    # ops this decoder holds (a later version's decoder holds others).
+    @property
+    def Weights(self) -> type:
+        """The class a runner loads a checkpoint into: the ops'."""
+        return self.ops.Weights
 
-    def __getattr__(self, name: str):
-        """What the decoder does not hold is its ops' (rms_norm, apply_rope, mlp, Weights, ...)."""
-        return getattr(self.ops, name)
+    @cached_property
+    def lm_head(self):
+        """The ops' LM head (weights, hidden -> logits), held once read: a decode step calls it
+        with no frame of the decoder's in between (spec/test_layout.py bounds what a step
+        runs)."""
+        return self.ops.lm_head
+
+    def rms_norm(self, x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+        """The ops' RMSNorm."""
+        return self.ops.rms_norm(x, weight, eps)
+
+    def apply_rope(self, x: torch.Tensor, positions: torch.Tensor, theta: float) -> torch.Tensor:
+        """The ops' rotation of x [T, heads, D] by each row's position."""
+        return self.ops.apply_rope(x, positions, theta)
+
+    def mlp(self, x: torch.Tensor, w: Mapping[str, torch.Tensor]) -> torch.Tensor:
+        """The ops' MLP."""
+        return self.ops.mlp(x, w)
 
     def attention(self, x: torch.Tensor, positions: torch.Tensor, w: Mapping[str, torch.Tensor],
                   config: ModelConfig, req_indptr: torch.Tensor | None = None) -> torch.Tensor:

@@ -97,6 +97,32 @@ class SplitGQADecoder(RaggedDecoder):
 
     ops = GQAOps()
 
+    # The phases around the attention (the contract's SplitGQALayers) are the ops': named here.
+    def project_qkv(self, x: torch.Tensor, w: Mapping[str, torch.Tensor]):
+        """Phase 1, the ops'."""
+        return self.ops.project_qkv(x, w)
+
+    def split_heads(self, t: torch.Tensor, num_heads: int) -> torch.Tensor:
+        """Phase 2, the ops'."""
+        return self.ops.split_heads(t, num_heads)
+
+    def qk_norm(self, q: torch.Tensor, k: torch.Tensor, w: Mapping[str, torch.Tensor],
+                config: ModelConfig) -> tuple[torch.Tensor, torch.Tensor]:
+        """Qwen3's per-head q/k norm, the ops'."""
+        return self.ops.qk_norm(q, k, w, config)
+
+    def rope_qk(self, q: torch.Tensor, k: torch.Tensor, positions: torch.Tensor, theta: float):
+        """Phase 3, the ops'."""
+        return self.ops.rope_qk(q, k, positions, theta)
+
+    def group_queries(self, q: torch.Tensor, num_kv_heads: int) -> torch.Tensor:
+        """Phase 4, the ops'."""
+        return self.ops.group_queries(q, num_kv_heads)
+
+    def output_projection(self, out: torch.Tensor, w: Mapping[str, torch.Tensor]) -> torch.Tensor:
+        """Phase 6, the ops'."""
+        return self.ops.output_projection(out, w)
+
     def causal_attention(self, qg: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         """Softmax attention of one sequence: qg [T, KV, G, D] over k, v [S, KV, D], where the T
         queries are the last T of the S positions (S == T without a cache), so query i sees keys

@@ -9,7 +9,7 @@ from typing import Iterator
 import torch
 
 from torchlet.contract import (GenerationParams, RequestError, RequestOutput, RequestState,
-                               check_prompts, check_request)
+                               Served, check_prompts, check_request)
 
 from ..v02_kv_cache import CacheEngine
 from .request import Request
@@ -36,15 +36,21 @@ class StepEngine(CacheEngine):
     def assemble(cls, a) -> "StepEngine":
         return cls(a.runner, a.scheduler, a.sampler, a.request)
 
-    def __getattr__(self, name: str):
-        """What a part serves on the engine's behalf: a later version's capability adds methods
-        to the part whose idea it is (its SERVES names them), and the engine answers with them."""
-        parts = self.__dict__.get("scheduler"), self.__dict__.get("sampler"), self.__dict__.get("kv")
-        runner = self.__dict__.get("runner")
-        for part in (*parts, runner, getattr(runner, "inputs", None)):
-            if name in getattr(part, "SERVES", ()):
-                return getattr(part, name)
-        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+    # What a part serves on the engine's behalf: a later version's capability adds methods to
+    # the part whose idea it is (its SERVES names them), and the engine reads them there. An
+    # engine whose part serves none of them has none of them (contract.Served).
+    lane_of = Served("kv")  # decode_lanes
+    num_lanes = Served("kv")
+    decode_buffers = Served("runner.inputs")  # static_buffers
+    graph_stats = Served("runner")  # graph_replay
+    block_tables = Served("kv")  # paged_kv
+    paged_metadata = Served("kv")
+    pool_stats = Served("kv")
+    kv_bytes = Served("kv")
+    num_preemptions = Served("scheduler")
+    sampling_buffers = Served("sampler")  # sampling
+    prefix_cache_stats = Served("kv")  # prefix_cache
+    cached_blocks = Served("kv")
 
     # -- the step-wise API ---------------------------------------------------------------------
 

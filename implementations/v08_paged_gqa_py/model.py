@@ -18,7 +18,9 @@ A new memory layout, so a decoder of two parts from here on, each swapped on its
   when it is made (functions): a later memory swaps kernels in by holding them, no method of its
   own.
 PagedDecoder is v02's decoder (the phases' fused causal attention, the ragged bookkeeping) that
-composes the two; a name it does not hold is its memory's, else its ops'. Each engine gets a
+composes the two, held as named members (`ops`, `memory`): the passes a runner calls are its
+memory's (forward_decode, forward_prefill), named on the decoder; a pass a later memory adds is
+called on the memory itself (`model.memory`). Each engine gets a
 decoder of its own (assemble), its ops made for the engine's device and dtype. Its cache-free pass
 runs the ops' layer loop too, so every pass runs the same layers.
 """
@@ -195,14 +197,18 @@ class PagedDecoder(CachedDecoder):
         """The decoder's memory, built at first use and handed the decoder."""
         return self.Memory(self)
 
-    def __getattr__(self, name: str):
-        """A pass or a function the decoder does not hold is its memory's, else its ops'. Found
-        once and then held on the decoder, as its memory is: a runner asks for the same passes
-        at every step. (Set ops and Memory before the decoder's first use.)"""
-        memory = self.memory
-        found = getattr(memory if hasattr(memory, name) else self.ops, name)
-        setattr(self, name, found)
-        return found
+    # The passes a runner calls, named here: the memory's.
+    def forward_decode(self, weights, token_ids: torch.Tensor, positions: torch.Tensor,
+                       block_tables: torch.Tensor, context_lens: torch.Tensor,
+                       slot_mapping: torch.Tensor, kv) -> torch.Tensor:
+        """One decode step over fixed lanes (the memory's pass). Hidden [B, hidden]."""
+        return self.memory.forward_decode(weights, token_ids, positions, block_tables,
+                                          context_lens, slot_mapping, kv)
+
+    def forward_prefill(self, weights, token_ids: torch.Tensor, indptr: torch.Tensor,
+                        slot_mapping: torch.Tensor, kv) -> torch.Tensor:
+        """Whole sequences, ragged, into empty tables (the memory's pass). Hidden [T, hidden]."""
+        return self.memory.forward_prefill(weights, token_ids, indptr, slot_mapping, kv)
 
     def forward_ragged(self, weights, token_ids: torch.Tensor,
                        req_indptr: torch.Tensor) -> torch.Tensor:

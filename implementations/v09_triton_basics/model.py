@@ -53,12 +53,16 @@ class TritonOps(PassOps):
 
     def for_device(self, device, dtype) -> "TritonOps":
         """Ops like these for an engine on this device and dtype: on the kernels where they
-        run there (kernels_take), rope_qk then bound to its kernel path once; elsewhere every
-        layer is the PyTorch one, rope_qk v05's own."""
+        run there (kernels_take); elsewhere every layer is the PyTorch one, rope_qk v05's own."""
         ops = type(self)()
         if kernels_take(device, dtype):
-            ops.on_triton, ops.rope_qk = True, ops.rope_qk_kernels
+            ops.run_kernels()
         return ops
+
+    def run_kernels(self) -> None:
+        """From now on these ops run the kernels: on_triton, and rope_qk bound to its kernel
+        path once (by the ops themselves, so a reader finds the binding beside the method)."""
+        self.on_triton, self.rope_qk = True, self.rope_qk_kernels
 
     # --- the per-token layers --------------------------------------------------------------
 

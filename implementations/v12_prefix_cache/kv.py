@@ -222,10 +222,8 @@ class PrefixKV(PagedKV):
     def make_pool(self, num_blocks: int, block_size: int) -> BlockPool:
         if not self.enabled:
             return super().make_pool(num_blocks, block_size)
-        pool = PrefixBlockPool(num_blocks, block_size, on_evict=self._evicted)
-        if self.block_hash is not None:
-            pool.block_hash = self.block_hash
-        return pool
+        return PrefixBlockPool(num_blocks, block_size, self.block_hash or default_block_hash,
+                               on_evict=self._evicted)
 
     def place_cached(self, requests: Sequence) -> None:
         """Each request takes a lane and the blocks for its whole sequence, sharing the longest

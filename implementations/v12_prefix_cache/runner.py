@@ -41,8 +41,8 @@ class PrefixRunner(GraphedRunner):
         slots = [s for r, b in zip(requests, ends) for s in self.kv.slots(r.id, 0, b)]
         context = list(self.host_longs(slots).to(self.device).split(list(ends)))
         mapping = torch.cat([c[a:] for c, a in zip(context, starts)])
-        hidden = self.model.forward_prefill_cached(self.weights, ids, positions, indptr, mapping,
-                                                   context, self.kv.kv)
+        hidden = self.model.memory.forward_prefill_cached(self.weights, ids, positions, indptr,
+                                                          mapping, context, self.kv.kv)
         return hidden, indptr
 
     def decode(self, requests: Sequence) -> torch.Tensor:

@@ -112,7 +112,7 @@ class SliceGraphs:
         runner, bound = self.runner, key[2]
 
         def slice_pass(ids, positions, mapping, row_ptr, context_ptr, slots):
-            return runner.model.forward_prefill_cached(
+            return runner.model.memory.forward_prefill_cached(
                 runner.weights, ids, positions, row_ptr, mapping,
                 PackedContext(slots, context_ptr, bound), runner.kv.kv)
         with torch.inference_mode():

@@ -48,7 +48,7 @@ from .capabilities import (API_OF, ChunkedPrefillAPI, ContinuousBatchingAPI, Dec
                            missing_members)
 from .recipe import (BLOCK_SIZE, MAX_LEN, MAX_RUNNING, MAX_STEP_TOKENS, NUM_BLOCKS,
                      PAGED_DECODE_ATTENTION, PART_NAMES, ROLES, Assembly, BuildOption, Recipe,
-                     check_build, check_device, fake_of, kernel_op)
+                     Served, check_build, check_device, fake_of, kernel_op)
 from .values import (ALL_CAPABILITIES, CHUNKED_PREFILL, CONTINUOUS_BATCHING, DECODE_LANES, FUSED,
                      GENERATE, GRAPH_REPLAY, KV_CACHE, MAX_TEMPERATURE, MIN_TEMPERATURE, OVERLAP,
                      PAGED_KV, PREFIX_CACHE, RAGGED_BATCH, REQUEST_STATES, SAMPLING, SPLIT_GQA,

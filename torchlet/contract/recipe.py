@@ -108,6 +108,31 @@ PART_NAMES = ("model", "kv", "sampler", "inputs", "runner", "request", "policy",
               "loop")
 
 
+class Served:
+    """An engine member that one of its parts serves: `lane_of = Served("kv")` on the engine's
+    class reads the engine's kv's lane_of at each access (one Served per name). A part names what it serves in its
+    `SERVES`; where the engine's part serves no such member (an earlier version's kv) the
+    engine has none either (AttributeError, so hasattr and the capability Protocols say so).
+    `part` is the attribute path from the engine: "kv", "scheduler", "runner.inputs"."""
+
+    def __init__(self, part: str):
+        self.part = part
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    def __get__(self, engine: Any, owner: type | None = None) -> Any:
+        if engine is None:
+            return self
+        part = engine
+        for name in self.part.split("."):
+            part = getattr(part, name)
+        if self.name not in getattr(part, "SERVES", ()):
+            raise AttributeError(f"{type(engine).__name__!r} object has no attribute "
+                                 f"{self.name!r}: its {self.part} does not serve it")
+        return getattr(part, self.name)
+
+
 class Assembly:
     """What the parts of one engine are built from: the checkpoint and its config, the device
     and dtype, the value of every option the recipe's parts declare (given, or the default), and
