@@ -200,6 +200,33 @@ def test_the_six_phases_in_order_equal_the_whole_attention(impl, case):
 
 
 @pytest.mark.part("model")
+def test_with_qwen3s_qk_norm_between_split_heads_and_rope_the_phases_equal_the_whole_attention(
+        impl):
+    """Qwen3 normalizes each q and k head (RMSNorm with weights self_attn.q_norm and k_norm)
+    after split_heads and before rope_qk: the seventh phase, called where the model has it."""
+    ckpt = tiny_checkpoint("tiny_qwen3")
+    L, cfg = impl.layers, ckpt.config
+    assert cfg.qk_norm
+    w = {k: v.double() for k, v in layer_tensors(ckpt, 0).items()}
+    g = torch.Generator().manual_seed(2)
+    x = torch.randn(sum(LENGTHS), cfg.hidden_size, generator=g, dtype=torch.float64)
+    positions = torch.cat([torch.arange(n) for n in LENGTHS])
+    indptr = torch.tensor([0, 5, 6, 15], dtype=torch.int32)
+    q, k, v = L.project_qkv(x, w)
+    q, k, v = (L.split_heads(t, n) for t, n in
+               ((q, cfg.num_heads), (k, cfg.num_kv_heads), (v, cfg.num_kv_heads)))
+    normed_q, normed_k = L.qk_norm(q, k, w, cfg)
+    rms = lambda t, weight: t * torch.rsqrt(t.pow(2).mean(-1, keepdim=True) + cfg.rms_eps) * weight  # noqa: E731
+    # the norm may run in float32 (v00's rms_norm does): float32's error, not float64's
+    close = dict(rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(normed_q, rms(q, w["self_attn.q_norm.weight"]), **close)
+    torch.testing.assert_close(normed_k, rms(k, w["self_attn.k_norm.weight"]), **close)
+    q, k = L.rope_qk(normed_q, normed_k, positions, cfg.rope_theta)
+    out = L.attend_per_request(L.group_queries(q, cfg.num_kv_heads), k, v, indptr)
+    torch.testing.assert_close(L.output_projection(out, w), L.attention(x, positions, w, cfg, indptr))
+
+
+@pytest.mark.part("model")
 def test_the_whole_attention_equals_v01_0_on_a_ragged_batch(impl, case):
     v01_0 = implementations.load("v01_0_ragged_batch").layers
     args = (case["x"], case["positions"], case["w"], case["cfg"], case["indptr"])
