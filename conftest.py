@@ -6,7 +6,7 @@ test that takes the `impl` fixture then runs once per version that declares that
 version name is the test id and a marker (`pytest -k v08`, `pytest -m v08_paged_gqa_py`); the
 capability is a marker too (`pytest -m kv_cache`). `--impl-root DIR` runs the same specs against
 another tree of versions, such as a learner's. A part's own spec (`pytest.mark.part("kv")`) runs
-only against the versions whose recipe writes that part (spec/support/parts.py).
+only against the versions whose recipe writes that part (spec/support/collection/parts.py).
 """
 from __future__ import annotations
 
@@ -25,12 +25,13 @@ if not torch.cuda.is_available():
 torch.set_num_threads(1)
 
 import implementations  # noqa: E402
-from spec.support import hypothesis_profiles  # noqa: E402,F401  (registers the profiles)
-from spec.support import (kernel_mode, overlap, owned_coverage, parts,  # noqa: E402
-                          selection, shared_parts, trees)
+from spec.support.collection import hypothesis_profiles  # noqa: E402,F401  (registers the profiles)
+from spec.support.checks import owned_coverage  # noqa: E402
+from spec.support.collection import kernel_mode, parts, selection, shared_parts, trees  # noqa: E402
+from spec.support.oracles import decode_ahead as overlap  # noqa: E402
 from torchlet.contract import ALL_CAPABILITIES  # noqa: E402
 
-pytest_plugins = ["spec.support.snapshots"]  # what a run owes the golden files
+pytest_plugins = ["spec.support.checks.snapshots"]  # what a run owes the golden files
 
 
 def pytest_addoption(parser, pluginmanager):
@@ -56,15 +57,15 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "real_model: runs the SmolLM2-135M model")
     config.addinivalue_line("markers", "mutants: a breakage of the reference its specs must notice")
     config.addinivalue_line("markers", "one_step_per_call: watches what one step() call runs; "
-                                       "skipped where a step launches the next (spec/support/overlap.py)")
+                                       "skipped where a step launches the next (spec/support/oracles/decode_ahead.py)")
     config.addinivalue_line("markers", "engine_parts: drives the engine's parts over random schedules; "
                                        "on a CPU skipped for a version that adds kernels alone "
-                                       "(spec/support/shared_parts.py)")
+                                       "(spec/support/collection/shared_parts.py)")
     config.addinivalue_line("markers", "kernel_path: tests a version's own code that runs only where "
                                        "its layers run kernels (v15's slice graphs): on CPU under the "
-                                       "interpreter, though it writes none (spec/support/kernel_mode.py)")
+                                       "interpreter, though it writes none (spec/support/collection/kernel_mode.py)")
     config.addinivalue_line("markers", "kernels: runs Triton kernels on CPU, so only for versions "
-                                       "that write them (spec/support/kernel_mode.py)")
+                                       "that write them (spec/support/collection/kernel_mode.py)")
     config.addinivalue_line("markers", parts.HELP)
     config.addinivalue_line("markers", parts.SUBJECT_HELP)
     if any(map(config.pluginmanager.hasplugin, ("xdist", "xdist.plugin"))):

@@ -87,7 +87,7 @@ def test_the_qwen3_shape_is_hugging_faces_and_one_layer_of_it_gives_hugging_face
     import argparse
     import dataclasses
 
-    from spec.support.oracle import hf_model
+    from spec.support.oracles.oracle import hf_model
     from torchlet.bench.flags import shape_of
     from torchlet.bench.workloads import QWEN3_06B, random_checkpoint
     from torchlet.checkpoints import hf_classes
@@ -314,7 +314,7 @@ def test_bench_batching_times_the_same_requests_one_after_another_then_at_once(t
     """`bench batching` against a server of a tiny checkpoint: one row, its ratio the seconds
     at once over the seconds one after another, the answers the same both ways (greedy), the
     command recorded, and the doc's section shows both."""
-    from spec.support.hf_dirs import save_tiny
+    from spec.support.models.hf_dirs import save_tiny
     from torchlet.bench.doc import section
 
     model, out = tmp_path / "model", tmp_path / "out"
@@ -337,7 +337,7 @@ def test_bench_batching_times_the_same_requests_one_after_another_then_at_once(t
 def main_job_run(tmp_path_factory):
     """`bench main-job` on a tiny checkpoint saved by Hugging Face, with its tokenizer: the
     result file and the printed table."""
-    from spec.support.hf_dirs import save_tiny
+    from spec.support.models.hf_dirs import save_tiny
 
     model, out = tmp_path_factory.mktemp("chat"), tmp_path_factory.mktemp("main-job")
     save_tiny(model, "qwen2", tokenizer=True, seed=3)
@@ -465,7 +465,7 @@ def test_a_sharded_random_model_draws_on_each_rank_only_the_part_it_holds():
     the tensors (names, shapes) that cutting the whole random model gives, each a drawn tensor;
     nothing as big as the whole embedding is ever made; and the bytes planned for the rank are
     its tensors' bytes."""
-    from spec.support.allocations import OpLog
+    from spec.support.watchers.allocations import OpLog
     from torchlet.bench.sharded import planned_bytes, slab_checkpoint
     from torchlet.bench.workloads import random_checkpoint
     from torchlet.contract import TENSOR_PARALLEL

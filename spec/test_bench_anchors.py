@@ -27,8 +27,8 @@ import json
 import pytest
 import torch
 
-from spec.support.models import tiny_checkpoint
-from spec.support.oracle import greedy, hf_model
+from spec.support.models.fixtures import tiny_checkpoint
+from spec.support.oracles.oracle import greedy, hf_model
 from torchlet.bench.static_step import StaticModel
 from torchlet.cli import main
 

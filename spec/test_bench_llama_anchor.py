@@ -31,7 +31,7 @@ import types
 import pytest
 
 import implementations
-from spec.support.gguf_files import write_gguf
+from spec.support.models.gguf_files import write_gguf
 from torchlet import gguf_model
 from torchlet.bench.llama_anchor import NAME
 from torchlet.bench.main_job import HF

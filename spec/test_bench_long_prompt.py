@@ -43,7 +43,7 @@ TOKENS = 100
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):
     """A tiny checkpoint saved by Hugging Face with its byte tokenizer, and a short text."""
-    from spec.support.hf_dirs import save_tiny
+    from spec.support.models.hf_dirs import save_tiny
 
     root = tmp_path_factory.mktemp("long")
     save_tiny(root / "model", "qwen2", tokenizer=True, seed=5)

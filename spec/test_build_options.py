@@ -28,7 +28,7 @@ import pytest
 import torch
 
 import implementations
-from spec.support.models import tiny_checkpoint
+from spec.support.models.fixtures import tiny_checkpoint
 from torchlet.bench.micro import kernel_bench
 from torchlet.bench.run import build_options
 from torchlet.bench.workloads import Workload

@@ -17,7 +17,7 @@ with generate).
 
 Tradeoff left visible: the model is a tiny random Llama whose output layer is cut down to the
 printable ASCII bytes (the other rows zeroed), so that every answer is text a terminal shows as
-it is and two answers that differ in tokens differ on screen (spec/support/hf_dirs.py
+it is and two answers that differ in tokens differ on screen (spec/support/models/hf_dirs.py
 printable_only); its context of 128 tokens is what lets a few turns run out of it. The chat
 sessions run in subprocesses (about 4 s each, torch's import; the Ctrl-C one once more with
 two ranks); the edge cases run in-process, stdin replaced. A Ctrl-C lands mid-answer because
@@ -35,7 +35,7 @@ import pexpect  # a dev extra (pyproject.toml)
 import pytest
 import torch
 
-from spec.support.hf_dirs import SHAPE, byte_tokenizer, save_tiny
+from spec.support.models.hf_dirs import SHAPE, byte_tokenizer, save_tiny
 from torchlet import cli
 from torchlet.learner import child_env
 from torchlet.text import prompt_ids

@@ -26,9 +26,9 @@ import pytest
 import torch
 
 import implementations
-from spec.support import real_model as rm
-from spec.support.gguf_files import llama_cpp_permute, write_gguf
-from spec.support.hf_dirs import save_tiny
+from spec.support.models import real_model as rm
+from spec.support.models.gguf_files import llama_cpp_permute, write_gguf
+from spec.support.models.hf_dirs import save_tiny
 from torchlet import cli, gguf_model
 from torchlet.checkpoints import load_hf_dir
 from torchlet.contract import CheckpointError

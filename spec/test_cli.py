@@ -47,8 +47,8 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from spec.support import real_model as rm
-from spec.support.hf_dirs import byte_tokenizer, hf_model, save_tiny
+from spec.support.models import real_model as rm
+from spec.support.models.hf_dirs import byte_tokenizer, hf_model, save_tiny
 from torchlet import cli, running
 from torchlet.contract import PREFIX_CACHE, SAMPLING
 from torchlet.learner import child_env

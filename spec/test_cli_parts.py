@@ -11,7 +11,7 @@ whose `replace` (or `first`) put the part there, the file is where the part's cl
 is defined. A user's mistake (an unknown version, a version without PARTS, a missing tree) is one
 line on stderr and a non-zero exit, never a traceback.
 Files: torchlet/parts.py (recipe_rows, format_rows, the command), torchlet/cli.py (PLUGINS);
-spec/support/recipe_tree.py (the tree of versions these specs read).
+spec/support/inputs/recipe_tree.py (the tree of versions these specs read).
 Tradeoff left visible: reading a recipe imports the version's package (a Triton version imports
 Triton), since PARTS is built by running its module.
 """
@@ -20,7 +20,7 @@ from __future__ import annotations
 import pytest
 
 import implementations
-from spec.support.recipe_tree import ROWS, write_recipe_tree
+from spec.support.inputs.recipe_tree import ROWS, write_recipe_tree
 from torchlet import cli
 from torchlet.parts import recipe_rows
 

@@ -27,7 +27,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from spec.support.hf_dirs import save_tiny
+from spec.support.models.hf_dirs import save_tiny
 from torchlet import cli, parallel
 from torchlet.contract import TENSOR_PARALLEL
 from torchlet.learner import child_env

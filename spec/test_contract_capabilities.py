@@ -24,7 +24,7 @@ from typing import Protocol
 import pytest
 
 import implementations
-from spec.support.models import tiny_checkpoint
+from spec.support.models.fixtures import tiny_checkpoint
 from torchlet import contract
 from torchlet.contract import (ALL_CAPABILITIES, API_OF, GENERATE, KV_CACHE, PAGED_KV, PART_NAMES,
                                RAGGED_BATCH, SAMPLING, SPLIT_GQA, GenerateAPI, Layers, PagedKVAPI,

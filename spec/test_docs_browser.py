@@ -1,7 +1,7 @@
 """The documentation site in a real browser.
 
 What it introduces: headless Chromium, driven over the Chrome DevTools protocol
-(spec/support/cdp.py), clicking through the site the way a reader does: the version map, a
+(spec/support/serve/cdp.py), clicking through the site the way a reader does: the version map, a
 version page, its compare view, and the switch between the side-by-side and unified views; and
 a spec link, served and opened as files, landing on the spec's line; the pictures, and a
 compare page's method view with its two methods side by side.
@@ -10,7 +10,7 @@ shows that the pages load without console errors, that links are followed from a
 the script's toggle really hides one view and shows the other, and where a #L anchor scrolls to.
 Core principle: observe what a reader sees: navigation by clicks, visibility by computed style,
 errors from the browser's own console, screenshots as evidence.
-Files: spec/support/cdp.py, torchlet/docs/site.py (the toggle script, the source pages),
+Files: spec/support/serve/cdp.py, torchlet/docs/site.py (the toggle script, the source pages),
 torchlet/docs/draw.py (the pictures, whose screenshots must not be blank).
 Tradeoff left visible: it needs /usr/bin/chromium, so it is a separate step of .ci/run
 (`pytest -m browser spec/test_docs_browser.py`) and skips elsewhere; it checks one pair of
@@ -61,7 +61,7 @@ def served(site):
 
 @pytest.fixture
 def browser(tmp_path):
-    from spec.support.cdp import Browser
+    from spec.support.serve.cdp import Browser
 
     b = Browser(CHROMIUM, tmp_path / "profile")
     yield b

@@ -43,7 +43,7 @@ from torchlet.docs.pages import SECTIONS, MissingSectionError, version_pages
 from torchlet.docs.site import index_html, load_results, version_html
 from torchlet.learner import REPO, SPEC_DIR, effective_modules
 from torchlet.parts import recipe_rows
-from spec.support.recipe_tree import ROWS, write_recipe_tree
+from spec.support.inputs.recipe_tree import ROWS, write_recipe_tree
 
 VERSIONS = implementations.version_names()
 

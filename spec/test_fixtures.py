@@ -8,9 +8,9 @@ import pytest
 import torch
 
 from fixtures.make_fixtures import FIXTURES, SCALES, random_tensors
-from spec.support.models import GQA5, HEAD_DIM, QWEN3, SHAPE_PROMPTS, TINY, TWINS, tiny_checkpoint
-from spec.support.oracle import cached_model, greedy
-from spec.support.prompts import HORIZON, screened
+from spec.support.models.fixtures import GQA5, HEAD_DIM, QWEN3, SHAPE_PROMPTS, TINY, TWINS, tiny_checkpoint
+from spec.support.oracles.oracle import cached_model, greedy
+from spec.support.oracles.prompts import HORIZON, screened
 
 
 @pytest.mark.parametrize("fixture", [*TINY, HEAD_DIM, *TWINS])

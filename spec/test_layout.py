@@ -147,14 +147,14 @@ def test_every_version_declares_its_recipe_and_builds_through_it():
         assert recipe.swapped(), f"{version.name} swaps no part: what is its idea?"
 
 
-# One v14 decode step (spec/support/step_trace.py: tiny fixture, CPU, graphs off). Issue 25 aims
+# One v14 decode step (spec/support/watchers/step_trace.py: tiny fixture, CPU, graphs off). Issue 25 aims
 # at 18 files and 40 calls across versions; the step meets both, and these bounds keep the step a
 # reader follows from growing back.
 STEP_FILES, STEP_HOPS = 18, 40
 
 
 def test_a_v14_decode_step_runs_code_from_few_files_and_calls_across_versions_rarely():
-    from spec.support.step_trace import trace_step
+    from spec.support.watchers.step_trace import trace_step
     trace = trace_step("v14")
     assert len(trace.files) <= STEP_FILES, sorted(trace.files)
     assert trace.num_hops <= STEP_HOPS, trace.hops.most_common(20)

@@ -16,7 +16,7 @@ Files to compare: torchlet/gguf_model.py (cache_key, resolve_model), torchlet/ca
 
 Tradeoff left visible: the files here are tiny float32 GGUFs written with the `gguf` package
 (a conversion takes about 0.1 s, SmolLM2's about 20 s); only the readable name is read from the
-real conversion, which spec/support/real_model.py makes once per machine.
+real conversion, which spec/support/models/real_model.py makes once per machine.
 """
 from __future__ import annotations
 
@@ -26,8 +26,8 @@ import shutil
 import pytest
 import torch
 
-from spec.support import real_model as rm
-from spec.support.gguf_files import write_gguf
+from spec.support.models import real_model as rm
+from spec.support.models.gguf_files import write_gguf
 from torchlet import cli, gguf_model
 from torchlet.checkpoints import load_hf_dir
 from torchlet.contract import CheckpointError

@@ -1,20 +1,20 @@
 """Meta: the owned-coverage check sees what it claims to see.
 
-What it checks: spec/support/owned_coverage.py lists every function and method a version file
+What it checks: spec/support/checks/owned_coverage.py lists every function and method a version file
 defines (kernels and `...` bodies aside), and the code it compiles calls the entry hook once per
 call of each, before the body runs, with the line numbers of the file unchanged.
 Why: a check that missed a function, or recorded one that never ran, would pass a version
 whose code no spec reaches, the thing it exists to stop.
 Core principle: the loader's output is run here on a small source, and the hook's records are
 compared with the calls made.
-Files: spec/support/owned_coverage.py.
+Files: spec/support/checks/owned_coverage.py.
 Tradeoff left visible: the whole-suite verdict itself is only seen at the end of a whole run.
 """
 import ast
 import builtins
 import traceback
 
-from spec.support import owned_coverage as oc
+from spec.support.checks import owned_coverage as oc
 
 SOURCE = '''"""A module."""
 import triton

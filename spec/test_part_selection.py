@@ -15,7 +15,7 @@ Core principle: the reference tree has no recipes yet, so the tree here is made 
 four versions that re-export v00's code and declare recipes built with Recipe.first and
 Recipe.replace. The real spec page spec/test_v00_layers.py runs against it in a child pytest
 (`--impl-root`), and what it collects and runs is read back from its output.
-Files: spec/support/parts.py, conftest.py, the `part` marks of spec/test_v*.py.
+Files: spec/support/collection/parts.py, conftest.py, the `part` marks of spec/test_v*.py.
 Tradeoff left visible: a part is the unit; a version that writes the model runs every model
 spec, also those of the model's functions it took unchanged (v10 runs v09's kernel specs).
 """
@@ -115,7 +115,7 @@ def test_a_mutants_run_of_the_writer_runs_the_part_spec(pytest_run):
 
 def test_a_part_mark_names_parts_only():
     """A misspelt part would leave a spec to run everywhere, or nowhere, unnoticed."""
-    from spec.support import parts
+    from spec.support.collection import parts
 
     class Item:
         nodeid = "spec/test_x.py::test_y"

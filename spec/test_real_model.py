@@ -11,7 +11,7 @@ runtime differ from the oracle's by about 1e-4 here), and the prompts are chosen
 horizon covers at least MIN_HORIZON tokens. All prompts go to one `generate` call, so batching
 versions see ragged prompt lengths.
 
-Files to compare: spec/support/real_model.py (what is cached per worker), torchlet/gguf_model.py
+Files to compare: spec/support/models/real_model.py (what is cached per worker), torchlet/gguf_model.py
 (the conversion) and any version's engine.
 
 Which versions: v00 (the architecture on real weights) and the version the CLI serves with by
@@ -29,7 +29,7 @@ import pytest
 import torch
 
 import implementations
-from spec.support import real_model as rm
+from spec.support.models import real_model as rm
 from torchlet.contract import GENERATE, GenerationParams
 from torchlet.engines import build_sized
 from torchlet.running import default_version, serving_options
@@ -49,7 +49,7 @@ def served_here(impl) -> bool:
 @pytest.fixture(scope="module")
 def engine(impl):
     if impl.uses_triton and not torch.cuda.is_available() and \
-            os.environ.get("TRITON_INTERPRET") == "1":  # spec/support/kernel_mode.py's choice
+            os.environ.get("TRITON_INTERPRET") == "1":  # spec/support/collection/kernel_mode.py's choice
         pytest.skip(f"{impl.name} runs Triton kernels; the CPU interpreter is too slow for 135M")
     if not served_here(impl) and not impl.package.__name__.startswith("torchlet_tree_"):
         pytest.skip("the real model runs on v00 and on the CLI's default version only")

@@ -7,15 +7,15 @@ about a version (stub runs, mutants) are not selected by it.
 Why: a learner who runs `pytest -k v08` on a tree whose v09 builds on their unfinished v08 must
 see v08's failures only.
 Core principle: both selections are collected by pytest itself, in a child interpreter reused
-for every version, and compared as sets of node ids (spec/support/selection.py reads version
+for every version, and compared as sets of node ids (spec/support/collection/selection.py reads version
 words of a -k expression as the `impl` parameter).
 And a run so selected exits 0 when every spec it ran passed: the golden files are shared by
 every version, and the entries only other versions read are not its business; but a spec it
 ran that takes a golden file and reads none of it still fails the run.
-A part's own specs run only against the versions that write the part (spec/support/parts.py,
+A part's own specs run only against the versions that write the part (spec/support/collection/parts.py,
 spec/test_part_selection.py): the specs a mutant names still run against the versions it names,
 and a version's own pages keep specs that run against it (what `torchlet check` runs).
-Files: spec/support/selection.py, conftest.py, spec/support/snapshots.py.
+Files: spec/support/collection/selection.py, conftest.py, spec/support/checks/snapshots.py.
 Tradeoff left visible: a -k word that looks like a version id (v + two digits) can no longer
 select by substring; `-k "v08 and tight"` still means both.
 """
@@ -64,7 +64,7 @@ def collect(worker, tmp_path_factory):
 def carrying(collect):
     """version -> the node ids that carry its marker (what -m <version> selects), from one
     collection of the whole suite."""
-    collect("-p", "spec.support.version_marks")
+    collect("-p", "spec.support.collection.version_marks")
     marked: dict[str, set[str]] = {name: set() for name in NAMES}
     for line in collect.log.read_text().splitlines():
         if line.startswith("MARKS "):
@@ -145,7 +145,7 @@ def test_k_with_a_version_id_exits_0_when_its_specs_pass_and_others_golden_entri
 
 GOLDEN_READERS = """
 import pytest
-from spec.support.snapshots import GoldenTokens
+from spec.support.checks.snapshots import GoldenTokens
 
 @pytest.fixture
 def golden(snapshot):
@@ -168,7 +168,7 @@ def test_a_spec_that_takes_a_golden_file_and_reads_none_of_it_fails_a_partial_ru
     log = tmp_path / "log"
 
     def run(*args):
-        return worker.pytest([str(tmp_path), "-p", "spec.support.snapshots", *QUIET, *args], log)
+        return worker.pytest([str(tmp_path), "-p", "spec.support.checks.snapshots", *QUIET, *args], log)
 
     assert run("-k", "reads_its_entry", "--snapshot-update") == 0, log.read_text()[-3000:]
     assert run("-k", "reads_its_entry and left") == 0, log.read_text()[-3000:]

@@ -16,13 +16,13 @@ What the engine holds is read from the server's own /engine/events feed and /met
 it computed from its steps' outputs (recorded by serve_app.Paced), never from its objects.
 
 Files to compare: torchlet/serve/ (worker.py the engine thread, app.py the endpoints,
-protocol.py the checks and stop strings, metrics.py, launch.py), spec/support/serve_app.py.
+protocol.py the checks and stop strings, metrics.py, launch.py), spec/support/serve/serve_app.py.
 
 Tradeoff left visible: the app runs in this process, uvicorn in a thread (spec/support/
 serve_app.py), one server for the module: a child process would cost its imports and model
 load each time (10 to 12 s of CPU here). One spec pays that once: it starts the real `torchlet
 serve` command, as the README does. The model is a tiny random Llama answering in printable ASCII, one character per token
-(spec/support/hf_dirs.py ascii_chat_dir), whose text shows every token; its pool of 6 usable
+(spec/support/models/hf_dirs.py ascii_chat_dir), whose text shows every token; its pool of 6 usable
 blocks makes 64 clients preempt one another. Where a request must still be running when its
 client goes or SIGTERM comes, the spec holds the engine's steps (serve_app.Paced) instead of
 hoping the machine is slow enough.
@@ -42,9 +42,9 @@ import openai
 import pytest
 
 import implementations
-from spec.support.hf_dirs import ascii_chat_dir, byte_tokenizer
-from spec.support.serve_app import InProcess, Paced
-from spec.support.serve_server import Server
+from spec.support.models.hf_dirs import ascii_chat_dir, byte_tokenizer
+from spec.support.serve.serve_app import InProcess, Paced
+from spec.support.serve.serve_server import Server
 from torchlet import cli, running
 from torchlet.checkpoints import load_hf_dir
 from torchlet.contract import (PREFIX_CACHE, REQUEST_STATES, SAMPLING, GenerationParams,
@@ -113,7 +113,7 @@ def paced(version, checkpoint):
 def kernels_off(monkeypatch):
     """Triton layers on their PyTorch path, as the server runs them on a CPU. An engine's layers
     read TRITON_INTERPRET, one process's environment, when it is built: the suite sets it before
-    each spec (spec/support/kernel_mode.py), and an engine a spec of this module builds must not
+    each spec (spec/support/collection/kernel_mode.py), and an engine a spec of this module builds must not
     choose the interpreter."""
     monkeypatch.setenv("TRITON_INTERPRET", "0")
 

@@ -1,6 +1,6 @@
 """The page of `torchlet serve` in a real browser.
 
-What it introduces: headless Chromium (spec/support/cdp.py) on the server's page at /: a
+What it introduces: headless Chromium (spec/support/serve/cdp.py) on the server's page at /: a
 message typed and sent, its answer streamed in, and the engine panel fed by /engine/events.
 Why spec/test_serve.py needs it: that spec is a client of the API; only a browser shows that the
 page's script streams the answer as it comes, that the block grid follows the engine while the
@@ -22,8 +22,8 @@ from pathlib import Path
 import pytest
 
 import implementations
-from spec.support.hf_dirs import ascii_chat_dir, byte_tokenizer
-from spec.support.serve_app import InProcess
+from spec.support.models.hf_dirs import ascii_chat_dir, byte_tokenizer
+from spec.support.serve.serve_app import InProcess
 from torchlet import running
 from torchlet.checkpoints import load_hf_dir
 from torchlet.contract import PREFIX_CACHE, GenerationParams
@@ -57,7 +57,7 @@ window.done = new Promise((resolve) => {
 
 @pytest.fixture(scope="module")
 def served(tmp_path_factory):
-    """The server in this process (spec/support/serve_app.py)."""
+    """The server in this process (spec/support/serve/serve_app.py)."""
     root = implementations.REFERENCE_ROOT
     version = [v for v in implementations.discover(root) if PREFIX_CACHE in v.capabilities][-1]
     model = ascii_chat_dir(tmp_path_factory.mktemp("serve_page_model"))
@@ -73,7 +73,7 @@ def served(tmp_path_factory):
 
 @pytest.fixture
 def browser(tmp_path):
-    from spec.support.cdp import Browser
+    from spec.support.serve.cdp import Browser
 
     b = Browser(CHROMIUM, tmp_path / "profile")
     yield b

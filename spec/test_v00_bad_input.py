@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 import implementations
-from spec.support.models import tiny_checkpoint
+from spec.support.models.fixtures import tiny_checkpoint
 from torchlet.contract import (GENERATE, SAMPLING, GenerationParams, RequestError,
                                UnknownVersionError)
 

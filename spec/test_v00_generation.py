@@ -5,22 +5,22 @@ re-runs the whole sequence through the model for every new token.
 Why: it is the slowest correct engine; every later version must produce exactly its tokens.
 Core principle: golden tokens come from the oracle (Hugging Face, float64), never from the code
 under test. Prompts are screened so that the oracle's top-1/top-2 logit gap stays above
-spec.support.prompts.MARGIN over the whole horizon; then float32 engines must agree exactly, and
+spec.support.oracles.prompts.MARGIN over the whole horizon; then float32 engines must agree exactly, and
 their logits must be close to the oracle's along the way. A version's tokens are its checkpoint's
 whatever the shape: on tiny_head_dim, whose head_dim is not hidden / heads (Qwen3's is not), on
 tiny_qwen3 (a Qwen3: each head's q and k RMS-normed before RoPE), on tiny_gqa5 (5 query heads a KV
 head), and on each fixture's twin, its shape with other weights, built after it in the same
 process.
-Files: implementations/v00_full_recompute/engine.py; spec/support/oracle.py and prompts.py.
+Files: implementations/v00_full_recompute/engine.py; spec/support/oracles/oracle.py and prompts.py.
 Tradeoff left visible: generating N tokens runs the model over N growing sequences: quadratic
 work (measured in the v02 spec).
 """
 import pytest
 import torch
 
-from spec.support.models import GQA5, HEAD_DIM, QWEN3, SHAPE_PROMPTS, TINY, TWINS, tiny_checkpoint
-from spec.support.prompts import HORIZON, screened
-from spec.support.snapshots import GoldenTokens, render
+from spec.support.models.fixtures import GQA5, HEAD_DIM, QWEN3, SHAPE_PROMPTS, TINY, TWINS, tiny_checkpoint
+from spec.support.oracles.prompts import HORIZON, screened
+from spec.support.checks.snapshots import GoldenTokens, render
 from torchlet.contract import GENERATE, GenerationParams
 
 pytestmark = pytest.mark.needs(GENERATE)

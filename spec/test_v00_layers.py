@@ -15,8 +15,8 @@ Tradeoff left visible: the blocks work on one sequence at a time: no batching, n
 import pytest
 import torch
 
-from spec.support.models import TINY, tiny_checkpoint
-from spec.support.oracle import HFLayers, hf_model
+from spec.support.models.fixtures import TINY, tiny_checkpoint
+from spec.support.oracles.oracle import HFLayers, hf_model
 from torchlet.contract import GENERATE, layer_tensors
 
 pytestmark = pytest.mark.needs(GENERATE)

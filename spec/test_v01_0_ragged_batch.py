@@ -19,10 +19,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import implementations
-from spec.support import strategies as sts
-from spec.support.hypothesis_profiles import engine_settings
-from spec.support.meter import TokenMeter
-from spec.support.models import TINY, tiny_checkpoint
+from spec.support.inputs import strategies as sts
+from spec.support.collection.hypothesis_profiles import engine_settings
+from spec.support.watchers.meter import TokenMeter
+from spec.support.models.fixtures import TINY, tiny_checkpoint
 from torchlet.contract import KV_CACHE, RAGGED_BATCH, GenerationParams, RequestError, flatten
 
 pytestmark = pytest.mark.needs(RAGGED_BATCH)

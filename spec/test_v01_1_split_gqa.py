@@ -25,11 +25,11 @@ from hypothesis import given
 from torch.utils._python_dispatch import TorchDispatchMode
 
 import implementations
-from spec.support import strategies as sts
-from spec.support.allocations import tensors_in
-from spec.support.hypothesis_profiles import engine_settings
-from spec.support.models import TINY, tiny_checkpoint
-from spec.support.tolerances import tolerance
+from spec.support.inputs import strategies as sts
+from spec.support.watchers.allocations import tensors_in
+from spec.support.collection.hypothesis_profiles import engine_settings
+from spec.support.models.fixtures import TINY, tiny_checkpoint
+from spec.support.oracles.tolerances import tolerance
 from torchlet.contract import SPLIT_GQA, layer_tensors
 
 pytestmark = pytest.mark.needs(SPLIT_GQA)

@@ -28,12 +28,12 @@ import torch
 from hypothesis import example, given
 
 import implementations
-from spec.support import strategies as sts
-from spec.support.hypothesis_profiles import engine_settings
-from spec.support.meter import TokenMeter
-from spec.support.models import TINY, tiny_checkpoint
-from spec.support.oracle import cached_model
-from spec.support.overlap import wasted
+from spec.support.inputs import strategies as sts
+from spec.support.collection.hypothesis_profiles import engine_settings
+from spec.support.watchers.meter import TokenMeter
+from spec.support.models.fixtures import TINY, tiny_checkpoint
+from spec.support.oracles.oracle import cached_model
+from spec.support.oracles.decode_ahead import wasted
 from torchlet.contract import DECODE_LANES, KV_CACHE, GenerationParams, RequestError
 
 pytestmark = pytest.mark.needs(KV_CACHE)

@@ -33,9 +33,9 @@ import pytest
 import torch
 
 import implementations
-from spec.support.allocations import OpLog
-from spec.support.models import tiny_checkpoint
-from spec.support.tolerances import assert_close
+from spec.support.watchers.allocations import OpLog
+from spec.support.models.fixtures import tiny_checkpoint
+from spec.support.oracles.tolerances import assert_close
 from torchlet.contract import KV_CACHE, Checkpoint, GenerationParams
 
 pytestmark = pytest.mark.needs(KV_CACHE)

@@ -26,8 +26,8 @@ its policy), a few comparisons bought for keeping Scheduler.add safe to call alo
 import pytest
 import torch
 
-from spec.support.meter import TokenMeter
-from spec.support.models import tiny_checkpoint
+from spec.support.watchers.meter import TokenMeter
+from spec.support.models.fixtures import tiny_checkpoint
 from torchlet.contract import (CHUNKED_PREFILL, CONTINUOUS_BATCHING, DECODE_LANES, PAGED_KV,
                                REQUEST_STATES, GenerationParams, RequestError)
 

@@ -31,10 +31,10 @@ import torch
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from spec.support import strategies as sts
-from spec.support.hypothesis_profiles import engine_settings
-from spec.support.models import tiny_checkpoint
-from spec.support.scenarios import PROMPT, run_alone, run_schedule
+from spec.support.inputs import strategies as sts
+from spec.support.collection.hypothesis_profiles import engine_settings
+from spec.support.models.fixtures import tiny_checkpoint
+from spec.support.inputs.scenarios import PROMPT, run_alone, run_schedule
 from torchlet.contract import (GRAPH_REPLAY, PAGED_KV, REQUEST_STATES, FinishReason,
                                GenerationParams, RequestError, RequestState)
 

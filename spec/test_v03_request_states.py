@@ -26,12 +26,12 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
     run_state_machine_as_test
 
 import implementations
-from spec.support import strategies as sts
-from spec.support.hypothesis_profiles import engine_settings
-from spec.support.meter import TokenMeter
-from spec.support.models import tiny_checkpoint
-from spec.support.overlap import unread
-from spec.support.scenarios import late_arrival, run_alone
+from spec.support.inputs import strategies as sts
+from spec.support.collection.hypothesis_profiles import engine_settings
+from spec.support.watchers.meter import TokenMeter
+from spec.support.models.fixtures import tiny_checkpoint
+from spec.support.oracles.decode_ahead import unread
+from spec.support.inputs.scenarios import late_arrival, run_alone
 from torchlet.contract import (CONTINUOUS_BATCHING, DECODE_LANES, REQUEST_STATES, FinishReason,
                                GenerationParams, RequestError, RequestState)
 

@@ -30,12 +30,12 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 import implementations
-from spec.support import overlap
-from spec.support import strategies as sts
-from spec.support.hypothesis_profiles import engine_settings
-from spec.support.meter import TokenMeter
-from spec.support.models import tiny_checkpoint
-from spec.support.scenarios import late_arrival
+from spec.support.oracles import decode_ahead as overlap
+from spec.support.inputs import strategies as sts
+from spec.support.collection.hypothesis_profiles import engine_settings
+from spec.support.watchers.meter import TokenMeter
+from spec.support.models.fixtures import tiny_checkpoint
+from spec.support.inputs.scenarios import late_arrival
 from torchlet.contract import (CHUNKED_PREFILL, CONTINUOUS_BATCHING, DECODE_LANES, GenerationParams,
                                RequestError)
 

@@ -18,7 +18,7 @@ one; a newcomer takes the lowest lane free when the step began, so freed lanes a
 lanes are isolated: filling them with garbage (build(..., poison_inactive_lanes=True)) changes no
 active request's tokens or logits; and batching stays invisible: each request's tokens equal its
 solo run. lane_of() is never the only evidence: at every step the passes themselves are watched
-(spec/support/lanes.py) at the embedding lookup, at the K/V stores and in the cache contents.
+(spec/support/watchers/lanes.py) at the embedding lookup, at the K/V stores and in the cache contents.
 The lane lane_of(r) names feeds r's newest token; r's K/V rows stay where its prefill stored them
 while it lives (nothing else writes them, each new row extends them, they hold what cached_kv(r)
 reports); and with fixed lanes (v05-v07) a lane is one place in the cache: a newcomer in a freed
@@ -43,13 +43,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import implementations
-from spec.support import strategies as sts
-from spec.support.allocations import OpLog
-from spec.support.hypothesis_profiles import engine_settings
-from spec.support.kernel_calls import AtenCalls
-from spec.support.lanes import LaneTracker
-from spec.support.meter import TokenMeter
-from spec.support.models import tiny_checkpoint
+from spec.support.inputs import strategies as sts
+from spec.support.watchers.allocations import OpLog
+from spec.support.collection.hypothesis_profiles import engine_settings
+from spec.support.watchers.kernel_calls import AtenCalls
+from spec.support.watchers.lanes import LaneTracker
+from spec.support.watchers.meter import TokenMeter
+from spec.support.models.fixtures import tiny_checkpoint
 from torchlet.contract import (DECODE_LANES, GRAPH_REPLAY, PAGED_KV, GenerationParams,
                                RequestState)
 
@@ -70,7 +70,7 @@ def solo():
 
 
 def lane_tracker(engine, impl) -> LaneTracker:
-    """Watches what each step's passes feed and store (spec/support/lanes.py). Paged versions
+    """Watches what each step's passes feed and store (spec/support/watchers/lanes.py). Paged versions
     keep a request's K/V in blocks, so its rows run on only within a block."""
     block = engine.pool_stats()["block_size"] if PAGED_KV in impl.capabilities else None
     return LaneTracker(engine, CFG, block)

@@ -8,7 +8,7 @@ dynamic.
 Why v05 needs it: v05's decode shapes are fixed, but each step builds its inputs anew (three
 torch.zeros, then a 0-dim tensor for every `t[i] = value`), at new addresses. A CUDA graph (v07)
 replays its kernels on the addresses it captured: its inputs must be rewritten, never replaced.
-Core principle: same memory, new values. Watched through the aten ops (spec/support/allocations.py)
+Core principle: same memory, new values. Watched through the aten ops (spec/support/watchers/allocations.py)
 at every step of random arrival schedules: decode_buffers() returns the same tensor objects, with
 the same storage, shapes and dtypes, at every step; from the start of a decode step up to its last
 write into the buffers, nothing allocates, not even the 0-dim tensor that `buf[i] = value` makes
@@ -32,12 +32,12 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import implementations
-from spec.support import strategies as sts
-from spec.support.allocations import OpLog, storage
-from spec.support.hypothesis_profiles import engine_settings
-from spec.support.models import tiny_checkpoint
-from spec.support.overlap import overlaps
-from spec.support.scenarios import run_schedule
+from spec.support.inputs import strategies as sts
+from spec.support.watchers.allocations import OpLog, storage
+from spec.support.collection.hypothesis_profiles import engine_settings
+from spec.support.models.fixtures import tiny_checkpoint
+from spec.support.oracles.decode_ahead import overlaps
+from spec.support.inputs.scenarios import run_schedule
 from torchlet.contract import STATIC_BUFFERS, GenerationParams
 
 pytestmark = pytest.mark.needs(STATIC_BUFFERS)

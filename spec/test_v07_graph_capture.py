@@ -27,7 +27,7 @@ import pytest
 import torch
 
 from implementations.v00_full_recompute import model as v00_model
-from spec.support.models import tiny_checkpoint
+from spec.support.models.fixtures import tiny_checkpoint
 from torchlet.contract import GRAPH_REPLAY, TorchletError, cast_tensors, layer_tensors
 
 pytestmark = [pytest.mark.needs(GRAPH_REPLAY), pytest.mark.part("runner")]

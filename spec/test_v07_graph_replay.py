@@ -9,7 +9,7 @@ from Python; replay launches the whole step at once.
 Core principle: replay is invisible, and it is observed, not reported. Logits with graphs on equal
 logits with graphs off bit for bit on CPU (the stand-in replays the same aten ops), and within
 GPU_TOLERANCE on CUDA; tokens are equal; a bucket is captured once, and steady state only replays:
-watched from outside (spec/support/replay_watch.py), a steady-state decode step runs none of the
+watched from outside (spec/support/watchers/replay_watch.py), a steady-state decode step runs none of the
 model's Python code and dispatches none of its ops, while the same step with graphs off runs them
 at every step; on CUDA it is one cudaGraphLaunch and no kernel of the model launched eagerly.
 graph_stats() is the engine's own report: read, never the only evidence.
@@ -26,12 +26,12 @@ from hypothesis import given
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
-from spec.support import scenarios
-from spec.support import strategies as sts
-from spec.support.hypothesis_profiles import engine_settings
-from spec.support.models import tiny_checkpoint
-from spec.support.overlap import unread
-from spec.support.replay_watch import CudaStepWatch, ModelWatch
+from spec.support.inputs import scenarios
+from spec.support.inputs import strategies as sts
+from spec.support.collection.hypothesis_profiles import engine_settings
+from spec.support.models.fixtures import tiny_checkpoint
+from spec.support.oracles.decode_ahead import unread
+from spec.support.watchers.replay_watch import CudaStepWatch, ModelWatch
 from torchlet.contract import GRAPH_REPLAY, GenerationParams
 
 pytestmark = pytest.mark.needs(GRAPH_REPLAY)

@@ -26,8 +26,8 @@ from hypothesis import strategies as st
 from hypothesis.stateful import (RuleBasedStateMachine, initialize, invariant, precondition, rule,
                                  run_state_machine_as_test)
 
-from spec.support.shared_parts import skip_unless_first_with
-from spec.support.paged_strategies import pool_shapes
+from spec.support.collection.shared_parts import skip_unless_first_with
+from spec.support.inputs.paged_strategies import pool_shapes
 from torchlet.contract import PAGED_KV, ModelConfig, RequestError, TorchletError
 
 pytestmark = [pytest.mark.needs(PAGED_KV), pytest.mark.part("kv")]

@@ -34,13 +34,13 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from spec.support.paged_reference import causal_attention, new_cache, slot_at, write_tokens
-from spec.support.paged_strategies import (GQA_RATIOS, Heads, PagedBatch, head_layouts,
+from spec.support.oracles.paged_reference import causal_attention, new_cache, slot_at, write_tokens
+from spec.support.inputs.paged_strategies import (GQA_RATIOS, Heads, PagedBatch, head_layouts,
                                            paged_batches)
 from torchlet.contract import PAGED_KV
 
 # The functions under test are the package's paged_attention and metadata modules, which v09 to
-# v16 re-export from v08: they run once (spec/support/parts.py, subject).
+# v16 re-export from v08: they run once (spec/support/collection/parts.py, subject).
 pytestmark = [pytest.mark.needs(PAGED_KV), pytest.mark.subject("paged_attention", "metadata")]
 
 

@@ -20,7 +20,7 @@ same_workload_a_pool_sized_to_its_peak_allocates_a_tenth_of_v07s_reservation mea
 from the tensors allocated): the rest is the waste v08 removes.
 
 Core principle: paging is invisible to a request. Checked on what the decode step itself reads,
-not on the reports: spec/support/block_watch.py watches, at every step, the tensors that
+not on the reports: spec/support/watchers/block_watch.py watches, at every step, the tensors that
 decode_buffers() names as the model pass reads them, and every K/V store. Each live lane's
 block_tables row names the blocks its tokens were stored in, context_lens is its token count and
 slot_mapping points into its own last block at the token's offset; every idle lane maps to the
@@ -60,11 +60,11 @@ from hypothesis import strategies as st
 from torch.utils._python_dispatch import TorchDispatchMode
 
 import implementations
-from spec.support import strategies as sts
-from spec.support.allocations import OpLog, storage, tensors_in
-from spec.support.block_watch import BlockWatch, StepLog
-from spec.support.hypothesis_profiles import engine_settings
-from spec.support.models import tiny_checkpoint
+from spec.support.inputs import strategies as sts
+from spec.support.watchers.allocations import OpLog, storage, tensors_in
+from spec.support.watchers.block_watch import BlockWatch, StepLog
+from spec.support.collection.hypothesis_profiles import engine_settings
+from spec.support.models.fixtures import tiny_checkpoint
 from torchlet.contract import (CHUNKED_PREFILL, PAGED_KV, GenerationParams, RequestError,
                                RequestState)
 

@@ -14,8 +14,8 @@ checks them one by one against references). This module checks they are wired in
 
 Core principle: a kernel is an optimization, never a change of model. On prompts screened for a
 clear top-1 margin, v09's tokens equal v08's, and its logits stay within the float32 kernel
-tolerance (spec/support/tolerances.py) of v08's in every pass. And the kernels really run: a
-dispatch mode below the engine (spec/support/kernel_calls.py) sees every kernel op in prefill, in
+tolerance (spec/support/oracles/tolerances.py) of v08's in every pass. And the kernels really run: a
+dispatch mode below the engine (spec/support/watchers/kernel_calls.py) sees every kernel op in prefill, in
 the replayed decode step and in the cache-free pass.
 
 Files to compare: implementations/v09_triton_basics/model.py against
@@ -33,12 +33,12 @@ import pytest
 import torch
 
 import implementations
-from spec.support.kernel_calls import KernelCalls
-from spec.support.kernel_targets import interpreted
-from spec.support.models import TINY, tiny_checkpoint
-from spec.support.prompts import screened
-from spec.support.replay_watch import ModelWatch
-from spec.support.tolerances import assert_close, tolerance
+from spec.support.watchers.kernel_calls import KernelCalls
+from spec.support.inputs.kernel_targets import interpreted
+from spec.support.models.fixtures import TINY, tiny_checkpoint
+from spec.support.oracles.prompts import screened
+from spec.support.watchers.replay_watch import ModelWatch
+from spec.support.oracles.tolerances import assert_close, tolerance
 from torchlet.contract import FUSED, TRITON_BASICS, GenerationParams
 
 # On CPU the kernels run only under the interpreter; without it the engine runs PyTorch layers.

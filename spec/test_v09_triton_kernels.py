@@ -10,11 +10,11 @@ mean, rsqrt, multiply, cast...), and each op reads and writes the whole activati
 reads its inputs once and writes its output once; the fused add + norm also saves the separate
 pass over the residual stream.
 
-Core principle: a kernel equals a plain PyTorch reference (spec/support/kernel_reference.py, HF's
+Core principle: a kernel equals a plain PyTorch reference (spec/support/oracles/kernel_reference.py, HF's
 maths in float64) over Hypothesis-drawn shapes, sizes that are not powers of two included: a
 block covers the next power of two and masks the tail. On CPU the kernels run in float32 under
 TRITON_INTERPRET=1; on a GPU the same properties run compiled in float32 and bfloat16
-(spec/support/kernel_targets.py), within the per-dtype tolerances of spec/support/tolerances.py.
+(spec/support/inputs/kernel_targets.py), within the per-dtype tolerances of spec/support/oracles/tolerances.py.
 
 Qwen3's per-head q and k norms (before RoPE) are the rms_norm kernel over each head: the
 decoder's qk_norm runs it once for q and once for k, on [tokens, heads, head_dim].
@@ -33,11 +33,11 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from spec.support import kernel_reference as ref
-from spec.support.hypothesis_profiles import engine_settings
-from spec.support.kernel_calls import KernelCalls
-from spec.support.kernel_targets import TARGETS, Target
-from spec.support.tolerances import assert_close
+from spec.support.oracles import kernel_reference as ref
+from spec.support.collection.hypothesis_profiles import engine_settings
+from spec.support.watchers.kernel_calls import KernelCalls
+from spec.support.inputs.kernel_targets import TARGETS, Target
+from spec.support.oracles.tolerances import assert_close
 from torchlet.contract import TRITON_BASICS, ModelConfig
 
 # The kernels are v09's objects: later versions call them unchanged (kernel_mode.py).

@@ -10,7 +10,7 @@ names into a contiguous copy before the softmax, so each decode step copies the 
 context and scores padding it then throws away. The kernel reads each live K/V tile once, straight
 from its page, and never materializes the scores.
 
-Core principle: the kernel equals a plain gathered softmax (spec/support/kernel_reference.py) for
+Core principle: the kernel equals a plain gathered softmax (spec/support/oracles/kernel_reference.py) for
 pages in random physical order, partial last pages, GQA ratios 1, 2 and 7, contexts from 1 to
 over 1000 tokens and batches that mix them. Every slot outside a context holds NaN, so a single
 read past a context would show. The store writes exactly the named slots: the whole cache is
@@ -36,10 +36,10 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from spec.support import kernel_reference as ref
-from spec.support.hypothesis_profiles import engine_settings
-from spec.support.kernel_targets import GPU_TARGETS, TARGETS, Target
-from spec.support.tolerances import assert_close
+from spec.support.oracles import kernel_reference as ref
+from spec.support.collection.hypothesis_profiles import engine_settings
+from spec.support.inputs.kernel_targets import GPU_TARGETS, TARGETS, Target
+from spec.support.oracles.tolerances import assert_close
 from torchlet.contract import TRITON_PAGED
 
 # The kernels are v10's objects: later versions call them unchanged (kernel_mode.py).

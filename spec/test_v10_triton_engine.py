@@ -13,7 +13,7 @@ block table into a contiguous copy before its softmax (v08's readable attention)
 kernel, the step a graph replays is kernels and matmuls end to end, and reads each live page once.
 
 Core principle: the kernels change where K/V is read and written, never what the model computes.
-The step really runs them (spec/support/kernel_calls.py counts them below the engine, replays
+The step really runs them (spec/support/watchers/kernel_calls.py counts them below the engine, replays
 included); replaying the Triton step is bit-for-bit the eager step on CPU; and tokens equal
 v08's, here with pages of 4 tokens so each table spans many pages in scattered order. Token
 parity on default pages and logit parity in every pass are inherited from
@@ -33,12 +33,12 @@ import pytest
 import torch
 
 import implementations
-from spec.support.kernel_calls import KernelCalls
-from spec.support.kernel_targets import interpreted
-from spec.support.models import tiny_checkpoint
-from spec.support.prompts import screened
-from spec.support.replay_watch import ModelWatch
-from spec.support.tolerances import tolerance
+from spec.support.watchers.kernel_calls import KernelCalls
+from spec.support.inputs.kernel_targets import interpreted
+from spec.support.models.fixtures import tiny_checkpoint
+from spec.support.oracles.prompts import screened
+from spec.support.watchers.replay_watch import ModelWatch
+from spec.support.oracles.tolerances import tolerance
 from torchlet.contract import TRITON_PAGED, GenerationParams
 
 # On CPU the kernels run only under the interpreter; without it the engine runs PyTorch layers.

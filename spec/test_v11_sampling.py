@@ -14,7 +14,7 @@ Why v10 needs it: every earlier version can only take the argmax, and a serving 
 only argmax is not one.
 
 Core principle: a seeded draw depends on nothing but the request. Its tokens equal the oracle's
-(Hugging Face's float64 logits, its warpers, the contract's stream, spec/support/sampling_oracle.py)
+(Hugging Face's float64 logits, its warpers, the contract's stream, spec/support/oracles/sampling_oracle.py)
 alone, in any batch, at any position and slot, arriving mid-run, and after a preemption under a
 tight pool, whose recompute draws the same numbers again. The filters equal Hugging Face's on
 random logits, ties included; the draws follow the filtered distribution by a chi-square test
@@ -50,14 +50,14 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import implementations
-from spec.support import sampling_oracle as oracle
-from spec.support.hypothesis_profiles import engine_settings
-from spec.support.models import tiny_checkpoint
-from spec.support.prompts import screened
-from spec.support.allocations import OpLog
-from spec.support.block_watch import StepLog
-from spec.support.replay_watch import ModelWatch
-from spec.support.snapshots import GoldenSamples, render_samples
+from spec.support.oracles import sampling_oracle as oracle
+from spec.support.collection.hypothesis_profiles import engine_settings
+from spec.support.models.fixtures import tiny_checkpoint
+from spec.support.oracles.prompts import screened
+from spec.support.watchers.allocations import OpLog
+from spec.support.watchers.block_watch import StepLog
+from spec.support.watchers.replay_watch import ModelWatch
+from spec.support.checks.snapshots import GoldenSamples, render_samples
 from torchlet.contract import (SAMPLING, FinishReason, GenerationParams, RequestError,
                                RequestState)
 

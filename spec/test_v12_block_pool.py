@@ -38,8 +38,8 @@ import torch
 from hypothesis import strategies as st
 from hypothesis.stateful import initialize, invariant, precondition, rule, run_state_machine_as_test
 
-from spec.support.shared_parts import skip_unless_first_with
-from spec.support.paged_strategies import BLOCK_SIZES
+from spec.support.collection.shared_parts import skip_unless_first_with
+from spec.support.inputs.paged_strategies import BLOCK_SIZES
 from spec.test_v08_block_pool import PoolMachine
 from torchlet.contract import PREFIX_CACHE, ModelConfig, RequestError
 

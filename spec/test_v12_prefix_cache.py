@@ -15,7 +15,7 @@ Core principle: the cache changes what is computed, never what is generated. Eac
 tokens equal the oracle's, greedy and seeded, with the cache on and off, under any arrival
 schedule of requests that share prefixes of every length, through preemption under a tight,
 poisoned pool, and with a hash so weak that every block collides. The saving is measured from the
-matmuls (spec/support/meter.py): a prefill feeds every layer exactly the prompt tokens the cache
+matmuls (spec/support/watchers/meter.py): a prefill feeds every layer exactly the prompt tokens the cache
 did not hold, and every full block is shareable once its K/V is written, whether a prefill (past
 a hit or not) or a decode wrote it: each turn of a chat computes only the rows the turn before
 did not write. Sharing is read from the tensors the decode step reads: two requests with a common
@@ -40,12 +40,12 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from spec.support import sampling_oracle as oracle
-from spec.support.hypothesis_profiles import engine_settings
-from spec.support.meter import TokenMeter
-from spec.support.models import tiny_checkpoint
-from spec.support.prompts import screened
-from spec.support.scenarios import run_schedule
+from spec.support.oracles import sampling_oracle as oracle
+from spec.support.collection.hypothesis_profiles import engine_settings
+from spec.support.watchers.meter import TokenMeter
+from spec.support.models.fixtures import tiny_checkpoint
+from spec.support.oracles.prompts import screened
+from spec.support.inputs.scenarios import run_schedule
 from torchlet.contract import PREFIX_CACHE, GenerationParams, RequestState
 
 pytestmark = pytest.mark.needs(PREFIX_CACHE)

@@ -54,13 +54,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import implementations
-from spec.support import kernel_reference as ref
-from spec.support.hypothesis_profiles import engine_settings
-from spec.support.kernel_calls import AtenCalls, KernelCalls
-from spec.support.kernel_targets import INTERPRETED, TARGETS, Target, interpreted
-from spec.support.models import QWEN3, SHAPE_PROMPTS, tiny_checkpoint
-from spec.support.prompts import screened
-from spec.support.tolerances import assert_close
+from spec.support.oracles import kernel_reference as ref
+from spec.support.collection.hypothesis_profiles import engine_settings
+from spec.support.watchers.kernel_calls import AtenCalls, KernelCalls
+from spec.support.inputs.kernel_targets import INTERPRETED, TARGETS, Target, interpreted
+from spec.support.models.fixtures import QWEN3, SHAPE_PROMPTS, tiny_checkpoint
+from spec.support.oracles.prompts import screened
+from spec.support.oracles.tolerances import assert_close
 from torchlet.contract import FUSED, GenerationParams
 
 pytestmark = pytest.mark.needs(FUSED)
@@ -327,7 +327,7 @@ def test_the_packed_path_gives_v12s_logits_and_tokens_with_and_without_a_cached_
     attention, and the packed GEMMs alone move the logits: to float64's rounding in float64, to
     float32's in float32; with them, one context_attention launch a layer against v12's call a
     request. v12 runs its layers' PyTorch path either way, as in every CPU spec but its
-    kernels' own pages (spec/support/kernel_mode.py): interpreted, its kernels cost this spec
+    kernels' own pages (spec/support/collection/kernel_mode.py): interpreted, its kernels cost this spec
     half its 30 s, and their agreement with that path is those pages' to check."""
     ckpt = tiny_checkpoint(fixture)
     params = GenerationParams(max_new_tokens=6)

@@ -46,10 +46,10 @@ from hypothesis import given
 from torch.utils._python_dispatch import TorchDispatchMode
 
 import implementations
-from spec.support.hypothesis_profiles import engine_settings
-from spec.support.meter import TokenMeter
-from spec.support.models import tiny_checkpoint
-from spec.support.scenarios import run_schedule
+from spec.support.collection.hypothesis_profiles import engine_settings
+from spec.support.watchers.meter import TokenMeter
+from spec.support.models.fixtures import tiny_checkpoint
+from spec.support.inputs.scenarios import run_schedule
 from spec.test_v08_paged_engine import FAIRNESS_POOL, FAIRNESS_SCHEDULE, solo, tight_runs
 from torchlet.contract import OVERLAP, GenerationParams, RequestState
 

@@ -15,7 +15,7 @@ its prefill takes; a prompt longer than max_step_tokens is refused outright.
 Core principle: the budget changes when rows are computed, never what is generated. Tokens equal
 the oracle's (greedy and seeded) for prompts cut into slices of 1, 4, 16 and 64 rows, with the
 prefix cache on, and through preemptions mid-prompt on a tight, poisoned pool. What a step
-computes is read from the K/V it stores (spec/support/block_watch.py): each slice stores exactly
+computes is read from the K/V it stores (spec/support/watchers/block_watch.py): each slice stores exactly
 the rows after the ones its request stored before, a step's stored prefill rows and live decode
 lanes never exceed the budget, and every running decode gets its row in every step. Nor does a
 step compute less than it could: min(budget, rows available), so no request waits while rows of
@@ -53,14 +53,14 @@ from hypothesis import given
 from hypothesis import strategies as st
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from spec.support import sampling_oracle as oracle
-from spec.support.block_watch import BlockWatch, StepLog
-from spec.support.hypothesis_profiles import engine_settings
-from spec.support.models import tiny_checkpoint
-from spec.support.oracle import cached_model, greedy
-from spec.support.oracle_cache import on_disk
-from spec.support.prompts import MARGIN, screened
-from spec.support.replay_watch import CudaLaunches, ModelWatch
+from spec.support.oracles import sampling_oracle as oracle
+from spec.support.watchers.block_watch import BlockWatch, StepLog
+from spec.support.collection.hypothesis_profiles import engine_settings
+from spec.support.models.fixtures import tiny_checkpoint
+from spec.support.oracles.oracle import cached_model, greedy
+from spec.support.oracles.oracle_cache import on_disk
+from spec.support.oracles.prompts import MARGIN, screened
+from spec.support.watchers.replay_watch import CudaLaunches, ModelWatch
 from torchlet.contract import CHUNKED_PREFILL, GenerationParams, RequestState
 
 pytestmark = pytest.mark.needs(CHUNKED_PREFILL)

@@ -17,7 +17,7 @@ float64's tolerance, on a tied Qwen2, on 5 query heads sharing 1 KV head (replic
 Llama with 3 KV heads (split 2 and 1, as SmolLM2's are) and an o-projection bias; and greedy
 tokens are the oracle's at TP=2 and TP=3 on heads whose head_dim is declared apart from the
 hidden size, over GQA ratios of 4:1, 6:2, 6:3, 4:2 and 2:2. Every rank runs in a child process
-over gloo on loopback (spec/support/ranks.py); what a rank does is read from outside it: the
+over gloo on loopback (spec/support/ranks/ranks.py); what a rank does is read from outside it: the
 collectives it calls (torch.distributed wrapped in the rank), the weights its matmuls read (the
 ops it dispatches), the K/V it stores (the kv_cache capability), the bytes of the storages its
 engine holds (every tensor reachable from it, each storage counted once and whole). A call that
@@ -45,12 +45,12 @@ import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from spec.support import sampling_oracle
-from spec.support.hf_dirs import save_tiny
-from spec.support.models import FIXTURES_DIR, tiny_checkpoint
-from spec.support.oracle import greedy, hf_model
-from spec.support.prompts import MARGIN
-from spec.support.ranks import held_bytes, run_ranks, spec_for
+from spec.support.oracles import sampling_oracle
+from spec.support.models.hf_dirs import save_tiny
+from spec.support.models.fixtures import FIXTURES_DIR, tiny_checkpoint
+from spec.support.oracles.oracle import greedy, hf_model
+from spec.support.oracles.prompts import MARGIN
+from spec.support.ranks.ranks import held_bytes, run_ranks, spec_for
 from torchlet.checkpoints import load_hf_dir
 from torchlet.contract import TENSOR_PARALLEL, FinishReason, GenerationParams, TorchletError
 

@@ -15,7 +15,7 @@ os.environ["TRITON_INTERPRET"] = "0"
 import torch  # noqa: E402
 
 import implementations  # noqa: E402
-from spec.support.models import tiny_checkpoint  # noqa: E402
+from spec.support.models.fixtures import tiny_checkpoint  # noqa: E402
 from torchlet.contract import GenerationParams  # noqa: E402
 
 torch.set_num_threads(1)

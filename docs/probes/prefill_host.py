@@ -13,7 +13,7 @@ from pathlib import Path
 import torch
 
 import implementations
-from spec.support.models import tiny_checkpoint
+from spec.support.models.fixtures import tiny_checkpoint
 
 tree = Path(sys.argv[1]) if len(sys.argv) > 1 else None
 version = implementations.load("v12_prefix_cache", tree) if tree else \

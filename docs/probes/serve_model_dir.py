@@ -12,7 +12,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import save_file
 
-from spec.support.hf_dirs import byte_tokenizer, printable_rows
+from spec.support.models.hf_dirs import byte_tokenizer, printable_rows
 from torchlet.checkpoints import hf_config_dict
 from torchlet.bench.workloads import QWEN25_05B, random_checkpoint
 

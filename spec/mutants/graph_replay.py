@@ -1,6 +1,6 @@
 """Graph replay: from v07 a steady-state decode step replays a captured graph. The first three
 mutants keep every token right and graph_stats() reporting one capture per bucket and a replay per
-step: the specs that watch the step from outside (spec/support/replay_watch.py, and a counted fn
+step: the specs that watch the step from outside (spec/support/watchers/replay_watch.py, and a counted fn
 on the capture page) kill them; the first passed every v07 spec before those existed. The last
 three break what a replay computes."""
 from spec.mutants import Edit, Mutant

@@ -1,7 +1,7 @@
 """Lane stability: from v05 a request keeps one decode lane, and its K/V one place, for its whole
 life. The lane mutants keep every token right and lane_of() reporting the lane the v05 rule
 gives (lowest free, never moving), while the lanes the decode pass runs differ, so only the
-specs that watch the passes (spec/support/lanes.py) notice. The last one moves the K/V blocks
+specs that watch the passes (spec/support/watchers/lanes.py) notice. The last one moves the K/V blocks
 of a paged request while its lane stays put."""
 from spec.mutants import Edit, Mutant
 

@@ -1,7 +1,7 @@
 """Paged K/V (v08): the block-table invariants as the decode step reads them, and the block
 allocator. The first three mutants keep every report (block_tables(), paged_metadata()) right and
 most tokens right too: only the specs that watch the step's own buffers and stores notice them
-(spec/support/block_watch.py)."""
+(spec/support/watchers/block_watch.py)."""
 from spec.mutants import Edit, Mutant
 
 KV = "v08_paged_gqa_py/kv.py"  # its PagedKV and the decode inputs that read it

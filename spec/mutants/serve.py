@@ -1,7 +1,7 @@
 """`torchlet serve` (torchlet/serve/): what a client gets, how a request ends early, and what
 is refused. Harness mutants: their edits go to a copy of torchlet/, whose serve package the
 mutant worker imports anew for the run (spec/mutants/worker.py); the specs serve the app
-in-process (spec/support/serve_app.py), so what they serve is the edited copy."""
+in-process (spec/support/serve/serve_app.py), so what they serve is the edited copy."""
 from spec.mutants import Edit, Mutant
 
 MODULE = "spec/test_serve.py"

@@ -137,7 +137,7 @@ NOTES = {
     "serve": SERVE_NOTE + (
              "On a CPU, `--model /tmp/tiny-chat` is the specs' tiny chat model (a random Llama "
              "of 2 layers, hidden 64, a byte tokenizer, context 128), written by `python -c "
-             "\"from pathlib import Path; from spec.support.hf_dirs import save_tiny; "
+             "\"from pathlib import Path; from spec.support.models.hf_dirs import save_tiny; "
              "save_tiny(Path('/tmp/tiny-chat'), 'llama', tokenizer=True, seed=5, "
              "printable=True)\"`."),
 }

@@ -113,7 +113,7 @@ class Sources:
     repository's tree: the site is served on its own (python -m http.server -d docs/_site),
     where a path out of it 404s, and a .py opened as a file has no line to jump to. The
     versions' files and the spec modules have pages already; the other files of the
-    repository a paragraph names (torchlet/contract/values.py, spec/support/oracle.py) get theirs
+    repository a paragraph names (torchlet/contract/values.py, spec/support/oracles/oracle.py) get theirs
     from `extra` (site path -> file)."""
 
     def __init__(self, owned: dict[str, list[str]], repo: Path = REPO):
@@ -140,7 +140,7 @@ class Sources:
 
     def linker(self, p: VersionPage):
         """A FILE_NAME substitution linking each name (from versions/) to its page; a bare name
-        not found is looked for in the directory named last (spec/support/oracle.py and
+        not found is looked for in the directory named last (spec/support/oracles/oracle.py and
         prompts.py)."""
         last = ""
 

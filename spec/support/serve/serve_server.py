@@ -1,6 +1,6 @@
 """`torchlet serve` as a user starts it: the console script's code in a child process, on a free
 loopback port, ready once it prints the line with its address, always stopped. It costs a
-child's imports and model load (about 5 s); spec/support/serve_app.py serves in-process."""
+child's imports and model load (about 5 s); spec/support/serve/serve_app.py serves in-process."""
 from __future__ import annotations
 
 import queue

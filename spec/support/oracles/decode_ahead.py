@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from torchlet.contract import OVERLAP
-from spec.support.selection import impl_of
+from spec.support.collection.selection import impl_of
 
 REASON = ("from v14 a step() call also launches the next step's decode: this spec watches one "
           "step's own work (see spec/test_v14_overlap.py)")

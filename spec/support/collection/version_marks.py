@@ -1,5 +1,5 @@
 """A pytest plugin for collect-only runs: after collection, one line per item, its node id and
-the version markers it carries (`-p spec.support.version_marks`). One collection then gives what
+the version markers it carries (`-p spec.support.collection.version_marks`). One collection then gives what
 `-m <version>` would select, for every version at once."""
 from __future__ import annotations
 

@@ -25,8 +25,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from spec.support.kernel_targets import INTERPRETED
-from spec.support.selection import impl_of
+from spec.support.inputs.kernel_targets import INTERPRETED
+from spec.support.collection.selection import impl_of
 
 
 @functools.lru_cache(maxsize=None)

@@ -32,7 +32,7 @@ import pytest
 import torch
 
 import implementations
-from spec.support.selection import impl_of
+from spec.support.collection.selection import impl_of
 
 ROOT = implementations.REFERENCE_ROOT
 HOOK = "__torchlet_entered__"
@@ -43,7 +43,7 @@ GPU_ONLY = {
     "v07_cuda_graph/graphs.py:CudaGraph.replay": "replays a CUDA graph",
 }
 # Functions that run only on the ranks of a group of two or more: child processes of
-# spec/test_v16_tensor_parallel.py (spec/support/ranks.py), which this plugin does not watch.
+# spec/test_v16_tensor_parallel.py (spec/support/ranks/ranks.py), which this plugin does not watch.
 # Its specs there fail when they are stubs (its mutants show it); recording the children's
 # entries is still to do.
 RANKS_ONLY = {f"v16_tensor_parallel/{key}" for key in (

@@ -6,7 +6,7 @@ import functools
 
 import torch
 
-from spec.support.oracle import Reference
+from spec.support.oracles.oracle import Reference
 from torchlet.checkpoints import load_hf_dir
 from torchlet.contract import Checkpoint
 

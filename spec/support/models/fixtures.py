@@ -7,7 +7,7 @@ from pathlib import Path
 from torchlet.checkpoints import load_hf_dir
 from torchlet.contract import Checkpoint
 
-FIXTURES_DIR = Path(__file__).resolve().parents[2] / "fixtures"
+FIXTURES_DIR = Path(__file__).resolve().parents[3] / "fixtures"
 TINY = ("tiny_qwen2", "tiny_llama")
 # head_dim declared apart from hidden_size / num_heads (as Qwen3's is): its own parity specs,
 # not every spec that runs over TINY.

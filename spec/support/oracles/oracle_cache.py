@@ -22,10 +22,10 @@ from pathlib import Path
 import torch
 import transformers
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 CACHE = REPO / "build" / "oracle-cache"
 # What the oracle's answers depend on besides the function's own module.
-SOURCES = ("spec/support/oracle.py", "spec/support/models.py", "torchlet/checkpoints.py",
+SOURCES = ("spec/support/oracles/oracle.py", "spec/support/models/fixtures.py", "torchlet/checkpoints.py",
            "torchlet/contract/values.py")
 
 

@@ -3,7 +3,7 @@ often a version's code calls straight into another version's code (a reader's ba
 
 The version is built on the tiny Qwen2 fixture on the CPU, graphs off (so the step's Python
 runs, not a replay), three requests are decoded until steady, and one more step() is watched
-with sys.setprofile. `python -m spec.support.step_trace v14 v08` prints the figures.
+with sys.setprofile. `python -m spec.support.watchers.step_trace v14 v08` prints the figures.
 """
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ import implementations
 from torchlet.contract import GenerationParams
 from torchlet.engines import build_sized
 
-from .models import tiny_checkpoint
+from spec.support.models.fixtures import tiny_checkpoint
 
 
 @dataclass

@@ -17,9 +17,9 @@ import torch
 from transformers.generation.logits_process import (MinPLogitsWarper, TemperatureLogitsWarper,
                                                     TopKLogitsWarper, TopPLogitsWarper)
 
-from spec.support.models import tiny_checkpoint
-from spec.support.oracle import cached_model
-from spec.support.oracle_cache import on_disk
+from spec.support.models.fixtures import tiny_checkpoint
+from spec.support.oracles.oracle import cached_model
+from spec.support.oracles.oracle_cache import on_disk
 
 M32 = 0xFFFFFFFF
 

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from spec.support.allocations import LIFTS, OpLog, storage, tensors_in
+from spec.support.watchers.allocations import LIFTS, OpLog, storage, tensors_in
 from torchlet.contract import PrefixCacheAPI, RequestState
 
 NULL_BLOCK = 0

@@ -30,18 +30,18 @@ import functools
 
 import pytest
 
-from spec.support.selection import impl_of
+from spec.support.collection.selection import impl_of
 from torchlet.contract import PART_NAMES
 
 MARKER = "part"
 HELP = (f"{MARKER}(*names): a part's own spec, run only against the versions whose recipe writes "
-        f"one of these parts ({', '.join(PART_NAMES)}; spec/support/parts.py)")
+        f"one of these parts ({', '.join(PART_NAMES)}; spec/support/collection/parts.py)")
 
 
 def addoption(parser) -> None:
     parser.addoption("--every-version", action="store_true", default=False,
                      help="run a part's own specs against every version, not only the versions "
-                          "that write the part (spec/support/parts.py)")
+                          "that write the part (spec/support/collection/parts.py)")
 
 
 def parts_of(item) -> tuple[str, ...]:
@@ -75,7 +75,7 @@ LEFT_OUT = pytest.StashKey[int]()  # how many parametrizations the rule left out
 SUBJECT = "subject"
 SUBJECT_HELP = (f"{SUBJECT}(*names): a part's spec that tests these attributes of a version's "
                 f"package runs once for each distinct set of objects, against the first version "
-                f"that holds it (spec/support/parts.py)")
+                f"that holds it (spec/support/collection/parts.py)")
 
 
 def tested_before(items: list) -> set[int]:

@@ -67,7 +67,7 @@ def greedy(model, prompt: list[int], max_new_tokens: int, stop_below: float = 0.
 
 @functools.lru_cache(maxsize=8)
 def cached_model(fixture: str, dtype=torch.float64):
-    from spec.support.models import tiny_checkpoint
+    from spec.support.models.fixtures import tiny_checkpoint
     return hf_model(tiny_checkpoint(fixture), dtype)
 
 

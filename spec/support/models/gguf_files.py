@@ -8,7 +8,7 @@ from pathlib import Path
 
 import torch
 
-from spec.support.hf_dirs import SPECIALS, byte_tokenizer, hf_model
+from spec.support.models.hf_dirs import SPECIALS, byte_tokenizer, hf_model
 
 CONTROL, NORMAL = 3, 1  # llama.cpp's token types
 

@@ -11,9 +11,9 @@ import functools
 
 import torch
 
-from spec.support.models import tiny_checkpoint
-from spec.support.oracle import Reference, cached_model, greedy
-from spec.support.oracle_cache import on_disk
+from spec.support.models.fixtures import tiny_checkpoint
+from spec.support.oracles.oracle import Reference, cached_model, greedy
+from spec.support.oracles.oracle_cache import on_disk
 
 MARGIN = 1e-3   # logits; float32 error on these models is about 1e-5, a hundred times less
 HORIZON = 24    # new tokens compared per prompt

@@ -6,13 +6,13 @@ that replaces the part (v12's pool over v08's) exports another object, and runs 
 The same holds for a version whose idea is kernels alone (v09, v10: their capability adds
 Triton kernels and nothing else): its engine, runner, pool and scheduler are v08's very
 objects, and on a CPU its inherited specs run the layers' PyTorch path, which is v08's
-(spec/support/kernel_mode.py). The properties that drive those engine parts over random
+(spec/support/collection/kernel_mode.py). The properties that drive those engine parts over random
 schedules (marked `engine_parts`) would run v08's code again there: on a CPU they skip such a
 version, naming the one they ran against. Its parity specs still run (they see the PyTorch path
 its layers fall back to), and on a GPU, where its kernels run, everything does.
 
 Where versions declare recipes (PARTS), the pages marked with a part (`pytest.mark.part`) are
-left out for a version that takes the part unchanged before they run (spec/support/parts.py);
+left out for a version that takes the part unchanged before they run (spec/support/collection/parts.py);
 the skips here stay for what a recipe does not say: an object re-exported within a part the
 version does write, and a tree without recipes."""
 from __future__ import annotations
@@ -23,8 +23,8 @@ import pytest
 import torch
 
 from torchlet.contract import TRITON_BASICS, TRITON_PAGED
-from spec.support import trees
-from spec.support.selection import impl_of
+from spec.support.collection import trees
+from spec.support.collection.selection import impl_of
 
 KERNELS_ALONE = (TRITON_BASICS, TRITON_PAGED)  # capabilities whose idea is Triton kernels alone
 

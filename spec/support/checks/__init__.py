@@ -1,0 +1,1 @@
+"""Plugins that judge a whole run: owned coverage, the golden files."""

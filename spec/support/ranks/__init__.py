@@ -1,0 +1,1 @@
+"""Ranks of a tensor-parallel group, each a child process."""
