@@ -43,7 +43,7 @@ NOT_OPTIONS = {"checkpoint", "device", "dtype", "model"}
 WORKLOAD = Workload("two", ((1, 2, 3), (4,) * 20), (5, 7))
 
 
-@pytest.mark.needs(GENERATE)
+@pytest.mark.spec(needs=GENERATE)
 def test_every_version_declares_its_options_with_a_known_role_each_played_once(impl):
     assert "OPTIONS" in vars(impl.package), f"{impl.name} declares no OPTIONS"
     options = impl.options
@@ -56,7 +56,7 @@ def test_every_version_declares_its_options_with_a_known_role_each_played_once(i
         assert impl.option_for(BLOCK_SIZE) is not None
 
 
-@pytest.mark.needs(GENERATE)
+@pytest.mark.spec(needs=GENERATE)
 def test_the_build_takes_every_declared_option_and_refuses_any_other(impl):
     engine = impl.build(CKPT, **{o.name: o.default for o in impl.options})
     assert len(engine.generate([[1, 2, 3]], GenerationParams(max_new_tokens=2))[0]) == 2
@@ -64,7 +64,7 @@ def test_the_build_takes_every_declared_option_and_refuses_any_other(impl):
         impl.build(CKPT, no_such_option=1)
 
 
-@pytest.mark.needs(GENERATE)
+@pytest.mark.spec(needs=GENERATE)
 def test_options_agree_with_the_build_signature_wherever_it_names_them(impl):
     declared = {o.name: o for o in impl.options}
     params = inspect.signature(impl.package.build).parameters
@@ -75,7 +75,7 @@ def test_options_agree_with_the_build_signature_wherever_it_names_them(impl):
             assert param.default == declared[name].default, name
 
 
-@pytest.mark.needs(GENERATE)
+@pytest.mark.spec(needs=GENERATE)
 def test_the_bench_builds_every_version_with_only_what_it_declares(impl):
     options = build_options(impl, {MAX_RUNNING: 2, MAX_STEP_TOKENS: 64}, {"no_such_option": 1},
                             WORKLOAD)
@@ -105,8 +105,7 @@ def test_the_bench_finds_sizing_options_by_their_role_never_by_their_name():
                                        "pages": 1 + 1 + 4}
 
 
-@pytest.mark.needs(PAGED_KV)
-@pytest.mark.kernels
+@pytest.mark.spec(needs=PAGED_KV, kernels=True)
 def test_the_kernel_bench_times_the_paged_attention_the_version_declares(impl):
     kernel = impl.kernel(PAGED_DECODE_ATTENTION)
     assert kernel is impl.package.KERNELS[PAGED_DECODE_ATTENTION]
@@ -134,7 +133,7 @@ def bad_values(option: BuildOption) -> list:
     return [5]  # a number where a callable or another object belongs
 
 
-@pytest.mark.needs(GENERATE)
+@pytest.mark.spec(needs=GENERATE)
 def test_a_bad_device_dtype_or_option_value_is_refused_in_one_line_naming_it(impl):
     """Checked once for every version (Version.build, from OPTIONS): max_lanes=0 used to
     mean the default, and a bool passed for an int."""
@@ -147,7 +146,7 @@ def test_a_bad_device_dtype_or_option_value_is_refused_in_one_line_naming_it(imp
         assert name in message and "\n" not in message, (name, value, message)
 
 
-@pytest.mark.needs(GENERATE)
+@pytest.mark.spec(needs=GENERATE)
 def test_a_cuda_build_on_a_machine_without_cuda_is_one_torchlet_error(impl, monkeypatch):
     """torch answers it with a bare AssertionError from deep inside the first tensor moved."""
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)

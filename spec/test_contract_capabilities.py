@@ -31,7 +31,7 @@ from torchlet.contract import (ALL_CAPABILITIES, API_OF, GENERATE, KV_CACHE, PAG
                                RequestStatesAPI, Sampler, SplitGQALayers, lacking, members)
 
 
-@pytest.mark.needs(GENERATE)
+@pytest.mark.spec(needs=GENERATE)
 def test_every_engine_satisfies_the_api_of_each_capability_its_version_declares(impl):
     engine = impl.build(tiny_checkpoint("tiny_qwen2"))
     declared = [c for c in impl.capabilities if c in API_OF]
@@ -42,7 +42,7 @@ def test_every_engine_satisfies_the_api_of_each_capability_its_version_declares(
     assert lacking(engine, impl.capabilities) == {}
 
 
-@pytest.mark.needs(GENERATE)
+@pytest.mark.spec(needs=GENERATE)
 def test_a_versions_recipe_names_each_part_and_a_writer_at_or_before_it(impl):
     """What `torchlet parts` and the site print: every part named, written by this version or
     an earlier one, and the parts it swaps among them."""
@@ -55,7 +55,7 @@ def test_a_versions_recipe_names_each_part_and_a_writer_at_or_before_it(impl):
     assert {p for p, _, _ in rows if impl.writer(p) == impl.name} == set(impl.recipe.swapped())
 
 
-@pytest.mark.needs(GENERATE)
+@pytest.mark.spec(needs=GENERATE)
 def test_the_layers_and_sampler_a_version_exports_satisfy_their_protocols(impl):
     """What split_gqa and sampling promise is not on the engine: on `layers` and `sampler`."""
     assert isinstance(impl.layers, Layers)

@@ -1,7 +1,7 @@
 """Meta: a part's own specs run once, against the version that writes the part.
 
 What it checks: on a tree of versions whose recipes (PARTS) say who wrote each part, a spec
-marked `part("model")` is collected for the versions that write the model and for a version
+marked `spec(part="model")` is collected for the versions that write the model and for a version
 without a recipe, and deselected for a version that took the model unchanged; a spec with no
 part mark (engine-level) is collected for every version; `--every-version` collects both for
 every version. A run so narrowed exits 0, naming the specs it left out as deselected, also when
@@ -15,7 +15,8 @@ Core principle: the reference tree has no recipes yet, so the tree here is made 
 four versions that re-export v00's code and declare recipes built with Recipe.first and
 Recipe.replace. The real spec page spec/test_v00_layers.py runs against it in a child pytest
 (`--impl-root`), and what it collects and runs is read back from its output.
-Files: spec/support/collection/parts.py, conftest.py, the `part` marks of spec/test_v*.py.
+Files: spec/support/collection/rule.py, spec/support/collection/parts.py, conftest.py, the
+`spec(part=...)` marks of spec/test_v*.py.
 Tradeoff left visible: a part is the unit; a version that writes the model runs every model
 spec, also those of the model's functions it took unchanged (v10 runs v09's kernel specs).
 """
@@ -27,7 +28,7 @@ import pytest
 QUIET = ["-q", "-p", "no:randomly", "-p", "no:xdist", "-p", "no:unraisableexception",
          "--no-owned-coverage"]
 PAGE = "spec/test_v00_layers.py"
-PART_SPEC = "test_rms_norm_equals_hf"            # part("model")
+PART_SPEC = "test_rms_norm_equals_hf"            # spec(part="model")
 ENGINE_SPEC = "test_whole_model_logits_equal_hf"  # no part mark
 
 SOURCE = '''from implementations.v00_full_recompute import CAPABILITIES, OPTIONS, build, layers
@@ -113,20 +114,26 @@ def test_a_mutants_run_of_the_writer_runs_the_part_spec(pytest_run):
         out[-3000:]  # once per fixture, against v02_model alone
 
 
-def test_a_part_mark_names_parts_only():
-    """A misspelt part would leave a spec to run everywhere, or nowhere, unnoticed."""
-    from spec.support.collection import parts
+def test_a_spec_marker_refuses_what_it_cannot_mean():
+    """A misspelt part, argument or capability would leave a spec to run everywhere, or nowhere,
+    unnoticed."""
+    from spec.support.collection import rule
 
     class Item:
         nodeid = "spec/test_x.py::test_y"
 
-        def __init__(self, *names):
-            self.mark = pytest.mark.part(*names).mark
+        def __init__(self, **kwargs):
+            self.mark = pytest.mark.spec(**kwargs).mark
 
-        def get_closest_marker(self, name):
-            return self.mark if name == parts.MARKER else None
+        def iter_markers(self, name):
+            return [self.mark] if name == rule.MARKER else []
 
-    assert parts.parts_of(Item("kv", "model")) == ("kv", "model")
-    for bad in (("kv_cache",), ()):
+    assert rule.spec_of(Item(part=("kv", "model"))).part == ("kv", "model")
+    assert rule.spec_of(Item(part="kv")).part == ("kv",)
+    for bad in ("kv_cache", ()):
         with pytest.raises(pytest.UsageError, match="part names"):
-            parts.parts_of(Item(*bad))
+            rule.spec_of(Item(part=bad))
+    with pytest.raises(pytest.UsageError, match="no argument watches_one_step"):
+        rule.spec_of(Item(watches_one_step=True))
+    with pytest.raises(pytest.UsageError, match="names no capability"):
+        rule.spec_of(Item(needs="paged"))

@@ -34,7 +34,7 @@ from torchlet.contract import GENERATE, GenerationParams
 from torchlet.engines import build_sized
 from torchlet.running import default_version, serving_options
 
-pytestmark = [pytest.mark.needs(GENERATE), pytest.mark.real_model]
+pytestmark = [pytest.mark.spec(needs=GENERATE), pytest.mark.real_model]
 
 
 def served_here(impl) -> bool:

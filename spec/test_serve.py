@@ -673,7 +673,7 @@ def test_the_torchlet_serve_command_answers_curl_and_the_openai_client_and_exits
         server.stop()
 
 
-@pytest.mark.needs(REQUEST_STATES)
+@pytest.mark.spec(needs=REQUEST_STATES)
 def test_every_version_with_the_step_api_serves_its_engine_s_answers_over_http(
         impl, checkpoint, tokenizer, model):
     """Each version from v03 on behind the app (starlette's TestClient, in this process, no

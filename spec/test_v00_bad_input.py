@@ -21,7 +21,7 @@ from spec.support.models.fixtures import tiny_checkpoint
 from torchlet.contract import (GENERATE, SAMPLING, GenerationParams, RequestError,
                                UnknownVersionError)
 
-pytestmark = pytest.mark.needs(GENERATE)
+pytestmark = pytest.mark.spec(needs=GENERATE)
 
 
 @pytest.fixture(scope="module")
@@ -85,11 +85,10 @@ def test_an_unknown_version_name_lists_the_known_ones():
         implementations.load("v99_missing")
 
 
+@pytest.mark.spec(until=SAMPLING)  # this version samples: spec/test_v11_sampling.py
 def test_a_greedy_version_refuses_sampling_settings_by_name(impl, engine):
     """Before v11 every version takes the argmax: a request that asks to sample is refused with
     a message that names the setting and the capability it needs, not decoded greedily."""
-    if SAMPLING in impl.capabilities:
-        pytest.skip("this version samples: spec/test_v11_sampling.py")
     with pytest.raises(RequestError, match=r"temperature=0\.7 .*`sampling` capability"):
         engine.generate([[5, 6]], GenerationParams(max_new_tokens=2, temperature=0.7))
     with pytest.raises(RequestError, match="top_p"):

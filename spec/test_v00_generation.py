@@ -23,7 +23,7 @@ from spec.support.oracles.prompts import HORIZON, screened
 from spec.support.checks.snapshots import GoldenTokens, render
 from torchlet.contract import GENERATE, GenerationParams
 
-pytestmark = pytest.mark.needs(GENERATE)
+pytestmark = pytest.mark.spec(needs=GENERATE)
 
 
 @pytest.fixture(scope="module")

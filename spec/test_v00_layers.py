@@ -19,7 +19,7 @@ from spec.support.models.fixtures import TINY, tiny_checkpoint
 from spec.support.oracles.oracle import HFLayers, hf_model
 from torchlet.contract import GENERATE, layer_tensors
 
-pytestmark = pytest.mark.needs(GENERATE)
+pytestmark = pytest.mark.spec(needs=GENERATE)
 
 TOL = dict(atol=2e-5, rtol=2e-5)
 
@@ -37,7 +37,7 @@ def hidden(ckpt, t=11, seed=0):
     return x, positions
 
 
-@pytest.mark.part("model")
+@pytest.mark.spec(part="model")
 @torch.inference_mode()
 def test_rms_norm_equals_hf(impl, setup):
     ckpt, hf = setup
@@ -46,7 +46,7 @@ def test_rms_norm_equals_hf(impl, setup):
     torch.testing.assert_close(ours, hf.norm(x), **TOL)
 
 
-@pytest.mark.part("model")
+@pytest.mark.spec(part="model")
 @torch.inference_mode()
 def test_rope_equals_hf_at_scattered_positions(impl, setup):
     ckpt, hf = setup
@@ -60,7 +60,7 @@ def test_rope_equals_hf_at_scattered_positions(impl, setup):
     torch.testing.assert_close(impl.layers.apply_rope(k, positions, c.rope_theta), k_hf, **TOL)
 
 
-@pytest.mark.part("model")
+@pytest.mark.spec(part="model")
 @torch.inference_mode()
 @pytest.mark.parametrize("layer", [0, 1])
 def test_attention_equals_hf(impl, setup, layer):
@@ -70,7 +70,7 @@ def test_attention_equals_hf(impl, setup, layer):
     torch.testing.assert_close(ours, hf.attention(layer, x, positions), **TOL)
 
 
-@pytest.mark.part("model")
+@pytest.mark.spec(part="model")
 @torch.inference_mode()
 def test_mlp_equals_hf(impl, setup):
     ckpt, hf = setup
@@ -78,7 +78,7 @@ def test_mlp_equals_hf(impl, setup):
     torch.testing.assert_close(impl.layers.mlp(x, layer_tensors(ckpt, 0)), hf.mlp(0, x), **TOL)
 
 
-@pytest.mark.part("model")
+@pytest.mark.spec(part="model")
 @torch.inference_mode()
 def test_decoder_layer_equals_hf(impl, setup):
     ckpt, hf = setup

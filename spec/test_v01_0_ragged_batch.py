@@ -25,7 +25,7 @@ from spec.support.watchers.meter import TokenMeter
 from spec.support.models.fixtures import TINY, tiny_checkpoint
 from torchlet.contract import KV_CACHE, RAGGED_BATCH, GenerationParams, RequestError, flatten
 
-pytestmark = pytest.mark.needs(RAGGED_BATCH)
+pytestmark = pytest.mark.spec(needs=RAGGED_BATCH)
 
 FIXTURE = "tiny_qwen2"
 VOCAB = tiny_checkpoint(FIXTURE).config.vocab_size
@@ -62,7 +62,7 @@ def test_each_request_rows_of_the_batched_logits_equal_its_solo_logits(impl, eng
         torch.testing.assert_close(logits[int(indptr[i]):int(indptr[i + 1])], engine.logits(p))
 
 
-@pytest.mark.part("model")
+@pytest.mark.spec(part="model")
 @given(lengths=st.lists(st.integers(1, 50), min_size=1, max_size=16))
 @engine_settings()
 def test_req_indptr_starts_at_zero_never_decreases_and_ends_at_the_total(impl, lengths):
@@ -113,11 +113,10 @@ def test_generate_feeds_all_prompts_in_one_first_pass_without_padding(impl, fixt
     assert len(passes) == 3  # one pass per new token, for the whole batch at once
 
 
+@pytest.mark.spec(until=KV_CACHE)  # a KV cache removes the recompute: spec/test_v02_kv_cache.py
 def test_without_a_cache_each_step_recomputes_every_unfinished_sequence(impl):
     """The tradeoff, measured: step k feeds each request its prompt plus the k tokens it has made
     so far."""
-    if KV_CACHE in impl.capabilities:
-        pytest.skip("a KV cache removes the recompute: see test_v02_kv_cache.py")
     ckpt = tiny_checkpoint(FIXTURE)
     engine = impl.build(ckpt)
     batch = [[5, 6, 7], [9] * 11, [4]]

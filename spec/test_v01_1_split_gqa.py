@@ -32,7 +32,7 @@ from spec.support.models.fixtures import TINY, tiny_checkpoint
 from spec.support.oracles.tolerances import tolerance
 from torchlet.contract import SPLIT_GQA, layer_tensors
 
-pytestmark = pytest.mark.needs(SPLIT_GQA)
+pytestmark = pytest.mark.spec(needs=SPLIT_GQA)
 
 LENGTHS = [5, 1, 9]  # a ragged batch of three requests
 
@@ -56,7 +56,7 @@ def case(request):
     return batch
 
 
-@pytest.mark.part("model")
+@pytest.mark.spec(part="model")
 def test_project_qkv_equals_x_times_each_weight_transposed_plus_bias(impl, case):
     w, x = case["w"], case["x"]
     q, k, v = impl.layers.project_qkv(x, w)
@@ -67,7 +67,7 @@ def test_project_qkv_equals_x_times_each_weight_transposed_plus_bias(impl, case)
         torch.testing.assert_close(got, want)
 
 
-@pytest.mark.part("model")
+@pytest.mark.spec(part="model")
 def test_split_heads_gives_head_h_the_columns_h_times_head_dim_onward(impl, case):
     cfg, q = case["cfg"], case["q"]
     flat = q.reshape(q.shape[0], -1)
@@ -77,7 +77,7 @@ def test_split_heads_gives_head_h_the_columns_h_times_head_dim_onward(impl, case
         assert torch.equal(heads[:, h], flat[:, h * d:(h + 1) * d])
 
 
-@pytest.mark.part("model")
+@pytest.mark.spec(part="model")
 def test_rope_qk_turns_each_pair_of_q_and_k_by_position_times_its_frequency(impl, case):
     """Reference: pair i of a head is (x[i], x[i + D/2]) read as a complex number, turned by
     position * theta^(-2i/D)."""
@@ -96,7 +96,7 @@ def test_rope_qk_turns_each_pair_of_q_and_k_by_position_times_its_frequency(impl
     torch.testing.assert_close(k, reference(case["k"]), atol=1e-5, rtol=1e-5)
 
 
-@pytest.mark.part("model")
+@pytest.mark.spec(part="model")
 def test_group_queries_puts_query_head_h_with_kv_head_h_over_group(impl, case):
     cfg, q = case["cfg"], case["q"]
     grouped = impl.layers.group_queries(q, cfg.num_kv_heads)
@@ -118,7 +118,7 @@ def sdpa_per_request(q, k, v, lengths):
     return torch.cat(out)
 
 
-@pytest.mark.part("model")
+@pytest.mark.spec(part="model")
 def test_attend_per_request_equals_causal_sdpa_on_each_request_alone(impl, case):
     cfg, q, k, v = case["cfg"], case["q"], case["k"], case["v"]
     got = impl.layers.attend_per_request(impl.layers.group_queries(q, cfg.num_kv_heads), k, v,
@@ -127,7 +127,7 @@ def test_attend_per_request_equals_causal_sdpa_on_each_request_alone(impl, case)
     torch.testing.assert_close(got.reshape(want.shape), want)
 
 
-@pytest.mark.part("model")
+@pytest.mark.spec(part="model")
 def test_attend_per_request_never_lets_one_request_read_another(impl, case):
     cfg, q, k, v = case["cfg"], case["q"], case["k"], case["v"]
     qg = impl.layers.group_queries(q, cfg.num_kv_heads)
@@ -161,7 +161,7 @@ class CopiesPerQueryHead(TorchDispatchMode):
         return out
 
 
-@pytest.mark.part("model")
+@pytest.mark.spec(part="model")
 def test_each_kv_head_is_read_in_place_by_its_group_never_copied_per_query_head(impl, case):
     """v01_0 copied K and V once per query head (repeat_interleave) before attending: G times
     the K/V bytes, made and read again at every step. The grouped layout exists so that a group's
@@ -179,7 +179,7 @@ def test_each_kv_head_is_read_in_place_by_its_group_never_copied_per_query_head(
     assert watch.found == []
 
 
-@pytest.mark.part("model")
+@pytest.mark.spec(part="model")
 def test_output_projection_merges_heads_in_order_then_applies_o_proj(impl, case):
     cfg, w, q = case["cfg"], case["w"], case["q"]
     grouped = q.view(q.shape[0], cfg.num_kv_heads, cfg.group_size, cfg.head_dim)
@@ -187,7 +187,7 @@ def test_output_projection_merges_heads_in_order_then_applies_o_proj(impl, case)
     torch.testing.assert_close(impl.layers.output_projection(grouped, w), want)
 
 
-@pytest.mark.part("model")
+@pytest.mark.spec(part="model")
 def test_the_six_phases_in_order_equal_the_whole_attention(impl, case):
     L, cfg, w = impl.layers, case["cfg"], case["w"]
     q, k, v = L.project_qkv(case["x"], w)
@@ -199,7 +199,7 @@ def test_the_six_phases_in_order_equal_the_whole_attention(impl, case):
     torch.testing.assert_close(L.output_projection(out, w), whole)
 
 
-@pytest.mark.part("model")
+@pytest.mark.spec(part="model")
 def test_with_qwen3s_qk_norm_between_split_heads_and_rope_the_phases_equal_the_whole_attention(
         impl):
     """Qwen3 normalizes each q and k head (RMSNorm with weights self_attn.q_norm and k_norm)
@@ -226,7 +226,7 @@ def test_with_qwen3s_qk_norm_between_split_heads_and_rope_the_phases_equal_the_w
     torch.testing.assert_close(L.output_projection(out, w), L.attention(x, positions, w, cfg, indptr))
 
 
-@pytest.mark.part("model")
+@pytest.mark.spec(part="model")
 def test_the_whole_attention_equals_v01_0_on_a_ragged_batch(impl, case):
     v01_0 = implementations.load("v01_0_ragged_batch").layers
     args = (case["x"], case["positions"], case["w"], case["cfg"], case["indptr"])

@@ -36,7 +36,7 @@ from spec.support.oracles.oracle import cached_model
 from spec.support.oracles.decode_ahead import wasted
 from torchlet.contract import DECODE_LANES, KV_CACHE, GenerationParams, RequestError
 
-pytestmark = pytest.mark.needs(KV_CACHE)
+pytestmark = pytest.mark.spec(needs=KV_CACHE)
 
 FIXTURE = "tiny_qwen2"
 CKPT = tiny_checkpoint(FIXTURE)

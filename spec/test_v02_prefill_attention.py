@@ -38,7 +38,7 @@ from spec.support.models.fixtures import tiny_checkpoint
 from spec.support.oracles.tolerances import assert_close
 from torchlet.contract import KV_CACHE, Checkpoint, GenerationParams
 
-pytestmark = pytest.mark.needs(KV_CACHE)
+pytestmark = pytest.mark.spec(needs=KV_CACHE)
 
 T = 512  # prompt tokens: T x T is above any other tensor of this prefill (gate|up: T x 256)
 
@@ -65,7 +65,7 @@ def test_a_prefill_of_t_tokens_creates_no_tensor_of_t_by_t_elements(impl):
     assert biggest[0] < T * T, f"{biggest[2]} made {biggest[1]}: {biggest[0]:,} >= {T}^2"
 
 
-@pytest.mark.part("model")
+@pytest.mark.spec(part="model")
 @pytest.mark.parametrize("queries,keys", [(6, 6), (1, 9), (4, 9)],
                          ids=["prefill", "decode", "after-a-cached-prefix"])
 def test_causal_attention_equals_v01_1s_phase_for_the_last_t_of_s_positions(impl, queries,

@@ -31,7 +31,7 @@ from spec.support.models.fixtures import tiny_checkpoint
 from torchlet.contract import (CHUNKED_PREFILL, CONTINUOUS_BATCHING, DECODE_LANES, PAGED_KV,
                                REQUEST_STATES, GenerationParams, RequestError)
 
-pytestmark = pytest.mark.needs(REQUEST_STATES)
+pytestmark = pytest.mark.spec(needs=REQUEST_STATES)
 
 CKPT = tiny_checkpoint("tiny_qwen2")
 VOCAB, CONTEXT = CKPT.config.vocab_size, CKPT.config.max_position

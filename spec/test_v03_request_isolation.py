@@ -38,7 +38,7 @@ from spec.support.inputs.scenarios import PROMPT, run_alone, run_schedule
 from torchlet.contract import (GRAPH_REPLAY, PAGED_KV, REQUEST_STATES, FinishReason,
                                GenerationParams, RequestError, RequestState)
 
-pytestmark = pytest.mark.needs(REQUEST_STATES)
+pytestmark = pytest.mark.spec(needs=REQUEST_STATES)
 
 CKPT = tiny_checkpoint("tiny_qwen2")
 VOCAB = CKPT.config.vocab_size
@@ -183,7 +183,7 @@ def without(engine):
 # The issue's: a request arrives the step after one fails at its first token, with a decode for
 # its second launched ahead (v14).
 @example(failing=(0, 1, 0, PROMPT, (5, 1)))
-@pytest.mark.engine_parts
+@pytest.mark.spec(engine_parts=True)
 @engine_settings()
 def test_a_request_failing_in_a_step_ends_alone_frees_what_it_held_and_the_others_get_their_tokens(
         impl, engine, without, failing):
@@ -232,7 +232,7 @@ def run_round(engine, prompts) -> None:
             engine.output(i)  # taken once finished, it has left
 
 
-@pytest.mark.part("loop")
+@pytest.mark.spec(part="loop")
 def test_two_thousand_requests_leave_the_engine_once_taken_and_its_memory_stays_bounded(impl):
     """2,000 requests, in rounds of 50, each taken (take()) once it has finished: every id is
     unknown after it (the request table is back to empty), and the Python memory the engine

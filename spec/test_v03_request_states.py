@@ -35,7 +35,7 @@ from spec.support.inputs.scenarios import late_arrival, run_alone
 from torchlet.contract import (CONTINUOUS_BATCHING, DECODE_LANES, REQUEST_STATES, FinishReason,
                                GenerationParams, RequestError, RequestState)
 
-pytestmark = pytest.mark.needs(REQUEST_STATES)
+pytestmark = pytest.mark.spec(needs=REQUEST_STATES)
 
 W, R, F = RequestState.WAITING, RequestState.RUNNING, RequestState.FINISHED
 LEGAL = {W: {W, R, F}, R: {R, F}, F: {F}}  # W -> F in one step: aborted, or done at prefill
@@ -111,7 +111,7 @@ class Lifecycle(RuleBasedStateMachine):
         assert self.engine.has_unfinished() == any(o.state is not F for o in self.seen.values())
 
 
-@pytest.mark.engine_parts
+@pytest.mark.spec(engine_parts=True)
 def test_random_add_step_abort_sequences_make_only_legal_transitions(impl):
     run_state_machine_as_test(lambda: Lifecycle(impl), settings=engine_settings())
 
@@ -246,10 +246,9 @@ def test_stepwise_driving_gives_the_tokens_of_generate_and_of_v02(engines, batch
     assert stepwise == engine.generate(batch, params) == v02.generate(batch, params)
 
 
+@pytest.mark.spec(until=CONTINUOUS_BATCHING)  # which admits B at once: spec/test_v04_*
 def test_static_batching_makes_a_late_request_wait_for_the_whole_batch(impl):
     """The tradeoff: B arrives one step after A and waits until A, which makes 6 tokens, has
     finished, though nothing limits the batch's size."""
-    if CONTINUOUS_BATCHING in impl.capabilities:
-        pytest.skip("continuous batching admits B at once: see test_v04_continuous_batching.py")
     a, b, ran = late_arrival(impl.build(CKPT))
     assert ran == [((a,), ())] * 5 + [((), (b,)), ((b,), ())]

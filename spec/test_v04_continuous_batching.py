@@ -39,7 +39,7 @@ from spec.support.inputs.scenarios import late_arrival
 from torchlet.contract import (CHUNKED_PREFILL, CONTINUOUS_BATCHING, DECODE_LANES, GenerationParams,
                                RequestError)
 
-pytestmark = pytest.mark.needs(CONTINUOUS_BATCHING)
+pytestmark = pytest.mark.spec(needs=CONTINUOUS_BATCHING)
 
 CKPT = tiny_checkpoint("tiny_qwen2")
 VOCAB = CKPT.config.vocab_size
@@ -77,8 +77,7 @@ def solo():
 # the first request stops at its stop token 34, the second arrives after it has left
 @example(schedule=[(0, [3, 3, 3, 173, 3], GenerationParams(max_new_tokens=3, stop_token_ids=(34,))),
                    (3, [5, 6], GenerationParams(max_new_tokens=2))], max_running=2, extra_budget=4)
-@pytest.mark.engine_parts
-@pytest.mark.needs(CONTINUOUS_BATCHING, until=CHUNKED_PREFILL)  # whole prompts; v15's page: slices
+@pytest.mark.spec(engine_parts=True, until=CHUNKED_PREFILL)  # whole prompts; v15's page: slices
 @engine_settings()
 def test_for_any_arrival_schedule_each_request_gets_its_solo_tokens_within_the_limits(
         impl, solo, schedule, max_running, extra_budget):
@@ -139,9 +138,8 @@ def assert_rows_fed(passes, log, prompt_of, params_of, max_running, impl):
 PROMPT = [17, 5, 300, 42, 99, 8, 250]
 
 
+@pytest.mark.spec(until=DECODE_LANES)  # from v05 decode runs in a lane-shaped pass of its own
 def test_prefill_and_decode_share_one_mixed_pass(impl):
-    if DECODE_LANES in impl.capabilities:
-        pytest.skip("from v05 decode runs in its own lane-shaped pass: see test_v05_decode_lanes.py")
     engine = impl.build(CKPT, max_running=4, max_step_tokens=64)
     a = engine.add_request(PROMPT, GenerationParams(max_new_tokens=5))
     engine.step()
@@ -171,7 +169,7 @@ def test_a_finished_request_leaves_at_its_step_and_its_room_goes_to_the_next_wai
     assert (stats.decode_ids, stats.prefill_ids) == ((), (b,))
 
 
-@pytest.mark.needs(CONTINUOUS_BATCHING, until=CHUNKED_PREFILL)  # v15 slices it
+@pytest.mark.spec(until=CHUNKED_PREFILL)  # v15 slices it
 def test_the_token_budget_holds_back_a_prompt_that_would_overflow_the_step(impl):
     engine = impl.build(CKPT, max_running=4, max_step_tokens=10)
     a = engine.add_request(PROMPT, GenerationParams(max_new_tokens=3))
@@ -187,7 +185,7 @@ def test_the_token_budget_holds_back_a_prompt_that_would_overflow_the_step(impl)
     assert engine.last_step_stats().prefill_ids == (big,)
 
 
-@pytest.mark.needs(CONTINUOUS_BATCHING, until=CHUNKED_PREFILL)  # v15 slices it
+@pytest.mark.spec(until=CHUNKED_PREFILL)  # v15 slices it
 def test_a_prompt_longer_than_the_step_budget_is_refused_when_added(impl):
     engine = impl.build(CKPT, max_running=2, max_step_tokens=8)
     with pytest.raises(RequestError, match="max_step_tokens"):

@@ -53,7 +53,7 @@ from spec.support.models.fixtures import tiny_checkpoint
 from torchlet.contract import (DECODE_LANES, GRAPH_REPLAY, PAGED_KV, GenerationParams,
                                RequestState)
 
-pytestmark = pytest.mark.needs(DECODE_LANES)
+pytestmark = pytest.mark.spec(needs=DECODE_LANES)
 
 CKPT = tiny_checkpoint("tiny_qwen2")
 CFG = CKPT.config
@@ -152,8 +152,7 @@ def assert_decode_lanes(impl, fed: int, lanes: int, in_use: int):
 
 # --- under random arrival schedules -------------------------------------------------------------
 
-@pytest.mark.engine_parts
-@pytest.mark.one_step_per_call
+@pytest.mark.spec(engine_parts=True, one_step_per_call=True)
 @given(schedule=sts.arrival_schedules(VOCAB, max_len=MAX_LEN), lanes=st.integers(1, 4))
 @engine_settings()
 def test_for_any_arrival_schedule_a_request_keeps_one_unshared_lane_newcomers_taking_the_lowest(
@@ -168,7 +167,7 @@ def test_for_any_arrival_schedule_a_request_keeps_one_unshared_lane_newcomers_ta
         assert engine.lane_of(i) is None, "a finished request still holds a lane"
 
 
-@pytest.mark.engine_parts
+@pytest.mark.spec(engine_parts=True)
 @given(schedule=sts.arrival_schedules(VOCAB, max_len=MAX_LEN), lanes=st.integers(2, 4))
 @engine_settings()
 def test_garbage_in_the_idle_lanes_changes_no_requests_tokens(impl, schedule, lanes):
@@ -224,7 +223,7 @@ def test_a_freed_lane_goes_to_the_next_request_lowest_lane_first(impl):
     assert [engine.lane_of(i) for i in (late2, late1)] == [0, 1]  # the lowest, not the first freed
 
 
-@pytest.mark.one_step_per_call
+@pytest.mark.spec(one_step_per_call=True)
 def test_the_lane_that_lane_of_names_feeds_its_requests_token_and_its_kv_rows_stay_put(impl):
     """lane_of() checked against the passes themselves, while requests leave from below others
     (a finish, then an abort) and newcomers fill the freed lanes. In float32, so v09 and v10 run
@@ -299,9 +298,8 @@ def test_idle_lanes_carry_garbage_when_poisoned_yet_the_active_logits_are_unchan
     assert not torch.equal(clean_ids, dirty_ids), "poison_inactive_lanes fed no garbage"
 
 
+@pytest.mark.spec(until=PAGED_KV)  # from v08 the K/V memory is a pool of blocks: spec/test_v08_*
 def test_each_lane_reserves_max_len_rows_of_kv_at_build_whatever_its_request_uses(impl):
-    if PAGED_KV in impl.capabilities:
-        pytest.skip("from v08 the K/V memory is a pool of blocks: see test_v08_*")
     allocated = {}
     for lanes in (2, 4):
         with OpLog() as log:

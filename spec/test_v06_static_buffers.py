@@ -40,7 +40,7 @@ from spec.support.oracles.decode_ahead import overlaps
 from spec.support.inputs.scenarios import run_schedule
 from torchlet.contract import STATIC_BUFFERS, GenerationParams
 
-pytestmark = pytest.mark.needs(STATIC_BUFFERS)
+pytestmark = pytest.mark.spec(needs=STATIC_BUFFERS)
 
 CKPT = tiny_checkpoint("tiny_qwen2")
 CFG = CKPT.config
@@ -92,8 +92,7 @@ def drive(engine, schedule, on_step=None) -> list[int]:
     return run_schedule(engine, schedule, step)
 
 
-@pytest.mark.engine_parts
-@pytest.mark.one_step_per_call
+@pytest.mark.spec(engine_parts=True, one_step_per_call=True)
 @given(schedule=sts.arrival_schedules(VOCAB, max_len=MAX_LEN), slots=st.integers(1, 4))
 @engine_settings()
 def test_every_decode_step_reads_the_same_buffers_written_in_place_without_allocating(
@@ -117,7 +116,7 @@ def v05():
     return implementations.load("v05_decode_lanes")
 
 
-@pytest.mark.one_step_per_call
+@pytest.mark.spec(one_step_per_call=True)
 def test_a_decode_step_writes_in_place_where_v05_allocated_its_inputs(impl, v05):
     steps = {}
     for version in (impl, v05):
@@ -138,7 +137,7 @@ def test_a_decode_step_writes_in_place_where_v05_allocated_its_inputs(impl, v05)
 
 @given(schedule=sts.arrival_schedules(VOCAB, max_len=MAX_LEN), slots=st.integers(1, 4),
        poison=st.booleans())
-@pytest.mark.engine_parts
+@pytest.mark.spec(engine_parts=True)
 @engine_settings()
 def test_for_any_arrival_schedule_the_tokens_equal_v05s(impl, v05, schedule, slots, poison):
     outputs = []

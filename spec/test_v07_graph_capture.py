@@ -30,7 +30,7 @@ from implementations.v00_full_recompute import model as v00_model
 from spec.support.models.fixtures import tiny_checkpoint
 from torchlet.contract import GRAPH_REPLAY, TorchletError, cast_tensors, layer_tensors
 
-pytestmark = [pytest.mark.needs(GRAPH_REPLAY), pytest.mark.part("runner")]
+pytestmark = pytest.mark.spec(needs=GRAPH_REPLAY, part="runner")
 
 # cuBLAS may choose another algorithm inside a capture than in eager mode, so CUDA replay is
 # allowed float32 rounding; on CPU the tape runs the very same kernels and must be bit-equal.

@@ -34,7 +34,7 @@ from spec.support.oracles.decode_ahead import unread
 from spec.support.watchers.replay_watch import CudaStepWatch, ModelWatch
 from torchlet.contract import GRAPH_REPLAY, GenerationParams
 
-pytestmark = pytest.mark.needs(GRAPH_REPLAY)
+pytestmark = pytest.mark.spec(needs=GRAPH_REPLAY)
 
 CKPT = tiny_checkpoint("tiny_qwen2")
 VOCAB = CKPT.config.vocab_size
@@ -152,7 +152,7 @@ def test_a_replayed_decode_step_runs_none_of_the_models_python_code(steady):
             f"decode step {step} ran model code: {sorted(set(watch.model_calls))}"
 
 
-@pytest.mark.one_step_per_call
+@pytest.mark.spec(one_step_per_call=True)
 def test_a_replayed_decode_step_dispatches_no_op_from_the_model_yet_does_the_steps_work(steady):
     (_, replayed), (_, eager) = steady
     for step, (watch, eager_watch) in enumerate(zip(replayed, eager)):
@@ -162,7 +162,7 @@ def test_a_replayed_decode_step_dispatches_no_op_from_the_model_yet_does_the_ste
         assert len(watch.ops) >= len(eager_watch.model_ops) > 0, f"decode step {step}"
 
 
-@pytest.mark.one_step_per_call
+@pytest.mark.spec(one_step_per_call=True)
 def test_with_graphs_off_every_decode_step_runs_the_models_python_code(steady):
     # The other side of the two specs above: the watch sees the model when it runs.
     _, (_, eager) = steady
@@ -192,7 +192,7 @@ class VocabOutputs(TorchDispatchMode):
         return out
 
 
-@pytest.mark.part("runner", "sampler")
+@pytest.mark.spec(part=("runner", "sampler"))
 def test_a_greedy_bfloat16_decode_step_draws_from_the_lm_heads_logits_and_makes_no_float_copy(
         impl):
     # The argmax of the LM head's bfloat16 logits is the argmax of their float32 copy, which

@@ -26,16 +26,11 @@ from hypothesis import strategies as st
 from hypothesis.stateful import (RuleBasedStateMachine, initialize, invariant, precondition, rule,
                                  run_state_machine_as_test)
 
-from spec.support.collection.shared_parts import skip_unless_first_with
 from spec.support.inputs.paged_strategies import pool_shapes
 from torchlet.contract import PAGED_KV, ModelConfig, RequestError, TorchletError
 
-pytestmark = [pytest.mark.needs(PAGED_KV), pytest.mark.part("kv")]
-
-
-@pytest.fixture(autouse=True)
-def tested_once(impl):
-    skip_unless_first_with(impl, "BlockPool")
+# run against the first version to export this very BlockPool (a later one re-exports it)
+pytestmark = pytest.mark.spec(needs=PAGED_KV, part="kv", first_with="BlockPool")
 
 
 # --- exact block ids, in the style of vLLM's block pool tests ---------------------------------

@@ -41,7 +41,7 @@ from torchlet.contract import PAGED_KV
 
 # The functions under test are the package's paged_attention and metadata modules, which v09 to
 # v16 re-export from v08: they run once (spec/support/collection/parts.py, subject).
-pytestmark = [pytest.mark.needs(PAGED_KV), pytest.mark.subject("paged_attention", "metadata")]
+pytestmark = pytest.mark.spec(needs=PAGED_KV, subject=("paged_attention", "metadata"))
 
 
 def random_kv(num_tokens: int, heads: Heads, generator: torch.Generator):
@@ -69,7 +69,7 @@ def assert_close(actual: torch.Tensor, expected: torch.Tensor):
 
 # --- metadata ----------------------------------------------------------------------------------
 
-@pytest.mark.part("kv")
+@pytest.mark.spec(part="kv")
 def test_metadata_of_a_scripted_batch_is_exact(impl):
     meta = impl.package.metadata.build([[5, 2], [7], [1, 3, 4]], [5, 4, 9], block_size=4)
     assert meta.kv_indptr.tolist() == [0, 2, 3, 6]
@@ -81,7 +81,7 @@ def test_metadata_of_a_scripted_batch_is_exact(impl):
         assert getattr(meta, name).dtype == torch.int32, name
 
 
-@pytest.mark.part("kv")
+@pytest.mark.spec(part="kv")
 @given(batch=paged_batches(), extra_width=st.integers(0, 3))
 def test_kv_indptr_indices_and_last_page_lengths_agree_with_the_tables(impl, batch, extra_width):
     widest = max(len(t) for t in batch.tables)
@@ -100,13 +100,13 @@ def test_kv_indptr_indices_and_last_page_lengths_agree_with_the_tables(impl, bat
     assert indptr[-1] == len(indices)
 
 
-@pytest.mark.part("kv")
+@pytest.mark.spec(part="kv")
 def test_metadata_refuses_a_table_that_does_not_match_its_token_count(impl):
     with pytest.raises(ValueError):
         impl.package.metadata.build([[1, 2]], [3], block_size=4)  # 3 tokens fill one block
 
 
-@pytest.mark.part("kv")
+@pytest.mark.spec(part="kv")
 @given(batch=paged_batches(), data=st.data())
 def test_slot_mapping_names_each_new_tokens_slot_and_pads_with_minus_one(impl, batch, data):
     starts = [data.draw(st.integers(0, n - 1)) for n in batch.num_tokens]
@@ -122,7 +122,7 @@ def test_slot_mapping_names_each_new_tokens_slot_and_pads_with_minus_one(impl, b
 
 # --- storing K/V -------------------------------------------------------------------------------
 
-@pytest.mark.part("kv", "model")
+@pytest.mark.spec(part=("kv", "model"))
 @given(batch=paged_batches(max_tokens=20), heads=head_layouts(), seed=st.integers(0, 2**16))
 def test_store_kv_writes_exactly_the_named_slots_and_nothing_else(impl, batch, heads, seed):
     g = torch.Generator().manual_seed(seed)
@@ -163,14 +163,14 @@ def decode_against_reference(impl, batch, heads: Heads, seed: int):
         assert_close(out[b], causal_attention(q[b:b + 1], k, v, scale)[0])
 
 
-@pytest.mark.part("model")
+@pytest.mark.spec(part="model")
 @given(batch=paged_batches(), heads=head_layouts(), seed=st.integers(0, 2**16))
 def test_decode_through_blocks_in_random_physical_order_equals_contiguous_attention(
         impl, batch, heads, seed):
     decode_against_reference(impl, batch, heads, seed)
 
 
-@pytest.mark.part("model")
+@pytest.mark.spec(part="model")
 @pytest.mark.parametrize("group", GQA_RATIOS)
 def test_decode_serves_each_gqa_ratio_over_mixed_lengths_and_partial_last_pages(impl, group):
     # Lengths 1, 4 (one full page), 6 and 13 (partial last pages); blocks deliberately shuffled.
@@ -179,7 +179,7 @@ def test_decode_serves_each_gqa_ratio_over_mixed_lengths_and_partial_last_pages(
     decode_against_reference(impl, batch, Heads(2 * group, 2, 8), seed=group)
 
 
-@pytest.mark.part("model")
+@pytest.mark.spec(part="model")
 def test_decode_of_a_padding_row_with_no_context_gives_zeros_not_nan(impl):
     heads = Heads(4, 2, 4)
     k_cache = new_cache(3, 4, 2, 4, fill=0.0)   # a real engine zero-fills its cache
@@ -194,7 +194,7 @@ def test_decode_of_a_padding_row_with_no_context_gives_zeros_not_nan(impl):
     assert torch.equal(out[1], torch.zeros(4, 4, dtype=torch.float64))
 
 
-@pytest.mark.part("model")
+@pytest.mark.spec(part="model")
 def test_decode_works_in_float32(impl):
     batch_tables = torch.tensor([[2, 1]], dtype=torch.int32)
     k_cache = torch.randn(3, 4, 1, 8)
@@ -211,7 +211,7 @@ def test_decode_works_in_float32(impl):
 
 # --- prefill -----------------------------------------------------------------------------------
 
-@pytest.mark.part("model")
+@pytest.mark.spec(part="model")
 @given(batch=paged_batches(max_batch=3, max_tokens=24), heads=head_layouts(),
        data=st.data(), seed=st.integers(0, 2**16))
 def test_prefill_attends_new_tokens_causally_over_the_cached_prefix(impl, batch, heads, data,
@@ -231,7 +231,7 @@ def test_prefill_attends_new_tokens_causally_over_the_cached_prefix(impl, batch,
         assert_close(out[lo:hi], causal_attention(q[lo:hi], k, v, scale))
 
 
-@pytest.mark.part("kv", "model")
+@pytest.mark.spec(part=("kv", "model"))
 def test_storing_a_prompt_then_prefilling_and_decoding_matches_contiguous_attention(impl):
     """The path an engine takes: store the prompt's K/V through slot_mapping, prefill, then
     append one token and decode, with a pool handing out the blocks."""

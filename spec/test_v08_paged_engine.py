@@ -68,7 +68,7 @@ from spec.support.models.fixtures import tiny_checkpoint
 from torchlet.contract import (CHUNKED_PREFILL, PAGED_KV, GenerationParams, RequestError,
                                RequestState)
 
-pytestmark = pytest.mark.needs(PAGED_KV)
+pytestmark = pytest.mark.spec(needs=PAGED_KV)
 
 CKPT = tiny_checkpoint("tiny_qwen2")
 CONFIG = CKPT.config
@@ -160,8 +160,7 @@ def tight_runs(draw):
 
 # --- block tables during real generation ------------------------------------------------------
 
-@pytest.mark.engine_parts
-@pytest.mark.one_step_per_call
+@pytest.mark.spec(engine_parts=True, one_step_per_call=True)
 @given(run=tight_runs())
 @engine_settings()
 def test_block_tables_and_metadata_stay_consistent_at_every_step_of_any_arrival_schedule(impl,
@@ -250,8 +249,7 @@ class AdmissionLog:
         return out
 
 
-@pytest.mark.engine_parts
-@pytest.mark.one_step_per_call
+@pytest.mark.spec(engine_parts=True, one_step_per_call=True)
 def test_preemption_takes_the_fewest_requests_the_step_needs_and_readmits_them_before_later_ones(
         impl):
     """Minimal: each step preempts, the last admitted first, only as many running requests as
@@ -275,7 +273,7 @@ def test_preemption_takes_the_fewest_requests_the_step_needs_and_readmits_them_b
         assert engine.output(i).tokens == solo(tuple(prompt), GenerationParams(max_new_tokens=n))
 
 
-@pytest.mark.one_step_per_call
+@pytest.mark.spec(one_step_per_call=True)
 @pytest.mark.parametrize("use_graphs", [True, False], ids=["graphs", "eager"])
 def test_with_unowned_blocks_poisoned_no_live_request_sees_a_nan_through_preemption_and_reuse(
         impl, use_graphs):
@@ -299,8 +297,7 @@ def test_with_unowned_blocks_poisoned_no_live_request_sees_a_nan_through_preempt
         assert engine.output(i).tokens == solo(tuple(prompt), SCRIPT_PARAMS)
 
 
-@pytest.mark.engine_parts
-@pytest.mark.one_step_per_call
+@pytest.mark.spec(engine_parts=True, one_step_per_call=True)
 @given(run=tight_runs())
 @engine_settings()
 def test_on_a_tight_pool_any_arrival_schedule_gets_its_solo_tokens_and_frees_every_block(impl,
@@ -328,7 +325,7 @@ def test_a_request_that_could_never_fit_the_pool_is_refused_when_added(impl):
     assert engine.output(fits).state is RequestState.FINISHED
 
 
-@pytest.mark.needs(PAGED_KV, until=CHUNKED_PREFILL)  # v15 recomputes in slices
+@pytest.mark.spec(until=CHUNKED_PREFILL)  # v15 recomputes in slices
 def test_a_request_whose_recompute_could_exceed_the_step_budget_is_refused_when_added(impl):
     """On a pool that can run out, a preempted request comes back as one prefill of its prompt
     and tokens; if that could exceed max_step_tokens it could never be admitted again."""
@@ -342,7 +339,7 @@ def test_a_request_whose_recompute_could_exceed_the_step_budget_is_refused_when_
 
 # --- memory accounting ------------------------------------------------------------------------
 
-@pytest.mark.one_step_per_call
+@pytest.mark.spec(one_step_per_call=True)
 def test_kv_bytes_are_the_blocks_a_request_holds_and_never_more_than_its_tokens_need(impl):
     block_size, per_token = 4, bytes_per_token(F64)
     engine = impl.build(CKPT, dtype=F64, **SCRIPT_POOL)
@@ -383,7 +380,7 @@ def allocated_bytes(build):
                        for op in log.ops for shape, dtype in op.fresh)
 
 
-@pytest.mark.one_step_per_call
+@pytest.mark.spec(one_step_per_call=True)
 def test_on_the_same_workload_a_pool_sized_to_its_peak_allocates_a_tenth_of_v07s_reservation(
         impl):
     """v07 allocates max_position rows of K/V per decode lane at build, used or not: measured

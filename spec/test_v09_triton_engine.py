@@ -42,7 +42,7 @@ from spec.support.oracles.tolerances import assert_close, tolerance
 from torchlet.contract import FUSED, TRITON_BASICS, GenerationParams
 
 # On CPU the kernels run only under the interpreter; without it the engine runs PyTorch layers.
-pytestmark = pytest.mark.needs(TRITON_BASICS)
+pytestmark = pytest.mark.spec(needs=TRITON_BASICS)
 
 NEW_TOKENS = 6   # the interpreter costs ~0.1-1 s per decode step: few tokens, few prompts
 PROMPTS = 3

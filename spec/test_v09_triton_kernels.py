@@ -41,7 +41,7 @@ from spec.support.oracles.tolerances import assert_close
 from torchlet.contract import TRITON_BASICS, ModelConfig
 
 # The kernels are v09's objects: later versions call them unchanged (kernel_mode.py).
-pytestmark = [pytest.mark.needs(TRITON_BASICS), pytest.mark.kernels, pytest.mark.part("model")]
+pytestmark = pytest.mark.spec(needs=TRITON_BASICS, kernels=True, part="model")
 
 # Sizes that are not powers of two are the point: 896 is Qwen2.5-0.5B's hidden size, 576
 # SmolLM2's; 1 and 1025 sit on either side of a block edge.

@@ -43,7 +43,7 @@ from spec.support.oracles.tolerances import assert_close
 from torchlet.contract import TRITON_PAGED
 
 # The kernels are v10's objects: later versions call them unchanged (kernel_mode.py).
-pytestmark = [pytest.mark.needs(TRITON_PAGED), pytest.mark.kernels, pytest.mark.part("model")]
+pytestmark = pytest.mark.spec(needs=TRITON_PAGED, kernels=True, part="model")
 
 GQA_RATIOS = (1, 2, 7)
 seeds = st.integers(0, 2**32 - 1)

@@ -42,7 +42,7 @@ from spec.support.oracles.tolerances import tolerance
 from torchlet.contract import TRITON_PAGED, GenerationParams
 
 # On CPU the kernels run only under the interpreter; without it the engine runs PyTorch layers.
-pytestmark = pytest.mark.needs(TRITON_PAGED)
+pytestmark = pytest.mark.spec(needs=TRITON_PAGED)
 
 FIXTURE = "tiny_llama"  # GQA 6:2, so a program serves a group of 3 query heads
 PAGED = {"store_kv", "paged_decode_attention"}

@@ -38,17 +38,13 @@ import torch
 from hypothesis import strategies as st
 from hypothesis.stateful import initialize, invariant, precondition, rule, run_state_machine_as_test
 
-from spec.support.collection.shared_parts import skip_unless_first_with
 from spec.support.inputs.paged_strategies import BLOCK_SIZES
 from spec.test_v08_block_pool import PoolMachine
 from torchlet.contract import PREFIX_CACHE, ModelConfig, RequestError
 
-pytestmark = [pytest.mark.needs(PREFIX_CACHE), pytest.mark.part("kv")]
-
-
-@pytest.fixture(autouse=True)
-def tested_once(impl):
-    skip_unless_first_with(impl, "PrefixBlockPool", "PrefixKV")
+# run against the first version to export this very pool and cache (later ones re-export them)
+pytestmark = pytest.mark.spec(needs=PREFIX_CACHE, part="kv",
+                              first_with=("PrefixBlockPool", "PrefixKV"))
 
 A, B, C, D = "a", "b", "c", "d"
 

@@ -48,7 +48,7 @@ from spec.support.oracles.prompts import screened
 from spec.support.inputs.scenarios import run_schedule
 from torchlet.contract import PREFIX_CACHE, GenerationParams, RequestState
 
-pytestmark = pytest.mark.needs(PREFIX_CACHE)
+pytestmark = pytest.mark.spec(needs=PREFIX_CACHE)
 
 FIXTURE = "tiny_llama"
 CKPT = tiny_checkpoint(FIXTURE)
@@ -138,7 +138,7 @@ def meter_prefill(engine, prompt, params):
     return rows, engine.output(rid).tokens
 
 
-@pytest.mark.one_step_per_call
+@pytest.mark.spec(one_step_per_call=True)
 def test_a_prefill_feeds_every_layer_only_the_tokens_the_cache_lacks(impl):
     """A second request with the first's 9-token prompt plus 3 tokens finds 2 blocks (8
     tokens) cached and computes 4 rows at every layer; stats count them."""
@@ -174,7 +174,7 @@ def test_each_turn_of_a_chat_computes_only_the_rows_the_turn_before_did_not_writ
         prompt = prompt + answer + message
 
 
-@pytest.mark.one_step_per_call
+@pytest.mark.spec(one_step_per_call=True)
 def test_a_prompt_the_cache_holds_whole_still_computes_its_last_token(impl):
     """8 tokens, two full blocks, all cached by an earlier request: the prefill computes the
     last block (the hit stops before the last token) and its first token has logits; a prompt
@@ -209,7 +209,7 @@ def test_requests_with_a_common_prefix_read_the_same_blocks_for_it_and_their_own
         engine.step()
 
 
-@pytest.mark.one_step_per_call
+@pytest.mark.spec(one_step_per_call=True)
 def test_two_requests_admitted_in_one_step_with_one_prefix_both_compute_it(impl):
     """Stated, not hidden: a block is registered once its K/V is written, so the same prefix
     prefilled twice in one step is computed twice; the next request then finds it."""

@@ -63,7 +63,7 @@ from spec.support.oracles.prompts import screened
 from spec.support.oracles.tolerances import assert_close
 from torchlet.contract import FUSED, GenerationParams
 
-pytestmark = pytest.mark.needs(FUSED)
+pytestmark = pytest.mark.spec(needs=FUSED)
 
 FIXTURES = ("tiny_qwen2", "tiny_llama")
 PROMPTS = [[17, 5, 300, 42, 99, 8, 250, 3, 9], [4, 4, 4, 4, 4], list(range(40, 61))]
@@ -100,8 +100,7 @@ def kernel_inputs(target: Target, seed: int, tokens: int, n_q: int, n_kv: int, h
 
 # --- the kernels -------------------------------------------------------------------------------
 
-@pytest.mark.part("model")
-@pytest.mark.kernels
+@pytest.mark.spec(part="model", kernels=True)
 @pytest.mark.parametrize("target", TARGETS)
 @engine_settings()
 @given(tokens=st.integers(1, 5), n_kv=st.integers(1, 4), group=st.integers(1, 5),
@@ -120,8 +119,7 @@ def test_rope_split_turns_q_and_k_like_the_reference_and_copies_v(impl, fused, t
     assert q.is_contiguous() and k.is_contiguous() and v.is_contiguous()
 
 
-@pytest.mark.part("model")
-@pytest.mark.kernels
+@pytest.mark.spec(part="model", kernels=True)
 @pytest.mark.parametrize("target", TARGETS)
 @engine_settings()
 @given(tokens=st.integers(1, 4), n_kv=st.integers(1, 3), group=st.integers(1, 5),
@@ -143,8 +141,7 @@ def test_with_qwen3s_norms_rope_split_norms_each_q_and_k_head_then_turns_it(
     assert torch.equal(v, heads[:, n_q + n_kv:]), "v must be copied as it is"
 
 
-@pytest.mark.part("model")
-@pytest.mark.kernels
+@pytest.mark.spec(part="model", kernels=True)
 @pytest.mark.parametrize("target", TARGETS)
 @engine_settings()
 @given(rows=st.integers(1, 4), width=st.one_of(st.sampled_from([1, 1536, 4864]),
@@ -157,8 +154,7 @@ def test_swiglu_packed_is_silu_of_the_first_half_times_the_second(fused, target,
     assert_close(fused.swiglu_packed(gate_up), ref.swiglu(gate, up), "swiglu_packed")
 
 
-@pytest.mark.part("model")
-@pytest.mark.kernels
+@pytest.mark.spec(part="model", kernels=True)
 @pytest.mark.parametrize("target", TARGETS)
 @engine_settings()
 @given(n=st.one_of(st.sampled_from([1, 1152]), st.integers(1, 300)),
@@ -202,8 +198,7 @@ def indptr(lengths, device) -> torch.Tensor:
     return torch.tensor([0] + list(lengths), device=device).cumsum(0)
 
 
-@pytest.mark.part("model")
-@pytest.mark.kernels
+@pytest.mark.spec(part="model", kernels=True)
 @pytest.mark.parametrize("target", TARGETS)
 @engine_settings()
 @given(requests=st.lists(st.tuples(st.integers(1, 70), st.integers(0, 70)), min_size=1,
@@ -224,8 +219,7 @@ def test_context_attention_gives_each_row_the_softmax_over_its_context_up_to_its
                                             batch.scale), "context_attention")
 
 
-@pytest.mark.part("model")
-@pytest.mark.kernels
+@pytest.mark.spec(part="model", kernels=True)
 @pytest.mark.parametrize("target", TARGETS)
 def test_a_slice_late_in_a_long_context_gives_each_row_the_softmax_over_its_context(
         context_kernel, target):
@@ -243,8 +237,7 @@ def test_a_slice_late_in_a_long_context_gives_each_row_the_softmax_over_its_cont
                                                 batch.scale), f"requests {requests}")
 
 
-@pytest.mark.part("model")
-@pytest.mark.kernels
+@pytest.mark.spec(part="model", kernels=True)
 def test_the_fused_kernels_refuse_bad_input_with_a_message_that_says_why(impl, fused, gemv,
                                                                         context_kernel):
     cos, sin = impl.package.kernels.rope_cos_sin(torch.arange(2), 8, 10000.0)
@@ -277,8 +270,7 @@ def test_the_fused_kernels_refuse_bad_input_with_a_message_that_says_why(impl, f
             context_kernel.context_attention(**{**good, **change})
 
 
-@pytest.mark.part("model")
-@pytest.mark.kernels
+@pytest.mark.spec(part="model", kernels=True)
 def test_under_fake_tensors_each_fused_op_promises_what_it_returns(impl, fused, gemv,
                                                                    context_kernel):
     from torch._subclasses.fake_tensor import FakeTensorMode
@@ -433,7 +425,7 @@ def prefill_calls(impl, prompts, *modules):
     return aten.counts, kernels.counts
 
 
-@pytest.mark.one_step_per_call
+@pytest.mark.spec(one_step_per_call=True)
 def test_without_its_kernels_a_prefill_runs_one_attention_op_per_request_and_layer(impl,
                                                                                    monkeypatch):
     """In float32 on a CPU the fused call is one aten op (flash attention for CPU), and no
@@ -446,7 +438,7 @@ def test_without_its_kernels_a_prefill_runs_one_attention_op_per_request_and_lay
     assert calls["softmax"] + calls["_softmax"] == 0, dict(calls)
 
 
-@pytest.mark.one_step_per_call
+@pytest.mark.spec(one_step_per_call=True)
 @interpreted
 def test_with_its_kernels_a_prefill_attends_in_one_op_a_layer_and_gathers_no_context(
         impl, context_kernel):

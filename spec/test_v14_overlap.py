@@ -53,7 +53,7 @@ from spec.support.inputs.scenarios import run_schedule
 from spec.test_v08_paged_engine import FAIRNESS_POOL, FAIRNESS_SCHEDULE, solo, tight_runs
 from torchlet.contract import OVERLAP, GenerationParams, RequestState
 
-pytestmark = pytest.mark.needs(OVERLAP)
+pytestmark = pytest.mark.spec(needs=OVERLAP)
 
 CKPT = tiny_checkpoint("tiny_qwen2")
 F64 = torch.float64

@@ -63,7 +63,7 @@ from spec.support.oracles.prompts import MARGIN, screened
 from spec.support.watchers.replay_watch import CudaLaunches, ModelWatch
 from torchlet.contract import CHUNKED_PREFILL, GenerationParams, RequestState
 
-pytestmark = pytest.mark.needs(CHUNKED_PREFILL)
+pytestmark = pytest.mark.spec(needs=CHUNKED_PREFILL)
 
 FIXTURE = "tiny_llama"
 CKPT = tiny_checkpoint(FIXTURE)
@@ -455,8 +455,7 @@ class SliceStores(TorchDispatchMode):
         return func(*args, **(kwargs or {}))
 
 
-@pytest.mark.kernel_path
-@pytest.mark.part("runner")
+@pytest.mark.spec(kernel_path=True, part="runner")
 def test_a_slice_after_the_first_of_its_bucket_replays_a_graph_and_gets_the_oracles_tokens(impl):
     """A prompt alone, in slices of 4 rows: every slice falls in one bucket, so the first slice
     step captures and a later one replays (the second and the last are watched): the only model
@@ -494,8 +493,7 @@ def test_a_slice_after_the_first_of_its_bucket_replays_a_graph_and_gets_the_orac
     assert engine.output(rid).tokens == list(expected[:2])
 
 
-@pytest.mark.kernel_path
-@pytest.mark.part("runner")
+@pytest.mark.spec(kernel_path=True, part="runner")
 def test_slices_replayed_from_graphs_beside_decodes_give_the_oracles_tokens(impl):
     """Two lanes, slices of 4 rows beside a decode, the prefix cache on and the next decode
     launched ahead: each request gets the oracle's tokens."""
@@ -544,8 +542,7 @@ class SliceBuckets(TorchDispatchMode):
         return func(*args, **(kwargs or {}))
 
 
-@pytest.mark.kernel_path
-@pytest.mark.part("runner")
+@pytest.mark.spec(kernel_path=True, part="runner")
 def test_slice_graphs_of_every_request_bucket_replay_and_give_the_oracles_tokens(impl):
     """Four lanes, so a slice pass holds one to four requests, padded to 4 or, where a padding
     request joins four, to 8 (read from the context attention's shapes): a pass alone, four
@@ -567,7 +564,7 @@ def test_slice_graphs_of_every_request_bucket_replay_and_give_the_oracles_tokens
 
 
 @pytest.mark.gpu
-@pytest.mark.part("runner")
+@pytest.mark.spec(part="runner")
 def test_on_cuda_a_replayed_slice_step_launches_a_graph_not_the_layers_kernels(impl):
     """float32 on CUDA, where the layers run their kernels: a prompt alone in slices of 4 rows.
     With graphs on, every slice step after its bucket's first asks the driver for one graph

@@ -54,7 +54,7 @@ from spec.support.ranks.ranks import held_bytes, run_ranks, spec_for
 from torchlet.checkpoints import load_hf_dir
 from torchlet.contract import TENSOR_PARALLEL, FinishReason, GenerationParams, TorchletError
 
-pytestmark = pytest.mark.needs(TENSOR_PARALLEL)
+pytestmark = pytest.mark.spec(needs=TENSOR_PARALLEL)
 
 F64 = torch.float64
 NEW = 8
@@ -213,7 +213,7 @@ def observe(ranks, counts, specs, phases, shapes, held, failing):
     request's run on it), then the tokens of a default engine (overlap, the prefix cache, graphs
     where the version has them) and of a tight one (slices of 4 rows, a pool small enough to
     preempt); the greedy tokens of the other head shapes; the bytes an engine built from held
-    holds; each failure path; then a kill. Only the phases asked for (see PHASES) run."""
+    holds; each failure path; then a kill. Only the phases asked for (see reads) run."""
     seen = {}
     for name, (exact, default, tight, cases, sampled) in specs.items():
         seen[name] = {}
@@ -341,31 +341,18 @@ def tight_options(name):
                 poison_free_blocks=True)
 
 
-# What each spec without a case parameter reads of the run: a run computes only what the
-# collected specs read (a mutant's run names one or two), in one group of ranks.
-READS = {"test_tp2_seeded_samples_are_the_golden_samples": SAMPLED,
-         "test_an_unseeded_request_feeds_every_rank_the_tokens_rank_0_drew": SAMPLED,
-         "test_each_rank_reads_half_the_weights_of_an_evenly_split_model": "tiny_llama",
-         "test_shards_reports_what_the_shards_hold": "tiny_llama",
-         "test_the_other_rank_calls_the_same_collectives_in_the_same_order": "tiny_llama",
-         "test_a_killed_rank_makes_rank_0s_next_call_fail_with_a_clear_error": "tiny_llama"}
-PATHS = {"test_aborting_a_waiting_request_leaves_every_rank_in_step": "abort_waiting",
-         "test_a_request_refused_on_rank_0_leaves_every_rank_in_step": "refuse_requests",
-         "test_a_refused_kv_cache_call_leaves_every_rank_in_step": "refuse_kv_calls"}
-# And the phases of observe() each spec reads; the exact engine's observations where a spec is
-# not named here.
-PHASES = {"test_tp2_greedy_tokens_are_the_oracles": {"exact", "default"},
-          "test_tp2_seeded_samples_are_the_golden_samples": {"default"},
-          "test_slices_a_tight_pool_and_preemption_keep_the_oracles_tokens": {"tight"},
-          "test_an_unseeded_request_feeds_every_rank_the_tokens_rank_0_drew": {"unseeded"},
-          "test_the_other_rank_calls_the_same_collectives_in_the_same_order":
-              {"exact", "unseeded", "default", "tight", *PATHS.values()},
-          "test_a_killed_rank_makes_rank_0s_next_call_fail_with_a_clear_error": {"kill"},
-          "test_tp2_greedy_tokens_of_declared_head_dims_and_more_gqa_ratios_are_the_oracles":
-              set(),
-          "test_each_rank_holds_the_storage_of_its_half_of_an_evenly_split_model_alone":
-              {"held"},
-          **{name: {path} for name, path in PATHS.items()}}
+def reads(*phases: str, case: str | None = None):
+    """What a spec reads of the 2-rank run: these phases of observe(), and, for a spec without a
+    case parameter, the case it reads. A run computes only what the collected specs read (a
+    mutant's run names one or two), in one group of ranks; a spec not so marked reads the exact
+    engine's observations of its case. Kept on the spec's function, where wanted() finds it."""
+    def mark(spec):
+        spec.reads = (case, frozenset(phases))
+        return spec
+    return mark
+
+
+EXACT_ONLY = (None, frozenset({"exact"}))
 
 
 def wanted(session, fixture: str = "tp2"):
@@ -374,9 +361,9 @@ def wanted(session, fixture: str = "tp2"):
     here = [i for i in session.items if i.module.__name__ == __name__ and fixture in
             getattr(i, "fixturenames", ())]
     params = [i.callspec.params if hasattr(i, "callspec") else {} for i in here]
-    names = {p.get("name") for p in params} | {READS[i.originalname] for i in here
-                                               if i.originalname in READS}
-    phases = frozenset().union(*(PHASES.get(i.originalname, {"exact"}) for i in here))
+    read = [getattr(i.function, "reads", EXACT_ONLY) for i in here]
+    names = {p.get("name") for p in params} | {case for case, _ in read if case}
+    phases = frozenset().union(*(phases for _, phases in read))
     shapes = {p.get("shape") for p in params}
     return (tuple(c for c in CASES if c in names), phases,
             tuple(s for s in SHAPES if s in shapes))
@@ -457,6 +444,7 @@ def _tp1(impl, name):
 
 
 @pytest.mark.parametrize("name", CASES)
+@reads("exact", "default")
 def test_tp2_greedy_tokens_are_the_oracles(impl, tp2, name):
     """Tied Qwen2, a replicated KV head, an uneven KV split with an o bias: the oracle's tokens,
     a repeated prompt's too (the prefix cache on, overlap on)."""
@@ -466,6 +454,7 @@ def test_tp2_greedy_tokens_are_the_oracles(impl, tp2, name):
     assert seen[name]["greedy"] == expected + expected[:1]
 
 
+@reads("default", case=SAMPLED)
 def test_tp2_seeded_samples_are_the_golden_samples(impl, tp2):
     """Every rank samples from the gathered logits with the request's seed: rank 0's draws are
     the golden ones."""
@@ -481,6 +470,7 @@ def test_tp2_logits_equal_tp1s(impl, tp2, name):
 
 
 @pytest.mark.parametrize("name", CASES)
+@reads("tight")
 def test_slices_a_tight_pool_and_preemption_keep_the_oracles_tokens(impl, tp2, name):
     """Chunked prefill (4-row budget), a pool for one request at a time (preemption): the ranks'
     schedulers make the same choices, so the tokens stay the oracle's."""
@@ -488,6 +478,7 @@ def test_slices_a_tight_pool_and_preemption_keep_the_oracles_tokens(impl, tp2, n
     assert seen[name]["tight"] == [t for _, t in oracle_cases(name)]
 
 
+@reads("unseeded", case=SAMPLED)
 def test_an_unseeded_request_feeds_every_rank_the_tokens_rank_0_drew(impl, tp2):
     """No seed given: rank 0 draws one and sends it with the request, so every rank draws the
     same tokens and feeds them back. Rank 0's K/V of the sampled sequence is then TP=1's K/V of
@@ -508,6 +499,7 @@ def test_an_unseeded_request_feeds_every_rank_the_tokens_rank_0_drew(impl, tp2):
 # --- sharding, observed ----------------------------------------------------------------------
 
 
+@reads("exact", case="tiny_llama")
 def test_each_rank_reads_half_the_weights_of_an_evenly_split_model(impl, tp2):
     """tiny_llama (6 heads on 2 KV heads, an even intermediate and vocabulary): rank 0's matmuls
     in one forward pass read exactly half the projection and LM-head elements TP=1's read."""
@@ -539,6 +531,7 @@ def test_a_rank_stores_the_kv_of_its_own_kv_heads(impl, tp2, name):
     assert seen[name]["kv_bytes"] * heads == _tp1(impl, name)["kv_bytes"] * mine
 
 
+@reads("exact", case="tiny_llama")
 def test_shards_reports_what_the_shards_hold(impl, tp2):
     """The report agrees with the shards observed: the evenly split model's ranks hold halves
     of its heads, MLP rows and vocabulary, in rank order, and each half of TP=1's weights and
@@ -573,6 +566,7 @@ def test_a_forward_pass_all_reduces_twice_a_layer_and_gathers_the_logits_once(im
         assert set(calls) <= {"all_reduce", "all_gather"}, (key, calls)
 
 
+@reads("exact", "unseeded", "default", "tight", *FAILURES, case="tiny_llama")
 def test_the_other_rank_calls_the_same_collectives_in_the_same_order(impl, tp2):
     seen, followers = tp2
     compute = {"all_reduce", "all_gather"}
@@ -583,6 +577,7 @@ def test_the_other_rank_calls_the_same_collectives_in_the_same_order(impl, tp2):
 # --- a rank that stops -------------------------------------------------------------------------
 
 
+@reads("kill", case="tiny_llama")
 def test_a_killed_rank_makes_rank_0s_next_call_fail_with_a_clear_error(impl, tp2):
     """Rank 1 killed between two calls: rank 0's next call raises a TorchletError of one line
     naming tensor parallelism (the run's own guard fails the spec if it hangs instead)."""
@@ -596,6 +591,7 @@ def test_a_killed_rank_makes_rank_0s_next_call_fail_with_a_clear_error(impl, tp2
 
 
 @pytest.mark.parametrize("shape", SHAPES)
+@reads()  # the head shapes alone
 def test_tp2_greedy_tokens_of_declared_head_dims_and_more_gqa_ratios_are_the_oracles(
         impl, tp2, shape):
     """head_dim declared apart from hidden / heads, on 4:1 (one KV head on both ranks), 6:2,
@@ -616,6 +612,7 @@ def test_tp3_greedy_tokens_are_the_oracles(impl, tp3, shape):
 # --- what a rank holds ---------------------------------------------------------------------------
 
 
+@reads("held")
 def test_each_rank_holds_the_storage_of_its_half_of_an_evenly_split_model_alone(impl, tp2):
     """Right after the build, every rank's engine holds (in bytes of distinct storages, each
     whole) at most half of each split tensor and of TP=1's K/V pool, the norms whole, and what
@@ -642,6 +639,7 @@ def test_each_rank_holds_the_storage_of_its_half_of_an_evenly_split_model_alone(
 # --- failure paths: every rank alive and in step after them -------------------------------------
 
 
+@reads("abort_waiting")
 def test_aborting_a_waiting_request_leaves_every_rank_in_step(impl, tp2):
     """With one request running, a second waits, and is aborted there: it finishes aborted
     with no token, the first one's tokens are the oracle's, and so are the next generate's."""
@@ -652,6 +650,7 @@ def test_aborting_a_waiting_request_leaves_every_rank_in_step(impl, tp2):
     assert first == expected[0] and after == expected and answered == 2
 
 
+@reads("refuse_requests")
 def test_a_request_refused_on_rank_0_leaves_every_rank_in_step(impl, tp2):
     """A token past the vocabulary, and settings that cannot reach the other ranks (a stop
     check that is a lambda): add_request raises a RequestError on rank 0, nothing reaches the
@@ -662,6 +661,7 @@ def test_a_request_refused_on_rank_0_leaves_every_rank_in_step(impl, tp2):
     assert after == [t for _, t in oracle_cases(EVEN)] and answered == 2
 
 
+@reads("refuse_kv_calls")
 def test_a_refused_kv_cache_call_leaves_every_rank_in_step(impl, tp2):
     """prefill, decode and release with ids and token lists that do not pair up, an id that is
     no dict key or cannot be pickled, nothing cached; a ragged batch of no token ids: each call

@@ -27,7 +27,7 @@ class Target:
 
 TARGETS = [
     pytest.param(Target("cpu", torch.float32), id="cpu-float32",
-                 marks=[pytest.mark.kernels,
+                 marks=[pytest.mark.spec(kernels=True),
                         pytest.mark.skipif(not INTERPRETED,
                                            reason="CPU kernels need TRITON_INTERPRET=1")]),
     pytest.param(Target("cuda", torch.float32), id="cuda-float32", marks=pytest.mark.gpu),
@@ -39,6 +39,6 @@ GPU_TARGETS = [p for p in TARGETS if p.values[0].on_gpu]
 
 def interpreted(spec):
     """Marks an engine spec that needs the kernels to run on CPU: under the interpreter, and
-    only for the versions that write them (spec/support/collection/kernel_mode.py)."""
+    only for the versions that write them (spec/support/collection/rule.py)."""
     skip = pytest.mark.skipif(not INTERPRETED, reason="CPU kernels need TRITON_INTERPRET=1")
-    return pytest.mark.kernels(skip(spec))
+    return pytest.mark.spec(kernels=True)(skip(spec))

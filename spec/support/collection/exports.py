@@ -1,0 +1,53 @@
+"""What a version takes unchanged from an earlier one, read from the objects its package
+exports: facts the rule (rule.py) reads for `first_with` and `engine_parts`.
+
+A page whose specs exercise one object directly (a block pool, a cache) runs against the first
+version that exports that very object; a later version that re-exports it unchanged is skipped,
+naming the version they ran against. A version that replaces the object (v12's pool over v08's)
+exports another one, and runs them.
+
+A version whose idea is kernels alone (v09, v10: their capability adds Triton kernels and
+nothing else) runs v08's very engine, runner, pool and scheduler, and on a CPU its inherited
+specs run the layers' PyTorch path, which is v08's (kernel_mode.py). The properties that drive
+those engine parts over random schedules would run v08's code again there."""
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+
+import torch
+
+from spec.support.collection import trees
+from torchlet.contract import TRITON_BASICS, TRITON_PAGED
+
+KERNELS_ALONE = (TRITON_BASICS, TRITON_PAGED)  # capabilities whose idea is Triton kernels alone
+
+
+def tree_of(impl) -> Path:
+    return Path(impl.package.__file__).resolve().parent.parent
+
+
+@functools.lru_cache(maxsize=None)  # looked up once a (version, names): collection asks per item
+def first_exporter(impl, names: tuple[str, ...]) -> str:
+    """The first version of impl's tree that exports these very objects (impl's own name where
+    it is the first, or where an earlier version's are other objects)."""
+    objects = [getattr(impl.package, n) for n in names]
+    for version in trees.versions(tree_of(impl)):
+        if all(getattr(version.package, n, None) is o for n, o in zip(names, objects)):
+            return version.name
+    return impl.name
+
+
+@functools.lru_cache(maxsize=None)
+def engine_source(impl) -> str | None:
+    """On a CPU, the version whose engine code impl's runs, where impl adds kernels alone (the
+    last version before it that does not); None where impl runs code of its own."""
+    if torch.cuda.is_available() or impl.capabilities[-1] not in KERNELS_ALONE:
+        return None
+    source = None
+    for version in trees.versions(tree_of(impl)):
+        if version.name == impl.name:
+            return source
+        if version.capabilities[-1] not in KERNELS_ALONE:
+            source = version.name
+    return None
