@@ -1,16 +1,12 @@
 """From v14 a step launches the next step's decode before it returns. A spec that watches what
 one step() call runs, and checks it against that step's requests alone, would see the next
-step's decode too, fed tokens it cannot know yet: it is marked `one_step_per_call` and skipped
-for such versions. v14's page (spec/test_v14_overlap.py) watches its steps instead."""
+step's decode too, fed tokens it cannot know yet: it says `spec(one_step_per_call=True)` and is
+skipped for such versions (spec/support/collection/rule.py). What follows is what such a version
+computes ahead, for the specs that expect it. v14's page (spec/test_v14_overlap.py) watches
+its steps instead."""
 from __future__ import annotations
 
-import pytest
-
 from torchlet.contract import OVERLAP
-from spec.support.collection.selection import impl_of
-
-REASON = ("from v14 a step() call also launches the next step's decode: this spec watches one "
-          "step's own work (see spec/test_v14_overlap.py)")
 
 
 def overlaps(impl) -> bool:
@@ -37,9 +33,3 @@ def wasted(impl, tokens: list[int], params) -> int:
     computed before: a new row that is discarded, never a recompute. (An aborted request's row
     is the same, see spec/test_v14_overlap.py.)"""
     return int(ahead(impl, len(tokens), params) and params.stops_at(tokens[-1]) is not None)
-
-
-def before(item) -> None:
-    impl = impl_of(item)
-    if item.get_closest_marker("one_step_per_call") and overlaps(impl):
-        pytest.skip(REASON)
