@@ -14,14 +14,14 @@ from .runner import ModelRunner
 
 
 class CacheEngine:
-    def __init__(self, runner: ModelRunner):
+    def __init__(self, runner: ModelRunner, kv):
         self.config = runner.config
-        self.runner, self.kv = runner, runner.kv
+        self.runner, self.kv = runner, kv
         self._calls = itertools.count()  # generate's own cache keys, apart from callers' ids
 
     @classmethod
     def assemble(cls, a) -> "CacheEngine":
-        return cls(a.runner)
+        return cls(a.runner, a.kv)
 
     # The kv_cache capability: the runner's prefill/decode, for callers that drive it directly.
     def prefill(self, request_ids: list[Hashable], prompts: list[list[int]]) -> torch.Tensor:
@@ -48,8 +48,7 @@ class CacheEngine:
         return self.runner.forward_ragged(token_ids, req_indptr)
 
     def logits(self, token_ids: list[int]) -> torch.Tensor:
-        check_request(token_ids, GenerationParams(max_new_tokens=1), self.config)
-        return self.runner.forward_ragged(token_ids, self.runner.model.req_indptr([len(token_ids)]))
+        return self.runner.logits(token_ids)
 
     # v01_0's loops over this engine's own _steps: prefill once, then decode.
     generate = RaggedEngine.generate

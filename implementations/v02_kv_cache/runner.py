@@ -52,5 +52,6 @@ class ModelRunner:
                     f"all but the last of its {len(seq)} tokens cached")
         return self.extend(request_ids, [[seq[-1]] for seq in sequences])
 
-    forward_ragged = RaggedEngine.forward_ragged  # v01_0's: a whole batch, no cache
+    # v01_0's: a whole batch, and one sequence, no cache
+    forward_ragged, logits = RaggedEngine.forward_ragged, RaggedEngine.logits
 

@@ -25,8 +25,8 @@ class StepEngine(CacheEngine):
     forward_ragged, logits); its prefill and decode drive requests through the same runner
     passes as the steps."""
 
-    def __init__(self, runner, scheduler: Scheduler, sampler, request: type[Request]):
-        super().__init__(runner)
+    def __init__(self, runner, kv, scheduler: Scheduler, sampler, request: type[Request]):
+        super().__init__(runner, kv)
         self.scheduler, self.sampler, self.request = scheduler, sampler, request
         self.requests: dict[int, Request] = {}
         self.direct: dict = {}  # the kv_cache capability's requests, by the caller's ids
@@ -34,7 +34,7 @@ class StepEngine(CacheEngine):
 
     @classmethod
     def assemble(cls, a) -> "StepEngine":
-        return cls(a.runner, a.scheduler, a.sampler, a.request)
+        return cls(a.runner, a.kv, a.scheduler, a.sampler, a.request)
 
     # What a part serves on the engine's behalf: a later version's capability adds methods to
     # the part whose idea it is (its SERVES names them), and the engine reads them there. An
@@ -64,7 +64,7 @@ class StepEngine(CacheEngine):
         queues any."""
         prompt = check_request(prompt, params, self.config, sampling=self.sampler.samples)
         self.kv.check(prompt, params)
-        self.scheduler.policy.check(self.request(-1, prompt, params))  # reads prompt and params
+        self.scheduler.check(self.request(-1, prompt, params))  # reads prompt and params
         return prompt
 
     def _enqueue(self, prompt: list[int], params: GenerationParams) -> int:

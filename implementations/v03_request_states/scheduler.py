@@ -89,8 +89,13 @@ class Scheduler:
     def assemble(cls, a) -> "Scheduler":
         return cls(a.policy, a.kv)
 
-    def add(self, request: Request) -> None:
+    def check(self, request: Request) -> None:
+        """RequestError if the policy could never admit the request; changes nothing, so the
+        loop can check all of a call's prompts before it queues any."""
         self.policy.check(request)
+
+    def add(self, request: Request) -> None:
+        self.check(request)
         self.waiting.append(request)
 
     def schedule(self) -> Batch | None:

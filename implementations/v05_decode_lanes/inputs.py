@@ -21,6 +21,7 @@ class LaneInputs:
         self.device = torch.device(device)
         # Garbage for inactive lanes, to show they cannot leak into active ones (spec only).
         self.poison = torch.Generator().manual_seed(0) if poison else None
+        self.lanes = torch.zeros(0, dtype=torch.long, device=self.device)  # none written yet
 
     @classmethod
     def assemble(cls, a) -> "LaneInputs":

@@ -107,5 +107,5 @@ class LaneRunner:
         requests' order."""
         return t.index_select(0, self.inputs.lanes)
 
-    # The ragged pass without a cache reads only the model, the weights and the device: v02's.
-    forward_ragged = ModelRunner.forward_ragged
+    # The ragged passes without a cache read only the model, the weights and the device: v02's.
+    forward_ragged, logits = ModelRunner.forward_ragged, ModelRunner.logits

@@ -254,9 +254,40 @@ class PagedKV(LaneKV):
             self.hold(request, lane)
 
     def hold(self, request, lane: int) -> None:
-        """The request holds this lane and the pool's blocks of its id."""
-        request.lane, request.blocks = lane, self.pool.table_view(request.id)
+        """The request holds this lane and the pool's blocks of its id (block_table: the pool's
+        table is the one record of them; the request keeps no copy to fall out of step)."""
+        request.lane = lane
         self.held[request.id] = request
+
+    def block_table(self, request_id: Hashable) -> Sequence[int]:
+        """The request's block table itself, as the pool keeps it (it grows with the request):
+        for a reader that looks and does not keep it."""
+        return self.pool.table_view(request_id)
+
+    def slot(self, request_id: Hashable, position: int) -> int:
+        """The flat cache slot of the request's token at this position."""
+        return self.pool.slot(request_id, position)
+
+    def blocks_needed(self, num_tokens: int) -> int:
+        """Blocks that hold num_tokens tokens."""
+        return self.pool.blocks_needed(num_tokens)
+
+    def num_free_blocks(self) -> int:
+        return self.pool.num_free
+
+    def check_alone(self, request) -> None:
+        """Refuse a request that could never finish, even alone in an empty pool."""
+        needed = self.pool.blocks_needed(len(request.prompt) + request.params.max_new_tokens)
+        if needed > self.pool.num_usable:
+            raise RequestError(
+                f"prompt ({len(request.prompt)} tokens) + max_new_tokens "
+                f"({request.params.max_new_tokens}) needs {needed} blocks of {self.block_size} "
+                f"tokens, but the pool has only {self.pool.num_usable}: it could never finish")
+
+    def can_preempt(self) -> bool:
+        """Whether the pool is too small for every lane's longest sequence at once: running
+        requests may then have to give their blocks back (the default pool never is)."""
+        return self.pool.num_usable < self.num_lanes * self.pool.blocks_needed(self.max_len)
 
     def destinations(self, requests: Sequence) -> torch.Tensor:
         """Where a prefill of these placed requests stores their rows: the slot of each token of
@@ -290,7 +321,6 @@ class PagedKV(LaneKV):
             if self.poison_free_blocks:
                 self.poison(self.released(request_id))
             self.pool.free(request_id)
-            self.held[request_id].blocks = None
         super().free(request_id)
 
     def released(self, request_id: Hashable) -> list[int]:
@@ -381,16 +411,17 @@ class PagedInputs(StaticInputs):
         request's last token at the position after the rows it has computed, in room the request
         takes now (a new block only when its last one is full; RequestError if the pool has none:
         the scheduler preempts before a step gets here)."""
-        self.kv.grow(requests)
-        pool, lanes = self.kv.pool, [r.lane for r in requests]
-        positions = [r.computed for r in requests]
+        kv = self.kv
+        kv.grow(requests)
+        lanes, positions = [r.lane for r in requests], [r.computed for r in requests]
+        tables = [kv.block_table(r.id) for r in requests]
         self.lanes = self.buffers.write(lanes, {
             "token_ids": [r.sequence[-1] for r in requests], "positions": positions,
             "context_lens": [p + 1 for p in positions],
-            "slot_mapping": [pool.slot(r.id, p) for r, p in zip(requests, positions)],
-            "block_tables": self.padded_tables(lanes, [r.blocks for r in requests])},
+            "slot_mapping": [kv.slot(r.id, p) for r, p in zip(requests, positions)],
+            "block_tables": self.padded_tables(lanes, tables)},
             self.poison, self.vocab, self.max_len)
-        width = max([len(r.blocks) for r in requests], default=1) or 1
+        width = max([len(t) for t in tables], default=1) or 1
         tensors, at = self.buffers.tensors, self.tables_at
         return tensors[:at] + (tensors[at][:, :width],) + tensors[at + 1:]
 

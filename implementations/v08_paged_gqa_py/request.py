@@ -1,13 +1,14 @@
-"""v05's request, which now also carries its block table: the pool's blocks that hold its K/V, in
-logical order."""
+"""v05's request under paged K/V. Its block table is not on it: the pool keeps the one table of
+each request (it shares and counts blocks across requests, v12), and a reader asks the K/V
+memory for it (kv.block_table); a copy here had to be set and cleared in step with the pool."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from ..v07_cuda_graph import LaneRequest
 
 
 @dataclass
 class PagedRequest(LaneRequest):
-    # The pool's own table (it grows as the request does); set by the K/V memory.
-    blocks: list[int] | None = field(default=None, repr=False, compare=False)
+    """v05's request: the recipe's request part from here on, kept for the versions that derive
+    from it (v15's ChunkedRequest)."""

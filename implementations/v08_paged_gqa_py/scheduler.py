@@ -32,15 +32,12 @@ class PagedAdmission:
         recompute could never be admitted."""
         self.inner.check(request)
         self.check_pool(request)
-        pool = self.kv.pool
         # A preempted request comes back as one prefill of all its tokens. If that could
         # exceed the step budget it would wait at the head of the queue forever, so when the
         # pool is too small for every lane's longest sequence (preemption can happen) refuse
         # it now. The default pool never preempts, and then v04's rule alone holds.
         longest = len(request.prompt) + request.params.max_new_tokens - 1
-        lane_blocks = pool.blocks_needed(self.kv.max_len)
-        can_preempt = pool.num_usable < self.kv.num_lanes * lane_blocks
-        if can_preempt and longest > self.inner.max_step_tokens:
+        if self.kv.can_preempt() and longest > self.inner.max_step_tokens:
             raise RequestError(
                 f"prompt ({len(request.prompt)} tokens) + max_new_tokens "
                 f"({request.params.max_new_tokens}): if preempted it would be recomputed in one "
@@ -49,21 +46,14 @@ class PagedAdmission:
 
     def check_pool(self, request: Request) -> None:
         """Refuse a request that could never finish, even alone in an empty pool."""
-        pool = self.kv.pool
-        needed = pool.blocks_needed(len(request.prompt) + request.params.max_new_tokens)
-        if needed > pool.num_usable:
-            raise RequestError(
-                f"prompt ({len(request.prompt)} tokens) + max_new_tokens "
-                f"({request.params.max_new_tokens}) needs {needed} blocks of {pool.block_size} "
-                f"tokens, but the pool has only {pool.num_usable}: it could never finish")
+        self.kv.check_alone(request)
 
     def admit(self, waiting: deque[Request], running: list[Request]) -> int:
-        pool = self.kv.pool
         free = self.kv.free_after_decode(running)
         lanes = self.kv.num_free()
         count = 0
         for request in itertools.islice(waiting, self.inner.admit(waiting, running)):
-            needed = pool.blocks_needed(len(request.sequence))
+            needed = self.kv.blocks_needed(len(request.sequence))
             if count == lanes or needed > free:
                 break
             free, count = free - needed, count + 1
@@ -85,7 +75,7 @@ class PreemptingScheduler(Scheduler):
         # Counted once and then less each victim's block: recounting every request per victim
         # made a step of n preemptions cost n passes over the running requests.
         needed = self.kv.blocks_for_decode(decode)
-        while decode and needed > self.kv.pool.num_free:
+        while decode and needed > self.kv.num_free_blocks():
             victim = decode.pop()  # the running request admitted last
             needed -= self.kv.blocks_for_decode([victim])
             self.preempt(victim)

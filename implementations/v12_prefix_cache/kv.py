@@ -228,7 +228,10 @@ class PrefixKV(PagedKV):
     def place_cached(self, requests: Sequence) -> None:
         """Each request takes a lane and the blocks for its whole sequence, sharing the longest
         run of cached full blocks it starts with: request.computed is then the hit tokens, whose
-        K/V is in place already (PoolExhausted if the rest is not free)."""
+        K/V is in place already (PoolExhausted if the rest is not free). Without the prefix
+        cache it is place(): a caller places alike whether prefixes are shared or not."""
+        if not self.enabled:
+            return self.place(requests)
         for request in requests:
             lane = self.free_lane(request.id)
             hit = self.pool.allocate_cached(request.id, request.sequence)
@@ -236,15 +239,17 @@ class PrefixKV(PagedKV):
             request.computed = hit
 
     def seal(self, request) -> None:
-        """Hash and register the request's full blocks: its K/V holds its whole sequence."""
-        self.pool.seal(request.id, request.sequence)
+        """Hash and register the request's full blocks: its K/V holds its whole sequence.
+        Without the prefix cache nothing is registered."""
+        if self.enabled:
+            self.pool.seal(request.id, request.sequence)
 
     def seal_filled(self, requests: Sequence) -> None:
         """Seal the block each request's last token filled, if it filled one."""
-        if self.enabled:
+        if self.enabled:  # checked once here, not per request in seal
             for request in requests:
                 if len(request.sequence) % self.block_size == 0:
-                    self.seal(request)
+                    self.pool.seal(request.id, request.sequence)
 
     def released(self, request_id: Hashable) -> list[int]:
         """Of the request's blocks, those nobody else holds and no hash keeps cached."""

@@ -41,9 +41,13 @@ class PrefixRunner(GraphedRunner):
         slots = [s for r, b in zip(requests, ends) for s in self.kv.slots(r.id, 0, b)]
         context = list(self.host_longs(slots).to(self.device).split(list(ends)))
         mapping = torch.cat([c[a:] for c, a in zip(context, starts)])
-        hidden = self.model.memory.forward_prefill_cached(self.weights, ids, positions, indptr,
-                                                          mapping, context, self.kv.kv)
-        return hidden, indptr
+        return self.cached_pass(ids, positions, indptr, mapping, context), indptr
+
+    def cached_pass(self, ids, positions, indptr, mapping, context) -> torch.Tensor:
+        """The memory's pass over rows after cached prefixes, on this runner's weights and K/V:
+        hidden [T, hidden] (v15's slice graphs capture it)."""
+        return self.model.memory.forward_prefill_cached(self.weights, ids, positions, indptr,
+                                                        mapping, context, self.kv.kv)
 
     def decode(self, requests: Sequence) -> torch.Tensor:
         """v07's decode step; then the blocks it filled are sealed."""

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Callable, Sequence
 
+import numpy as np
 import torch
 
 from torchlet.contract import BuildOption, RequestOutput, RequestState
@@ -38,10 +39,11 @@ class OverlapInputs(PagedInputs):
             buffers[0].index_copy_(0, self.lanes, self.fed)
         return buffers
 
-    def staged(self, host: torch.Tensor) -> torch.Tensor:
-        """A small host tensor (an index) on the device, staged as the inputs are: from pinned
+    def staged(self, rows: Sequence[int]) -> torch.Tensor:
+        """These ints (an index) as a tensor on the device, staged as the inputs are: from pinned
         memory the copy waits for nothing, where one from pageable memory makes the host wait
         for the GPU to finish the step."""
+        host = torch.from_numpy(np.fromiter(rows, np.int64, len(rows)))
         if self.device.type != "cuda":
             return host
         # The pinned block is not reused before the copy is done (the caching host allocator
@@ -72,13 +74,15 @@ class OverlapEngine(StepEngine):
     )
     ahead: Launched | None = None
 
-    def __init__(self, *parts, overlap: bool = True):
+    def __init__(self, *parts, inputs, overlap: bool = True):
+        """v03's parts, and the decode inputs: a decode launched ahead is fed through them."""
         super().__init__(*parts)
-        self.overlap = overlap
+        self.inputs, self.overlap = inputs, overlap
 
     @classmethod
     def assemble(cls, a) -> "OverlapEngine":
-        return cls(a.runner, a.scheduler, a.sampler, a.request, overlap=a.options["overlap"])
+        return cls(a.runner, a.kv, a.scheduler, a.sampler, a.request, inputs=a.inputs,
+                   overlap=a.options["overlap"])
 
     def step(self) -> list[RequestOutput]:
         """v03's step, with the next step's decode launched between this step's passes and the
@@ -114,7 +118,7 @@ class OverlapEngine(StepEngine):
         """tokens[rows] (all of them for None), the index staged as the decode inputs are."""
         if rows is None:
             return tokens
-        return tokens.index_select(0, self.runner.inputs.staged(self.runner.host_longs(rows)))
+        return tokens.index_select(0, self.inputs.staged(rows))
 
     def _decode_ahead(self, batch: Batch, tokens: torch.Tensor) -> Launched | None:
         """Launch the next decode of the requests whose token this step is not their last, fed
@@ -131,7 +135,7 @@ class OverlapEngine(StepEngine):
             tokens = self._pick(tokens, rows)
         # Each has computed all its known tokens: its lane feeds the next position, and the
         # token there is this step's draw, copied on the device over the last known one.
-        inputs = self.runner.inputs
+        inputs = self.inputs
         inputs.fed = tokens
         try:
             _, drawn = self.runner.step_lanes(requests)

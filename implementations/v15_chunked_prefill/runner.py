@@ -32,8 +32,7 @@ class ChunkedRunner(PrefixRunner):
             request.computed = end
             if end == len(request.sequence):
                 done.append(i)
-                if self.kv.enabled:
-                    self.kv.seal(request)
+                self.kv.seal(request)  # nothing is registered without the prefix cache
         last = self.model.last_rows(indptr)[done]
         return self.model.lm_head(self.weights, hidden[last]).float()
 
@@ -50,5 +49,6 @@ class ChunkedRunner(PrefixRunner):
         """The slice passes' graphs, where graphs are on and the layers run their kernels (the
         PyTorch path's attention reads each context's length back to the host)."""
         if self.use_graphs and self.model.ops.on_triton:
-            return SliceGraphs(self)
+            return SliceGraphs(self.kv, self.device, self.cached_pass,
+                               constants=(self.weights, self.kv.kv))
         return None

@@ -71,10 +71,9 @@ class TokenBudget(PagedAdmission):
         """Whether the request at the head of the queue may join now: within max_running, a
         lane free, and free blocks (less those the decodes take) for its whole sequence, counted
         as if nothing were cached, as v08 counts them."""
-        pool = self.kv.pool
         free = self.kv.free_after_decode([r for r in running if not r.prefilling])
         return (len(running) < self.inner.max_running and self.kv.num_free() > 0
-                and pool.blocks_needed(len(request.sequence)) <= free)
+                and self.kv.blocks_needed(len(request.sequence)) <= free)
 
 
 class ChunkedScheduler(PreemptingScheduler):
@@ -85,7 +84,7 @@ class ChunkedScheduler(PreemptingScheduler):
         decode = [r for r in self.running if not r.prefilling]
         if not reserved:
             needed = self.kv.blocks_for_decode(decode)
-            while decode and needed > self.kv.pool.num_free:
+            while decode and needed > self.kv.num_free_blocks():
                 victim = self.running[-1]  # admitted last, in its prompt or past it
                 if not victim.prefilling:
                     decode.remove(victim)
@@ -109,7 +108,7 @@ class ChunkedScheduler(PreemptingScheduler):
         """The request at the head of the queue runs, holding a lane and the blocks of its whole
         sequence (sharing its cached prefix, which counts as computed from now on)."""
         request = self.waiting.popleft()
-        (self.kv.place_cached if self.kv.enabled else self.kv.place)([request])
+        self.kv.place_cached([request])  # place() where prefixes are not shared
         request.state = RequestState.RUNNING
         request.prefill_to = len(request.sequence)
         self.running.append(request)

@@ -42,12 +42,14 @@ def bucket(n: int, smallest: int) -> int:
 
 
 class SliceGraphs:
-    """The slice passes of one runner's engine, by bucket (rows, requests, context bound)."""
+    """The slice passes of one runner's engine, by bucket (rows, requests, context bound): the
+    runner hands over what a pass needs, the K/V memory (the requests' slots), the device, the
+    pass itself (the runner's cached_pass over its weights and K/V) and the tensors it holds."""
 
-    def __init__(self, runner):
-        self.runner = runner
+    def __init__(self, kv, device: torch.device, cached_pass, constants: tuple):
+        self.kv, self.device, self.cached_pass, self.constants = kv, device, cached_pass, constants
         self.graphs: dict[tuple[int, int, int], tuple] = {}
-        self.pool = torch.cuda.graph_pool_handle() if runner.device.type == "cuda" else None
+        self.pool = torch.cuda.graph_pool_handle() if device.type == "cuda" else None
 
     @staticmethod
     def key(rows: int, requests: int, longest: int) -> tuple[int, int, int]:
@@ -61,7 +63,7 @@ class SliceGraphs:
     def forward_rows(self, requests: Sequence, ends: Sequence[int]):
         """v12's forward_rows through the bucket's graph: hidden [T, hidden] (a view of the
         graph's output, which its next replay overwrites) and the pass's row indptr."""
-        kv = self.runner.kv
+        kv = self.kv
         starts = [r.computed for r in requests]
         contexts = [kv.slots(r.id, 0, end) for r, end in zip(requests, ends)]
         rows = [end - start for start, end in zip(starts, ends)]
@@ -84,7 +86,7 @@ class SliceGraphs:
         else:
             # Captured over this pass's inputs: its warm-up run computes this very pass (storing
             # the same K/V as the replay), never rows that no request covers.
-            device_flat = torch.from_numpy(flat).to(self.runner.device)
+            device_flat = torch.from_numpy(flat).to(self.device)
             graph = self.capture(key, device_flat)
         hidden = graph.replay()
         return hidden[:total], self.views(device_flat, key)[3][:len(requests) + 1]
@@ -109,17 +111,16 @@ class SliceGraphs:
 
     def capture(self, key: tuple[int, int, int], device_flat: torch.Tensor):
         """The bucket's graph over the views of device_flat, its inputs from now on."""
-        runner, bound = self.runner, key[2]
+        bound = key[2]
 
         def slice_pass(ids, positions, mapping, row_ptr, context_ptr, slots):
-            return runner.model.memory.forward_prefill_cached(
-                runner.weights, ids, positions, row_ptr, mapping,
-                PackedContext(slots, context_ptr, bound), runner.kv.kv)
+            return self.cached_pass(ids, positions, row_ptr, mapping,
+                                    PackedContext(slots, context_ptr, bound))
         with torch.inference_mode():
             # One warm-up run, the recorded one that checks the pass for host reads: a capture
             # happens mid-serving, at a bucket's first pass, and each more run costs its time.
             graph = graphs.capture(slice_pass, self.views(device_flat, key),
-                                   constants=(runner.weights, runner.kv.kv), pool=self.pool,
+                                   constants=self.constants, pool=self.pool,
                                    warmup=1)
         self.graphs[key] = (device_flat, graph)
         return graph

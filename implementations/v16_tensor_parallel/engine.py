@@ -25,28 +25,36 @@ import pickle
 import torch
 import torch.distributed as dist
 
-from torchlet.contract import RequestError, TorchletError
+from torchlet.contract import COMPUTING, RequestError, TorchletError
 
 from ..v15_chunked_prefill import OverlapEngine, graphs
 from .model import collective
 
-# The calls a plan carries that compute (a step, the kv_cache capability's passes, the shards'
-# gather): each sends the plan at once. The others (enqueue, abort, release) wait in it.
-COMPUTE = ("step", "prefill", "decode", "logits", "forward_ragged", "shards")
+# The calls a plan carries that compute, each of which sends the plan at once: the loop's passes
+# as its Protocol names them (contract COMPUTING: a pass added there and not sent here fails
+# spec/test_part_protocols.py), and this engine's own gather of the shards. The others (enqueue,
+# abort, release) wait in the plan.
+COMPUTE = COMPUTING + ("shards",)
 
 
 class TensorParallelEngine(OverlapEngine):
     """v14's loop (v15 keeps it), its state-changing calls sent to the other ranks."""
 
-    def __init__(self, *parts, overlap: bool = True):
-        super().__init__(*parts, overlap=overlap)
-        shard = self.runner.model.ops.shard
+    def __init__(self, *parts, shard, **options):
+        """v14's parts, and the model's shard: this rank's place among the ranks."""
+        super().__init__(*parts, **options)
+        self.shard = shard
         self.rank, self.world_size = shard.rank, shard.world
         self.pending: list[tuple] = []
         self.closed = False
         self.plans = None
         if self.world_size > 1 and dist.get_backend() != "gloo":
             self.plans = dist.new_group(backend="gloo")  # every rank builds, so every rank calls
+
+    @classmethod
+    def assemble(cls, a) -> "TensorParallelEngine":
+        return cls(a.runner, a.kv, a.scheduler, a.sampler, a.request, inputs=a.inputs,
+                   overlap=a.options["overlap"], shard=a.model.shard)
 
     # -- rank 0: record and send ------------------------------------------------------------------
 
@@ -152,7 +160,7 @@ class TensorParallelEngine(OverlapEngine):
         return self.gather_shards()
 
     def gather_shards(self) -> list[dict]:
-        shard = self.runner.model.ops.shard
+        shard = self.shard
         mine = {part: [r.start, r.stop] for part, r in (
             ("heads", shard.heads), ("kv_heads", shard.kv_heads),
             ("intermediate", shard.intermediate), ("vocab", shard.vocab))}

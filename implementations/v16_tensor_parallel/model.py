@@ -106,4 +106,5 @@ class ShardedModel:
         decoder = PagedDecoder()
         ops = FusedOps().for_device(a.device, a.dtype)
         decoder.ops, decoder.Memory = sharded(ops, shard), FusedContextAttention
+        decoder.shard = shard  # what the engine asks of the model (contract ShardedModelPart)
         return decoder

@@ -13,7 +13,7 @@ CHECK_ALL_THEN_QUEUE = (
     "        ids = [self._enqueue(p, params) for p in prompts]\n")
 QUEUE_AS_CHECKED = "        ids = [self.add_request(p, params) for p in check_prompts(prompts)]\n"
 ENGINE = "v03_request_states/engine.py"  # the loop every later version runs
-POLICY_CHECK = ("        self.scheduler.policy.check(self.request(-1, prompt, params))"
+POLICY_CHECK = ("        self.scheduler.check(self.request(-1, prompt, params))"
                 "  # reads prompt and params\n")
 SLOT_CHECK = ("    def check(self, prompt: list[int], params) -> None:\n"
               "        \"\"\"Refuse a request that could outgrow a lane's rows.\"\"\"\n"

@@ -64,6 +64,7 @@ MUTANTS = [
         (SEALED,), V14,
         "a block is sealed when the decode ahead is launched: its hash reads the placeholder"),
     Mutant("v14-overlap-off-ignored", PROPERTY, (
-        Edit(ENGINE, "        self.overlap = overlap\n", "        self.overlap = True\n"),),
+        Edit(ENGINE, "        self.inputs, self.overlap = inputs, overlap\n",
+             "        self.inputs, self.overlap = inputs, True\n"),),
         (OFF,), V14, "overlap=False still launches the next decode ahead"),
 ]

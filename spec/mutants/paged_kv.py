@@ -62,10 +62,10 @@ MUTANTS = [
         (POISON, TIGHT), V08,
         "an idle lane keeps its last context length and attends over the null block"),
     Mutant("v08-decoded-slot-in-the-first-block", TABLES, (
-        Edit(INPUTS, '            "slot_mapping": [pool.slot(r.id, p) for r, p in zip(requests, '
+        Edit(INPUTS, '            "slot_mapping": [kv.slot(r.id, p) for r, p in zip(requests, '
                      'positions)],',
-             '            "slot_mapping": [pool.table(r.id)[0] * pool.block_size\n'
-             '                             + p % pool.block_size\n'
+             '            "slot_mapping": [kv.block_table(r.id)[0] * kv.block_size\n'
+             '                             + p % kv.block_size\n'
              '                             for r, p in zip(requests, positions)],'),),
         (POISON, TIGHT), V08,
         "a decoded token's K/V goes to its offset in the request's first block, not its last"),

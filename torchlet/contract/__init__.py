@@ -32,20 +32,29 @@ specs and graph recorders see one op a launch.
 
 Specs reach engines only through these names; nothing private.
 
-The names live in three modules, one concern each: values.py (the capability names, errors,
-ModelConfig, Checkpoint, GenerationParams, RequestOutput and the request checks),
-capabilities.py (the Protocols, API_OF, lacking) and recipe.py (build options and their roles,
-PART_NAMES, Recipe, Assembly, kernel_op). A reader opens the one they need; every caller imports
+The names live in four modules, one concern each: parts.py (the parts' seams: a Protocol per
+part listing what other parts may use of it, and the version that first needs each; read it
+first), values.py (the capability names, errors, ModelConfig, Checkpoint, GenerationParams,
+RequestOutput and the request checks), capabilities.py (the engine's Protocols, API_OF, lacking)
+and recipe.py (build options and their roles, PART_NAMES, Recipe, Assembly, kernel_op). A reader opens the one they need; every caller imports
 this package, never a module of it.
 """
 from __future__ import annotations
 
-# Every name of the three modules, re-exported: implementations import torchlet.contract only.
+# Every name of the four modules, re-exported: implementations import torchlet.contract only.
 from .capabilities import (API_OF, ChunkedPrefillAPI, ContinuousBatchingAPI, DecodeLanesAPI,
                            GenerateAPI, GraphReplayAPI, KVCacheAPI, Layers, OverlapAPI, PagedKVAPI,
                            PrefixCacheAPI, RaggedBatchAPI, RequestStatesAPI, Sampler, SamplingAPI,
                            SplitGQALayers, StaticBuffersAPI, TensorParallelAPI, lacking, members,
                            missing_members)
+from .parts import (COMPUTING, PROTOCOLS, BudgetPolicyPart, CacheLoopPart, CacheRunnerPart,
+                    CachedModelPart, CapturedSamplerPart, ChunkedRequestPart, GrowingKVPart,
+                    InputsPart, KernelModelPart, KernelOps, KVPart, LaneModelPart,
+                    LaneRequestPart, LaneRunnerPart, LaneSamplerPart, LanesKVPart, LoopPart,
+                    OverlapInputsPart, PagedKVPart, PolicyPart, PrefixKVPart, PrefixMemory,
+                    PrefixModelPart, PreemptingSchedulerPart, RaggedModelPart, RequestPart,
+                    RunnerPart, SamplerPart, SchedulerPart, ShardedModelPart, StaticInputsPart,
+                    StepLoopPart, StepRunnerPart, declared, protocol_of)
 from .recipe import (BLOCK_SIZE, MAX_LEN, MAX_RUNNING, MAX_STEP_TOKENS, NUM_BLOCKS,
                      PAGED_DECODE_ATTENTION, PART_NAMES, ROLES, Assembly, BuildOption, Recipe,
                      Served, check_build, check_device, fake_of, kernel_op)
