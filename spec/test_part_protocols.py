@@ -38,7 +38,7 @@ import pytest
 import torch
 
 import implementations
-from spec.support.models import tiny_checkpoint
+from spec.support.models.fixtures import tiny_checkpoint
 from torchlet.contract import (COMPUTING, PART_NAMES, GenerationParams, StepLoopPart, declared,
                                protocol_of)
 from torchlet.engines import build_sized
