@@ -160,6 +160,18 @@ def test_a_v14_decode_step_runs_code_from_few_files_and_calls_across_versions_ra
     assert trace.num_hops <= STEP_HOPS, trace.hops.most_common(20)
 
 
+# One decoder layer of a v16 decode step (spec/support/layer_trace.py: the step above, the last
+# layer's span): the files of the functions it enters, in order. Issue 44 aims at 6 changes of
+# file; the bound keeps a layer's reading from spreading over more files again.
+LAYER_FILE_CHANGES = 13
+
+
+def test_one_layer_of_a_v16_decode_step_reads_in_few_changes_of_file():
+    from spec.support.layer_trace import trace_layer
+    trace = trace_layer("v16")
+    assert trace.changes <= LAYER_FILE_CHANGES, trace.files
+
+
 # --- seams: a call lands where reading finds it ------------------------------------------------
 
 def _is_self(node: ast.expr) -> bool:
