@@ -108,9 +108,11 @@ class FusedOps(TritonOps):
             return gemv.gemv(x, weight, bias)
         return torch.nn.functional.linear(x, weight, bias)
 
-    def linear(self, x: torch.Tensor, w: Mapping[str, torch.Tensor], name: str) -> torch.Tensor:
-        """v00's linear (the o projection's, here) through project."""
-        return self.project(x, w[f"{name}.weight"], w.get(f"{name}.bias"))
+    def output_projection(self, out: torch.Tensor, w: Mapping[str, torch.Tensor]) -> torch.Tensor:
+        """v01_1's phase 6 (heads merged, then o_proj) through project, so a batch-1 decode step
+        reads o_proj with the gemv kernel."""
+        return self.project(out.reshape(out.shape[0], -1), w["self_attn.o_proj.weight"],
+                            w.get("self_attn.o_proj.bias"))
 
     def swiglu_packed(self, gate_up: torch.Tensor) -> torch.Tensor:
         """silu(gate) * up of each row [gate | up]: one kernel, or the same maths in PyTorch on

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import sys
 from collections import Counter
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
@@ -38,10 +39,17 @@ class StepTrace:
 def trace_step(name: str) -> StepTrace:
     """The trace of one steady decode step of the version. Triton layers take their PyTorch
     path (the interpreter off, as a step's own Python is what a reader follows)."""
+    with layers_on_pytorch():
+        return _trace(name)
+
+
+@contextmanager
+def layers_on_pytorch():
+    """Engines built inside take their layers' PyTorch path: the interpreter off."""
     interpret = os.environ.get("TRITON_INTERPRET")
     os.environ["TRITON_INTERPRET"] = "0"
     try:
-        return _trace(name)
+        yield
     finally:
         if interpret is None:
             os.environ.pop("TRITON_INTERPRET")
@@ -49,7 +57,10 @@ def trace_step(name: str) -> StepTrace:
             os.environ["TRITON_INTERPRET"] = interpret
 
 
-def _trace(name: str) -> StepTrace:
+def steady_engine(name: str):
+    """(engine, tree root): the version built on the tiny Qwen2 fixture, graphs off, three
+    requests decoded until steady, so that its next step() is a plain decode step. The root (the
+    tree of versions' folder, with a trailing separator) tells the tree's files from others."""
     version = implementations.load(name)
     names = {o.name for o in version.options}
     options = {"use_graphs": False} if "use_graphs" in names else {}
@@ -60,7 +71,11 @@ def _trace(name: str) -> StepTrace:
     for _ in range(4):
         engine.step()
     root = os.path.dirname(os.path.realpath(version.package.__file__))
-    root = os.path.dirname(root) + os.sep
+    return engine, os.path.dirname(root) + os.sep
+
+
+def _trace(name: str) -> StepTrace:
+    engine, root = steady_engine(name)
     files, hops = Counter(), Counter()
 
     def package(path: str) -> str | None:
