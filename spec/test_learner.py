@@ -292,7 +292,7 @@ def test_a_scripted_learner_session_from_exercise_to_the_next_version(tmp_path,
     done = torchlet("exercise", "v00", root, cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     hint = shlex.split(re.search(r"^next: torchlet (check .*)$", done.stdout, re.M)[1])
-    engine = root / first / "engine.py"
+    engine = root / first / "loop.py"
     stubs, qualname = engine.read_text(), "FullRecomputeEngine.assemble"
 
     line = fill(engine, stubs, qualname, "return cls(a.checkpoint a.device, a.dtype)")
