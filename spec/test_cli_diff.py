@@ -10,7 +10,7 @@ versions: -" above the files of six versions; the whole-file view printed 3,047 
 v00 -> v16 where the site's method view is the readable one.
 Core principle: every version whose code either view shows is named in the header. That is
 every version between, with all its files, not only the files still standing by B: B's classes
-build on theirs (v16's engine on v14's, whose engine.py v15 replaced), so the method view shows
+build on theirs (v16's loop on v14's, whose loop.py v16's replaces), so the method view shows
 code from files the effective module set no longer holds. A newer version first, or one version
 twice, is refused in one line, never read as changes.
 Files: torchlet/learner.py (diff), torchlet/methods.py (as_text), torchlet/docs/site.py

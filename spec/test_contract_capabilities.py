@@ -57,12 +57,12 @@ def test_a_versions_recipe_names_each_part_and_a_writer_at_or_before_it(impl):
 
 @pytest.mark.spec(needs=GENERATE)
 def test_the_layers_and_sampler_a_version_exports_satisfy_their_protocols(impl):
-    """What split_gqa and sampling promise is not on the engine: on `layers` and `sampler`."""
+    """What split_gqa and sampling promise is not on the engine: on `layers` and `draw`."""
     assert isinstance(impl.layers, Layers)
     if SPLIT_GQA in impl.capabilities:
         assert isinstance(impl.layers, SplitGQALayers)
     if SAMPLING in impl.capabilities:
-        assert isinstance(impl.package.sampler, Sampler)
+        assert isinstance(impl.package.draw, Sampler)
 
 
 def test_each_api_inherits_from_protocol_alone_and_no_two_share_a_member():

@@ -292,22 +292,22 @@ def test_a_scripted_learner_session_from_exercise_to_the_next_version(tmp_path,
     done = torchlet("exercise", "v00", root, cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     hint = shlex.split(re.search(r"^next: torchlet (check .*)$", done.stdout, re.M)[1])
-    engine = root / first / "engine.py"
-    stubs, qualname = engine.read_text(), "FullRecomputeEngine.assemble"
+    loop = root / first / "loop.py"
+    stubs, qualname = loop.read_text(), "FullRecomputeEngine.assemble"
 
-    line = fill(engine, stubs, qualname, "return cls(a.checkpoint a.device, a.dtype)")
+    line = fill(loop, stubs, qualname, "return cls(a.checkpoint a.device, a.dtype)")
     refused = torchlet(*hint, cwd=tmp_path)  # the command exercise printed, word for word
-    assert re.fullmatch(rf"{re.escape(str(engine))}:{line}: \S.*", one_line(refused))
+    assert re.fullmatch(rf"{re.escape(str(loop))}:{line}: \S.*", one_line(refused))
     assert refused.stdout == ""
 
-    fill(engine, stubs, qualname, "while a:\n    pass")
+    fill(loop, stubs, qualname, "while a:\n    pass")
     endless = torchlet("check", root, "-k", "v00", "--timeout", "1", cwd=tmp_path)
     assert endless.returncode != 0, endless.stdout
     assert "Traceback" not in endless.stdout + endless.stderr, endless.stderr
-    assert f"next: make engine.{qualname} return (it was still at {engine}:" in endless.stdout, \
+    assert f"next: make loop.{qualname} return (it was still at {loop}:" in endless.stdout, \
         endless.stdout
 
-    fill(engine, stubs, qualname, "return None")
+    fill(loop, stubs, qualname, "return None")
     wrong = torchlet("check", root, "-k", "v00", "--", "-x", cwd=tmp_path)
     assert wrong.returncode != 0, wrong.stdout
     assert re.search(r"^next: make \S+ pass \(no stub left in its way\)$", wrong.stdout, re.M), \

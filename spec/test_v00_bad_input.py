@@ -10,7 +10,7 @@ it got where a token id or a prompt belongs; Python and numpy integers are token
 Nothing is generated for any prompt of a call that holds a bad one; that such a call leaves
 nothing queued either is spec/test_v03_refusals.py's. (Bad checkpoints: spec/test_checkpoints.py.)
 Files: torchlet/contract/values.py (check_prompts, check_request),
-implementations/v00_full_recompute/engine.py.
+implementations/v00_full_recompute/loop.py.
 Tradeoff left visible: none; later versions inherit this page unchanged.
 """
 import numpy as np

@@ -11,7 +11,7 @@ whatever the shape: on tiny_head_dim, whose head_dim is not hidden / heads (Qwen
 tiny_qwen3 (a Qwen3: each head's q and k RMS-normed before RoPE), on tiny_gqa5 (5 query heads a KV
 head), and on each fixture's twin, its shape with other weights, built after it in the same
 process.
-Files: implementations/v00_full_recompute/engine.py; spec/support/oracles/oracle.py and prompts.py.
+Files: implementations/v00_full_recompute/loop.py; spec/support/oracles/oracle.py and prompts.py.
 Tradeoff left visible: generating N tokens runs the model over N growing sequences: quadratic
 work (measured in the v02 spec).
 """

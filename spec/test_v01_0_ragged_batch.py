@@ -8,8 +8,8 @@ step. Padding to the longest prompt would fix that but spend compute on pad toke
 Core principle: every block but attention works row by row, so it runs on the flat buffer as is;
 attention keeps requests apart by attending within each request's rows only. Batching must change
 nothing a request sees: its tokens equal its solo run.
-Files: implementations/v01_0_ragged_batch/{ragged.py, model.py, engine.py} against
-implementations/v00_full_recompute/{model.py, engine.py}.
+Files: implementations/v01_0_ragged_batch/{ragged.py, model.py, loop.py} against
+implementations/v00_full_recompute/{model.py, loop.py}.
 Tradeoff left visible: still full recompute. Each step re-runs every unfinished request's whole
 sequence (the meter below counts it); v02 removes that.
 """

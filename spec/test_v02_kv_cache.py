@@ -15,8 +15,8 @@ token stops its request, a request stopped by a stop token is fed that token too
 new position, computed for nothing, at most one per request and never a recompute.)
 Metamorphic: garbage in the history ids changes nothing, a cache filled from another history
 changes the output. And the cache holds exactly what Hugging Face computes for the same tokens.
-Files: implementations/v02_kv_cache/{cache.py, model.py, runner.py, engine.py} against
-implementations/v01_1_split_gqa/model.py and implementations/v01_0_ragged_batch/engine.py.
+Files: implementations/v02_kv_cache/{kv.py, model.py, runner.py, loop.py} against
+implementations/v01_1_split_gqa/model.py and implementations/v01_0_ragged_batch/loop.py.
 Tradeoff left visible: memory. The cache holds 2 * layers * kv_heads * head_dim numbers per token
 per request, and grows by concatenation, copying a request's history at every step (v05-v08
 preallocate and page it).

@@ -14,11 +14,11 @@ Core principle: check, then act. `_checked` (every refusal, changing nothing) is
 `_enqueue` (which cannot refuse), so a call is refused whole or served whole. The evidence is
 taken from outside where it can be: the token rows of the next good call, metered from the
 matmuls, against a fresh engine's.
-Files: implementations/v03_request_states/engine.py (add_request, _checked, _enqueue, generate),
+Files: implementations/v03_request_states/loop.py (add_request, _checked, _enqueue, generate),
 the `check` of the K/V memory and of the admission policy that _checked asks:
 implementations/v05_decode_lanes/kv.py (LaneKV.check, max_model_len),
-implementations/v04_continuous_batching/scheduler.py (ContinuousBatching.check, max_step_tokens)
-and implementations/v08_paged_gqa_py/scheduler.py (PagedAdmission.check, the pool);
+implementations/v04_continuous_batching/policy.py (ContinuousBatching.check, max_step_tokens)
+and implementations/v08_paged_gqa_py/policy.py (PagedAdmission.check, the pool);
 torchlet/contract/values.py (check_request, check_prompts).
 Tradeoff left visible: every prompt is checked twice when it is queued (the scheduler re-asks
 its policy), a few comparisons bought for keeping Scheduler.add safe to call alone.

@@ -18,7 +18,7 @@ a GenerationParams subclass whose stop check raises at a chosen token. The evide
 from outside too: the other requests' tokens against a run without it, and, after every step,
 that a finished request holds no cache and, where the version pages, no block.
 Files: torchlet/contract/values.py (GenerationParams, check_params, FinishReason.ERROR,
-RequestOutput.error), implementations/v03_request_states/{scheduler.py, request.py, engine.py}
+RequestOutput.error), implementations/v03_request_states/{scheduler.py, request.py, loop.py}
 (Scheduler.postprocess; Request.fail, raise_if_failed; StepEngine.generate, stream).
 Tradeoff left visible: a failure is caught where a request takes its token. One inside a forward
 pass belongs to the whole batch (nothing says which request caused it) and still ends the step,

@@ -12,8 +12,8 @@ Core principle: only legal transitions, checked by a Hypothesis state machine ov
 add / step / abort sequences; a finished output is frozen; whatever a request held (its cache,
 its queue place) is freed the moment it finishes or is aborted; step-wise driving gives
 exactly generate's tokens.
-Files: implementations/v03_request_states/{request.py, scheduler.py, runner.py, sampler.py,
-engine.py} against implementations/v02_kv_cache/{runner.py, engine.py} (the model and the cache
+Files: implementations/v03_request_states/{request.py, scheduler.py, policy.py, runner.py,
+sampler.py, loop.py} against implementations/v02_kv_cache/{runner.py, loop.py} (the model and the cache
 are v02's, unchanged).
 Tradeoff left visible: static batching. A batch runs until its slowest request finishes; a
 request added meanwhile waits even though the engine has room (v04 fixes this).

@@ -16,8 +16,8 @@ starvation: a request added after requests j (however many are still around) fin
 sum_j (1 + max_new_tokens_j) + its own max_new_tokens steps, because admission never lets a later
 request overtake an earlier one, and every step that holds the head back decodes a token for a
 request ahead of it.
-Files: implementations/v04_continuous_batching/scheduler.py against
-implementations/v03_request_states/scheduler.py (StaticBatching: v04 swaps only the policy).
+Files: implementations/v04_continuous_batching/policy.py against
+implementations/v03_request_states/policy.py (StaticBatching: v04 swaps only the policy).
 Tradeoff left visible: a long prompt is prefilled whole inside one step, so the decodes sharing
 that step wait for it, and a prompt longer than max_step_tokens is refused (chunked prefill would
 split it).

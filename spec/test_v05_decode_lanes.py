@@ -26,7 +26,7 @@ lane stores from the row its predecessor did. From v07 the replayed graph's ops 
 v08 a request's place is its blocks (its rows run on within a block); v10's Triton store is seen
 as its custom op, in the float32 scenario.
 Files: implementations/v05_decode_lanes/{kv.py, request.py, inputs.py, runner.py, model.py}
-against implementations/v02_kv_cache/{cache.py, model.py} and
+against implementations/v02_kv_cache/{kv.py, model.py} and
 implementations/v03_request_states/{request.py, runner.py} (the scheduler and its policy are
 v04's, the loop v03's, unchanged).
 Tradeoff left visible: waste, twice. Every decode pass computes all num_lanes lanes,

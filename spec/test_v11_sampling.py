@@ -2,8 +2,8 @@
 
 What it introduces: GenerationParams' temperature (0 is greedy), top_k (0 is off), top_p (1 is
 off), min_p (0 is off) and seed (None: the engine picks one when the request arrives). A sampler
-part (implementations/v11_sampling/sampling.py: SeededSampler, each lane's settings, over the
-functions of sampler.py, exported as `sampler`) applies the filters in Hugging Face's order,
+part (implementations/v11_sampling/sampler.py: SeededSampler, each lane's settings, over the
+functions of draw.py, exported as `draw`) applies the filters in Hugging Face's order,
 temperature, top-k, top-p, min-p, and draws by an exponential race:
 argmax p / E, E ~ Exp(1), with uniforms hashed from (seed, position of the drawn token, token id)
 as torchlet.contract.GenerationParams spells out. vLLM applies min-p before top-k and top-p;
@@ -26,7 +26,7 @@ E = 0 won the race for any token, filtered or not, once in ~340 draws over a rea
 A step whose running requests are all greedy runs the greedy path, the argmax alone, whatever
 its lanes ran before: watched from the ops it dispatches, no sort and no hash.
 
-Files to compare: implementations/v11_sampling/{sampling.py, sampler.py} against
+Files to compare: implementations/v11_sampling/{sampler.py, draw.py} against
 implementations/v03_request_states/sampler.py (Greedy, the sampler part it replaces) and
 implementations/v07_cuda_graph/runner.py (captured_step, which runs the sampler's draw inside
 the graph) with implementations/v06_static_buffers/inputs.py (DecodeBuffers, which hold the
@@ -126,7 +126,7 @@ def test_the_filters_equal_hugging_faces_warpers_row_by_row(impl, batch):
     """Per row of a batch with mixed settings: the same tokens keep non-zero probability, with
     the same renormalised probabilities, as Hugging Face's warpers in its order (float64)."""
     logits = torch.stack([x for x, _ in batch])
-    ours = impl.package.sampler.filter_logits(logits, *settings_tensors([s for _, s in batch]))
+    ours = impl.package.draw.filter_logits(logits, *settings_tensors([s for _, s in batch]))
     for row, (x, s) in zip(ours, batch):
         ref = oracle.hf_filter(x, s)
         assert torch.equal(torch.isfinite(row), torch.isfinite(ref)), (x, s)
@@ -149,7 +149,7 @@ def test_seeded_draws_follow_the_filtered_distribution_by_a_chi_square_test(impl
     logits = DISTRIBUTION_LOGITS.repeat(n, 1)
     probs = oracle.hf_filter(DISTRIBUTION_LOGITS.double(), settings).softmax(-1)
     t, k, p, m = settings_tensors([settings] * n, torch.float32)
-    sampler = impl.package.sampler
+    sampler = impl.package.draw
     for seed, position in ((torch.full((n,), 1234), torch.arange(n)),
                            (torch.arange(n) * 7919, torch.full((n,), 17))):
         tokens = sampler.sample(logits, t, k, p, m, seed, position)
@@ -165,7 +165,7 @@ def test_a_draw_depends_on_seed_and_position_only(impl):
     g = torch.Generator().manual_seed(3)
     logits = torch.randn(1, 64, generator=g).repeat(6, 1)
     t, k, p, m = settings_tensors([oracle.Settings(1.0)] * 6, torch.float32)
-    sampler = impl.package.sampler
+    sampler = impl.package.draw
     seeds = torch.tensor([5, 9, 5, 5, 9, 6])
     positions = torch.tensor([3, 3, 3, 4, 3, 3])
     for order in (torch.arange(6), torch.tensor([5, 4, 3, 2, 1, 0])):
@@ -192,7 +192,7 @@ def test_uniforms_equal_the_oracles_bit_for_bit_at_the_extreme_hash_values(impl,
     computed by the oracle in float64, exactly; every one lies strictly inside (0, 1)."""
     seed = oracle.seeds_with_bits(top24, REAL_VOCAB, 1)[0]
     token = oracle.token_with_bits(seed, 7, top24)
-    ours = impl.package.sampler.uniforms(torch.tensor([seed]), torch.tensor([7]), REAL_VOCAB)[0]
+    ours = impl.package.draw.uniforms(torch.tensor([seed]), torch.tensor([7]), REAL_VOCAB)[0]
     expected = oracle.uniforms(seed, 7, REAL_VOCAB)
     assert expected[token] == (top24 + 0.5) / 2 ** 24
     assert torch.equal(ours.double(), expected), (seed, token, float(ours[token]))
@@ -214,7 +214,7 @@ def test_top_k_one_draws_the_greedy_token_for_every_seed_whose_stream_holds_an_a
     temperature 0.8 and top_k=1: the draw is the argmax, whichever token the extreme landed on."""
     seeds = [s for s in oracle.seeds_with_bits(ALL_ONES, REAL_VOCAB, 200) if s < 30_000]
     logits, settings = race_rows(seeds, 7, REAL_VOCAB, oracle.Settings(0.8, 1, 1.0, 0.0))
-    drawn = impl.package.sampler.sample(logits, *settings)
+    drawn = impl.package.draw.sample(logits, *settings)
     assert torch.equal(drawn, logits.argmax(-1)), [
         (s, int(d)) for s, d, a in zip(seeds, drawn, logits.argmax(-1)) if d != a]
 
@@ -234,7 +234,7 @@ def test_a_sampled_token_is_always_inside_the_filtered_support(impl, position, s
     holds an extreme hash, so the rare uniforms next to 0 and 1 are always in the draw."""
     seed = oracle.seeds_with_bits(top24, REAL_VOCAB, 1, position, start)[0] if extreme else start
     logits, tensors = race_rows([seed], position, REAL_VOCAB, settings)
-    token = int(impl.package.sampler.sample(logits, *tensors)[0])
+    token = int(impl.package.draw.sample(logits, *tensors)[0])
     support = torch.isfinite(oracle.hf_filter(logits[0].double(), settings))
     assert support[token], (seed, token, int(support.sum()))
 
@@ -330,7 +330,7 @@ def test_a_sampling_step_reads_the_lanes_settings_and_draws_inside_the_replayed_
     engine.step()  # the first decode step of this bucket captures it
     lane = engine.lane_of(rid)
     with StepLog(engine.sampling_buffers(), VOCAB) as log, \
-            ModelWatch(impl, also=(impl.package.sampler,)) as watch:
+            ModelWatch(impl, also=(impl.package.draw,)) as watch:
         engine.step()
     assert set(log.read) == set(SETTINGS), f"the step read only {sorted(log.read)}"
     assert float(log.read["temperature"][lane]) == pytest.approx(settings.temperature)
@@ -350,7 +350,7 @@ def test_a_step_whose_lanes_are_all_greedy_reads_no_settings_and_runs_no_sampler
     rid = engine.add_request(list(prompt), GenerationParams(max_new_tokens=4))
     engine.step()
     with StepLog(engine.sampling_buffers(), VOCAB) as log, \
-            ModelWatch(impl, also=(impl.package.sampler,)) as watch:
+            ModelWatch(impl, also=(impl.package.draw,)) as watch:
         engine.step()
     assert log.read == {} and not [c for c in watch.model_calls if "sample" in c or
                                    "filter" in c or "uniform" in c], watch.model_calls

@@ -22,12 +22,12 @@ since its calls hold the next step's decode. This page watches that decode from 
 K/V it stores, the inputs it reads, the order of the copies on the step's way out, the rows a
 later prefill is spared, and that the step after it preempts none of the requests it ran for.
 
-Files to compare: implementations/v14_overlap/engine.py (OverlapEngine: _decode_ahead,
-start_read) against implementations/v03_request_states/engine.py (the step it reorders),
+Files to compare: implementations/v14_overlap/loop.py (OverlapEngine: _decode_ahead,
+start_read) against implementations/v03_request_states/loop.py (the step it reorders),
 implementations/v08_paged_gqa_py/scheduler.py (PreemptingScheduler: preemption, which a step
 ahead leaves to the next step in order) and implementations/v12_prefix_cache/kv.py
-(seal_filled); OverlapInputs (in implementations/v14_overlap/engine.py) against
-implementations/v08_paged_gqa_py/kv.py (PagedInputs, the lanes' buffers a drawn token is
+(seal_filled); implementations/v14_overlap/inputs.py (OverlapInputs) against
+implementations/v08_paged_gqa_py/inputs.py (PagedInputs, the lanes' buffers a drawn token is
 copied into on the device).
 
 Tradeoff left visible: between steps a running request has cached its last token too, so

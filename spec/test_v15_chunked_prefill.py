@@ -22,9 +22,10 @@ step compute less than it could: min(budget, rows available), so no request wait
 the step are left, and a waiting prompt is sliced rather than held back whole. Slice graphs give
 the oracle's tokens in every request bucket four lanes can fill.
 
-Files to compare: implementations/v15_chunked_prefill/scheduler.py (TokenBudget, ChunkedScheduler,
-SlicedBatch) against implementations/v08_paged_gqa_py/scheduler.py (PagedAdmission,
-PreemptingScheduler) and implementations/v03_request_states/scheduler.py (Scheduler, Batch);
+Files to compare: implementations/v15_chunked_prefill/{policy.py, scheduler.py} (TokenBudget;
+ChunkedScheduler, SlicedBatch) against implementations/v08_paged_gqa_py/{policy.py, scheduler.py}
+(PagedAdmission; PreemptingScheduler) and implementations/v03_request_states/scheduler.py
+(Scheduler, Batch);
 implementations/v15_chunked_prefill/runner.py (ChunkedRunner.prefill_slices) against
 implementations/v12_prefix_cache/runner.py (PrefixRunner.prefill, forward_rows);
 implementations/v15_chunked_prefill/request.py against implementations/v08_paged_gqa_py/request.py;

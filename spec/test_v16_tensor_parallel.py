@@ -26,7 +26,7 @@ tokens are the oracle's.
 
 Files to compare: implementations/v16_tensor_parallel/model.py (sharded, VocabShard)
 against implementations/v13_fused/model.py (FusedOps); implementations/v16_tensor_parallel/
-engine.py (TensorParallelEngine) against implementations/v14_overlap/engine.py; shard.py is new.
+loop.py (TensorParallelEngine) against implementations/v14_overlap/loop.py; shard.py is new.
 
 Tradeoff left visible: every rank runs the scheduler, the K/V manager and the sampler itself
 (the same events in, the same decisions out), so no block table or token crosses a rank, at the

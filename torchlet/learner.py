@@ -660,8 +660,8 @@ def version_pair(a: str, b: str | None, root: Path) -> tuple[str, str]:
 def diff_header(a: str, b: str, old: dict[str, Path], new: dict[str, Path], root: Path) -> str:
     """Which files b owns (and which of a's each replaces), which each version between a and b
     owns, and which of a's b runs too. Every version between is named with its files, not only
-    those still standing by b: b's classes build on theirs (v16's engine on v14's, whose file
-    v15 replaced), so either view can show code from any of them."""
+    those still standing by b: b's classes build on theirs (v16's loop on v14's, whose loop.py
+    v16's replaces), so either view can show code from any of them."""
     def was(rel: str) -> str:
         return f"replaces {_owner(old[rel], root)}/{rel}" if rel in old else "new"
 

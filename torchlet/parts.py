@@ -15,7 +15,7 @@ class PartRow:
     name: str            # the part's name in PART_NAMES: "kv", "runner"
     label: str           # what it is, as Recipe.table() names it: "KVCache", "Decoder instance"
     writer: str          # the full name of the version that wrote it: "v08_paged_gqa_py"
-    file: str            # where it lives, relative to the tree ("v08_paged_gqa_py/cache.py"), else
+    file: str            # where it lives, relative to the tree ("v08_paged_gqa_py/kv.py"), else
                          # to the repository, else its module's name
     swapped: bool        # written by this version itself
 

@@ -2,11 +2,11 @@
 sequence at every step. The baseline every later version is measured against.
 
 Parts: the model (model.py, its functions; exported as `layers`) and the loop that re-runs it
-(engine.py: FullRecomputeEngine)."""
+(loop.py: FullRecomputeEngine)."""
 from torchlet.contract import GENERATE, Recipe
 
 from . import model as layers
-from .engine import FullRecomputeEngine
+from .loop import FullRecomputeEngine
 
 CAPABILITIES = (GENERATE,)
 PARTS = Recipe.first("v00", model=layers, loop=FullRecomputeEngine)

@@ -2,13 +2,13 @@
 end and described by `req_indptr`; no padding. Still full recompute at every step.
 
 Swaps the model (model.py: RaggedDecoder, attention kept within each request, over the ragged
-batch's bookkeeping in ragged.py) and the loop (engine.py: RaggedEngine, one ragged pass per
+batch's bookkeeping in ragged.py) and the loop (loop.py: RaggedEngine, one ragged pass per
 step)."""
 from torchlet.contract import RAGGED_BATCH
 
 from ..v00_full_recompute import CAPABILITIES as PREVIOUS
 from ..v00_full_recompute import PARTS as BEFORE
-from .engine import RaggedEngine
+from .loop import RaggedEngine
 from .model import RaggedDecoder, layers
 
 CAPABILITIES = PREVIOUS + (RAGGED_BATCH,)

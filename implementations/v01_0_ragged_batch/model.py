@@ -5,12 +5,11 @@ attending within each request's rows only.
 From here on the decoder is a part, a class whose functions call each other through `self`, and
 it composes a second part, its maths (`ops`): the per-token layers (norm, RoPE, MLP, the
 projections) a decoder calls but never changes. Here the ops are v00's functions as they are
-(its module); a later version that changes how a layer computes hands the decoder other ops
-(v01_1 the attention phases, v05 the rotation once per pass, v09 Triton kernels, v13 fused
-ones), and one that changes where K/V live subclasses the decoder (v02, v05) or, from v08, hands
-it a memory part. What callers use of the ops (the weights' class, the LM head, the contract's
-per-token layers) the decoder names, each the ops' own, so `layers.rms_norm` is the ops'. The
-version's `layers` is an instance."""
+(its module); a later version that changes how a layer computes (attention in named phases,
+the rotation once per pass, kernels) hands the decoder other ops, and one that changes where K/V
+live subclasses the decoder or hands it a memory part. What callers use of the ops (the weights'
+class, the LM head, the contract's per-token layers) the decoder names, each the ops' own, so
+`layers.rms_norm` is the ops'. The version's `layers` is an instance."""
 from __future__ import annotations
 
 from functools import cached_property

@@ -83,7 +83,7 @@ class GQAOps:
               w: Mapping[str, torch.Tensor], config: ModelConfig):
         """Phases 2-4 on projected q, k and v: split into heads, q and k normed per head where
         the model does (qk_norm), then rotated, and the queries grouped. Apart from phase 1, so a
-        version that projects otherwise (v13's one GEMM) hands its q, k and v here."""
+        version that projects otherwise (q, k and v from one GEMM) hands its q, k and v here."""
         q, k = self.split_heads(q, config.num_heads), self.split_heads(k, config.num_kv_heads)
         if config.qk_norm:
             q, k = self.qk_norm(q, k, w, config)

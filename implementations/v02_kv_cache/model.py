@@ -21,7 +21,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from torchlet.contract import ModelConfig
 
 from ..v01_1_split_gqa import SplitGQADecoder
-from .cache import LayerKV
+from .kv import LayerKV
 
 __all__ = ["CachedDecoder", "layers"]
 

@@ -11,7 +11,7 @@ from torchlet.contract import Checkpoint, RequestError, flatten
 
 from ..v01_1_split_gqa import RaggedEngine
 from .model import CachedDecoder
-from .cache import KVCache
+from .kv import KVCache
 
 
 class ModelRunner:

@@ -1,6 +1,6 @@
 """Choosing a step's tokens: greedy, the argmax of each row's logits. The sampler is a part of its
-own, handed to the runner, so that a later version's captured decode step can draw inside the
-graph (v07) and a later sampler can draw at random (v11)."""
+own, handed to the runner, so that a decode step captured as a graph can draw inside it and
+another sampler can draw at random, each without a change to the runner."""
 from __future__ import annotations
 
 import torch

@@ -1,7 +1,7 @@
 """The scheduler owns the lifecycle: it decides who runs each step and what rows each request
 brings (a whole prompt to prefill, or its last token to decode), then takes the chosen tokens
-back. Who may join the running batch is the admission policy's one question; this version's
-answer is static batching."""
+back. Who may join the running batch is the admission policy's one question (policy.py: this
+version's answer is static batching)."""
 from __future__ import annotations
 
 from collections import deque
@@ -54,24 +54,8 @@ class Batch:
     @property
     def chunks(self) -> list[list[int]]:
         """The new rows of each request, in order: its last token, or its whole sequence (the
-        prompt; from v08 also the tokens of a preempted request, which are recomputed)."""
+        prompt, or all the tokens of a request a scheduler preempted, which are recomputed)."""
         return [[r.sequence[-1]] for r in self.decode] + [r.sequence for r in self.prefill]
-
-
-class StaticBatching:
-    """Admit every waiting request, but only when the running batch has drained: a request that
-    arrives mid-batch waits for the slowest member of that batch."""
-
-    @classmethod
-    def assemble(cls, a) -> "StaticBatching":
-        return cls()
-
-    def check(self, request: Request) -> None:
-        pass  # any request check_request accepts fits
-
-    def admit(self, waiting: deque[Request], running: list[Request]) -> int:
-        """How many waiting requests, from the front, join this step."""
-        return 0 if running else len(waiting)
 
 
 class Scheduler:
@@ -114,7 +98,7 @@ class Scheduler:
         K/V. Returns a copy of every request's output. The one place a step runs a request's own code (its stop check): if
         that raises, the request fails alone and leaves like any finished one."""
         for request, token in zip(batch.requests, tokens, strict=True):
-            if request.finished:  # it failed earlier in this step (v11's bind): no token
+            if request.finished:  # it failed earlier in this step (a sampler's bind): no token
                 continue
             try:
                 request.append(token)

@@ -1,7 +1,7 @@
 """Decode lanes and the K/V memory behind them. A request takes the lowest free lane when it is
 prefilled and keeps it until it finishes; its K/V rows live in that lane's max_len rows, and the
 lane is its row in every decode pass. Each lane reserves max_len rows whatever the request uses: the
-waste v08's paging removes."""
+waste that memory taken as the tokens come (in blocks) would not have."""
 from __future__ import annotations
 
 from typing import Hashable, Sequence

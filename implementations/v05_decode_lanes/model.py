@@ -1,8 +1,8 @@
 """The decoder over decode lanes. The K/V cache is one preallocated tensor per layer,
 [lanes + 1, max_len, kv_heads, head_dim]: lane s's rows hold the request running in it, row p its
 token at position p. A decode step runs every lane, active or not, so its shapes never
-change (what v06 and v07 need); prefill stays ragged and writes rows 0 .. len - 1 of each
-request's lane.
+change (what inputs allocated once and a replayed graph need); prefill stays ragged and writes
+rows 0 .. len - 1 of each request's lane.
 
 LaneDecoder is v02's decoder (through v04) with two passes over the lane cache. Both run one
 layer loop, forward_layers, and differ only in their attention, which the loop is given.

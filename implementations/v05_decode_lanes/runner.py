@@ -43,8 +43,9 @@ class LaneRunner:
 
     @torch.inference_mode()
     def prefill(self, requests: Sequence) -> torch.Tensor:
-        """Give each request a lane (and from v08 its blocks) and store its rows' K/V where the
-        K/V memory says they go; float logits [B, vocab] of each last token."""
+        """Give each request a lane (and whatever else the K/V memory holds for it: place) and
+        store its rows' K/V where the K/V memory says they go; float logits [B, vocab] of each
+        last token."""
         self.kv.place(requests)
         indptr, ids = self.ragged_inputs([r.sequence for r in requests])
         hidden = self.model.forward_prefill(self.weights, ids, indptr,
@@ -72,12 +73,12 @@ class LaneRunner:
         return logits, None
 
     def decode_step(self, *inputs: torch.Tensor) -> torch.Tensor:
-        """One lane-shaped pass over the inputs' buffers (v05's token ids, positions and active
-        lanes; v08 adds each lane's block table, context length and new slot): logits [lanes,
+        """One lane-shaped pass over the inputs' buffers (token ids, positions and active
+        lanes here; inputs over another K/V memory add its fields): logits [lanes,
         vocab] in the model's dtype. Not cast to float: the greedy draw, the argmax, is the same
         on either, and at 256 lanes of a 151,936-token vocabulary in bfloat16 the cast moved
         234 MB a step, 0.11 ms on an H200 (docs/perf-notes.md). decode() casts the rows it
-        returns; v11's sampler casts before it filters."""
+        returns; a sampler that filters the logits casts them first."""
         hidden = self.model.forward_decode(self.weights, *inputs, self.kv.kv)
         return self.model.lm_head(self.weights, hidden)
 

@@ -1,5 +1,5 @@
 """v03's greedy sampler, told when requests take decode lanes: a sampler that keeps settings per
-lane (v11's) writes them then."""
+lane (a temperature, a seed) writes them then."""
 from __future__ import annotations
 
 from ..v04_continuous_batching import Greedy

@@ -1,5 +1,6 @@
 """The decode step's inputs, allocated once. Each step writes new values into the same tensors,
-so every step reads the same addresses with the same shapes: what graph replay (v07) needs. On a
+so every step reads the same addresses with the same shapes: what replaying a captured graph
+needs. On a
 GPU the values are staged in pinned host memory and copied over in one transfer per buffer."""
 from __future__ import annotations
 

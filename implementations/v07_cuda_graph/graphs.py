@@ -320,8 +320,10 @@ class CpuGraph:
                         leaves[pos] = env[slot]
                     args, kwargs = tree_unflatten(leaves, op.spec)
                 out = op.func(*args, **kwargs)
-                if op.func.namespace == "c10d":  # a collective (v16): a CUDA graph orders it
-                    _wait_for(out)               # on the stream; here its work is waited for
+                # A collective (a model sharded over ranks runs them): a CUDA graph orders it on
+                # the stream; here its work is waited for.
+                if op.func.namespace == "c10d":
+                    _wait_for(out)
                 if op.writes:
                     out_leaves = tree_leaves(out)
                     for pos, slot in op.writes:

@@ -7,10 +7,9 @@ FlashInfer-style view), the request (request.py: PagedRequest, which carries its
 the model (model.py: PagedDecoder, v02's decoder composing two parts swapped on their
 own from here on: its ops, v05's PassOps, and its memory, PagedAttention: K/V stored and read
 through the block tables by that file's PyTorch functions, and the paged passes), the
-decode inputs (kv.py: PagedInputs, each lane's table, length and new slot, in room each
-request takes as it feeds a token), the policy
-(scheduler.py: PagedAdmission, admission over free blocks) and the scheduler (scheduler.py:
-PreemptingScheduler)."""
+decode inputs (inputs.py: PagedInputs, each lane's table, length and new slot, in room each
+request takes as it feeds a token), the policy (policy.py: PagedAdmission, admission over free
+blocks) and the scheduler (scheduler.py: PreemptingScheduler, which preempts)."""
 from torchlet.contract import PAGED_DECODE_ATTENTION, PAGED_KV
 
 from ..v07_cuda_graph import CAPABILITIES as PREVIOUS
@@ -19,10 +18,12 @@ from ..v07_cuda_graph import Batch, ContinuousBatching, DecodeBuffers, GraphRunn
 from . import metadata
 # model.py's PyTorch paged attention, passed on to later versions (and the specs) by this name
 from . import model as paged_attention
-from .kv import BlockPool, PagedInputs, PagedKV, PoolExhausted
+from .inputs import PagedInputs
+from .kv import BlockPool, PagedKV, PoolExhausted
 from .model import PagedAttention, PagedDecoder, layers
+from .policy import PagedAdmission
 from .request import PagedRequest
-from .scheduler import PagedAdmission, PreemptingScheduler
+from .scheduler import PreemptingScheduler
 
 CAPABILITIES = PREVIOUS + (PAGED_KV,)
 PARTS = BEFORE.replace("v08", kv=PagedKV, request=PagedRequest, model=layers, inputs=PagedInputs,

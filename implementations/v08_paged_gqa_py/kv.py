@@ -10,9 +10,7 @@ generated instead of a reservation for the longest possible sequence.
 Physical block 0 is never handed out: padded entries of a block table point at it, so a kernel
 may read it freely and padded writes have somewhere harmless to go.
 
-The decode inputs read this memory (PagedInputs): v06's static buffers, with each lane's padded
-block table, its context length and the slot its new token's K/V goes to among their fields,
-allocated once and written in place.
+The decode inputs (inputs.py: PagedInputs) read this memory.
 """
 from __future__ import annotations
 
@@ -25,9 +23,8 @@ import torch
 from torchlet.contract import (BLOCK_SIZE, NUM_BLOCKS, BuildOption, ModelConfig, RequestError,
                                TorchletError)
 
-from ..v07_cuda_graph import DecodeBuffers, LaneKV, StaticInputs
+from ..v07_cuda_graph import LaneKV
 from . import metadata
-from .metadata import NULL_BLOCK
 
 
 class PoolExhausted(TorchletError):
@@ -91,7 +88,7 @@ class BlockPool:
     def _check_fits(self, request_id: int, num_tokens: int, from_free: int) -> None:
         """Refuse, before anything changes, a request that holds blocks already, has no token or
         could never fit (RequestError), or whose from_free blocks are not free now
-        (PoolExhausted). v12 takes fewer than it needs from the free list: it shares some."""
+        (PoolExhausted). A pool that shares blocks takes fewer than it needs from the free list."""
         if request_id in self._tables:
             raise RequestError(f"request {request_id} already holds blocks; free them first")
         if num_tokens < 1:
@@ -118,7 +115,8 @@ class BlockPool:
         return self.slot(request_id, self._tokens[request_id] - 1)
 
     def _take(self) -> int:
-        """The next free block, off the left of the free list (v12 evicts here)."""
+        """The next free block, off the left of the free list (a pool that keeps freed blocks
+        cached evicts one here)."""
         return self._free.popleft()
 
     def free(self, request_id: int) -> int:
@@ -230,7 +228,7 @@ class PagedKV(LaneKV):
                 for _ in range(config.num_layers)]
 
     def make_pool(self, num_blocks: int, block_size: int) -> BlockPool:
-        """The pool the blocks come from (v12 builds one that shares them)."""
+        """The pool the blocks come from (a memory that shares blocks builds its own)."""
         return BlockPool(num_blocks, block_size)
 
     def can_place(self, sequences: Sequence[Sequence[int]]) -> bool:
@@ -368,68 +366,3 @@ class PagedKV(LaneKV):
         rows = torch.tensor(self.slots(request_id, 0, self.num_tokens(request_id)),
                             device=self.kv[0][0].device)
         return [(k.flatten(0, 1)[rows].clone(), v.flatten(0, 1)[rows].clone()) for k, v in self.kv]
-
-
-class PagedInputs(StaticInputs):
-    """v06's static inputs with the paged ones, read from the K/V memory's pool."""
-
-    def __init__(self, num_lanes: int, max_len: int, vocab: int, device, poison: bool, kv):
-        self.kv = kv  # before v06's constructor, which makes the buffers from its block size
-        super().__init__(num_lanes, max_len, vocab, device, poison)
-        # Each lane's padded table as last written, and the table it was written from. A table
-        # changes only when its request takes a block or the lane changes hands, so a step
-        # converts only those rows from lists; the rest are copied over as one array.
-        self.table_rows = np.full(self.buffers.host_np["block_tables"].shape, NULL_BLOCK,
-                                  dtype=np.int32)
-        self.row_tables: list[list[int] | None] = [None] * num_lanes
-        # Where the tables sit among the buffers: write() cuts them to the step's longest.
-        self.tables_at = list(self.buffers.device_tensors).index("block_tables")
-
-    @classmethod
-    def assemble(cls, a) -> "PagedInputs":
-        return cls(a.kv.num_lanes, a.kv.max_len, a.config.vocab_size, a.device,
-                   a.options["poison_inactive_lanes"], a.kv)
-
-    def make_buffers(self) -> DecodeBuffers:
-        """One lane per slot: v06's token id and position, then the lane's block table (room
-        for max_len tokens), its context length and the slot its new token's K/V goes to. An
-        idle lane's entries are zeros: an empty context, its table and its slot in the null
-        block (block 0)."""
-        max_blocks = -(-self.max_len // self.kv.block_size)
-        return DecodeBuffers(self.num_lanes, self.device, {
-            "token_ids": ((), torch.long), "positions": ((), torch.long),
-            "block_tables": ((max_blocks,), torch.int32), "context_lens": ((), torch.int32),
-            "slot_mapping": ((), torch.long)})
-
-    def write(self, requests: Sequence) -> tuple[torch.Tensor, ...]:
-        """Write this step's lanes, each with its request's block table and the slot its token's
-        K/V goes to, into the static buffers; returns those same buffers, the block tables cut
-        to the longest table written: an eager step then gathers only the blocks its requests
-        hold, not room for max_len tokens (at 2,048 tokens and 16-token blocks, 128 blocks a
-        lane where a 40-token request holds 3); a graph reads the whole buffers it captured,
-        past each table the null block. A lane feeds its
-        request's last token at the position after the rows it has computed, in room the request
-        takes now (a new block only when its last one is full; RequestError if the pool has none:
-        the scheduler preempts before a step gets here)."""
-        kv = self.kv
-        kv.grow(requests)
-        lanes, positions = [r.lane for r in requests], [r.computed for r in requests]
-        tables = [kv.block_table(r.id) for r in requests]
-        self.lanes = self.buffers.write(lanes, {
-            "token_ids": [r.sequence[-1] for r in requests], "positions": positions,
-            "context_lens": [p + 1 for p in positions],
-            "slot_mapping": [kv.slot(r.id, p) for r, p in zip(requests, positions)],
-            "block_tables": self.padded_tables(lanes, tables)},
-            self.poison, self.vocab, self.max_len)
-        width = max([len(t) for t in tables], default=1) or 1
-        tensors, at = self.buffers.tensors, self.tables_at
-        return tensors[:at] + (tensors[at][:, :width],) + tensors[at + 1:]
-
-    def padded_tables(self, lanes: list[int], tables: list) -> np.ndarray:
-        """The lanes' block tables, each padded with the null block to the buffer's width."""
-        for lane, table in zip(lanes, tables):
-            if self.row_tables[lane] != table:
-                self.table_rows[lane] = NULL_BLOCK
-                self.table_rows[lane, :len(table)] = table
-                self.row_tables[lane] = list(table)  # the caller's list may grow
-        return self.table_rows[lanes]

@@ -10,10 +10,10 @@ its request's padded block table and context length, so the step's shapes never 
 
 A new memory layout, so a decoder of two parts from here on, each swapped on its own:
 - its ops, the maths every pass runs (v05's PassOps here: v01_1's phases, the layer loop, the
-  rotation once per pass; v09 hands it Triton kernels, v13 fused ones);
+  rotation once per pass; ops on kernels replace them);
 - its memory, how K/V is stored and read and the passes over it (PagedAttention here: the store
   and the decode attention are this file's functions, and the paged decode and prefill passes;
-  v10 adds kernels, v12 the prefill over a cached prefix). The memory holds its store and
+  a later memory may add kernels, or a prefill over a cached prefix). The memory holds its store and
   attention as data, the PyTorch pair and a later memory's kernels, and picks one pair once,
   when it is made (functions): a later memory swaps kernels in by holding them, no method of its
   own.
@@ -125,14 +125,14 @@ class PagedAttention:
     it serves: the passes run its ops and its causal attention."""
 
     # The K/V store and the decode attention, held as data: in PyTorch (the functions above),
-    # and on kernels where a later memory has them (v10), None here.
+    # and on kernels where a later memory has them, None here.
     pytorch = (store_kv, paged_decode_attention)
     kernels = None
 
     def __init__(self, model):
         self.model = model
         # The K/V store and the decode attention its passes run, chosen once: the kernels, if
-        # the memory has them and the model's ops run theirs (v09's on_triton); else PyTorch's.
+        # the memory has them and the model's ops run theirs (on_triton); else PyTorch's.
         use_kernels = self.kernels is not None and model.ops.on_triton
         self.functions = self.kernels if use_kernels else self.pytorch
 

@@ -3,19 +3,19 @@ drawn on the device by an exponential race whose random numbers are a hash of (s
 A seeded request's tokens depend on nothing but itself, and the draw runs inside the captured
 decode step.
 
-Swaps one part, the sampler (sampling.py: SeededSampler, the lanes' settings over sampler.py's
-draw, exported as `sampler`), which the runner hands each captured step."""
+Swaps one part, the sampler (sampler.py: SeededSampler, the lanes' settings over draw.py's
+filters and draw, exported as `draw`), which the runner hands each captured step."""
 from torchlet.contract import SAMPLING
 
 from ..v10_triton_paged_gqa import CAPABILITIES as PREVIOUS
 from ..v10_triton_paged_gqa import PARTS as BEFORE
 from ..v10_triton_paged_gqa import (Batch, BlockPool, ContinuousBatching, GraphRunner, GraphedRunner, KERNELS, PagedAdmission, PagedDecoder, PagedInputs, PagedKV, PagedRequest, PoolExhausted, PreemptingScheduler, StepEngine, TritonOps, TritonPagedAttention, default_buckets, graphs, kernels, layers, metadata, paged_attention, paged_kernels)
-from . import sampler
-from .sampling import SeededSampler
+from . import draw
+from .sampler import SeededSampler
 
 CAPABILITIES = PREVIOUS + (SAMPLING,)
 PARTS = BEFORE.replace("v11", sampler=SeededSampler)
 OPTIONS = PARTS.options
 build = PARTS.build
 
-__all__ = ["Batch", "BlockPool", "CAPABILITIES", "ContinuousBatching", "GraphRunner", "GraphedRunner", "KERNELS", "OPTIONS", "PARTS", "PagedAdmission", "PagedDecoder", "PagedInputs", "PagedKV", "PagedRequest", "PoolExhausted", "PreemptingScheduler", "SeededSampler", "StepEngine", "TritonOps", "TritonPagedAttention", "build", "default_buckets", "graphs", "kernels", "layers", "metadata", "paged_attention", "paged_kernels", "sampler"]
+__all__ = ["Batch", "BlockPool", "CAPABILITIES", "ContinuousBatching", "GraphRunner", "GraphedRunner", "KERNELS", "OPTIONS", "PARTS", "PagedAdmission", "PagedDecoder", "PagedInputs", "PagedKV", "PagedRequest", "PoolExhausted", "PreemptingScheduler", "SeededSampler", "StepEngine", "TritonOps", "TritonPagedAttention", "build", "default_buckets", "graphs", "kernels", "layers", "metadata", "paged_attention", "paged_kernels", "draw"]

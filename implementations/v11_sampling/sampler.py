@@ -1,82 +1,107 @@
-"""The sampler: logits to one token per row, on the device, with no host sync.
-
-Filters, in Hugging Face's order (its TemperatureLogitsWarper, TopKLogitsWarper,
-TopPLogitsWarper, MinPLogitsWarper, written with the same tensor ops so ties break the same
-way): divide by the temperature; keep the tokens at least as large as the k-th largest (ties at
-the k-th are kept); drop the smallest tokens while their cumulative probability stays at or
-below 1 - top_p (the largest is always kept); drop tokens whose probability is below min_p
-times the largest. vLLM applies min-p before top-k and top-p; Hugging Face is the oracle here.
-
-The draw is an exponential race: argmax over tokens of p / E, E ~ Exp(1) independent per token,
-picks token i with probability p_i. E comes from a counter-based hash of (seed, position, token
-id), so a draw depends on nothing but the request: no generator state lives in the engine, and
-a graph replays it with new seeds and positions written into its input buffers.
-"""
+"""The sampler part: draw.py's draw, given per-lane settings that a captured decode step reads.
+Each lane's settings live in static buffers of their own beside the decode inputs: written when
+the lane is handed to a request, read by the graph, which draws its lanes' tokens."""
 from __future__ import annotations
+
+import dataclasses
+import secrets
+from typing import Sequence
 
 import torch
 
-_MASK32 = 0xFFFFFFFF
+from torchlet.contract import GenerationParams
+
+from ..v10_triton_paged_gqa import DecodeBuffers
+from .draw import sample
 
 
-def _mix32(x: torch.Tensor) -> torch.Tensor:
-    """A bijective 32-bit integer hash (the 'lowbias32' constants), on int64 tensors holding
-    values in [0, 2^32): products wrap past 2^63, and the mask keeps their exact low 32 bits."""
-    x = x ^ (x >> 16)
-    x = (x * 0x7FEB352D) & _MASK32
-    x = x ^ (x >> 15)
-    x = (x * 0x846CA68B) & _MASK32
-    return x ^ (x >> 16)
+# name -> (shape of one lane's entry, dtype): what a lane asks of the sampler
+SETTINGS = {"temperature": ((), torch.float32), "top_k": ((), torch.long),
+            "top_p": ((), torch.float32), "min_p": ((), torch.float32), "seed": ((), torch.long)}
 
 
-def uniforms(seed: torch.Tensor, position: torch.Tensor, vocab: int) -> torch.Tensor:
-    """[B, vocab] float64 uniforms in (0, 1), a pure function of (seed, position, token id):
-    (x + 0.5) / 2^24 for the hash's top 24 bits x. float64 holds every one exactly; float32
-    cannot (from x = 2^23 up, x + 0.5 rounds to even, and 2^24 - 1 + 0.5 to 2^24, a u of 1
-    whose E = -log(u) = 0 would win the race for a filtered token)."""
-    seed = seed.long()
-    lo, hi = seed & _MASK32, (seed >> 32) & _MASK32
-    key = _mix32(_mix32(_mix32(lo) ^ hi) ^ (position.long() & _MASK32))
-    key2 = _mix32(key ^ 0x9E3779B9)  # a second key, so no two (position, token) pairs collide
-    tokens = torch.arange(vocab, device=seed.device)
-    bits = _mix32(_mix32(key[:, None] ^ tokens) ^ key2[:, None])
-    return ((bits >> 8).double() + 0.5) * (1.0 / (1 << 24))
+def settings_of(params: GenerationParams) -> dict:
+    """A request's sampling settings by SETTINGS name (its seed already chosen), as plain Python
+    numbers: any number type check_request took is converted here, the seed modulo 2^63."""
+    return {"temperature": float(params.temperature), "top_k": int(params.top_k),
+            "top_p": float(params.top_p), "min_p": float(params.min_p),
+            "seed": int(params.seed) % 2 ** 63}
 
 
-def filter_logits(logits: torch.Tensor, temperature: torch.Tensor, top_k: torch.Tensor,
-                  top_p: torch.Tensor, min_p: torch.Tensor) -> torch.Tensor:
-    """Temperature, top-k, top-p, min-p, per row; filtered tokens get -inf. A row's off values
-    (temperature 0, top_k 0, top_p 1, min_p 0) leave it as it is."""
-    vocab = logits.shape[-1]
-    scale = torch.where(temperature > 0, temperature, torch.ones_like(temperature))
-    scores = logits / scale[:, None].to(logits.dtype)
-    # top-k: the k-th largest score is the threshold; k of 0 means all of them
-    k = torch.where((top_k > 0) & (top_k < vocab), top_k, torch.full_like(top_k, vocab))
-    kth = scores.sort(dim=-1, descending=True).values.gather(-1, (k.long() - 1)[:, None])
-    scores = scores.masked_fill(scores < kth, -torch.inf)
-    # top-p over the ascending sort, Hugging Face's way; the largest token always stays
-    ascending, order = torch.sort(scores, descending=False)
-    cumulative = ascending.softmax(dim=-1).cumsum(dim=-1)
-    drop = cumulative <= (1 - top_p.to(logits.dtype))[:, None]
-    drop[..., -1:] = False
-    drop &= (top_p < 1)[:, None]
-    scores = scores.masked_fill(drop.scatter(-1, order, drop), -torch.inf)
-    # min-p against the most likely token (which it never drops)
-    probs = scores.softmax(dim=-1)
-    floor = min_p.to(logits.dtype)[:, None] * probs.amax(dim=-1, keepdim=True)
-    return scores.masked_fill(probs < floor, -torch.inf)
+# What a lane holds when nothing is bound: GenerationParams' defaults, greedy.
+GREEDY_ROW = {"temperature": 0.0, "top_k": 0, "top_p": 1.0, "min_p": 0.0, "seed": 0}
 
 
-def sample(logits: torch.Tensor, temperature: torch.Tensor, top_k: torch.Tensor,
-           top_p: torch.Tensor, min_p: torch.Tensor, seed: torch.Tensor,
-           position: torch.Tensor) -> torch.Tensor:
-    """One token id per row: the argmax where temperature is 0, else a draw from the filtered
-    distribution keyed by (seed, position). Both are computed, and a where picks, so the step
-    has one shape whatever its rows ask for."""
-    logits = logits.float()  # a decode step's are in the model's dtype (v05's decode_step)
-    logp = filter_logits(logits, temperature, top_k, top_p, min_p).log_softmax(dim=-1)
-    # Exp(1), and its log, from the exact float64 uniforms; float32 from there on
-    log_noise = (-uniforms(seed, position, logits.shape[-1]).log()).log().float()
-    drawn = (logp - log_noise).argmax(dim=-1)  # argmax p / E, in logs
-    return torch.where(temperature > 0, drawn, logits.argmax(dim=-1))
+class SeededSampler:
+    """Temperature, top-k, top-p and min-p, drawn by sample().
 
+    A step whose lanes are all greedy replays a second set of graphs that takes the argmax and
+    reads no settings: the sorts and hashes over the vocabulary would cost a step that samples
+    nothing (on a CPU, a fifth of it)."""
+    samples = True  # check_request accepts sampling settings
+    variants = ("sample", "greedy")  # the graphs a decode step may replay
+    SERVES = ("sampling_buffers",)  # the sampling capability, served on the engine
+
+    def __init__(self, num_lanes: int, device):
+        self.settings = DecodeBuffers(num_lanes, device, SETTINGS)
+
+    @classmethod
+    def assemble(cls, a) -> "SeededSampler":
+        return cls(a.kv.num_lanes, a.device)
+
+    def prepare(self, params: GenerationParams) -> GenerationParams:
+        """A request without a seed is given one when it arrives, so even its recompute after a
+        preemption draws what it drew before."""
+        if params.seed is None:
+            return dataclasses.replace(params, seed=secrets.randbits(63))
+        return params
+
+    def bind(self, requests: Sequence) -> None:
+        """Give each request's lane its settings (its prefill has just handed it the lane): on
+        the host, then that lane's entries copied over; they stay while the request runs. A
+        request whose settings cannot be written fails alone, its lane left greedy: what it
+        asked is its own, and the other requests of the step go on."""
+        host, host_np, device = self.settings.host, self.settings.host_np, self.settings.device_tensors
+        for request in requests:
+            try:
+                for name, value in settings_of(request.params).items():
+                    host_np[name][request.lane] = value
+            except Exception as error:  # noqa: BLE001  (whatever its settings raise)
+                request.fail(error)
+                for name, value in GREEDY_ROW.items():
+                    host_np[name][request.lane] = value
+            for name in SETTINGS:
+                device[name][request.lane].copy_(host[name][request.lane])
+
+    def draw(self, logits: torch.Tensor, requests: Sequence) -> torch.Tensor:
+        """Eager draws for rows outside the graph (prefill), each at its request's next
+        position, with the settings bind() wrote into its lane; the argmax alone when no row
+        samples."""
+        lanes = torch.tensor([r.lane for r in requests], dtype=torch.long)
+        if not bool((self.settings.host["temperature"][lanes] > 0).any()):
+            return logits.argmax(dim=-1)
+        settings = [self.settings.host[name][lanes].to(logits.device) for name in SETTINGS]
+        position = torch.tensor([len(r.sequence) for r in requests], dtype=torch.long,
+                                device=logits.device)
+        return sample(logits, *settings, position)
+
+    def variant(self, lanes: Sequence[int]) -> str:
+        """The sampling graphs if a lane in use samples (read from the settings' host copy: no
+        device read), else the greedy ones."""
+        temperature = self.settings.host_np["temperature"]
+        return "sample" if any(temperature[lane] > 0 for lane in lanes) else "greedy"
+
+    def lane_tensors(self, variant: str) -> tuple[torch.Tensor, ...]:
+        return self.settings.tensors if variant == "sample" else ()
+
+    def draw_lanes(self, variant: str, logits: torch.Tensor, positions: torch.Tensor,
+                   *settings: torch.Tensor) -> torch.Tensor:
+        """Inside the captured step: each lane's draw at `positions`, or the argmax for the
+        greedy graphs."""
+        if variant == "greedy":
+            return logits.argmax(dim=-1)
+        return sample(logits, *settings, positions)
+
+    def sampling_buffers(self) -> dict[str, torch.Tensor]:
+        """The lanes' settings, by name: what a sampling step reads besides decode_buffers()."""
+        return dict(self.settings.device_tensors)

@@ -45,7 +45,7 @@ class PrefixRunner(GraphedRunner):
 
     def cached_pass(self, ids, positions, indptr, mapping, context) -> torch.Tensor:
         """The memory's pass over rows after cached prefixes, on this runner's weights and K/V:
-        hidden [T, hidden] (v15's slice graphs capture it)."""
+        hidden [T, hidden] (what a graph of a prompt's slice captures)."""
         return self.model.memory.forward_prefill_cached(self.weights, ids, positions, indptr,
                                                         mapping, context, self.kv.kv)
 

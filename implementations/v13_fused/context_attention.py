@@ -11,9 +11,10 @@ request with n rows and a context of c tokens sits at position c - n + j and see
 0 .. c - n + j: the causal mask aligned to the bottom right. Tiles past a program's last row's
 position are never loaded.
 
-A slice of a few hundred rows late in a long prompt (v15's chunked prefill) makes few programs,
-each walking the whole context: there the context is split into chunks, one program each, and
-v10's combine merges each row's partials in a second launch (flash-decoding, as v10's decode).
+A slice of a few hundred rows late in a long prompt (a prefill computed in slices) makes few
+programs, each walking the whole context: there the context is split into chunks, one program
+each, and v10's combine merges each row's partials in a second launch (flash-decoding, as v10's
+decode).
 """
 from __future__ import annotations
 

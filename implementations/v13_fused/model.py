@@ -138,7 +138,7 @@ class FusedContextAttention(ContextAttention):
                        indptr: torch.Tensor, context) -> torch.Tensor:
         """Every request's rows over its context in one kernel that reads the cache by slots
         (context_attention), the slots concatenated once per pass, or handed in packed
-        (PackedContext, what a captured pass holds: v15's); elsewhere v12's gathers and one
+        (PackedContext, what a captured prefill pass holds); elsewhere v12's gathers and one
         causal_attention call (v02's fused one) per request."""
         ops = self.model.ops
         if not ops.on_triton:

@@ -5,8 +5,9 @@ last slice. A long prompt arriving no longer stalls the running requests for as 
 whole prefill takes, and a prompt longer than the budget is computed instead of refused.
 
 Swaps the request (request.py: ChunkedRequest, which knows how far its prefill must go), the
-policy and the scheduler (scheduler.py: TokenBudget and ChunkedScheduler: v03's scheduler took
-every running request for a decode, where now a running request may be mid-prompt, and placing
+policy (policy.py: TokenBudget) and the scheduler (scheduler.py: ChunkedScheduler: v03's
+scheduler took every running request for a decode, where now a running request may be
+mid-prompt, and placing
 a request in the K/V memory moves from its prefill to its admission, since the budget must know
 its cached prefix), and the runner (runner.py: ChunkedRunner, whose prefill computes slices and
 draws only for the requests a slice finishes).
@@ -25,10 +26,11 @@ from ..v14_overlap import (KERNELS, BlockPool, FusedContextAttention, FusedOps, 
                            OverlapEngine, PackedContext, PackedWeights, PagedDecoder,
                            PoolExhausted, PrefixBlockPool, PrefixKV, context_attention,
                            default_buckets, fused_kernels, gemv, graphs, kernels, layers, metadata,
-                           paged_attention, paged_kernels, sampler)
+                           paged_attention, paged_kernels, draw)
+from .policy import TokenBudget
 from .request import ChunkedRequest
 from .runner import ChunkedRunner
-from .scheduler import ChunkedScheduler, SlicedBatch, TokenBudget
+from .scheduler import ChunkedScheduler, SlicedBatch
 from .slices import SliceGraphs
 
 CAPABILITIES = PREVIOUS + (CHUNKED_PREFILL,)
@@ -42,4 +44,4 @@ __all__ = ["CAPABILITIES", "KERNELS", "OPTIONS", "PARTS", "BlockPool", "ChunkedR
            "OverlapEngine", "PackedContext", "PackedWeights", "PagedDecoder", "PoolExhausted", "PrefixBlockPool",
            "PrefixKV", "SliceGraphs", "SlicedBatch", "TokenBudget", "build", "context_attention",
            "default_buckets", "fused_kernels", "gemv", "graphs", "kernels", "layers", "metadata",
-           "paged_attention", "paged_kernels", "sampler"]
+           "paged_attention", "paged_kernels", "draw"]

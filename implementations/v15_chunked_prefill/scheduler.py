@@ -1,8 +1,7 @@
 """One token budget a step: decodes first, then prompts in slices.
 
-The policy (TokenBudget) is v08's admission, with v04's limits, under one change: a prompt
-longer than the step's budget is no longer refused, since it need not fit one step. What a step
-computes is the scheduler's plan (ChunkedScheduler.schedule):
+The budget and who may join are the policy's (policy.py: TokenBudget). What a step computes is
+the scheduler's plan (ChunkedScheduler.schedule):
 1. every running request past its prompt decodes, one row each; if their next tokens need more
    blocks than are free, the request admitted last gives its blocks back (v08's preemption;
    here it may be one still in its prompt, which then starts its prompt again later);
@@ -15,13 +14,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from torchlet.contract import MAX_RUNNING, MAX_STEP_TOKENS, BuildOption, RequestState
+from torchlet.contract import RequestState
 
-from ..v14_overlap import Batch, ContinuousBatching, PagedAdmission, PreemptingScheduler
-
-# Rows a step computes by default: enough for a step to keep a GPU busy, few enough that a long
-# prompt arriving delays the running requests' next tokens by a step of this size at most.
-DEFAULT_BUDGET = 2048
+from ..v14_overlap import Batch, PreemptingScheduler
 
 
 @dataclass
@@ -38,42 +33,6 @@ class SlicedBatch(Batch):
         self.sampled = [r for r, end in zip(self.prefill, self.ends) if end == len(r.sequence)]
         self.requests = self.decode + self.sampled
         self.num_prefill_tokens = sum(self.rows)
-
-
-class TokenBudget(PagedAdmission):
-    """v08's admission under a token budget a step that prompts share in slices."""
-
-    OPTIONS = (
-        ContinuousBatching.OPTIONS[0],
-        BuildOption("max_step_tokens", int, None, "rows one step may compute, decodes and prompt "
-                    f"slices together (None: {DEFAULT_BUDGET}, or max_running if that is more)",
-                    MAX_STEP_TOKENS, minimum=1),
-    )
-
-    @classmethod
-    def assemble(cls, a) -> "TokenBudget":
-        """v04's limits (which refuse a budget below max_running: every running request may
-        decode in one step), the budget's default DEFAULT_BUDGET."""
-        running, budget = a.options[MAX_RUNNING], a.options[MAX_STEP_TOKENS]
-        budget = max(DEFAULT_BUDGET, running) if budget is None else budget
-        return cls(ContinuousBatching(running, budget), a.kv)
-
-    @property
-    def budget(self) -> int:
-        return self.inner.max_step_tokens
-
-    def check(self, request) -> None:
-        """Only what the pool could never hold is refused: a prompt longer than the budget, or
-        a recompute that is, is computed in slices."""
-        self.check_pool(request)
-
-    def admits(self, request, running: list) -> bool:
-        """Whether the request at the head of the queue may join now: within max_running, a
-        lane free, and free blocks (less those the decodes take) for its whole sequence, counted
-        as if nothing were cached, as v08 counts them."""
-        free = self.kv.free_after_decode([r for r in running if not r.prefilling])
-        return (len(running) < self.inner.max_running and self.kv.num_free() > 0
-                and self.kv.blocks_needed(len(request.sequence)) <= free)
 
 
 class ChunkedScheduler(PreemptingScheduler):

@@ -9,11 +9,11 @@ Every rank runs v15's engine on its shard; rank 0's is the one called, and each 
 the others that step's plan: the requests queued and aborted since the last step, and the step.
 The schedule, the block tables and the draws are then the same on every rank, made by the same
 parts from the same events; the logits are gathered on every rank, so each samples the same
-tokens itself and none is sent (engine.py).
+tokens itself and none is sent (loop.py).
 
 Swaps the model (model.py: ShardedModel, which builds its rank's shard, narrows what the parts
-after it see to it, and hands v08's decoder v13's ops with the collectives set on them) and the loop (engine.py:
-TensorParallelEngine, which sends the plans and follows them). Outside a process group, or in a
+after it see to it, and hands v08's decoder v13's ops with the collectives set on them) and the
+loop (loop.py: TensorParallelEngine, which sends the plans and follows them). Outside a process group, or in a
 group of one, it is v15: TP=1 runs the same parts with no collective."""
 from torchlet.contract import TENSOR_PARALLEL
 
@@ -21,8 +21,8 @@ from ..v15_chunked_prefill import CAPABILITIES as PREVIOUS
 from ..v15_chunked_prefill import PARTS as BEFORE
 from ..v15_chunked_prefill import (KERNELS, BlockPool, PoolExhausted, PrefixBlockPool, PrefixKV,
                                    context_attention, fused_kernels, gemv, graphs, kernels, layers,
-                                   metadata, paged_attention, paged_kernels, sampler)
-from .engine import TensorParallelEngine
+                                   metadata, paged_attention, paged_kernels, draw)
+from .loop import TensorParallelEngine
 from .model import ShardedModel, ShardedWeights, VocabShard, sharded
 from .shard import Shard, shard_checkpoint
 
@@ -34,4 +34,4 @@ build = PARTS.build
 __all__ = ["CAPABILITIES", "KERNELS", "OPTIONS", "PARTS", "BlockPool", "PoolExhausted",
            "PrefixBlockPool", "PrefixKV", "Shard", "ShardedModel", "ShardedWeights", "TensorParallelEngine", "VocabShard", "build", "context_attention",
            "fused_kernels", "gemv", "graphs", "kernels", "layers", "metadata", "paged_attention",
-           "paged_kernels", "sampler", "shard_checkpoint", "sharded"]
+           "paged_kernels", "draw", "shard_checkpoint", "sharded"]

@@ -32,7 +32,7 @@ HARNESS = "torchlet"
 
 @dataclass(frozen=True)
 class Edit:
-    file: str   # relative to implementations/, e.g. "v05_decode_lanes/cache.py"; or to the
+    file: str   # relative to implementations/, e.g. "v05_decode_lanes/kv.py"; or to the
     #             repository for a harness file, "torchlet/docs/draw.py"
     old: str    # exact text; must occur exactly once
     new: str

@@ -12,7 +12,7 @@ CHECK_ALL_THEN_QUEUE = (
     "  # all, then queue\n"
     "        ids = [self._enqueue(p, params) for p in prompts]\n")
 QUEUE_AS_CHECKED = "        ids = [self.add_request(p, params) for p in check_prompts(prompts)]\n"
-ENGINE = "v03_request_states/engine.py"  # the loop every later version runs
+ENGINE = "v03_request_states/loop.py"  # the loop every later version runs
 POLICY_CHECK = ("        self.scheduler.check(self.request(-1, prompt, params))"
                 "  # reads prompt and params\n")
 SLOT_CHECK = ("    def check(self, prompt: list[int], params) -> None:\n"
@@ -69,7 +69,7 @@ MUTANTS = [
     Mutant("v08-pool-checked-only-when-queued", "bad-input atomicity", (
         # StepEngine._checked asks the policy with a request of id -1; Scheduler.add with the
         # queued one
-        Edit("v08_paged_gqa_py/scheduler.py", POOL_CHECK,
+        Edit("v08_paged_gqa_py/policy.py", POOL_CHECK,
              "        self.inner.check(request)\n"
              "        if request.id == -1:  # up front, only v04's limits\n"
              "            return\n"

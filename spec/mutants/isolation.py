@@ -18,7 +18,7 @@ LEAVING = "        finished = [r for r in batch.requests if r.finished]\n"
 
 MUTANTS = [
     Mutant("v03-an-unchecked-field", "bad-input atomicity", (
-        Edit("v03_request_states/engine.py", CHECK,
+        Edit("v03_request_states/loop.py", CHECK,
              '        unchecked = GenerationParams(**{**vars(params), "eos_token_ids": ()})\n'
              "        prompt = check_request(prompt, unchecked, self.config, "
              "sampling=self.sampler.samples)\n"),),
@@ -36,7 +36,7 @@ MUTANTS = [
         (FAILING,), ("v08",),
         "a request that failed in a step leaves the batch but is never freed: it keeps its blocks"),
     Mutant("v03-a-taken-request-stays", "bad-input atomicity", (
-        Edit("v03_request_states/engine.py",
+        Edit("v03_request_states/loop.py",
              "        if request.finished:\n            del self.requests[request_id]\n"
              "        return request.output()\n",
              "        return request.output()\n"),),

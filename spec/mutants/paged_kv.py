@@ -4,8 +4,8 @@ most tokens right too: only the specs that watch the step's own buffers and stor
 (spec/support/watchers/block_watch.py)."""
 from spec.mutants import Edit, Mutant
 
-KV = "v08_paged_gqa_py/kv.py"  # its PagedKV and the decode inputs that read it
-INPUTS = KV
+KV = "v08_paged_gqa_py/kv.py"  # its PagedKV
+INPUTS = "v08_paged_gqa_py/inputs.py"  # the decode inputs that read it
 STATIC_INPUTS = "v06_static_buffers/inputs.py"  # DecodeBuffers, decode_buffers(): v08 inherits them
 POOL = "v08_paged_gqa_py/kv.py"  # its BlockPool
 

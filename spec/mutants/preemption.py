@@ -6,7 +6,7 @@ specs that watch who is preempted and who is admitted notice."""
 from spec.mutants import Edit, Mutant
 
 SCHEDULER = "v08_paged_gqa_py/scheduler.py"
-OVERLAP = "v14_overlap/engine.py"
+OVERLAP = "v14_overlap/loop.py"
 FEWEST = ("spec/test_v08_paged_engine.py::test_preemption_takes_the_fewest_requests_the_step_"
           "needs_and_readmits_them_before_later_ones")
 AHEAD = ("spec/test_v14_overlap.py::test_a_step_after_a_decode_ahead_preempts_none_of_the_"

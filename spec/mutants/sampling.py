@@ -3,8 +3,8 @@ only, and the decode draw happens inside the replayed step. Each mutant keeps gr
 right, so only the sampling page's specs can notice it."""
 from spec.mutants import Edit, Mutant
 
-SAMPLER = "v11_sampling/sampler.py"
-SAMPLING = "v11_sampling/sampling.py"
+DRAW = "v11_sampling/draw.py"  # the filters and the draw
+SAMPLER = "v11_sampling/sampler.py"  # the sampler part, SeededSampler
 PACKAGE = "v11_sampling/__init__.py"
 PAGE = "spec/test_v11_sampling.py"
 FILTERS = f"{PAGE}::test_the_filters_equal_hugging_faces_warpers_row_by_row"
@@ -27,25 +27,25 @@ GREEDY_AFTER = (f"{PAGE}::test_once_a_sampling_request_has_left_its_lane_all_gre
 
 MUTANTS = [
     Mutant("v11-top-p-boundary-off-by-one", "seeded sampling", (
-        Edit(SAMPLER, "    drop = cumulative <= (1 - top_p.to(logits.dtype))[:, None]",
+        Edit(DRAW, "    drop = cumulative <= (1 - top_p.to(logits.dtype))[:, None]",
              "    drop = cumulative < (1 - top_p.to(logits.dtype))[:, None]"),),
         (FILTERS,), ("v11",),
         "top-p keeps a token whose cumulative probability lands exactly on 1 - top_p"),
     Mutant("v11-temperature-after-top-p", "seeded sampling", (
-        Edit(SAMPLER, "    scores = logits / scale[:, None].to(logits.dtype)\n",
+        Edit(DRAW, "    scores = logits / scale[:, None].to(logits.dtype)\n",
              "    scores = logits\n"),
-        Edit(SAMPLER, "    # min-p against the most likely token (which it never drops)\n",
+        Edit(DRAW, "    # min-p against the most likely token (which it never drops)\n",
              "    scores = scores / scale[:, None].to(logits.dtype)\n"
              "    # min-p against the most likely token (which it never drops)\n")),
         (FILTERS,), ("v11",),
         "the temperature divides the logits after top-k and top-p instead of before"),
     Mutant("v11-top-k-drops-ties-and-one-more", "seeded sampling", (
-        Edit(SAMPLER, "gather(-1, (k.long() - 1)[:, None])",
+        Edit(DRAW, "gather(-1, (k.long() - 1)[:, None])",
              "gather(-1, (k.long() - 2).clamp(min=0)[:, None])"),),
         (FILTERS,), ("v11",),
         "top-k's threshold is the (k-1)-th largest logit"),
     Mutant("v11-seed-stream-keyed-by-lane", "seeded sampling", (
-        Edit(SAMPLING, "        return sample(logits, *settings, positions)\n",
+        Edit(SAMPLER, "        return sample(logits, *settings, positions)\n",
              "        temperature, top_k, top_p, min_p, seed = settings\n"
              "        lanes = torch.arange(positions.shape[0], device=positions.device)\n"
              "        return sample(logits, temperature, top_k, top_p, min_p, seed + lanes, "
@@ -53,7 +53,7 @@ MUTANTS = [
         (SCHEDULE, GOLDEN), ("v11",),
         "the decode draw's stream is keyed by the lane as well as the seed and position"),
     Mutant("v11-prefill-draw-one-position-early", "seeded sampling", (
-        Edit(SAMPLING, "[len(r.sequence) for r in requests]",
+        Edit(SAMPLER, "[len(r.sequence) for r in requests]",
              "[len(r.sequence) - 1 for r in requests]"),),
         (PREEMPT, GOLDEN), ("v11",),
         "a prefill's draw uses the stream of the last prompt token, not of the drawn one"),
@@ -67,34 +67,34 @@ MUTANTS = [
         (IN_GRAPH,), ("v11",),
         "the running requests' tokens are drawn eagerly from the logits after the replay"),
     Mutant("v11-sampling-lanes-replay-the-greedy-graph", "seeded sampling", (
-        Edit(SAMPLING, "any(temperature[lane] > 0 for lane in lanes)",
+        Edit(SAMPLER, "any(temperature[lane] > 0 for lane in lanes)",
              "any(temperature[lane] > 0 for lane in lanes[:1])"),),
         (MIXED,), ("v11",),
         "the fast path's check reads only the first lane: a batch whose later lanes sample "
         "takes the argmax for them"),
     Mutant("v11-unseeded-requests-share-a-seed", "seeded sampling", (
-        Edit(SAMPLING, "seed=secrets.randbits(63))", "seed=0)"),),
+        Edit(SAMPLER, "seed=secrets.randbits(63))", "seed=0)"),),
         (UNSEEDED,), ("v11",),
         "a request without a seed gets seed 0, so every unseeded request draws alike"),
     Mutant("v11-seed-high-bits-dropped", "seeded sampling", (
-        Edit(SAMPLER, "    lo, hi = seed & _MASK32, (seed >> 32) & _MASK32",
+        Edit(DRAW, "    lo, hi = seed & _MASK32, (seed >> 32) & _MASK32",
              "    lo, hi = seed & _MASK32, seed * 0  # a 32-bit seed"),),
         (ONE_BIT,), ("v11",),
         "the stream reads a seed's low 32 bits only: s and s + 2^32 k draw alike"),
     Mutant("v11-greedy-steps-sample-after-a-sampler-left", "seeded sampling", (
-        Edit(SAMPLING, "any(temperature[lane] > 0 for lane in lanes)",
+        Edit(SAMPLER, "any(temperature[lane] > 0 for lane in lanes)",
              "(temperature > 0).any()"),),  # every lane's last settings, in use or not
         (GREEDY_AFTER,), ("v11",),
         "once a sampling request has left its lane, all-greedy steps still sort and hash: the "
         "same argmax tokens"),
     Mutant("v11-uniforms-rounded-in-float32", "seeded sampling", (
-        Edit(SAMPLER, "    return ((bits >> 8).double() + 0.5) * (1.0 / (1 << 24))",
+        Edit(DRAW, "    return ((bits >> 8).double() + 0.5) * (1.0 / (1 << 24))",
              "    return ((bits >> 8).float() + 0.5) * (1.0 / (1 << 24))"),),
         (EXTREMES, TOP_K_ONE, SUPPORT), ("v11",),
         "the uniforms are made in float32, where x + 0.5 rounds from 2^23 up and the all-ones "
         "hash gives u = 1: E = 0 and that token wins, filtered or not"),
     Mutant("v11-a-failing-bind-fails-the-step", "bad-input atomicity", (
-        Edit(SAMPLING, "            except Exception as error:  # noqa: BLE001  (whatever its "
+        Edit(SAMPLER, "            except Exception as error:  # noqa: BLE001  (whatever its "
                        "settings raise)\n                request.fail(error)\n",
              "            except ZeroDivisionError as error:  # nothing a write raises\n"
              "                request.fail(error)\n"),),
@@ -103,8 +103,8 @@ MUTANTS = [
         "failing every request in it"),
     Mutant("v11-a-request-failed-in-bind-takes-a-token", "bad-input atomicity", (
         Edit("v03_request_states/scheduler.py",
-             "            if request.finished:  # it failed earlier in this step (v11's bind): "
-             "no token\n                continue\n", ""),),
+             "            if request.finished:  # it failed earlier in this step (a sampler's "
+             "bind): no token\n                continue\n", ""),),
         (ANY_SETTINGS,), ("v11",),
         "a request failed while its settings were bound is still handed a token, and the stop "
         "check's complaint replaces its error"),

@@ -4,7 +4,7 @@ from spec.mutants import Edit, Mutant
 
 SHARD = "v16_tensor_parallel/shard.py"
 MODEL = "v16_tensor_parallel/model.py"
-ENGINE = "v16_tensor_parallel/engine.py"
+LOOP = "v16_tensor_parallel/loop.py"
 PAGE = "spec/test_v16_tensor_parallel.py"
 GREEDY = f"{PAGE}::test_tp2_greedy_tokens_are_the_oracles"
 LOGITS = f"{PAGE}::test_tp2_logits_equal_tp1s"
@@ -37,7 +37,7 @@ MUTANTS = [
         (f"{LOGITS}[v16_tensor_parallel-tiny_llama]",), V16,
         "a token outside a rank's rows looks up its nearest row there, and the sum adds it"),
     Mutant("v16-seed-drawn-on-every-rank", PROPERTY, (
-        Edit(ENGINE, "        params = self.sampler.prepare(params)  # the seed every rank draws "
+        Edit(LOOP, "        params = self.sampler.prepare(params)  # the seed every rank draws "
                      "with\n", ""),),
         (UNSEEDED,), V16,
         "each rank draws its own seed for an unseeded request: they sample different tokens and "
@@ -61,14 +61,14 @@ MUTANTS = [
         (HELD,), V16,
         "each rank computes with its slices, views that keep the whole checkpoint tensors alive"),
     Mutant("v16-abort-of-a-waiting-request-kept-on-rank-0", PROPERTY, (
-        Edit(ENGINE, "        self.record(\"abort\", request_id)\n",
+        Edit(LOOP, "        self.record(\"abort\", request_id)\n",
              "        if request.state.value != \"waiting\":  # it has not run anywhere yet\n"
              "            self.record(\"abort\", request_id)\n"),),
         (WAITING,), V16,
         "a request aborted while it waits is not sent: the other ranks run it later, and their "
         "batches differ from rank 0's"),
     Mutant("v16-unsendable-request-queued", PROPERTY, (
-        Edit(ENGINE, "        try:\n            pickle.dumps(args)\n"
+        Edit(LOOP, "        try:\n            pickle.dumps(args)\n"
                      "        except Exception as e:  # noqa: BLE001 - whatever pickling a "
                      "caller's object raises\n"
                      "            raise RequestError(f\"tensor parallel: {name}'s arguments "
@@ -79,7 +79,7 @@ MUTANTS = [
         "a request whose settings cannot be pickled is queued on rank 0; the next plan fails to "
         "send, and the calls in it reach no other rank"),
     Mutant("v16-kv-pass-sent-unchecked", PROPERTY, (
-        Edit(ENGINE, "        self.refuse_unpaired(request_ids, prompts)\n", ""),),
+        Edit(LOOP, "        self.refuse_unpaired(request_ids, prompts)\n", ""),),
         (KV_CALLS,), V16,
         "a prefill of ids and prompts that do not pair up is sent: the other ranks fail on it "
         "with a ValueError, which they do not skip, and stop"),

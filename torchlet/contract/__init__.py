@@ -20,7 +20,7 @@ capability to its Protocol. An engine satisfies, side by side, the API of every 
 version declares (`lacking(engine, CAPABILITIES)` names what it misses), whatever classes it is
 made of. A capability that adds no method (continuous_batching, overlap, chunked_prefill) keeps
 its promise in its Protocol's docstring. Layers and SplitGQALayers are what the `layers` object
-offers, Sampler what a sampling version exports as `sampler`.
+offers, Sampler what a sampling version exports as `draw`.
 
 A version's engine is assembled from parts (`Recipe`): PART_NAMES in assembly order, each
 written by some version, a version's recipe being its predecessor's with the parts its idea

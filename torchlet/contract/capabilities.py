@@ -275,7 +275,7 @@ class PagedKVAPI(Protocol):
 
 @runtime_checkable
 class Sampler(Protocol):
-    """What a `sampling` version exports as `sampler`: the filters and the draw, one row per
+    """What a `sampling` version exports as `draw`: the filters and the draw, one row per
     request, every argument a tensor with one entry per row. Off values (top_k 0, top_p 1,
     min_p 0) leave a row unfiltered; temperature 0 makes sample() return the row's argmax."""
 
@@ -297,7 +297,7 @@ class Sampler(Protocol):
 @runtime_checkable
 class SamplingAPI(Protocol):
     """Capability `sampling` (v11): requests may set GenerationParams' temperature, top_k,
-    top_p, min_p and seed; the package exports `sampler` (the Sampler protocol). A seeded
+    top_p, min_p and seed; the package exports `draw` (the Sampler protocol). A seeded
     request's tokens depend on nothing but its prompt, its params and the model: not on the
     batch, its lane, its arrival or a preemption. The captured decode step draws the lanes'
     tokens on the device; a step whose lanes are all greedy may take the argmax alone."""

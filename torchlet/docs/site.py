@@ -79,7 +79,7 @@ def compare_name(a: str, b: str) -> str:
 
 def source_path(*parts: str) -> str:
     """Where a source file's page lies in the site: source/spec/test_x.py.html,
-    source/implementations/VERSION/engine.py.html."""
+    source/implementations/VERSION/loop.py.html."""
     return "/".join(("source", *parts)) + ".html"
 
 

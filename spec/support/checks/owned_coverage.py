@@ -47,8 +47,8 @@ GPU_ONLY = {
 # Its specs there fail when they are stubs (its mutants show it); recording the children's
 # entries is still to do.
 RANKS_ONLY = {f"v16_tensor_parallel/{key}" for key in (
-    "engine.py:TensorParallelEngine.broadcast", "engine.py:TensorParallelEngine.close",
-    "engine.py:TensorParallelEngine.follow", "model.py:collective",
+    "loop.py:TensorParallelEngine.broadcast", "loop.py:TensorParallelEngine.close",
+    "loop.py:TensorParallelEngine.follow", "model.py:collective",
     "model.py:VocabShard.__getitem__", "shard.py:Shard.vocab_width",
     "shard.py:Shard.local_config", "shard.py:rows", "shard.py:columns",
     "shard.py:shard_checkpoint")} | {"v07_cuda_graph/graphs.py:_wait_for"}

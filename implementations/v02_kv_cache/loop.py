@@ -7,7 +7,7 @@ from typing import Hashable
 
 import torch
 
-from torchlet.contract import Checkpoint, GenerationParams, check_request
+from torchlet.contract import GenerationParams, check_request
 
 from ..v01_1_split_gqa import RaggedEngine
 from .runner import ModelRunner

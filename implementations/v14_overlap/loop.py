@@ -6,49 +6,20 @@ token is their last), and only then waits for its tokens. The host's work of the
 stops at a stop token has had one more row computed for nothing; its blocks are freed as
 before, and the row's token is never read.
 
-The decode inputs are v08's, able to feed a token not yet read back (OverlapInputs): the step
-after a decode is launched with each lane's token id copied on the device from the draws that
-made it."""
+The step after a decode is launched with each lane's token id copied on the device from the
+draws that made it (inputs.py: OverlapInputs)."""
 from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Callable, Sequence
+from typing import Callable
 
-import numpy as np
 import torch
 
 from torchlet.contract import BuildOption, RequestOutput, RequestState
 
-from ..v13_fused import Batch, PagedInputs, StepEngine
-
-
-class OverlapInputs(PagedInputs):
-    """v08's decode inputs, able to feed a token not yet read back."""
-
-    # While a decode ahead is written: the token ids its requests read, on the device, in
-    # their order.
-    fed: torch.Tensor | None = None
-
-    def write(self, requests: Sequence) -> tuple[torch.Tensor, ...]:
-        """v08's buffers; ahead of a read-back, the lanes' token ids (each request's last known
-        token, a placeholder) are then overwritten by the draws on the device."""
-        buffers = super().write(requests)
-        if self.fed is not None:
-            buffers[0].index_copy_(0, self.lanes, self.fed)
-        return buffers
-
-    def staged(self, rows: Sequence[int]) -> torch.Tensor:
-        """These ints (an index) as a tensor on the device, staged as the inputs are: from pinned
-        memory the copy waits for nothing, where one from pageable memory makes the host wait
-        for the GPU to finish the step."""
-        host = torch.from_numpy(np.fromiter(rows, np.int64, len(rows)))
-        if self.device.type != "cuda":
-            return host
-        # The pinned block is not reused before the copy is done (the caching host allocator
-        # records the copy's stream).
-        return host.pin_memory().to(self.device, non_blocking=True)
+from ..v13_fused import Batch, StepEngine
 
 
 @dataclass

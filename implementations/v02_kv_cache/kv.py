@@ -1,7 +1,7 @@
 """The K/V cache: for each request and each layer, the keys and values of every token it has
 seen so far, after RoPE, [tokens, kv_heads, head_dim]. Prefill fills it, each decode step
 appends one row. Storage grows by concatenation: simple, but every append copies the request's
-whole history (v05/v06 preallocate; v08 pages)."""
+whole history (room allocated once, per request or in blocks, would not)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
