@@ -2,12 +2,13 @@
 
 What it introduces: `torchlet docs build [--out DIR] [--results junit.xml]`, a static site: the
 version map, which links the parts page (docs/parts.md: each part's Protocols, the versions that
-write it, one token through a v16 decode step) before any version, one page per version (its spec modules' page contracts and their specs, and its
-recipe: a table of the parts its engine is assembled from, each with what it is, the version that
-wrote it and its file, the parts the version swaps highlighted, each part's name a link to the
-Protocol it satisfies there, on the parts page) and a code compare for every
-adjacent pair of versions and for the first against the newest; every reader document of
-docs/ as a page the index links, and each file a page contract names linked to its source page.
+write it, one token through a v16 decode step) before any version, one page per version (its
+spec modules' page contracts and their specs, and its recipe: a table of the parts its engine is
+assembled from, each with what it is, the version that wrote it and its file, the parts the
+version swaps highlighted, each part's name a link to the Protocol it satisfies there, on the
+parts page) and a code compare for every adjacent pair of versions and for the first against the
+newest; every reader document of docs/ as a page the index links, and each file a page contract
+names linked to its source page.
 Why: the page contracts are spec module docstrings, which a reader otherwise sees only in an
 editor; generated from the executable specs, a page cannot claim what its specs do not check.
 Core principle: the site is a pure function of the tree: every page follows the contract (a
@@ -23,7 +24,9 @@ method view (torchlet/docs/methods.py), spec/test_docs_methods.py; spec/test_doc
 opens the same site in a real browser.
 Tradeoff left visible: spec counts are test functions, not parametrizations, because counting
 those needs pytest's collection; and the status shown is only as fresh as the last JUnit file
-(without one, the index says how to make it and no spec is marked).
+(without one, the index says how to make it and no spec is marked). The parts page's walk is
+one steady step of one request on the tiny fixture, graphs off: an admission, a preemption or a
+prefill slice is not in it.
 """
 from __future__ import annotations
 

@@ -256,8 +256,8 @@ def part_md(part: str, names: list[str], rows: dict[str, list], used: dict) -> s
     m = re.search(rf"^# --- {part}: (.*?) -+$", inspect.getsource(contract_parts), re.M)
     if m:
         out += [m.group(1)[:1].upper() + m.group(1)[1:] + ".", ""]
-    out += ["Written by (`torchlet parts vNN`):", "", "| versions | what it is | written by | file |",
-            "|---|---|---|---|"]
+    out += ["Written by (`torchlet parts vNN`):", "",
+            "| versions | what it is | written by | file |", "|---|---|---|---|"]
     for versions, row in writers(part, rows):
         out.append(f"| {span(versions)} | `{row.label}` | {short(row.writer)} | `{row.file}` |")
     bare = [v for v, recipe in rows.items() if any(r.name == part for r in recipe or ())

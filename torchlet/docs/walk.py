@@ -117,11 +117,12 @@ def walk(name: str = "v16") -> list[Call]:
                           f"{where} {code.co_qualname}"))
         stack.append(frame)
 
+    before = sys.getprofile()
     sys.setprofile(profile)
     try:
         engine.step()
     finally:
-        sys.setprofile(None)
+        sys.setprofile(before)
     return calls
 
 
