@@ -1,11 +1,14 @@
 """The documentation site, generated from the specs.
 
 What it introduces: `torchlet docs build [--out DIR] [--results junit.xml]`, a static site: the
-version map, one page per version (its spec modules' page contracts and their specs, and its
-recipe: a table of the parts its engine is assembled from, each with what it is, the version that
-wrote it and its file, the parts the version swaps highlighted) and a code compare for every
-adjacent pair of versions and for the first against the newest; every reader document of
-docs/ as a page the index links, and each file a page contract names linked to its source page.
+version map, which links the parts page (docs/parts.md: each part's Protocols, the versions that
+write it, one token through a v16 decode step) before any version, one page per version (its
+spec modules' page contracts and their specs, and its recipe: a table of the parts its engine is
+assembled from, each with what it is, the version that wrote it and its file, the parts the
+version swaps highlighted, each part's name a link to the Protocol it satisfies there, on the
+parts page) and a code compare for every adjacent pair of versions and for the first against the
+newest; every reader document of docs/ as a page the index links, and each file a page contract
+names linked to its source page.
 Why: the page contracts are spec module docstrings, which a reader otherwise sees only in an
 editor; generated from the executable specs, a page cannot claim what its specs do not check.
 Core principle: the site is a pure function of the tree: every page follows the contract (a
@@ -13,14 +16,17 @@ missing section fails the build, naming the version and the section), every link
 file of the site (the sources it links to are pages of it, with an id per line), so it works
 served or opened as files, a page lists as specs what pytest collects, and two builds are
 byte-identical.
-Files: torchlet/docs/{pages.py, compare.py, site.py, markdown.py, __init__.py},
+Files: torchlet/docs/{pages.py, compare.py, site.py, markdown.py, __init__.py}, docs/parts.md
+and what generates its tables and its walk (torchlet/docs/{parts_doc.py, walk.py}),
 torchlet/parts.py (the recipe's rows); the pictures (torchlet/docs/{scenarios, record, draw,
 pictures}.py) have their own page, spec/test_docs_pictures.py, and so has the compare pages'
 method view (torchlet/docs/methods.py), spec/test_docs_methods.py; spec/test_docs_browser.py
 opens the same site in a real browser.
 Tradeoff left visible: spec counts are test functions, not parametrizations, because counting
 those needs pytest's collection; and the status shown is only as fresh as the last JUnit file
-(without one, the index says how to make it and no spec is marked).
+(without one, the index says how to make it and no spec is marked). The parts page's walk is
+one steady step of one request on the tiny fixture, graphs off: an admission, a preemption or a
+prefill slice is not in it.
 """
 from __future__ import annotations
 
@@ -38,7 +44,8 @@ import pytest
 
 import implementations
 from torchlet import docs
-from torchlet.docs import DOCS_DIR, markdown
+from torchlet.contract import PART_NAMES, PROTOCOLS, protocol_of
+from torchlet.docs import DOCS_DIR, markdown, parts_doc
 from torchlet.docs.pages import SECTIONS, MissingSectionError, version_pages
 from torchlet.docs.site import index_html, load_results, version_html
 from torchlet.learner import REPO, SPEC_DIR, effective_modules
@@ -413,3 +420,68 @@ def test_every_file_a_version_page_names_links_to_its_source(site):
                 assert not ((REPO / name).is_file() or name in own
                             or (SPEC_DIR / name).is_file()), f"{version}: {name} is not a link"
     assert linked > 100
+
+
+# --- the parts page ----------------------------------------------------------------------------
+
+def test_the_index_links_the_parts_page_before_any_version_page(site):
+    links = Page((site / "index.html").read_text()).links
+    versions = [i for i, link in enumerate(links) if link.startswith("versions/")]
+    assert "docs/parts.html" in links and versions
+    assert links.index("docs/parts.html") < versions[0]
+
+
+def test_the_parts_page_lists_every_part_with_its_protocols_in_order(site):
+    """A section per part of PART_NAMES, in order, and inside it a heading for each Protocol
+    PROTOCOLS names for the part (the ids the version pages link to)."""
+    text = (site / "docs" / "parts.html").read_text()
+    at = [text.index(f'<h2 id="{part}">') for part in PART_NAMES]
+    assert at == sorted(at)
+    ends = at[1:] + [text.index('<h2 id="one-token-through-a-v16-decode-step">')]
+    for part, start, end in zip(PART_NAMES, at, ends):
+        for _, protocol in PROTOCOLS[part]:
+            found = text.find(f'<h3 id="{protocol.__name__.lower()}">', start)
+            assert start < found < end, f"{part}: no {protocol.__name__} in its section"
+
+
+def test_a_version_pages_parts_link_to_the_protocol_each_satisfies_there(site):
+    for version in ("v00_full_recompute", "v08_paged_gqa_py", "v16_tensor_parallel"):
+        text = (site / "versions" / f"{version}.html").read_text()
+        table = text[text.index('<table class="recipe">'):].split("</table>")[0]
+        links = dict((part, href) for href, part in re.findall(
+            r'<tr[^>]*><td><a href="([^"]+)"><code>(\w+)</code></a></td>', table))
+        assert list(links) == list(implementations.load(version).recipe.parts), version
+        for part, href in links.items():
+            protocol = protocol_of(part, version)
+            anchor = protocol.__name__.lower() if protocol else part
+            assert href == f"../docs/parts.html#{anchor}", (version, part, href)
+
+
+def test_docs_parts_md_is_what_torchlet_docs_parts_doc_writes():
+    """Its part sections (Protocols, members, promises, callers, writers) and its walk are
+    generated from parts.py, the recipes, implementations/ and a run: a change to any of them
+    that the page does not follow fails here (`PYTHONPATH=. python -m torchlet.docs.parts_doc`
+    rewrites it)."""
+    text = parts_doc.PARTS_MD.read_text()
+    made = parts_doc.blocks()
+    assert {m.group("name") for m in parts_doc.BLOCK.finditer(text)} == set(made)
+    assert parts_doc.update(text, made) == text, (
+        "docs/parts.md is out of step: run `PYTHONPATH=. python -m torchlet.docs.parts_doc`")
+
+
+def test_the_walk_follows_one_decode_token_through_every_part_of_v16():
+    """The part-level calls of a steady v16 decode step pass, in this order, through the
+    scheduler, the policy, the K/V memory, the inputs, the runner, the model, the sampler, the
+    request and the scheduler again, each through a member of the part's Protocol at v16."""
+    from torchlet.docs.walk import walk
+
+    calls = walk("v16")
+    for call in calls:
+        assert call.protocol == protocol_of(call.part, "v16").__name__
+    order = ["loop.step", "scheduler.schedule", "policy.budget", "runner.step_lanes",
+             "inputs.write", "kv.grow", "kv.block_table", "kv.slot", "model.forward_decode",
+             "sampler.draw_lanes", "scheduler.postprocess", "request.append"]
+    named = [f"{c.part}.{c.member}" for c in calls]
+    at = [named.index(name) for name in order]
+    assert at == sorted(at), named
+    assert calls[0].depth == 0 and all(c.depth > 0 for c in calls[1:])

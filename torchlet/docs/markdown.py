@@ -3,7 +3,11 @@ pages of the site, so the index can link them and the links still stay inside th
 
 Only what those files use is rendered: headings, code (fenced, also inside a list item, or
 indented four spaces), tables, lists, images, links and `code`. A link to a file the site does
-not hold keeps its text and loses its link."""
+not hold keeps its text and loses its link. Each heading has the id GitHub gives it (its text,
+lower case, punctuation dropped, spaces as hyphens; a repeated one numbered), so a link to
+`parts.md#pagedkvpart` lands on the same heading on GitHub and on the site. A line that is an
+HTML comment (docs/parts.md's generated blocks' markers) is dropped, and a backslash before a
+`|` in a table cell keeps the `|` inside the cell."""
 from __future__ import annotations
 
 import re
@@ -35,8 +39,16 @@ def inline(text: str, keep) -> str:
     return "".join(out)
 
 
+def slug(heading: str) -> str:
+    """GitHub's anchor of a heading: its text without markup, lower case, only letters, digits,
+    spaces, hyphens and underscores kept, each space a hyphen."""
+    text = re.sub(r"!?\[([^\]]*)\]\([^)]*\)", r"\1", heading).replace("`", "").replace("**", "")
+    return re.sub(r"[^\w\- ]", "", text.strip().lower()).replace(" ", "-")
+
+
 def render(text: str, keep) -> str:
     out, para, lines = [], [], text.splitlines()
+    ids: dict[str, int] = {}
 
     def flush():
         if para:
@@ -65,10 +77,17 @@ def render(text: str, keep) -> str:
             out.append("<pre>" + escape("\n".join(x[4:] for x in lines[i:j])) + "</pre>")
             i = j
             continue
-        if line.startswith("#"):
+        if re.fullmatch(r"\s*<!--.*-->\s*", line):
+            flush()
+        elif line.startswith("#"):
             flush()
             level = min(len(line) - len(line.lstrip("#")), 4)
-            out.append(f"<h{level}>{inline(line.lstrip('#').strip(), keep)}</h{level}>")
+            heading = line.lstrip("#").strip()
+            anchor = slug(heading)
+            seen = ids.get(anchor, 0)
+            ids[anchor] = seen + 1
+            anchor = f"{anchor}-{seen}" if seen else anchor
+            out.append(f'<h{level} id="{escape(anchor)}">{inline(heading, keep)}</h{level}>')
         elif line.startswith("|"):
             flush()
             rows = []
@@ -76,8 +95,9 @@ def render(text: str, keep) -> str:
                 cells = [c.strip() for c in lines[i].strip().strip("|").split(" | ")]
                 if not re.fullmatch(r"[\s|:-]+", lines[i]):  # not the rule under the header
                     tag = "th" if not rows else "td"
-                    rows.append("<tr>" + "".join(f"<{tag}>{inline(c, keep)}</{tag}>"
-                                                 for c in cells) + "</tr>")
+                    rows.append("<tr>" + "".join(
+                        f"<{tag}>{inline(c.replace(chr(92) + '|', '|'), keep)}</{tag}>"
+                        for c in cells) + "</tr>")
                 i += 1
             out.append("<table>" + "".join(rows) + "</table>")
             continue

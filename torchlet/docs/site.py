@@ -16,9 +16,12 @@ from html import escape
 from pathlib import Path
 
 from torchlet import methods
+from torchlet.contract import protocol_of
 from torchlet.docs import compare
 from torchlet.docs.pages import SECTIONS, VersionPage
 from torchlet.learner import DEFAULT_RESULTS, REPO, read_junit
+
+PARTS_PAGE = "docs/parts.html"  # docs/parts.md: each part's Protocols, which the recipes link
 
 CSS = """html{overflow-y:scroll}body{font:15px/1.5 system-ui,sans-serif;margin:2em auto;max-width:78em;padding:0 1em;color:#222}
 table{border-collapse:collapse}th,td{border:1px solid #ddd;padding:.2em .5em;vertical-align:top}
@@ -230,7 +233,9 @@ def load_benchmarks(bench_dir: Path) -> dict[str, dict[str, str]]:
 NO_RESULTS = (f"No spec results yet: run <code>pytest -n 2 --junitxml="
               f"{DEFAULT_RESULTS.relative_to(REPO)}</code>, then <code>torchlet docs build</code>.")
 
-READING = (("learners.md", "The learner's path", "fill in one version at a time"),
+READING = (("parts.md", "The parts", "what each part of an engine promises (its Protocol), which "
+             "versions write it, and one token through a v16 decode step, part by part"),
+           ("learners.md", "The learner's path", "fill in one version at a time"),
            ("usage.md", "Usage", "generate, chat, serve and this site, with the flags worth "
             "knowing"),
            ("testing.md", "Testing", "the spec suite: its command, how a run picks its specs, "
@@ -278,7 +283,12 @@ def index_html(pages: list[VersionPage], results, figures, pairs, cpu_note: str 
                     for a, b in pairs)
     body = ("<h1>Torchlet: the version map</h1>"
             + (f"<p>{NO_RESULTS}</p>" if results is None else "")
-            + "<p>Read the versions in order; each page is its "
+            + '<p>Start with <a href="docs/parts.html">the parts</a>: an engine is assembled '
+            "from parts (model, kv, sampler, inputs, runner, request, policy, scheduler, "
+            "loop), each with a Protocol that says what the other parts may ask of it "
+            "(torchlet/contract/parts.py); that page lists each Protocol's members, the "
+            "versions that write each part, and one token followed through a v16 decode step. "
+            "Then read the versions in order; each page is its "
             "spec modules' page contract and the specs that check it. Specs counts the test "
             "functions in a version's own spec modules (not their parametrizations).</p>"
             "<table><tr><th>version</th><th>idea</th><th>capability it adds</th><th>specs</th>"
@@ -319,13 +329,17 @@ def recipe_html(p: VersionPage, owned: dict[str, list[str]]) -> str:
         file = (file_link(version, rel, r.file) if rel in owned.get(version, ())
                 else escape(r.file))
         mark = ' class="swapped"' if r.swapped else ""
-        rows.append(f"<tr{mark}><td><code>{escape(r.name)}</code></td>"
+        protocol = protocol_of(r.name, p.name)
+        anchor = protocol.__name__.lower() if protocol is not None else r.name
+        rows.append(f'<tr{mark}><td><a href="../{PARTS_PAGE}#{anchor}"><code>'
+                    f"{escape(r.name)}</code></a></td>"
                     f"<td><code>{escape(r.label)}</code></td><td>{writer}</td><td>{file}</td></tr>")
     return ('<h2 id="parts">Parts</h2><p>The engine is assembled from these parts, in this order '
             "(its recipe, PARTS). The highlighted ones this version swaps; the others it takes "
-            "from the version that wrote them.</p><table class=\"recipe\"><tr><th>part</th>"
-            "<th>what it is</th><th>written by</th><th>file</th></tr>" + "".join(rows)
-            + "</table>")
+            "from the version that wrote them. Each part's name links to the Protocol it "
+            f'satisfies at this version, on <a href="../{PARTS_PAGE}">the parts page</a>.</p>'
+            '<table class="recipe"><tr><th>part</th><th>what it is</th><th>written by</th>'
+            "<th>file</th></tr>" + "".join(rows) + "</table>")
 
 
 def pictures_html(pictures, why: str) -> str:
@@ -351,7 +365,7 @@ def version_html(p: VersionPage, prev: str | None, nxt: str | None, results,
     """A version's page; sources (the files each version owns, and where the others a page
     names are shown) is what its recipe table and its Files paragraphs link."""
     sources = sources or Sources({})
-    nav = ['<a href="../index.html">version map</a>']
+    nav = ['<a href="../index.html">version map</a>', f'<a href="../{PARTS_PAGE}">parts</a>']
     if prev:
         nav.append(f'<a href="{prev}.html" rel="prev">← {prev}</a>')
         nav.append(f'<a href="../compare/{compare_name(prev, p.name)}">compare with {prev}</a>')
@@ -497,8 +511,11 @@ def reading_pages(docs_dir: Path) -> tuple[dict[str, str], dict[str, Path], tupl
     html, copies = {}, {}
 
     def keep(target: str) -> str | None:
-        if target in {name for name, _, _ in present}:
-            return target.replace(".md", ".html")
+        path, _, anchor = target.partition("#")
+        if not path and anchor:  # a heading of the same page
+            return target
+        if path in {name for name, _, _ in present}:
+            return path.replace(".md", ".html") + (f"#{anchor}" if anchor else "")
         source = Path(docs_dir) / target
         if target.endswith(".png") and ".." not in target and source.is_file():
             copies[f"docs/{target}"] = source
