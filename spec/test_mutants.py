@@ -56,13 +56,15 @@ def test_every_mutant_is_listed_in_the_table_with_its_property_and_version():
 # sampling, v12's prefix cache and v08's preemption; the docs site's pictures (harness
 # mutants: they edit torchlet/docs/draw.py); and the server's (torchlet serve) tokens,
 # cancellation, refusals and the engine state it reports (harness mutants of torchlet/serve/);
-# the bench's anchors (harness mutants of torchlet/bench/).
+# the bench's anchors (harness mutants of torchlet/bench/); the parts' seams, the versions'
+# layout (reference mutants) and the spec collection rule (mutants of spec/support/).
 PROPERTIES = ("token parity", "no history recompute", "lane stability", "graph replay",
               "block table invariants", "block allocator", "bad-input atomicity",
               "seeded sampling", "prefix cache", "rotation once per pass", "fusion",
               "split decode attention", "overlap", "preemption", "chunked prefill", "slice graphs",
               "picture content", "served tokens", "served cancellation", "served refusals",
-              "served engine state", "tensor parallelism", "anchors")
+              "served engine state", "tensor parallelism", "anchors",
+              "part seams", "version layout", "spec collection")
 
 
 def test_every_named_property_has_at_least_three_mutants():

@@ -28,7 +28,7 @@ ChunkedScheduler, SlicedBatch) against implementations/v08_paged_gqa_py/{policy.
 (Scheduler, Batch);
 implementations/v15_chunked_prefill/runner.py (ChunkedRunner.prefill_slices) against
 implementations/v12_prefix_cache/runner.py (PrefixRunner.prefill, forward_rows);
-implementations/v15_chunked_prefill/request.py against implementations/v08_paged_gqa_py/request.py;
+implementations/v15_chunked_prefill/request.py against implementations/v05_decode_lanes/request.py;
 implementations/v15_chunked_prefill/slices.py (SliceGraphs) against
 implementations/v07_cuda_graph/runner.py (GraphRunner), the decode step's graphs.
 

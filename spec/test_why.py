@@ -10,10 +10,18 @@ gets the answer without reading the rule.
 Core principle: the listing is compared with what pytest itself collects, with
 `--every-version`, in a child interpreter (the mutants', conftest.py).
 Files: spec/support/collection/why.py, spec/support/collection/rule.py, conftest.py.
+
+Also: the rule's own decisions, seen from inside a run: a spec marked `spec(needs=A, until=B)`
+is parametrized with no version that lacks A or declares B, and a part's own spec
+(`spec(part="kv")`) runs against no version that took the part unchanged. These specs check the
+collection that runs them, so a mutant of the rule (spec/mutants/seams.py) breaks them where the
+child-interpreter listing above, which imports the reference rule, would not see it.
 """
 import re
 
 import pytest
+
+from torchlet.contract import CHUNKED_PREFILL, CONTINUOUS_BATCHING, PAGED_KV
 
 PAGES = ["spec/test_v08_block_pool.py", "spec/test_v04_continuous_batching.py"]
 VERSION = "v15_chunked_prefill"
@@ -80,3 +88,19 @@ def test_the_reasons_are_the_rules(listing):
     assert all(verdict == "SKIP" for verdict, _ in until), out[-3000:]
     ran = [reason for verdict, reason in found.values() if verdict == "RUN"]
     assert ran and all(r.startswith("needs continuous_batching") for r in ran), out[-3000:]
+
+
+# --- the rule, seen from the run it collects -------------------------------------------------
+
+@pytest.mark.spec(needs=CONTINUOUS_BATCHING, until=CHUNKED_PREFILL)
+def test_a_spec_runs_only_against_the_versions_that_declare_its_needs_and_not_its_until(impl):
+    assert CONTINUOUS_BATCHING in impl.capabilities, f"{impl.name} lacks its needs"
+    assert CHUNKED_PREFILL not in impl.capabilities, f"{impl.name} declares its until"
+
+
+@pytest.mark.spec(needs=PAGED_KV, part="kv")
+def test_a_parts_own_spec_runs_only_against_the_versions_that_write_the_part(impl, request):
+    if request.config.getoption("--every-version"):
+        pytest.skip("--every-version runs a part's own specs against every version")
+    # a version without a recipe cannot say it took the part: it runs every spec
+    assert impl.writer("kv") in (impl.name, None), f"{impl.name} takes {impl.writer('kv')}'s kv"

@@ -8,7 +8,7 @@ from torchlet.contract import TRITON_BASICS
 
 from ..v08_paged_gqa_py import CAPABILITIES as PREVIOUS
 from ..v08_paged_gqa_py import PARTS as BEFORE
-from ..v08_paged_gqa_py import (Batch, BlockPool, ContinuousBatching, DecodeBuffers, GraphRunner, GraphedRunner, KERNELS, PagedAdmission, PagedAttention, PagedDecoder, PagedInputs, PagedKV, PagedRequest, PoolExhausted, PreemptingScheduler, StepEngine, default_buckets, graphs, metadata, paged_attention)
+from ..v08_paged_gqa_py import (Batch, BlockPool, ContinuousBatching, DecodeBuffers, GraphRunner, GraphedRunner, KERNELS, LaneRequest, PagedAdmission, PagedAttention, PagedDecoder, PagedInputs, PagedKV, PoolExhausted, PreemptingScheduler, StepEngine, default_buckets, graphs, metadata, paged_attention)
 from . import kernels
 from .model import TritonOps, layers
 
@@ -17,4 +17,4 @@ PARTS = BEFORE.replace("v09", model=layers)
 OPTIONS = PARTS.options
 build = PARTS.build
 
-__all__ = ["Batch", "BlockPool", "CAPABILITIES", "ContinuousBatching", "DecodeBuffers", "GraphRunner", "GraphedRunner", "KERNELS", "OPTIONS", "PARTS", "PagedAdmission", "PagedAttention", "PagedDecoder", "PagedInputs", "PagedKV", "PagedRequest", "PoolExhausted", "PreemptingScheduler", "StepEngine", "TritonOps", "build", "default_buckets", "graphs", "kernels", "layers", "metadata", "paged_attention"]
+__all__ = ["Batch", "BlockPool", "CAPABILITIES", "ContinuousBatching", "DecodeBuffers", "GraphRunner", "GraphedRunner", "KERNELS", "OPTIONS", "PARTS", "LaneRequest", "PagedAdmission", "PagedAttention", "PagedDecoder", "PagedInputs", "PagedKV", "PoolExhausted", "PreemptingScheduler", "StepEngine", "TritonOps", "build", "default_buckets", "graphs", "kernels", "layers", "metadata", "paged_attention"]

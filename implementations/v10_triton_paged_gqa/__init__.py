@@ -9,7 +9,7 @@ from torchlet.contract import PAGED_DECODE_ATTENTION, TRITON_PAGED
 
 from ..v09_triton_basics import CAPABILITIES as PREVIOUS
 from ..v09_triton_basics import PARTS as BEFORE
-from ..v09_triton_basics import (Batch, BlockPool, ContinuousBatching, DecodeBuffers, GraphRunner, GraphedRunner, PagedAdmission, PagedDecoder, PagedInputs, PagedKV, PagedRequest, PoolExhausted, PreemptingScheduler, StepEngine, TritonOps, default_buckets, graphs, kernels, metadata, paged_attention)
+from ..v09_triton_basics import (Batch, BlockPool, ContinuousBatching, DecodeBuffers, GraphRunner, GraphedRunner, LaneRequest, PagedAdmission, PagedDecoder, PagedInputs, PagedKV, PoolExhausted, PreemptingScheduler, StepEngine, TritonOps, default_buckets, graphs, kernels, metadata, paged_attention)
 from . import paged_kernels
 from .model import TritonPagedAttention, layers
 
@@ -20,4 +20,4 @@ build = PARTS.build
 # The Triton decode attention, in place of v08's PyTorch one (torchlet bench kernel times it).
 KERNELS = {PAGED_DECODE_ATTENTION: paged_kernels.paged_decode_attention}
 
-__all__ = ["Batch", "BlockPool", "CAPABILITIES", "ContinuousBatching", "DecodeBuffers", "GraphRunner", "GraphedRunner", "KERNELS", "OPTIONS", "PARTS", "PagedAdmission", "PagedDecoder", "PagedInputs", "PagedKV", "PagedRequest", "PoolExhausted", "PreemptingScheduler", "StepEngine", "TritonOps", "TritonPagedAttention", "build", "default_buckets", "graphs", "kernels", "layers", "metadata", "paged_attention", "paged_kernels"]
+__all__ = ["Batch", "BlockPool", "CAPABILITIES", "ContinuousBatching", "DecodeBuffers", "GraphRunner", "GraphedRunner", "KERNELS", "OPTIONS", "PARTS", "LaneRequest", "PagedAdmission", "PagedDecoder", "PagedInputs", "PagedKV", "PoolExhausted", "PreemptingScheduler", "StepEngine", "TritonOps", "TritonPagedAttention", "build", "default_buckets", "graphs", "kernels", "layers", "metadata", "paged_attention", "paged_kernels"]

@@ -1,14 +1,14 @@
-"""v08's request, which now also knows how far its prefill must go: a prompt is computed over
+"""v05's request, which now also knows how far its prefill must go: a prompt is computed over
 several steps, and the request samples only once its K/V holds all of it."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..v14_overlap import PagedRequest
+from ..v14_overlap import LaneRequest
 
 
 @dataclass
-class ChunkedRequest(PagedRequest):
+class ChunkedRequest(LaneRequest):
     # The length its K/V must reach before it samples: its whole sequence when it was admitted
     # (its prompt; after a preemption, its prompt and tokens, recomputed). computed counts up to
     # it a slice at a time.

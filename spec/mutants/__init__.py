@@ -4,7 +4,12 @@ A mutant is a list of exact source edits to files under `implementations/`, appl
 of the tree (never to the reference), plus the specs of the property it breaks. A harness mutant
 edits files of the `torchlet/` package instead (its edits' paths start with `torchlet/`): it is
 applied to a copy of that package, and the worker imports the edited subpackages and the specs
-named anew from the copy for that run (spec/mutants/worker.py). The mutant is
+named anew from the copy for that run (spec/mutants/worker.py). A mutant of the specs' own
+machinery edits a file of spec/support/ (the collection rule) the same way: the worker imports
+the edited module anew from the copy. A reference mutant (`reference=True`) edits versions like
+any other, for specs that read the reference tree itself (its files, its packages by the name
+`implementations`: spec/test_layout.py, spec/test_part_protocols.py) rather than the tree
+`--impl-root` names: for its run the copy is imported as `implementations`. The mutant is
 *killed* when one of those specs fails against the copy, *survives* when they all pass. A survivor
 is a hole in the specs: the property can break without any spec saying so.
 
@@ -28,6 +33,7 @@ import implementations
 REFERENCE = implementations.REFERENCE_ROOT
 REPO = REFERENCE.parent
 HARNESS = "torchlet"
+SUPPORT = "spec/support"  # the specs' machinery: a mutant of it is run like a harness mutant
 
 
 @dataclass(frozen=True)
@@ -47,6 +53,10 @@ class Mutant:
     versions: tuple[str, ...]  # short version ids whose parameters run, e.g. ("v05",); () for
     #                            a harness mutant's specs, which are not run per version
     why: str = ""              # what the breakage does, in one line
+    reference: bool = False    # its specs read implementations/ itself, not --impl-root's tree:
+    #                            the copy stands in for the reference package for its run. Its
+    #                            specs must not import v09 on (their kernels' torch ops are
+    #                            named after the module: a second import registers them twice)
 
     @property
     def version(self) -> str:
@@ -55,13 +65,20 @@ class Mutant:
 
     @property
     def harness(self) -> bool:
-        """It edits the harness (torchlet/), not a version."""
-        return self.edits[0].file.startswith(HARNESS + "/")
+        """It edits the harness (torchlet/) or the specs' machinery (spec/support/), not a
+        version."""
+        return self.edits[0].file.startswith((HARNESS + "/", SUPPORT + "/"))
 
     @property
     def fresh(self) -> list[str]:
-        """A harness mutant's modules to import anew: the subpackages it edits, and its specs."""
-        edited = {".".join(Path(e.file).parts[:2]).removesuffix(".py") for e in self.edits}
+        """A harness or reference mutant's modules to import anew: the torchlet subpackages or
+        spec/support modules it edits (`implementations` for a reference mutant), and its
+        specs."""
+        if self.reference:
+            edited = {"implementations"}
+        else:
+            edited = {".".join(Path(e.file).parts[:2] if e.file.startswith(HARNESS + "/")
+                               else Path(e.file).parts).removesuffix(".py") for e in self.edits}
         specs = {s.split("::")[0].removesuffix(".py").replace("/", ".") for s in self.specs}
         return sorted(edited | specs)
 
@@ -101,13 +118,18 @@ class StaleMutant(AssertionError):
 
 
 def apply(mutant: Mutant, dest: Path) -> Path:
-    """Copy the reference tree to dest and apply the mutant's edits there. Returns dest. A
-    harness mutant's dest is a copy of the torchlet package, edited."""
+    """Copy the reference tree to dest and apply the mutant's edits there. Returns the copy: dest
+    for a version's mutant; for a harness mutant, dest's folder, which holds the copy of what it
+    edits (dest itself the torchlet package's, dest.parent/spec/support the specs' machinery's),
+    the folder the worker imports the edited modules from."""
+    ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
     if mutant.harness:
-        shutil.copytree(REPO / HARNESS, dest, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
-        dest = dest.parent  # the edits' paths start with torchlet/
+        for top in sorted({HARNESS if e.file.startswith(HARNESS + "/") else SUPPORT
+                           for e in mutant.edits}):
+            shutil.copytree(REPO / top, dest.parent / top, ignore=ignore)
+        dest = dest.parent  # the edits' paths start with torchlet/ or spec/support/
     else:
-        shutil.copytree(REFERENCE, dest, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+        shutil.copytree(REFERENCE, dest, ignore=ignore)
     for edit in mutant.edits:
         path = dest / edit.file
         source = path.read_text()
@@ -116,4 +138,4 @@ def apply(mutant: Mutant, dest: Path) -> Path:
             raise StaleMutant(f"mutant {mutant.name}: {edit.file} holds its text {count} times, "
                               f"not once:\n{edit.old}")
         path.write_text(source.replace(edit.old, edit.new))
-    return dest / HARNESS if mutant.harness else dest
+    return dest

@@ -67,8 +67,11 @@ def run(mutant: Mutant, worker: Worker) -> Result:
                 "-p", "no:randomly", "-p", "no:xdist", "-p", "no:cacheprovider",
                 "--snapshot-warn-unused", f"--junitxml={xml}"]
         if mutant.harness:
-            package = apply(mutant, tmp / "torchlet")
-            rc = worker.pytest(args, log, harness=str(package), fresh=mutant.fresh)
+            apply(mutant, tmp / "torchlet")
+            rc = worker.pytest(args, log, harness=str(tmp), fresh=mutant.fresh)
+        elif mutant.reference:  # the copy is imported as `implementations` for the run
+            apply(mutant, tmp / "implementations")
+            rc = worker.pytest(args, log, harness=str(tmp), fresh=mutant.fresh)
         else:
             root = apply(mutant, tmp / "implementations")
             rc = worker.pytest([*args, f"--impl-root={root}"], log)

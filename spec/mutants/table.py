@@ -11,7 +11,8 @@ DOC = REPO / "docs" / "mutants.md"
 HEAD = """# Mutants
 
 Each row is a small deliberate breakage of the reference (spec/mutants/), applied to a copy of
-`implementations/` (of `torchlet/` for a harness mutant), and the spec that noticed it. The suite runs every mutant (`pytest -m mutants`)
+`implementations/` (of `torchlet/` for a harness mutant, of `spec/support/` for one of the
+specs' machinery), and the spec that noticed it. The suite runs every mutant (`pytest -m mutants`)
 and fails when one survives. This table was written by `python -m spec.mutants table` on {date}:
 {killed} of {total} mutants killed.
 

@@ -3,9 +3,11 @@ specs and not a fresh torch import and collection setup.
 
 Protocol: one JSON object per line on stdin, {"args": [...], "log": PATH}; for each, one JSON line
 {"rc": N} on the protocol stream (the original stdout). pytest's own output goes to PATH.
-A harness mutant's request adds "harness": DIR (an edited copy of the torchlet package) and
-"fresh": [module names]: for that run those modules and their submodules are imported anew,
-the torchlet subpackages among them from DIR; afterwards the reference modules are back.
+A harness mutant's request adds "harness": DIR (the folder of the edited copies: DIR/torchlet,
+DIR/spec/support, or DIR/implementations for a reference mutant) and "fresh": [module names]:
+for that run those modules and their submodules are imported anew, the torchlet subpackages,
+the spec/support modules and the `implementations` package among them from DIR; afterwards the
+reference modules are back.
 """
 from __future__ import annotations
 
@@ -17,11 +19,26 @@ import os
 import sys
 
 
+def copied(directory: str, name: str) -> tuple[str, list[str] | None] | None:
+    """Where in the copies a fresh module is loaded from: (its file, its package's search path or
+    None for a module); None for one imported anew from the reference (a spec page)."""
+    parts = name.split(".")
+    if not (parts[0] == "torchlet" and len(parts) == 2 or name == "implementations"
+            or name.startswith("spec.support.")):
+        return None
+    base = os.path.join(directory, *parts)
+    if os.path.isdir(base):
+        return os.path.join(base, "__init__.py"), [base]
+    if os.path.isfile(base + ".py"):  # a module of its own (torchlet/text.py)
+        return base + ".py", None
+    return None
+
+
 @contextlib.contextmanager
 def harness_copy(directory: str | None, fresh: list[str]):
     """Run with the modules named in `fresh` (and their submodules) imported anew, the torchlet
-    subpackages and modules among them from `directory`, an edited copy of the package; every
-    other module stays the reference's."""
+    subpackages, spec/support modules and the `implementations` package among them from
+    `directory`, the folder of the edited copies; every other module stays the reference's."""
     if not directory:
         yield
         return
@@ -33,19 +50,17 @@ def harness_copy(directory: str | None, fresh: list[str]):
     for n in saved:
         del sys.modules[n]
     for name in fresh:
-        parts = name.split(".")
-        if parts[0] != "torchlet" or len(parts) != 2:
+        found = copied(directory, name)
+        if found is None:
             continue
-        package = os.path.join(directory, parts[1])
-        if os.path.isdir(package):
-            spec = importlib.util.spec_from_file_location(
-                name, os.path.join(package, "__init__.py"), submodule_search_locations=[package])
-        else:  # a module of its own (torchlet/text.py)
-            spec = importlib.util.spec_from_file_location(name, package + ".py")
+        spec = importlib.util.spec_from_file_location(name, found[0],
+                                                      submodule_search_locations=found[1])
         module = importlib.util.module_from_spec(spec)
         sys.modules[name] = module
         # `from torchlet import x` reads the package's attribute before sys.modules
-        setattr(sys.modules["torchlet"], parts[1], module)
+        parent, _, child = name.rpartition(".")
+        if parent:
+            setattr(sys.modules[parent], child, module)
         spec.loader.exec_module(module)
     try:
         yield
@@ -54,7 +69,8 @@ def harness_copy(directory: str | None, fresh: list[str]):
             del sys.modules[n]
         for name in fresh:  # an edited module the reference had not imported: no attribute left
             parent, _, child = name.rpartition(".")
-            if name not in saved and parent == "torchlet" and hasattr(sys.modules[parent], child):
+            if name not in saved and parent in sys.modules and hasattr(sys.modules[parent],
+                                                                       child):
                 delattr(sys.modules[parent], child)
         sys.modules.update(saved)
         for n, module in saved.items():  # a parent's attribute names the reference again
