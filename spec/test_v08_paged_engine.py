@@ -33,10 +33,10 @@ the pool is refused when it is added; a pool shape that makes no sense (block_si
 num_blocks below 2) is refused at build, from the minimums OPTIONS declares
 (spec/test_build_options.py checks every version's).
 
-Files to compare: implementations/v08_paged_gqa_py/{kv.py, inputs.py, request.py, model.py,
-policy.py, scheduler.py} against implementations/v05_decode_lanes/{kv.py, request.py, runner.py}
-(the runner v08 takes unchanged: its K/V memory says where a prefill's rows go, its inputs take
-a token's room), implementations/v06_static_buffers/inputs.py and
+Files to compare: implementations/v08_paged_gqa_py/{kv.py, inputs.py, model.py, policy.py,
+scheduler.py} against implementations/v05_decode_lanes/{kv.py, request.py, runner.py}
+(the request and the runner v08 takes unchanged: a request's blocks are the pool's, read through
+kv.block_table; the K/V memory says where a prefill's rows go, the inputs take a token's room), implementations/v06_static_buffers/inputs.py and
 implementations/v04_continuous_batching/policy.py (the policy PagedAdmission wraps) with
 implementations/v03_request_states/scheduler.py (the scheduler PreemptingScheduler extends); the
 pool alone is page 1 (test_v08_block_pool.py), attention through tables page 2
