@@ -469,15 +469,21 @@ def test_a_prompt_being_tokenized_does_not_hold_up_another_clients_request(
     server = InProcess(engine, version, held, checkpoint.config, model.name, CONTEXT)
     try:
         with plain(base_url=server.url) as http, ThreadPoolExecutor(1) as pool:
-            body = {"model": model.name, "max_tokens": 2}
-            slow = pool.submit(http.post, "/v1/chat/completions",
-                               json={**body, "messages": user("HOLD on")})
-            assert held.entered.wait(30), "the held prompt never reached the tokenizer"
-            quick = http.post("/v1/chat/completions", json={**body, "messages": user("hi")},
-                              timeout=10)
-            assert quick.status_code == 200 and not slow.done()
-            held.release.set()
-            assert slow.result().status_code == 200
+            try:
+                body = {"model": model.name, "max_tokens": 2}
+                slow = pool.submit(http.post, "/v1/chat/completions",
+                                   json={**body, "messages": user("HOLD on")})
+                assert held.entered.wait(30), "the held prompt never reached the tokenizer"
+                quick = http.post("/v1/chat/completions",
+                                  json={**body, "messages": user("hi")}, timeout=10)
+                assert quick.status_code == 200 and not slow.done()
+                held.release.set()
+                assert slow.result().status_code == 200
+            finally:
+                # Before the pool's exit waits for the held request: on a failure (the quick
+                # request timed out behind it) the held tokenizer would otherwise block the
+                # loop, and the pool with it, for its whole 60 s.
+                held.release.set()
     finally:
         held.release.set()
         engine.release()
