@@ -137,11 +137,22 @@ def in_tree(cls: type) -> bool:
     return (getattr(sys.modules.get(cls.__module__), "__file__", None) or "").startswith(str(ROOT))
 
 
-def test_every_parts_subclass_chain_is_at_most_four_classes_deep():
-    deep = {f"{c.__module__}.{c.__qualname__}": [k.__qualname__ for k in c.__mro__ if in_tree(k)]
-            for c in tree_classes()}
-    deep = {name: chain for name, chain in deep.items() if len(chain) > 4}
-    assert not deep, f"chains deeper than 4: {deep}"
+# The model's ops (the maths its layers call through self) change in five versions, each one
+# idea: v01_1's attention phases, v05's one pass, v09's kernels, v13's fused products, v16's
+# collectives. Each link overrides what its idea changes and reaches the rest through self (v09's
+# loop folds every residual add into the next norm; v13's loop runs v09's), so no link can be a
+# member instead; the other way to fit four, setting v16's collectives on v13's ops object from
+# outside, hides them from a reader's go-to-definition (the test below forbids it). So ops
+# chains may be five deep; every other part's, four.
+OPS_ROOT, OPS_DEPTH, DEPTH = "GQAOps", 5, 4
+
+
+def test_every_parts_subclass_chain_is_at_most_four_classes_deep_the_model_ops_five():
+    chains = {f"{c.__module__}.{c.__qualname__}": [k.__qualname__ for k in c.__mro__ if in_tree(k)]
+              for c in tree_classes()}
+    deep = {name: chain for name, chain in chains.items()
+            if len(chain) > (OPS_DEPTH if OPS_ROOT in chain else DEPTH)}
+    assert not deep, f"chains deeper than {DEPTH} (ops {OPS_DEPTH}): {deep}"
 
 
 def test_every_version_declares_its_recipe_and_builds_through_it():
@@ -238,21 +249,11 @@ def hidden_dispatch(path, functions: set[str]) -> list[str]:
     return found
 
 
-# Functions still set on another object, `file: target` -> why it is not a subclass yet. v16's
-# collectives go on v13's ops object: a subclass of FusedOps would make the ops' chain five
-# classes deep (the test above allows four); the chain must lose a link first.
-STILL_SET_FROM_OUTSIDE = {
-    f"v16_tensor_parallel/model.py: ops.{name}": "a subclass of FusedOps is a fifth link"
-    for name in ("output_projection", "mlp", "lm_head")}
-
-
 def test_no_version_answers_through_getattr_or_rebinds_a_method_from_outside():
     """A reader's go-to-definition lands: no `__getattr__` answers a name a class does not hold,
     and no object's method is replaced from outside it (a subclass overrides it instead)."""
     functions = tree_function_names()
-    found = [f for path in sorted(ROOT.rglob("*.py")) for f in hidden_dispatch(path, functions)
-             if f"{f.split(':')[0]}: {f.split(': ', 1)[-1].split(' = ')[0]}"
-             not in STILL_SET_FROM_OUTSIDE]
+    found = [f for path in sorted(ROOT.rglob("*.py")) for f in hidden_dispatch(path, functions)]
     assert not found, "hidden dispatch:\n  " + "\n  ".join(found)
 
 

@@ -24,7 +24,7 @@ engine holds (every tensor reachable from it, each storage counted once and whol
 rank 0 refuses, or a request aborted before it ran, leaves every rank in step: the next call's
 tokens are the oracle's.
 
-Files to compare: implementations/v16_tensor_parallel/model.py (sharded, VocabShard)
+Files to compare: implementations/v16_tensor_parallel/model.py (ShardedOps, VocabShard)
 against implementations/v13_fused/model.py (FusedOps); implementations/v16_tensor_parallel/
 loop.py (TensorParallelEngine) against implementations/v14_overlap/loop.py; shard.py is new.
 

@@ -12,9 +12,10 @@ parts from the same events; the logits are gathered on every rank, so each sampl
 tokens itself and none is sent (loop.py).
 
 Swaps the model (model.py: ShardedModel, which builds its rank's shard, narrows what the parts
-after it see to it, and hands v08's decoder v13's ops with the collectives set on them) and the
-loop (loop.py: TensorParallelEngine, which sends the plans and follows them). Outside a process group, or in a
-group of one, it is v15: TP=1 runs the same parts with no collective."""
+after it see to it, and hands v08's decoder ShardedOps: v13's ops with the collectives as
+overrides) and the loop (loop.py: TensorParallelEngine, which sends the plans and follows them).
+Outside a process group, or in a group of one, it is v15: TP=1 runs the same parts with no
+collective."""
 from torchlet.contract import TENSOR_PARALLEL
 
 from ..v15_chunked_prefill import CAPABILITIES as PREVIOUS
@@ -23,7 +24,7 @@ from ..v15_chunked_prefill import (KERNELS, BlockPool, PoolExhausted, PrefixBloc
                                    context_attention, fused_kernels, gemv, graphs, kernels, layers,
                                    metadata, paged_attention, paged_kernels, draw)
 from .loop import TensorParallelEngine
-from .model import ShardedModel, ShardedWeights, VocabShard, sharded
+from .model import ShardedModel, ShardedOps, ShardedWeights, VocabShard
 from .shard import Shard, shard_checkpoint
 
 CAPABILITIES = PREVIOUS + (TENSOR_PARALLEL,)
@@ -32,6 +33,6 @@ OPTIONS = PARTS.options
 build = PARTS.build
 
 __all__ = ["CAPABILITIES", "KERNELS", "OPTIONS", "PARTS", "BlockPool", "PoolExhausted",
-           "PrefixBlockPool", "PrefixKV", "Shard", "ShardedModel", "ShardedWeights", "TensorParallelEngine", "VocabShard", "build", "context_attention",
+           "PrefixBlockPool", "PrefixKV", "Shard", "ShardedModel", "ShardedOps", "ShardedWeights", "TensorParallelEngine", "VocabShard", "build", "context_attention",
            "fused_kernels", "gemv", "graphs", "kernels", "layers", "metadata", "paged_attention",
-           "paged_kernels", "draw", "shard_checkpoint", "sharded"]
+           "paged_kernels", "draw", "shard_checkpoint"]

@@ -16,7 +16,7 @@ from torchlet.contract import TorchletError
 from ..v15_chunked_prefill import FusedContextAttention, FusedOps, PackedWeights, PagedDecoder
 from .shard import Shard, ShardCheckpoint, shard_checkpoint
 
-__all__ = ["ShardedModel", "ShardedWeights", "VocabShard", "collective", "sharded"]
+__all__ = ["ShardedModel", "ShardedOps", "ShardedWeights", "VocabShard", "collective"]
 
 
 def collective(op, *args, **kwargs):
@@ -58,34 +58,37 @@ class ShardedWeights(PackedWeights):
         return weights
 
 
-def sharded(ops: FusedOps, shard: Shard) -> FusedOps:
-    """v13's ops object with the three places a Megatron split meets the other ranks: o's and
-    down's products (each rank's a partial sum) summed by an all-reduce, and the LM head's
-    logit slices gathered. Set on the object, not in a subclass: the layer loop calls its own
-    mlp and the passes its output_projection, and these are what they then run."""
-    ops.shard, ops.Weights = shard, ShardedWeights
-    if shard.world == 1:
-        return ops
-    project, mlp, lm_head = ops.output_projection, ops.mlp, ops.lm_head
+class ShardedOps(FusedOps):
+    """v13's ops with the three places a Megatron split meets the other ranks: o's and down's
+    products (each rank's a partial sum) summed by an all-reduce, and the LM head's logit slices
+    gathered. Overrides, so the layer loop's own self.mlp and the passes' output_projection run
+    them. Built only in a group of more than one rank (ShardedModel)."""
 
-    def summed(partial_sum: torch.Tensor) -> torch.Tensor:
+    Weights = ShardedWeights
+    shard: Shard  # the rank's shard, set by the model part that builds these ops
+
+    def output_projection(self, out: torch.Tensor, w) -> torch.Tensor:
+        """v13's o projection of this rank's heads, a partial sum, summed over the ranks."""
+        partial_sum = super().output_projection(out, w)
         collective(dist.all_reduce, partial_sum)
         return partial_sum
 
-    def gathered(weights, hidden: torch.Tensor) -> torch.Tensor:
+    def mlp(self, x: torch.Tensor, w) -> torch.Tensor:
+        """v13's MLP over this rank's share of the intermediate, a partial sum, summed over the
+        ranks."""
+        partial_sum = super().mlp(x, w)
+        collective(dist.all_reduce, partial_sum)
+        return partial_sum
+
+    def lm_head(self, weights, hidden: torch.Tensor) -> torch.Tensor:
         """Logits over the whole vocabulary: each rank's slice, padded to the common width,
         gathered from every rank, the padding cut."""
-        mine = lm_head(weights, hidden)
+        mine, shard = super().lm_head(weights, hidden), self.shard
         if mine.shape[-1] < shard.vocab_width:
             mine = torch.nn.functional.pad(mine, (0, shard.vocab_width - mine.shape[-1]))
         slices = [torch.empty_like(mine) for _ in range(shard.world)]
         collective(dist.all_gather, slices, mine.contiguous())
         return torch.cat(slices, dim=-1)[..., :shard.vocab_size]
-
-    ops.output_projection = lambda out, w: summed(project(out, w))
-    ops.mlp = lambda x, w: summed(mlp(x, w))
-    ops.lm_head = gathered
-    return ops
 
 
 class ShardedModel:
@@ -104,7 +107,11 @@ class ShardedModel:
             a.checkpoint = shard_checkpoint(a.checkpoint, shard)
             a.config = a.checkpoint.config
         decoder = PagedDecoder()
-        ops = FusedOps().for_device(a.device, a.dtype)
-        decoder.ops, decoder.Memory = sharded(ops, shard), FusedContextAttention
+        if world > 1:
+            decoder.ops = ShardedOps().for_device(a.device, a.dtype)
+            decoder.ops.shard = shard
+        else:  # a group of one is v15's model: no collective to run
+            decoder.ops = FusedOps().for_device(a.device, a.dtype)
+        decoder.Memory = FusedContextAttention
         decoder.shard = shard  # what the engine asks of the model (contract ShardedModelPart)
         return decoder

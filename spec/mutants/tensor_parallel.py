@@ -30,6 +30,18 @@ MUTANTS = [
         (f"{LOGITS}[v16_tensor_parallel-uneven]",), V16,
         "query heads split evenly, apart from the KV heads they read: with 3 KV heads on 2 ranks "
         "rank 0 holds 3 query heads and 2 KV heads (the pass fails on the shapes)"),
+    Mutant("v16-mlp-partial-sums-not-added", PROPERTY, (
+        Edit(MODEL, "        partial_sum = super().mlp(x, w)\n        collective(dist.all_reduce, "
+                    "partial_sum)\n",
+             "        partial_sum = super().mlp(x, w)\n"),),
+        (f"{LOGITS}[v16_tensor_parallel-tiny_llama]",), V16,
+        "each rank keeps its own share of the MLP's down product: the layers read a partial sum"),
+    Mutant("v16-logit-slices-gathered-without-the-padding-cut", PROPERTY, (
+        Edit(MODEL, "        return torch.cat(slices, dim=-1)[..., :shard.vocab_size]\n",
+             "        return torch.cat(slices, dim=-1)\n"),),
+        (f"{LOGITS}[v16_tensor_parallel-uneven]",), V16,
+        "a vocabulary that does not split evenly keeps the padded columns: logits wider than the "
+        "vocabulary, their padding zeros"),
     Mutant("v16-embedding-without-the-shard-mask", PROPERTY, (
         Edit(MODEL, "        rows = self.table[local.clamp(0, len(self.vocab) - 1)] * "
                     "mine.unsqueeze(-1)\n",
