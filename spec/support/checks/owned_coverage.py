@@ -49,7 +49,9 @@ GPU_ONLY = {
 RANKS_ONLY = {f"v16_tensor_parallel/{key}" for key in (
     "loop.py:TensorParallelEngine.broadcast", "loop.py:TensorParallelEngine.close",
     "loop.py:TensorParallelEngine.follow", "model.py:collective",
-    "model.py:VocabShard.__getitem__", "shard.py:Shard.vocab_width",
+    "model.py:VocabShard.__getitem__", "model.py:ShardedWeights.from_checkpoint",
+    "model.py:ShardedOps.output_projection", "model.py:ShardedOps.mlp",
+    "model.py:ShardedOps.lm_head", "shard.py:Shard.vocab_width",
     "shard.py:Shard.local_config", "shard.py:rows", "shard.py:columns",
     "shard.py:shard_checkpoint")} | {"v07_cuda_graph/graphs.py:_wait_for"}
 
