@@ -96,22 +96,27 @@ def serving_options(version, device: str) -> dict:
 
 
 @contextlib.contextmanager
-def kernels_off(device: str, interpret: bool):
-    """On a CPU, Triton layers take their PyTorch path unless --triton-interpret asks for the
-    interpreter. An engine chooses when it is built (it reads TRITON_INTERPRET then), so build
-    and run it inside this block."""
-    if device.startswith("cuda") or interpret:
-        yield
-        return
+def triton_interpret(value: str | None):
+    """TRITON_INTERPRET set to value ("0": layers on their PyTorch path, "1": kernels under the
+    interpreter; None: as it is) inside the block, and put back after. An engine reads it when
+    it is built, so build it inside."""
     before = os.environ.get("TRITON_INTERPRET")
-    os.environ["TRITON_INTERPRET"] = "0"
+    if value is not None:
+        os.environ["TRITON_INTERPRET"] = value
     try:
         yield
     finally:
         if before is None:
-            del os.environ["TRITON_INTERPRET"]
+            os.environ.pop("TRITON_INTERPRET", None)
         else:
             os.environ["TRITON_INTERPRET"] = before
+
+
+def kernels_off(device: str, interpret: bool):
+    """On a CPU, Triton layers take their PyTorch path unless --triton-interpret asks for the
+    interpreter. An engine chooses when it is built (it reads TRITON_INTERPRET then), so build
+    and run it inside this block."""
+    return triton_interpret(None if device.startswith("cuda") or interpret else "0")
 
 
 def run_mode(version, device: str, options: dict, interpret: bool) -> str:

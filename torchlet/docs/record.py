@@ -11,8 +11,6 @@ every op it dispatched that launches work, Triton kernels included, and which ch
 weights each read, which is how its ops are told apart by layer."""
 from __future__ import annotations
 
-import contextlib
-import os
 import re
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable
@@ -20,6 +18,8 @@ from typing import Any, Callable
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
+
+from torchlet.running import triton_interpret
 
 # What a request did in one step, as the pictures colour it.
 PREFILL, SLICE, DECODE, WAITING, PREEMPTED, IDLE = (
@@ -120,21 +120,11 @@ def segments(ops: list[Op]) -> list[Op]:
     return [replace(op, segment=order[seg[i]]) for i, op in enumerate(ops)]
 
 
-@contextlib.contextmanager
 def kernels_on():
     """On a CPU, the Triton kernels run under the interpreter in an engine built in the block
     (its layers read TRITON_INTERPRET when it is built), so that their launches are there to
     watch."""
-    before = os.environ.get("TRITON_INTERPRET")
-    if not torch.cuda.is_available():
-        os.environ["TRITON_INTERPRET"] = "1"
-    try:
-        yield
-    finally:
-        if before is None:
-            os.environ.pop("TRITON_INTERPRET", None)
-        else:
-            os.environ["TRITON_INTERPRET"] = before
+    return triton_interpret(None if torch.cuda.is_available() else "1")
 
 
 @dataclass

@@ -15,13 +15,13 @@ from __future__ import annotations
 
 import os
 import sys
-from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
 
 import implementations
 from torchlet.contract import PART_NAMES, GenerationParams, declared, protocol_of
+from torchlet.running import triton_interpret
 
 PROMPT = [1, 2, 3, 4, 5]
 WARM_STEPS = 3          # the prefill step, then decode steps until the step is steady
@@ -40,19 +40,10 @@ class Call:
         return f"{call.ljust(width)}  {self.protocol.ljust(24)}  {self.where}"
 
 
-@contextmanager
 def layers_on_pytorch():
     """Engines built inside take their layers' PyTorch path (the Triton interpreter off): a
     step's own Python is what the walk follows."""
-    before = os.environ.get("TRITON_INTERPRET")
-    os.environ["TRITON_INTERPRET"] = "0"
-    try:
-        yield
-    finally:
-        if before is None:
-            os.environ.pop("TRITON_INTERPRET", None)
-        else:
-            os.environ["TRITON_INTERPRET"] = before
+    return triton_interpret("0")
 
 
 def engine_parts(engine) -> dict[str, object]:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 import sys
 from collections import Counter
-from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
@@ -18,6 +17,7 @@ import torch
 import implementations
 from torchlet.contract import GenerationParams
 from torchlet.engines import build_sized
+from torchlet.running import triton_interpret
 
 from spec.support.models.fixtures import tiny_checkpoint
 
@@ -43,18 +43,9 @@ def trace_step(name: str) -> StepTrace:
         return _trace(name)
 
 
-@contextmanager
 def layers_on_pytorch():
     """Engines built inside take their layers' PyTorch path: the interpreter off."""
-    interpret = os.environ.get("TRITON_INTERPRET")
-    os.environ["TRITON_INTERPRET"] = "0"
-    try:
-        yield
-    finally:
-        if interpret is None:
-            os.environ.pop("TRITON_INTERPRET")
-        else:
-            os.environ["TRITON_INTERPRET"] = interpret
+    return triton_interpret("0")
 
 
 def steady_engine(name: str):
