@@ -60,7 +60,9 @@ def harness_copy(directory: str | None, fresh: list[str]):
         # `from torchlet import x` reads the package's attribute before sys.modules
         parent, _, child = name.rpartition(".")
         if parent:
-            setattr(sys.modules[parent], child, module)
+            # a run's first mutant of a package the worker has not imported yet
+            # (spec.support.collection before any pytest run collected)
+            setattr(sys.modules.get(parent) or importlib.import_module(parent), child, module)
         spec.loader.exec_module(module)
     try:
         yield

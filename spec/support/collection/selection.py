@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 
+import pytest
 from _pytest.mark import KeywordMatcher
 from _pytest.mark.expression import Expression
 
@@ -30,30 +31,38 @@ def versions_named(word: str, names: list[str]) -> set[str] | None:
     return {n for n in names if n == word or n.startswith(word + "_")} or None
 
 
+KEYWORD = pytest.StashKey[str]()  # the -k expression take_keyword took (--why filters by it)
+
+
 def take_keyword(config) -> str:
     """The -k expression, taken out of pytest's hands: pytest's own -k pass, among the collection
     hooks, then keeps everything, and `select` applies the expression once those hooks have run
     (after syrupy has recorded the whole collection, so that it sees a partial run as partial)."""
     text = config.option.keyword.lstrip()
     config.option.keyword = ""
+    config.stash[KEYWORD] = text
     return text
+
+
+def matches(text: str, names: list[str], words, version: str | None) -> bool:
+    """Whether the -k expression `text` keeps a spec of this version whose names `words` answers
+    (pytest's KeywordMatcher, or any callable taking a word), version words read as above."""
+    def match(word, **kwargs):
+        named = versions_named(word, names)
+        return words(word, **kwargs) if named is None else version in named
+
+    return Expression.compile(text).evaluate(match)
 
 
 def select(config, items, names: list[str], text: str) -> None:
     """Apply the -k expression `text` with version words read as above."""
     if not text:
         return
-    expr = Expression.compile(text)
     kept, dropped = [], []
     for item in items:
-        words = KeywordMatcher.from_item(item)
         version = getattr(impl_of(item), "name", None)
-
-        def match(word, **kwargs):
-            named = versions_named(word, names)
-            return words(word, **kwargs) if named is None else version in named
-
-        (kept if expr.evaluate(match) else dropped).append(item)
+        keep = matches(text, names, KeywordMatcher.from_item(item), version)
+        (kept if keep else dropped).append(item)
     if dropped:
         config.hook.pytest_deselected(items=dropped)
         items[:] = kept

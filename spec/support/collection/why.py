@@ -14,10 +14,11 @@ skip marker's (a GPU spec on a CPU machine). `vNN` is a version word as `-k` rea
 from __future__ import annotations
 
 import pytest
+from _pytest.mark import KeywordMatcher
 from _pytest.skipping import evaluate_skip_marks
 
 from spec.support.collection import rule
-from spec.support.collection.selection import impl_of, versions_named
+from spec.support.collection.selection import KEYWORD, impl_of, matches, versions_named
 
 
 def addoption(parser) -> None:
@@ -28,11 +29,14 @@ def addoption(parser) -> None:
 
 
 def lines(config, items: list, names: list[str]) -> list[str]:
+    """One line per spec, grouped by file in collection order; the specs the rule left out or
+    did not parametrize are listed with their file, and filtered by -k as collected ones are."""
     word = config.getoption("--why")
     wanted = versions_named(word, names)
     if wanted is None:
         raise pytest.UsageError(f"--why {word}: names no version of {', '.join(names)}")
-    out = []
+    keyword = config.stash.get(KEYWORD, "")
+    out = []  # (file, line)
     for item in items:
         impl = impl_of(item)
         if impl is not None and impl.name not in wanted:
@@ -40,16 +44,24 @@ def lines(config, items: list, names: list[str]) -> list[str]:
         skip = evaluate_skip_marks(item)
         decision = item.stash.get(rule.DECISION, None)
         if skip is not None:
-            out.append(f"SKIP {item.nodeid}  {skip.reason}")
+            out.append((item.nodeid, f"SKIP {item.nodeid}  {skip.reason}"))
         else:
-            out.append(f"RUN  {item.nodeid}  {decision.reason if decision else 'no rule'}")
+            out.append((item.nodeid, f"RUN  {item.nodeid}  "
+                                     f"{decision.reason if decision else 'no rule'}"))
     for item, why in config.stash.get(rule.LEFT_OUT_ITEMS, []):
-        if impl_of(item).name in wanted:
-            out.append(f"SKIP {item.nodeid}  left out: {why}")
+        version = impl_of(item).name
+        if version in wanted and (not keyword or matches(
+                keyword, names, KeywordMatcher.from_item(item), version)):
+            out.append((item.nodeid, f"SKIP {item.nodeid}  left out: {why}"))
     for nodeid, version, why in config.stash.get(rule.NOT_PARAMETRIZED, []):
-        if version in wanted:
-            out.append(f"SKIP {nodeid} ({version})  {why}")
-    return out
+        # -k on a spec no item stands for: its file, function and the version's name
+        words = [*nodeid.replace("::", "/").split("/"), version]
+        if version in wanted and (not keyword or matches(
+                keyword, names, lambda k, **_: any(k.lower() in w.lower() for w in words),
+                version)):
+            out.append((nodeid, f"SKIP {nodeid} ({version})  {why}"))
+    files = list(dict.fromkeys(nodeid.split("::")[0] for nodeid, _ in out))
+    return [line for _, line in sorted(out, key=lambda o: files.index(o[0].split("::")[0]))]
 
 
 def report(config, items: list, names: list[str]) -> None:
