@@ -187,6 +187,17 @@ def test_the_cached_token_counts_are_the_rows_the_cache_holds(impl):
     assert engine.total_cached_tokens() == 0
 
 
+def test_decode_refuses_a_request_that_was_never_prefilled_even_for_its_first_token(engine):
+    """A one-token sequence of an id with no cache asks to decode a token with nothing before
+    it: refused with the contract's error, nothing cached, as a longer one is."""
+    before = engine.total_cached_tokens()
+    for sequence in ([1], PROMPT + [1]):
+        with pytest.raises(RequestError, match="never"):  # the error names the request
+            engine.decode(["never"], [sequence])
+        assert engine.num_cached_tokens("never") == 0
+        assert engine.total_cached_tokens() == before
+
+
 def test_decode_refuses_a_sequence_whose_history_is_not_all_cached(engine):
     engine.prefill([8], [PROMPT])
     try:

@@ -124,7 +124,9 @@ class StepEngine(CacheEngine):
         requests = []
         for r, sequence in zip(request_ids, sequences, strict=True):
             request = self.direct.get(r)
-            cached = 0 if request is None else request.computed
+            if request is None:  # even a first token needs its prompt's K/V: prefill makes them
+                raise RequestError(f"request {r!r} has no cache: prefill it first")
+            cached = request.computed
             if cached != len(sequence) - 1:
                 raise RequestError(f"request {r!r} has {cached} cached tokens; decode needs all "
                                    f"but the last of its {len(sequence)} tokens cached")

@@ -1,5 +1,6 @@
-"""Bad-input atomicity: a refused or interrupted call leaves the engine as it was. Each mutant still
-refuses what it should, with the right message; what it gets wrong is what it leaves behind."""
+"""Bad-input atomicity: a refused or interrupted call leaves the engine as it was, refused with the
+contract's error. Each mutant but the last still refuses what it should, with the right message;
+what it gets wrong is what it leaves behind. The last lets a bad call through to fail elsewhere."""
 from spec.mutants import Edit, Mutant
 
 MODULE = "spec/test_v03_refusals.py"
@@ -76,4 +77,15 @@ MUTANTS = [
              "        self.check_pool(request)\n"),),
         (GENERATE,), ("v08",),
         "up front only v04's limits: the pool refuses a prompt once those before it are queued"),
+    Mutant("v03-decode-of-a-request-never-prefilled-reaches-the-runner", "bad-input atomicity", (
+        Edit(ENGINE, "            if request is None:  # even a first token needs its prompt's "
+                     "K/V: prefill makes them\n"
+                     "                raise RequestError(f\"request {r!r} has no cache: prefill it "
+                     "first\")\n"
+                     "            cached = request.computed\n",
+             "            cached = 0 if request is None else request.computed\n"),),
+        ("spec/test_v02_kv_cache.py::"
+         "test_decode_refuses_a_request_that_was_never_prefilled_even_for_its_first_token",),
+        ("v03",), "a one-token decode of an id with no cache passes the count check and fails "
+                  "inside the runner with an AttributeError, not the contract's error"),
 ]
