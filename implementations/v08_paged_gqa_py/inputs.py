@@ -1,6 +1,6 @@
 """The decode inputs over paged K/V memory: v06's static buffers, with each lane's padded block
 table, its context length and the slot its new token's K/V goes to among their fields, allocated
-once and written in place, read from the K/V memory's pool (kv.py)."""
+once and written in place, read through the K/V memory's questions (kv.py: block_table, slot)."""
 from __future__ import annotations
 
 from typing import Sequence
@@ -13,7 +13,7 @@ from .metadata import NULL_BLOCK
 
 
 class PagedInputs(StaticInputs):
-    """v06's static inputs with the paged ones, read from the K/V memory's pool."""
+    """v06's static inputs with the paged ones, read through the K/V memory."""
 
     def __init__(self, num_lanes: int, max_len: int, vocab: int, device, poison: bool, kv):
         self.kv = kv  # before v06's constructor, which makes the buffers from its block size

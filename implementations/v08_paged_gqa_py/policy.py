@@ -23,10 +23,10 @@ class PagedAdmission:
         return cls(ContinuousBatching.assemble(a), a.kv)
 
     def check(self, request: Request) -> None:
-        """v04's refusals, and a request the pool could never hold (check_pool) or one whose
-        recompute could never be admitted."""
+        """v04's refusals, and a request the pool could never hold (the K/V memory's
+        check_alone) or one whose recompute could never be admitted."""
         self.inner.check(request)
-        self.check_pool(request)
+        self.kv.check_alone(request)
         # A preempted request comes back as one prefill of all its tokens. If that could
         # exceed the step budget it would wait at the head of the queue forever, so when the
         # pool is too small for every lane's longest sequence (preemption can happen) refuse
@@ -38,10 +38,6 @@ class PagedAdmission:
                 f"({request.params.max_new_tokens}): if preempted it would be recomputed in one "
                 f"step of up to {longest} tokens, more than max_step_tokens="
                 f"{self.inner.max_step_tokens}, and could never run again")
-
-    def check_pool(self, request: Request) -> None:
-        """Refuse a request that could never finish, even alone in an empty pool."""
-        self.kv.check_alone(request)
 
     def admit(self, waiting: deque[Request], running: list[Request]) -> int:
         free = self.kv.free_after_decode(running)

@@ -38,7 +38,7 @@ class TokenBudget(PagedAdmission):
     def check(self, request) -> None:
         """Only what the pool could never hold is refused: a prompt longer than the budget, or
         a recompute that is, is computed in slices."""
-        self.check_pool(request)
+        self.kv.check_alone(request)
 
     def admits(self, request, running: list) -> bool:
         """Whether the request at the head of the queue may join now: within max_running, a

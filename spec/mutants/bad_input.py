@@ -19,7 +19,7 @@ POLICY_CHECK = ("        self.scheduler.check(self.request(-1, prompt, params))"
 SLOT_CHECK = ("    def check(self, prompt: list[int], params) -> None:\n"
               "        \"\"\"Refuse a request that could outgrow a lane's rows.\"\"\"\n"
               "        if len(prompt) + params.max_new_tokens > self.max_len:\n")
-POOL_CHECK = "        self.inner.check(request)\n        self.check_pool(request)\n"
+POOL_CHECK = "        self.inner.check(request)\n        self.kv.check_alone(request)\n"
 
 
 MUTANTS = [
@@ -74,7 +74,7 @@ MUTANTS = [
              "        self.inner.check(request)\n"
              "        if request.id == -1:  # up front, only v04's limits\n"
              "            return\n"
-             "        self.check_pool(request)\n"),),
+             "        self.kv.check_alone(request)\n"),),
         (GENERATE,), ("v08",),
         "up front only v04's limits: the pool refuses a prompt once those before it are queued"),
     Mutant("v03-decode-of-a-request-never-prefilled-reaches-the-runner", "bad-input atomicity", (
