@@ -26,7 +26,7 @@ from ..v14_overlap import (KERNELS, BlockPool, FusedContextAttention, FusedOps, 
                            OverlapEngine, PackedContext, PackedWeights, PagedDecoder,
                            PoolExhausted, PrefixBlockPool, PrefixKV, context_attention,
                            default_buckets, fused_kernels, gemv, graphs, kernels, layers, metadata,
-                           paged_attention, paged_kernels, draw)
+                           paged_attention, paged_kernels, draw, SeededSampler)
 from .policy import TokenBudget
 from .request import ChunkedRequest
 from .runner import ChunkedRunner
@@ -44,4 +44,4 @@ __all__ = ["CAPABILITIES", "KERNELS", "OPTIONS", "PARTS", "BlockPool", "ChunkedR
            "OverlapEngine", "PackedContext", "PackedWeights", "PagedDecoder", "PoolExhausted", "PrefixBlockPool",
            "PrefixKV", "SliceGraphs", "SlicedBatch", "TokenBudget", "build", "context_attention",
            "default_buckets", "fused_kernels", "gemv", "graphs", "kernels", "layers", "metadata",
-           "paged_attention", "paged_kernels", "draw"]
+           "paged_attention", "paged_kernels", "draw", "SeededSampler"]

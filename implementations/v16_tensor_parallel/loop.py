@@ -190,8 +190,10 @@ class TensorParallelEngine(OverlapEngine):
                     if request is not None:
                         self.scheduler.abort(request)
                     continue
-                call = {"enqueue": super()._enqueue, "shards": self.gather_shards
-                        }.get(name) or getattr(super(), name)
+                # This engine's own methods, a later version's overrides included: recording
+                # and the refusals do nothing on a rank other than 0.
+                call = getattr(self, {"enqueue": "_enqueue", "shards": "gather_shards"
+                                      }.get(name, name))
                 try:
                     call(*args)
                 except RequestError:

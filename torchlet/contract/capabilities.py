@@ -1,5 +1,5 @@
 """The contract's capability Protocols: what an engine of a version that declares a capability
-offers (GenerateAPI ... TensorParallelAPI, API_OF, lacking), what the `layers` object offers
+offers (GenerateAPI ... SpeculativeAPI, API_OF, lacking), what the `layers` object offers
 (Layers, SplitGQALayers) and what a sampling version exports (Sampler). Imported as
 torchlet.contract."""
 from __future__ import annotations
@@ -10,7 +10,7 @@ import torch
 
 from .values import (CHUNKED_PREFILL, CONTINUOUS_BATCHING, DECODE_LANES, GENERATE, GRAPH_REPLAY,
                      KV_CACHE, OVERLAP, PAGED_KV, PREFIX_CACHE, RAGGED_BATCH, REQUEST_STATES,
-                     SAMPLING, STATIC_BUFFERS, TENSOR_PARALLEL, GenerationParams, ModelConfig,
+                     SAMPLING, SPECULATIVE, STATIC_BUFFERS, TENSOR_PARALLEL, GenerationParams, ModelConfig,
                      RequestOutput)
 
 # What each capability promises, one Protocol per capability. Each lists only the methods its
@@ -379,6 +379,23 @@ class TensorParallelAPI(Protocol):
         and "weights" and "kv" in bytes (a report; the specs observe the shards themselves)."""
 
 
+@runtime_checkable
+class SpeculativeAPI(Protocol):
+    """Capability `speculative` (v17): build(..., speculative_tokens=k, proposer="ngram",
+    acceptance="exact"). With k > 0 a step may guess up to k tokens after each decoding request's
+    last one (the proposer's guesses), compute them all in one pass through the paged cache, and
+    keep the guesses that agree with what the engine draws itself, plus one token of its own.
+    With acceptance="exact" every request's tokens are the ones k=0 gives (greedy and seeded
+    alike); with "rejection" the textbook rule keeps the target's distribution, not its tokens.
+    The K/V of rejected guesses is rolled back: never read, its empty blocks back in the pool,
+    no sealed prefix block holding one. k=0 is the version before it."""
+
+    def speculation_stats(self) -> dict[str, int]:
+        """Since the build: "verify_passes" (passes that checked guesses), "requests" (request
+        rows those passes verified), "proposed" and "accepted" (guesses), "tokens" (tokens
+        those passes gave their requests: accepted guesses plus one of the engine's own each)."""
+
+
 # Capability -> the Protocol its engines satisfy. Capabilities missing here promise nothing an
 # engine exposes (see above).
 API_OF: dict[str, type] = {
@@ -396,6 +413,7 @@ API_OF: dict[str, type] = {
     OVERLAP: OverlapAPI,
     CHUNKED_PREFILL: ChunkedPrefillAPI,
     TENSOR_PARALLEL: TensorParallelAPI,
+    SPECULATIVE: SpeculativeAPI,
 }
 
 

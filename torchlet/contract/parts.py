@@ -75,6 +75,22 @@ class ChunkedRequestPart(LaneRequestPart, Protocol):
     prefilling: bool              # whether rows of its admitted sequence are still to compute
 
 
+class SpeculativeRequestPart(ChunkedRequestPart, Protocol):
+    """v17: a request may hold guesses at the end of its sequence for one pass, and take
+    several tokens a step."""
+
+    guessed: int                  # guesses at the end of its sequence (not tokens): 0 between steps
+
+    def guess(self, tokens: Sequence[int]) -> None:
+        """Hold these guesses at the end of its sequence while a pass verifies them."""
+
+    def settle(self) -> None:
+        """Drop its guesses from its sequence."""
+
+    def extend(self, tokens: Sequence[int]) -> None:
+        """append() each token in turn, stopping once it finishes."""
+
+
 # --- model: the decoder the runner's passes run (v00: a module of functions) -------------------
 
 
@@ -264,6 +280,17 @@ class PrefixKVPart(PagedKVPart, Protocol):
         """Seal the block each request's last token filled, if it filled one."""
 
 
+class SpeculativeKVPart(PrefixKVPart, Protocol):
+    """v17: a request's K/V grows by several rows a pass and rolls back to the rows it keeps."""
+
+    def extend(self, request, count: int) -> int:
+        """Room for up to count more rows of the request, as far as free blocks go: how many."""
+
+    def roll_back(self, request, keep: int) -> None:
+        """Keep the request's first `keep` rows: the rest are never read again, blocks that hold
+        none of the kept go back to the pool, full kept blocks are sealed."""
+
+
 # --- sampler -----------------------------------------------------------------------------------
 
 
@@ -303,6 +330,25 @@ class CapturedSamplerPart(LaneSamplerPart, Protocol):
 
 
 # --- inputs: the decode step's inputs ----------------------------------------------------------
+
+
+class SpeculativeSamplerPart(CapturedSamplerPart, Protocol):
+    """v17: keeps the guesses a verifying pass's logits agree with, and one token of its own."""
+
+    def accept(self, logits: torch.Tensor, requests: Sequence,
+               guesses: Sequence[Sequence[int]]) -> list[list[int]]:
+        """Per request, the tokens it keeps: logits holds len(guesses[i]) + 1 rows for request
+        i, the rows after its last known token and after each guess."""
+
+
+# --- proposer (v17): guesses the next tokens cheaply -------------------------------------------
+
+
+class ProposerPart(Protocol):
+    """v17: up to k guesses of each request's next tokens."""
+
+    def propose(self, requests: Sequence, k: int) -> list[list[int]]:
+        """Per request, at most k guessed tokens to follow its sequence (maybe none)."""
 
 
 class InputsPart(Protocol):
@@ -398,6 +444,13 @@ class BudgetPolicyPart(PolicyPart, Protocol):
         """Whether the request at the head of the queue may join now."""
 
 
+class SpeculativePolicyPart(BudgetPolicyPart, Protocol):
+    """v17: how many tokens a step guesses, where speculation pays."""
+
+    def guesses(self, decodes: int) -> int:
+        """Guesses per request for a step in which this many requests decode (0: none)."""
+
+
 class SchedulerPart(Protocol):
     """v03: who runs each step; it owns the requests' lifecycles."""
 
@@ -429,6 +482,16 @@ class PreemptingSchedulerPart(SchedulerPart, Protocol):
 
     def schedule(self, reserved: bool = False):
         """This step's batch; reserved: a decode launched ahead holds the blocks, none preempted."""
+
+
+class SpeculativeSchedulerPart(PreemptingSchedulerPart, Protocol):
+    """v17: a batch says how many tokens its decodes may guess; a request may take several."""
+
+    def guesses(self) -> int:
+        """Guesses per request the next step would make, for the running requests now."""
+
+    def postprocess(self, batch, tokens: list) -> list[RequestOutput]:
+        """Hand each request its token, or its tokens (a list, where the batch guessed)."""
 
 
 # --- loop: the engine callers drive ------------------------------------------------------------
@@ -497,13 +560,17 @@ PROTOCOLS: dict[str, tuple[tuple[str, type], ...]] = {
     "model": (("v01_0", RaggedModelPart), ("v02", CachedModelPart), ("v05", LaneModelPart),
               ("v09", KernelModelPart), ("v12", PrefixModelPart), ("v16", ShardedModelPart)),
     "kv": (("v02", GrowingKVPart), ("v05", LanesKVPart), ("v08", PagedKVPart),
-           ("v12", PrefixKVPart)),
-    "sampler": (("v03", SamplerPart), ("v05", LaneSamplerPart), ("v07", CapturedSamplerPart)),
+           ("v12", PrefixKVPart), ("v17", SpeculativeKVPart)),
+    "sampler": (("v03", SamplerPart), ("v05", LaneSamplerPart), ("v07", CapturedSamplerPart),
+                ("v17", SpeculativeSamplerPart)),
+    "proposer": (("v17", ProposerPart),),
     "inputs": (("v05", InputsPart), ("v06", StaticInputsPart), ("v14", OverlapInputsPart)),
     "runner": (("v02", CacheRunnerPart), ("v03", StepRunnerPart), ("v05", LaneRunnerPart)),
-    "request": (("v03", RequestPart), ("v05", LaneRequestPart), ("v15", ChunkedRequestPart)),
-    "policy": (("v03", PolicyPart), ("v15", BudgetPolicyPart)),
-    "scheduler": (("v03", SchedulerPart), ("v08", PreemptingSchedulerPart)),
+    "request": (("v03", RequestPart), ("v05", LaneRequestPart), ("v15", ChunkedRequestPart),
+                ("v17", SpeculativeRequestPart)),
+    "policy": (("v03", PolicyPart), ("v15", BudgetPolicyPart), ("v17", SpeculativePolicyPart)),
+    "scheduler": (("v03", SchedulerPart), ("v08", PreemptingSchedulerPart),
+                  ("v17", SpeculativeSchedulerPart)),
     "loop": (("v00", LoopPart), ("v02", CacheLoopPart), ("v03", StepLoopPart)),
 }
 

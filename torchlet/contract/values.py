@@ -30,11 +30,12 @@ FUSED = "fused"                         # v13: one GEMM for q/k/v and for gate/u
 OVERLAP = "overlap"                     # v14: the next decode launched before a step's read-back
 CHUNKED_PREFILL = "chunked_prefill"     # v15: one token budget a step, prompts computed in slices
 TENSOR_PARALLEL = "tensor_parallel"     # v16: the model sharded over the ranks of a process group
+SPECULATIVE = "speculative"             # v17: k guessed tokens verified in one pass, the rejected rolled back
 
 ALL_CAPABILITIES = (
     GENERATE, RAGGED_BATCH, SPLIT_GQA, KV_CACHE, REQUEST_STATES, CONTINUOUS_BATCHING,
     DECODE_LANES, STATIC_BUFFERS, GRAPH_REPLAY, PAGED_KV, TRITON_BASICS, TRITON_PAGED, SAMPLING,
-    PREFIX_CACHE, FUSED, OVERLAP, CHUNKED_PREFILL, TENSOR_PARALLEL,
+    PREFIX_CACHE, FUSED, OVERLAP, CHUNKED_PREFILL, TENSOR_PARALLEL, SPECULATIVE,
 )
 
 

@@ -1,0 +1,51 @@
+"""v17_speculative_decoding: a cheap proposer guesses up to k tokens after each decoding
+request's last one, one pass computes them all as rows of a slice through the paged cache, and
+the request keeps the guesses the engine would have drawn itself, plus one token of its own. At
+batch 1 a step reads every weight for one row; here it reads them once for up to k + 1 tokens.
+
+The promise is exactness: with acceptance="exact" a guess is kept exactly when it equals the
+token the engine draws at its position, and since a seeded draw depends on (seed, position,
+token) alone (v11), every request's tokens are those of speculative_tokens=0, greedy or sampled.
+acceptance="rejection" is the textbook rule, which keeps the distribution but not the tokens.
+
+Swaps the proposer (proposer.py: NgramProposer, a new part: prompt lookup in the request's own
+sequence), the request (request.py: SpeculativeRequest, which holds its guesses for a pass and
+takes several tokens a step), the K/V memory (kv.py: SpeculativeKV, whose rows grow by the
+guesses and roll back to the kept ones), the sampler (sampler.py: SpeculativeSampler, which
+decides what is kept), the policy (policy.py: SpeculationPolicy, how many tokens a step
+guesses), the scheduler (scheduler.py: SpeculativeScheduler, whose batch carries that number and
+which hands a request its tokens), the runner (runner.py: SpeculativeRunner, the verifying
+pass) and the loop (loop.py: SpeculativeEngine, which runs a step that guesses in order). With
+speculative_tokens=0 (the default) it is v16."""
+from torchlet.contract import SPECULATIVE
+
+from ..v16_tensor_parallel import CAPABILITIES as PREVIOUS
+from ..v16_tensor_parallel import PARTS as BEFORE
+from ..v16_tensor_parallel import (KERNELS, BlockPool, PoolExhausted, PrefixBlockPool, PrefixKV,
+                                   Shard, ShardedModel, TensorParallelEngine, context_attention,
+                                   draw, fused_kernels, gemv, graphs, kernels, layers, metadata,
+                                   paged_attention, paged_kernels, shard_checkpoint)
+from .kv import RollbackPool, SpeculativeKV
+from .loop import SpeculativeEngine
+from .policy import SpeculationPolicy
+from .proposer import NgramProposer
+from .request import SpeculativeRequest
+from .runner import SpeculativeRunner
+from .sampler import SpeculativeSampler
+from .scheduler import SpeculativeBatch, SpeculativeScheduler
+
+CAPABILITIES = PREVIOUS + (SPECULATIVE,)
+PARTS = BEFORE.replace("v17", kv=SpeculativeKV, sampler=SpeculativeSampler,
+                       proposer=NgramProposer, runner=SpeculativeRunner,
+                       request=SpeculativeRequest, policy=SpeculationPolicy,
+                       scheduler=SpeculativeScheduler, loop=SpeculativeEngine)
+OPTIONS = PARTS.options
+build = PARTS.build
+
+__all__ = ["CAPABILITIES", "KERNELS", "OPTIONS", "PARTS", "BlockPool", "NgramProposer",
+           "PoolExhausted", "PrefixBlockPool", "PrefixKV", "RollbackPool", "Shard",
+           "ShardedModel", "SpeculationPolicy", "SpeculativeBatch", "SpeculativeEngine",
+           "SpeculativeKV", "SpeculativeRequest", "SpeculativeRunner", "SpeculativeSampler",
+           "SpeculativeScheduler", "TensorParallelEngine", "build", "context_attention", "draw",
+           "fused_kernels", "gemv", "graphs", "kernels", "layers", "metadata", "paged_attention",
+           "paged_kernels", "shard_checkpoint"]
