@@ -8,8 +8,8 @@ token the engine draws at its position, and since a seeded draw depends on (seed
 token) alone (v11), every request's tokens are those of speculative_tokens=0, greedy or sampled.
 acceptance="rejection" is the textbook rule, which keeps the distribution but not the tokens.
 
-Swaps the proposer (proposer.py: NgramProposer, a new part: prompt lookup in the request's own
-sequence), the request (request.py: SpeculativeRequest, which holds its guesses for a pass and
+Swaps the proposer (proposer.py, a new part: NgramProposer, prompt lookup in the request's own
+sequence, or DraftProposer, a draft model's greedy tokens), the request (request.py: SpeculativeRequest, which holds its guesses for a pass and
 takes several tokens a step), the K/V memory (kv.py: SpeculativeKV, whose rows grow by the
 guesses and roll back to the kept ones), the sampler (sampler.py: SpeculativeSampler, which
 decides what is kept), the policy (policy.py: SpeculationPolicy, how many tokens a step
@@ -28,7 +28,7 @@ from ..v16_tensor_parallel import (KERNELS, BlockPool, PoolExhausted, PrefixBloc
 from .kv import RollbackPool, SpeculativeKV
 from .loop import SpeculativeEngine
 from .policy import SpeculationPolicy
-from .proposer import NgramProposer
+from .proposer import DraftProposer, NgramProposer, Proposer
 from .request import SpeculativeRequest
 from .runner import SpeculativeRunner
 from .sampler import SpeculativeSampler
@@ -36,13 +36,14 @@ from .scheduler import SpeculativeBatch, SpeculativeScheduler
 
 CAPABILITIES = PREVIOUS + (SPECULATIVE,)
 PARTS = BEFORE.replace("v17", kv=SpeculativeKV, sampler=SpeculativeSampler,
-                       proposer=NgramProposer, runner=SpeculativeRunner,
+                       proposer=Proposer, runner=SpeculativeRunner,
                        request=SpeculativeRequest, policy=SpeculationPolicy,
                        scheduler=SpeculativeScheduler, loop=SpeculativeEngine)
 OPTIONS = PARTS.options
 build = PARTS.build
 
-__all__ = ["CAPABILITIES", "KERNELS", "OPTIONS", "PARTS", "BlockPool", "NgramProposer",
+__all__ = ["CAPABILITIES", "KERNELS", "OPTIONS", "PARTS", "BlockPool", "DraftProposer", "NgramProposer",
+           "Proposer",
            "PoolExhausted", "PrefixBlockPool", "PrefixKV", "RollbackPool", "Shard",
            "ShardedModel", "SpeculationPolicy", "SpeculativeBatch", "SpeculativeEngine",
            "SpeculativeKV", "SpeculativeRequest", "SpeculativeRunner", "SpeculativeSampler",

@@ -1,4 +1,8 @@
-"""The proposer part: guesses of each request's next tokens, made cheaply on the host.
+"""The proposer part: guesses of each request's next tokens, cheaper than the target's pass.
+
+The build option `proposer` picks it (Proposer.assemble): "ngram" (the default), a Checkpoint of
+a draft model with the target's vocabulary, or any object with propose(requests, k) (a spec's
+scripted guesses).
 
 NgramProposer is prompt lookup: the last n tokens of a request's sequence are looked for earlier
 in the same sequence, latest occurrence first, and the tokens that followed them are the guess
@@ -9,21 +13,40 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from torchlet.contract import BuildOption
+import torch.distributed as dist
+
+from torchlet.contract import BuildError, BuildOption, Checkpoint, GenerationParams
+
+from ..v16_tensor_parallel import PARTS as BEFORE
+
+
+class Proposer:
+    """The part as the recipe names it: assemble builds the proposer the options ask for."""
+
+    OPTIONS = (
+        BuildOption("proposer", object, "ngram", "what guesses: 'ngram' (prompt lookup), a "
+                    "Checkpoint of a draft model with the same vocabulary, or an object with "
+                    "propose(requests, k)"),
+        BuildOption("ngram", int, 3, "the longest n-gram the n-gram proposer looks up (then "
+                    "n - 1, down to 1)", minimum=1),
+    )
+
+    @classmethod
+    def assemble(cls, a):
+        chosen = a.options["proposer"]
+        if isinstance(chosen, str) and chosen == "ngram":
+            return NgramProposer(a.options["ngram"])
+        if isinstance(chosen, Checkpoint):
+            return DraftProposer.assemble(a, chosen)
+        if callable(getattr(chosen, "propose", None)):
+            return chosen
+        raise BuildError(f"proposer must be 'ngram', a Checkpoint or an object with "
+                         f"propose(requests, k), got {type(chosen).__name__}")
 
 
 class NgramProposer:
-    OPTIONS = (
-        BuildOption("ngram", int, 3, "the longest n-gram the proposer looks up (then n - 1, "
-                    "down to 1)", minimum=1),
-    )
-
     def __init__(self, ngram: int = 3):
         self.ngram = ngram
-
-    @classmethod
-    def assemble(cls, a) -> "NgramProposer":
-        return cls(a.options["ngram"])
 
     def propose(self, requests: Sequence, k: int) -> list[list[int]]:
         """Per request, the up to k tokens that followed the latest earlier occurrence of its
@@ -42,3 +65,32 @@ def lookup(sequence: Sequence[int], ngram: int, k: int) -> list[int]:
             if sequence[start] == first and list(sequence[start:start + n]) == tail:
                 return list(sequence[start + n:start + n + k])
     return []
+
+
+class DraftProposer:
+    """A draft model's greedy tokens: the version before this one, built on the draft's
+    checkpoint, generates k tokens after each request's sequence. Its prefix cache holds the
+    full blocks of every sequence it has computed, so a proposal computes only the rows after
+    the last full block its request shares with an earlier one, and k decode steps: the K/V of
+    guesses the target rejected is never reused, since a cached block is found only by its
+    tokens."""
+
+    def __init__(self, engine):
+        self.engine = engine
+
+    @classmethod
+    def assemble(cls, a, checkpoint: Checkpoint) -> "DraftProposer":
+        if checkpoint.config.vocab_size != a.config.vocab_size:
+            raise BuildError(f"the draft's vocabulary ({checkpoint.config.vocab_size} tokens) is "
+                             f"not the target's ({a.config.vocab_size})")
+        if dist.is_initialized() and dist.get_world_size() > 1:
+            raise BuildError("a draft proposer runs on one rank's process only: use "
+                             "proposer='ngram' with tensor parallelism")
+        return cls(BEFORE.build(checkpoint, device=a.device, dtype=a.dtype, overlap=False,
+                                max_lanes=a.kv.num_lanes))
+
+    def propose(self, requests: Sequence, k: int) -> list[list[int]]:
+        if not requests or k < 1:
+            return [[] for _ in requests]
+        return self.engine.generate([list(r.sequence) for r in requests],
+                                    GenerationParams(max_new_tokens=k))
