@@ -137,22 +137,29 @@ def in_tree(cls: type) -> bool:
     return (getattr(sys.modules.get(cls.__module__), "__file__", None) or "").startswith(str(ROOT))
 
 
-# The model's ops (the maths its layers call through self) change in five versions, each one
-# idea: v01_1's attention phases, v05's one pass, v09's kernels, v13's fused products, v16's
-# collectives. Each link overrides what its idea changes and reaches the rest through self (v09's
-# loop folds every residual add into the next norm; v13's loop runs v09's), so no link can be a
-# member instead; the other way to fit four, setting v16's collectives on v13's ops object from
-# outside, hides them from a reader's go-to-definition (the test below forbids it). So ops
-# chains may be five deep; every other part's, four.
-OPS_ROOT, OPS_DEPTH, DEPTH = "GQAOps", 5, 4
+# Chains five deep, by their root, each with why a fifth link cannot be a member instead:
+# - the model's ops (the maths its layers call through self) change in five versions, each one
+#   idea: v01_1's attention phases, v05's one pass, v09's kernels, v13's fused products, v16's
+#   collectives. Each link overrides what its idea changes and reaches the rest through self
+#   (v09's loop folds every residual add into the next norm; v13's loop runs v09's), so no link
+#   can be a member instead; the other way to fit four, setting v16's collectives on v13's ops
+#   object from outside, hides them from a reader's go-to-definition (the test below forbids it).
+# - the runner and the loop gain v17's speculation on top of four ideas each (runner: v05's lanes,
+#   v07's graphs, v12's cached prefixes, v15's slices; loop: v02's cache, v03's steps, v14's
+#   overlap, v16's ranks). The verifying pass is a slice pass of the runner's own (v12's
+#   forward_rows, v15's slice graphs), and a step that guesses is v14's step with its own switch
+#   turned off for it; a wrapper part around either would forward every member of its Protocol.
+# Every other part's chain is at most four deep.
+FIVE_DEEP = {"GQAOps", "LaneRunner", "CacheEngine"}
+DEEPEST, DEPTH = 5, 4
 
 
-def test_every_parts_subclass_chain_is_at_most_four_classes_deep_the_model_ops_five():
+def test_every_parts_subclass_chain_is_at_most_four_classes_deep_five_where_named():
     chains = {f"{c.__module__}.{c.__qualname__}": [k.__qualname__ for k in c.__mro__ if in_tree(k)]
               for c in tree_classes()}
     deep = {name: chain for name, chain in chains.items()
-            if len(chain) > (OPS_DEPTH if OPS_ROOT in chain else DEPTH)}
-    assert not deep, f"chains deeper than {DEPTH} (ops {OPS_DEPTH}): {deep}"
+            if len(chain) > (DEEPEST if FIVE_DEEP & set(chain) else DEPTH)}
+    assert not deep, f"chains deeper than {DEPTH} ({DEEPEST} from {sorted(FIVE_DEEP)}): {deep}"
 
 
 def test_every_version_declares_its_recipe_and_builds_through_it():

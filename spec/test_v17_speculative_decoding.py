@@ -298,20 +298,25 @@ def test_prompts_in_slices_beside_verifying_decodes_keep_the_oracles_tokens(impl
 
 
 def test_a_prompt_that_repeats_a_rejected_guess_run_finds_no_block_that_held_it(impl):
-    """A runs with wrong guesses of a whole block; B's prompt is one of A's sequences followed by
-    the guesses A was refused. Were a block sealed under those guesses, B would share it, and its
-    rows were written over by A's next pass: B's tokens are the oracle's."""
+    """A runs with wrong guesses of a whole block. Right after a step whose pass filled the block
+    of A's last kept token with guesses, B arrives: its prompt is that sequence followed by those
+    guesses. Were the block sealed under them, B would share it, and A's next pass (in B's first
+    step, before B's slice reads it) writes A's own tokens over those rows: B's tokens are the
+    oracle's, and so are A's."""
     case = greedy_cases()[0]
     scripted = Scripted([case], "wrong")
     engine = build(impl, BLOCK, proposer=scripted)
-    assert engine.generate([list(case[0])], GenerationParams(max_new_tokens=NEW)) == \
-        [list(case[1])]
-    sequence, guesses = scripted.log[len(scripted.log) // 2]
+    a = engine.add_request(list(case[0]), GenerationParams(max_new_tokens=NEW))
+    while not scripted.log or not (len(scripted.log[-1][0]) % BLOCK == 1
+                                   and len(scripted.log[-1][1]) == BLOCK):
+        engine.step()
+    sequence, guesses = scripted.log[-1]
     prompt = sequence + guesses
-    expected = greedy(cached_model(FIXTURE), prompt, 4).tokens
-    plain = build(impl, 0)
-    assert plain.generate([prompt], GenerationParams(max_new_tokens=4)) == [expected]
-    assert engine.generate([prompt], GenerationParams(max_new_tokens=4)) == [expected]
+    b = engine.add_request(prompt, GenerationParams(max_new_tokens=4))
+    while engine.has_unfinished():
+        engine.step()
+    assert engine.output(b).tokens == greedy(cached_model(FIXTURE), prompt, 4).tokens
+    assert engine.output(a).tokens == list(case[1])
 
 
 # --- acceptance="rejection" --------------------------------------------------------------------
@@ -371,8 +376,7 @@ def test_rejection_runs_repeat_and_keep_greedy_requests_tokens(impl):
 
 
 @pytest.mark.parametrize("options, named", [
-    ({"acceptance": "greedy"}, "acceptance"), ({"speculative_tokens": -1}, "speculative_tokens"),
-    ({"proposer": 42}, "proposer"), ({"proposer": tiny_checkpoint("tiny_qwen2")}, "vocabulary")])
+    ({"acceptance": "greedy"}, "acceptance"), ({"proposer": 42}, "proposer"), ({"proposer": tiny_checkpoint("tiny_qwen2")}, "vocabulary")])
 def test_a_bad_option_is_refused_in_one_line_naming_it(impl, options, named):
     with pytest.raises(BuildError) as refused:
         options.setdefault("speculative_tokens", 2)

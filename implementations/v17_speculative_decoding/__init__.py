@@ -21,7 +21,7 @@ from torchlet.contract import SPECULATIVE
 
 from ..v16_tensor_parallel import CAPABILITIES as PREVIOUS
 from ..v16_tensor_parallel import PARTS as BEFORE
-from ..v16_tensor_parallel import (KERNELS, BlockPool, PoolExhausted, PrefixBlockPool, PrefixKV,
+from ..v16_tensor_parallel import (KERNELS, BlockPool, GraphRunner, default_buckets, PoolExhausted, PrefixBlockPool, PrefixKV,
                                    Shard, ShardedModel, TensorParallelEngine, context_attention,
                                    draw, fused_kernels, gemv, graphs, kernels, layers, metadata,
                                    paged_attention, paged_kernels, shard_checkpoint)
@@ -42,7 +42,8 @@ PARTS = BEFORE.replace("v17", kv=SpeculativeKV, sampler=SpeculativeSampler,
 OPTIONS = PARTS.options
 build = PARTS.build
 
-__all__ = ["CAPABILITIES", "KERNELS", "OPTIONS", "PARTS", "BlockPool", "DraftProposer", "NgramProposer",
+__all__ = ["CAPABILITIES", "KERNELS", "OPTIONS", "PARTS", "BlockPool", "DraftProposer", "GraphRunner",
+           "default_buckets", "NgramProposer",
            "Proposer",
            "PoolExhausted", "PrefixBlockPool", "PrefixKV", "RollbackPool", "Shard",
            "ShardedModel", "SpeculationPolicy", "SpeculativeBatch", "SpeculativeEngine",

@@ -1,0 +1,89 @@
+"""Speculative decoding (v17): guesses verified in one pass, the rejected rolled back. Each
+mutant keeps the run going and breaks what is kept, what is rolled back or what is proposed, in a
+way the specs that compare with the oracle, poison rejected rows or count blocks and steps must
+notice."""
+from spec.mutants import Edit, Mutant
+
+KV = "v17_speculative_decoding/kv.py"
+RUNNER = "v17_speculative_decoding/runner.py"
+SAMPLER = "v17_speculative_decoding/sampler.py"
+PROPOSER = "v17_speculative_decoding/proposer.py"
+POLICY = "v17_speculative_decoding/policy.py"
+SCHEDULER = "v17_speculative_decoding/scheduler.py"
+LOOP = "v17_speculative_decoding/loop.py"
+PAGE = "spec/test_v17_speculative_decoding.py"
+EXACT = f"{PAGE}::test_exact_greedy_tokens_are_the_oracles_alone_and_in_a_batch"
+SEEDED = f"{PAGE}::test_exact_seeded_samples_are_the_oracles_together_with_greedy_requests"
+PER_PASS = f"{PAGE}::test_right_guesses_give_k_plus_one_tokens_a_pass"
+DRAFT = f"{PAGE}::test_a_draft_identical_to_the_target_has_every_guess_accepted"
+UNREAD = f"{PAGE}::test_no_rejected_row_is_read_after_its_pass"
+BLOCKS = f"{PAGE}::test_blocks_past_the_kept_rows_go_back_to_the_pool_after_every_step"
+SEALED = f"{PAGE}::test_a_prompt_that_repeats_a_rejected_guess_run_finds_no_block_that_held_it"
+DISTRIBUTION = f"{PAGE}::test_rejection_acceptance_keeps_the_targets_distribution"
+CROWDED = f"{PAGE}::test_a_step_with_more_decodes_than_speculate_below_guesses_nothing"
+NGRAM = (f"{PAGE}::test_the_ngram_proposer_guesses_what_followed_the_latest_match_of_the_longest_"
+         f"ngram")
+
+PROPERTY = "speculative decoding"
+V17 = ("v17",)
+
+MUTANTS = [
+    Mutant("v17-rejected-rows-counted-as-computed", PROPERTY, (
+        Edit(RUNNER, "            request.computed = keep\n",
+             "            request.computed = len(request.sequence)\n"),),
+        (UNREAD, EXACT), V17,
+        "a request's K/V count keeps its rejected rows: the next pass attends over them"),
+    Mutant("v17-rejected-tail-left-in-the-pool", PROPERTY, (
+        Edit(KV, "        self.pool.truncate(request.id, keep)\n",
+             "        self.pool.truncate(request.id, held)\n"),
+        Edit(KV, "            self.pool.seal(request.id, request.sequence[:keep])\n",
+             "            self.pool.seal(request.id, request.sequence[:held])\n"),),
+        (BLOCKS, SEALED), V17,
+        "the blocks the guesses took stay with the request (and are sealed with the guesses' "
+        "tokens)"),
+    Mutant("v17-guessed-rows-sealed", PROPERTY, (
+        Edit(KV, "        self.pool.truncate(request.id, keep)\n"
+                 "        if self.enabled:\n"
+                 "            self.pool.seal(request.id, request.sequence[:keep])\n",
+             "        if self.enabled:\n"
+             "            self.pool.seal(request.id, request.sequence[:held])\n"
+             "        self.pool.truncate(request.id, keep)\n"),),
+        (SEALED,), V17,
+        "full blocks are sealed before the roll-back, rejected guesses' rows and tokens with them"),
+    Mutant("v17-first-disagreeing-guess-kept", PROPERTY, (
+        Edit(SAMPLER, "    return own[:j + 1]\n",
+             "    return own[:j] + (list(guesses[j:j + 1]) or own[j:j + 1])\n"),),
+        (EXACT,), V17,
+        "exact acceptance keeps the first guess that differs from the engine's draw"),
+    Mutant("v17-draw-at-the-wrong-position", PROPERTY, (
+        Edit(SAMPLER, "        positions = torch.tensor([len(r.sequence) - n + 1 + j",
+             "        positions = torch.tensor([len(r.sequence) - n + j"),),
+        (SEEDED,), V17,
+        "a verifying row draws at its fed token's position, not the next: other seeded tokens"),
+    Mutant("v17-rejection-redraws-from-q", PROPERTY, (
+        Edit(SAMPLER, "    residual = p.scatter(-1, guessed[:, None], 0.0)\n",
+             "    residual = torch.zeros_like(p).scatter(-1, guessed[:, None], 1.0)\n"),),
+        (DISTRIBUTION,), V17,
+        "a rejected guess is redrawn from the proposal q (all on the guess): it is kept anyway"),
+    Mutant("v17-draft-proposes-after-the-prompt", PROPERTY, (
+        Edit(PROPOSER, "        return self.engine.generate([list(r.sequence) for r in requests],\n",
+             "        return self.engine.generate([list(r.prompt) for r in requests],\n"),),
+        (DRAFT,), V17,
+        "the draft's view is not rolled forward to the tokens kept: it guesses from the prompt"),
+    Mutant("v17-guesses-not-kept", PROPERTY, (
+        Edit(SCHEDULER, "                        request.extend(kept[:-1])\n",
+             "                        request.extend([])\n"),),
+        (PER_PASS, EXACT), V17,
+        "a request takes only the last token of a verifying pass"),
+    Mutant("v17-speculates-in-crowded-steps", PROPERTY, (
+        Edit(POLICY, "        return self.speculative_tokens if 0 < decodes <= self.speculate_below "
+                     "else 0\n",
+             "        return self.speculative_tokens if 0 < decodes else 0\n"),),
+        (CROWDED,), V17,
+        "the policy's rule is gone: every step guesses, however many requests decode"),
+    Mutant("v17-ngram-first-occurrence", PROPERTY, (
+        Edit(PROPOSER, "        for start in range(length - n - 1, -1, -1):",
+             "        for start in range(0, length - n):"),),
+        (NGRAM,), V17,
+        "prompt lookup takes the earliest occurrence (and may match the tail itself)"),
+]
