@@ -456,7 +456,7 @@ class SliceStores(TorchDispatchMode):
         return func(*args, **(kwargs or {}))
 
 
-@pytest.mark.spec(kernel_path=True, part="runner")
+@pytest.mark.spec(kernel_path=True, part="runner", first_with="SliceGraphs")
 def test_a_slice_after_the_first_of_its_bucket_replays_a_graph_and_gets_the_oracles_tokens(impl):
     """A prompt alone, in slices of 4 rows: every slice falls in one bucket, so the first slice
     step captures and a later one replays (the second and the last are watched): the only model
@@ -494,7 +494,7 @@ def test_a_slice_after_the_first_of_its_bucket_replays_a_graph_and_gets_the_orac
     assert engine.output(rid).tokens == list(expected[:2])
 
 
-@pytest.mark.spec(kernel_path=True, part="runner")
+@pytest.mark.spec(kernel_path=True, part="runner", first_with="SliceGraphs")
 def test_slices_replayed_from_graphs_beside_decodes_give_the_oracles_tokens(impl):
     """Two lanes, slices of 4 rows beside a decode, the prefix cache on and the next decode
     launched ahead: each request gets the oracle's tokens."""
@@ -543,7 +543,7 @@ class SliceBuckets(TorchDispatchMode):
         return func(*args, **(kwargs or {}))
 
 
-@pytest.mark.spec(kernel_path=True, part="runner")
+@pytest.mark.spec(kernel_path=True, part="runner", first_with="SliceGraphs")
 def test_slice_graphs_of_every_request_bucket_replay_and_give_the_oracles_tokens(impl):
     """Four lanes, so a slice pass holds one to four requests, padded to 4 or, where a padding
     request joins four, to 8 (read from the context attention's shapes): a pass alone, four

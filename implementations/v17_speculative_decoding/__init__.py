@@ -22,7 +22,7 @@ from torchlet.contract import SPECULATIVE
 from ..v16_tensor_parallel import CAPABILITIES as PREVIOUS
 from ..v16_tensor_parallel import PARTS as BEFORE
 from ..v16_tensor_parallel import (KERNELS, BlockPool, GraphRunner, default_buckets, PoolExhausted, PrefixBlockPool, PrefixKV,
-                                   Shard, ShardedModel, TensorParallelEngine, context_attention,
+                                   Shard, ShardedModel, SliceGraphs, TensorParallelEngine, context_attention,
                                    draw, fused_kernels, gemv, graphs, kernels, layers, metadata,
                                    paged_attention, paged_kernels, shard_checkpoint)
 from .kv import RollbackPool, SpeculativeKV
@@ -46,7 +46,7 @@ __all__ = ["CAPABILITIES", "KERNELS", "OPTIONS", "PARTS", "BlockPool", "DraftPro
            "default_buckets", "NgramProposer",
            "Proposer",
            "PoolExhausted", "PrefixBlockPool", "PrefixKV", "RollbackPool", "Shard",
-           "ShardedModel", "SpeculationPolicy", "SpeculativeBatch", "SpeculativeEngine",
+           "ShardedModel", "SliceGraphs", "SpeculationPolicy", "SpeculativeBatch", "SpeculativeEngine",
            "SpeculativeKV", "SpeculativeRequest", "SpeculativeRunner", "SpeculativeSampler",
            "SpeculativeScheduler", "TensorParallelEngine", "build", "context_attention", "draw",
            "fused_kernels", "gemv", "graphs", "kernels", "layers", "metadata", "paged_attention",
