@@ -17,9 +17,10 @@ import sys
 import time
 from pathlib import Path
 
-from torchlet.running import (DTYPES, add_threads, default_threads, kernels_off, pick_version,
-                              resolve_device, resolve_dtype, run_mode, serving_options,
-                              set_threads)
+from torchlet.running import (DTYPES, add_speculate, add_threads, default_threads, kernels_off,
+                              pick_version, resolve_device, resolve_dtype, run_mode,
+                              serving_options, set_threads, speculation_needs,
+                              speculation_options)
 
 SAMPLING_FLAGS = ("temperature", "top_k", "top_p", "min_p", "seed")
 RANDOM_SEED = -1  # --seed -1: a seed drawn at random, as llama.cpp's users write it
@@ -111,7 +112,8 @@ class Runner:
         self.threads = set_threads(args.threads if args.threads or world == 1
                                    else max(1, default_threads()[0] // world))
         self.interpret = args.triton_interpret
-        needs = ("sampling",) * sampling_asked(args) + ("tensor_parallel",) * (world > 1)
+        needs = (("sampling",) * sampling_asked(args) + ("tensor_parallel",) * (world > 1)
+                 + speculation_needs(args))
         self.version = pick_version(args.impl, args.impl_root, self.device, need=needs,
                                     interpret=args.triton_interpret)
         if world > 1 and "tensor_parallel" not in self.version.capabilities:
@@ -123,12 +125,14 @@ class Runner:
             raise TorchletError(f"{self.version.name} decodes greedily: --temperature "
                                 f"{args.temperature} needs a version with the sampling "
                                 f"capability (v11 and later), or leave --impl out")
+        speculation = speculation_options(args, self.version)
         model_dir, self.model_name = resolve_model(args.model, progress=True)
         self.model_dir = model_dir
         self.checkpoint = load_hf_dir(model_dir)
         self.tokenizer = load_tokenizer(model_dir)
         self.context = self.checkpoint.config.max_position
-        self.serving = serving_options(self.version, self.device)
+        # what every engine is built with besides its sizes (and the banner reads)
+        self.serving = {**serving_options(self.version, self.device), **speculation}
         self.dtype = resolve_dtype(args.dtype, self.device)
         sampling = {f: getattr(args, f) for f in SAMPLING_FLAGS}
         # an unseeded sampled run still has a seed: drawn here and shown, so --seed repeats it
@@ -371,6 +375,7 @@ def add_run_args(p) -> None:
     p.add_argument("--dtype", choices=DTYPES, default="auto",
                    help="auto: float32 on CPU, bfloat16 on CUDA")
     add_threads(p)
+    add_speculate(p)
     p.add_argument("--tensor-parallel", type=int, default=None, metavar="N",
                    help="shard the model over N ranks, one process each, started here (a "
                         "version with tensor_parallel, v16 and later); under torchrun, its "
