@@ -271,6 +271,8 @@ def run_generate(args) -> int:
             print(timing, file=sys.stderr)
         if args.stats:
             print(prefix_cache_line(runner.version, runner.engine), file=sys.stderr)
+            if runner.serving.get("speculative_tokens"):
+                print(speculation_line(runner.engine), file=sys.stderr)
         return 0
 
     return run_on_ranks(args, generate)
@@ -355,6 +357,16 @@ def prefix_cache_line(version, engine) -> str:
             f"{stats['evictions']} evictions]")
 
 
+def speculation_line(engine) -> str:
+    """--stats after a run with --speculate: what its verifying passes kept."""
+    s = engine.speculation_stats()
+    passes, proposed = s["verify_passes"], s["proposed"]
+    per = f"{s['tokens'] / passes:.2f}" if passes else "n/a"
+    rate = f"{s['accepted'] / proposed:.1%}" if proposed else "n/a"
+    return (f"[speculation: {passes} verify passes kept {s['tokens']} tokens, {per} a pass; "
+            f"{s['accepted']} of {proposed} guesses accepted ({rate})]")
+
+
 def add_run_args(p) -> None:
     """The flags generate and chat share: which version, model, device and threads, and how
     each answer is decoded."""
@@ -407,7 +419,8 @@ def add_commands(subparsers) -> None:
                    help="send the prompt as it is, without the chat template")
     p.add_argument("--stats", action="store_true",
                    help="at the end, also print the prefix cache's hit rate and counts (versions "
-                        "with prefix_cache, v12 and later)")
+                        "with prefix_cache, v12 and later) and, with --speculate, what the "
+                        "verifying passes kept")
     add_run_args(p)
     p.set_defaults(run=run_generate)
 

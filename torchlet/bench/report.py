@@ -169,7 +169,7 @@ SPECULATIVE_COLUMNS = [
     ("workload", lambda r: r["workload"]),
     ("batch", lambda r: str(r["batch"])),
     ("k", lambda r: str(r["k"])),
-    ("acceptance", lambda r: r["acceptance"] or "(none guessed)"),
+    ("acceptance", lambda r: r["acceptance"] or "-"),
     ("tok/s", lambda r: _num(",.1f")(r["output_tok_s"])),
     ("x k=0", lambda r: _num(".2f")(r["speedup"])),
     ("tokens / verify pass", lambda r: _num(".2f")(r["tokens_per_pass"])),
