@@ -176,4 +176,4 @@ def check_lines(rows: list[dict]) -> tuple[list[str], bool]:
     held = same == total
     verdict = "all equal" if held else "MISMATCH"
     return [f"exact acceptance: {same} of {total} generated tokens equal the k=0 run's "
-            f"({len(exact)} rows): {verdict}"], held
+            f"({len(exact)} row{'' if len(exact) == 1 else 's'}): {verdict}"], held
