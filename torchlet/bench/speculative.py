@@ -23,27 +23,34 @@ from .drive import run_steps, warm_up
 from .workloads import Workload
 
 ACCEPTANCE = ("exact", "rejection")  # v17's acceptance option's values
-# Prompts whose answer repeats spans of the prompt: a numbered or bulleted list to repeat as it
-# is, or a short snippet of code to copy with one name changed. Chosen so that a correct answer
-# is mostly the prompt's own text, where prompt lookup guesses right; SmolLM2-135M copies
-# them closely, not always exactly (it may capitalise an item).
+# Prompts whose answer repeats spans of the prompt: a list to repeat as it is, or a short snippet
+# of code to copy with one name changed (SmolLM2-135M-Instruct copies without making the rename).
+# How they were chosen: 16 such prompts, written to need about 64 tokens of answer, were run once
+# on that model with k=4 and 64 tokens; these are the 8 it copied most (2.2 to 3.5 tokens per
+# verify pass; the others it answered instead of copying: 1.1 to 1.9). A copy workload, by design.
 COPY = (
-    "Repeat this list exactly:\n1. red apples\n2. green pears\n3. ripe plums\n4. dried figs\n"
-    "5. sweet dates",
-    "Copy this code, renaming the function total to sum_all:\ndef total(xs):\n    s = 0\n"
-    "    for x in xs:\n        s += x\n    return s",
-    "Repeat this list exactly:\n1. Monday: gym\n2. Tuesday: piano\n3. Wednesday: chess\n"
-    "4. Thursday: swim\n5. Friday: rest",
-    "Copy this code, renaming the variable n to count:\nn = 0\nfor line in open('log.txt'):\n"
-    "    if 'error' in line:\n        n += 1\nprint(n)",
-    "Repeat these steps word for word:\n1. Boil the water.\n2. Add the pasta.\n"
-    "3. Stir for ten minutes.\n4. Drain the water.\n5. Serve with sauce.",
-    "Copy this class, renaming Point to Vector:\nclass Point:\n    def __init__(self, x, y):\n"
-    "        self.x = x\n        self.y = y",
-    "Repeat this shopping list exactly:\n- two loaves of bread\n- a dozen eggs\n"
-    "- one litre of milk\n- a bag of rice\n- three onions",
-    "Copy this function, renaming greet to welcome:\nfunction greet(name) {\n"
-    "  return 'Hello, ' + name + '!';\n}",
+    'Repeat these steps word for word:\n1. Boil the water.\n2. Add the pasta.\n'
+    '3. Stir for ten minutes.\n4. Drain the water.\n5. Add the sauce.\n'
+    '6. Grate the cheese.\n7. Mix it all well.\n8. Serve it hot.',
+    'Copy this class exactly, renaming Point to Vector:\nclass Point:\n'
+    '    def __init__(self, x, y):\n        self.x = x\n        self.y = y\n\n'
+    '    def norm(self):\n        return (self.x ** 2 + self.y ** 2) ** 0.5',
+    'Repeat this list of colours exactly:\n1. red\n2. orange\n3. yellow\n4. green\n'
+    '5. blue\n6. indigo\n7. violet\n8. black\n9. white\n10. grey\n11. pink\n12. brown',
+    "Copy this code exactly, renaming items to things:\nitems = ['a', 'b', 'c']\n"
+    "for i, item in enumerate(items):\n    print(i, item)\nitems.append('d')\n"
+    'print(len(items))\nprint(items[0], items[-1])',
+    'Repeat this list of cities exactly:\n1. Paris, France\n2. Berlin, Germany\n'
+    '3. Madrid, Spain\n4. Rome, Italy\n5. Lisbon, Portugal\n6. Vienna, Austria\n'
+    '7. Prague, Czechia\n8. Dublin, Ireland',
+    'Repeat this list exactly:\n1. red apples\n2. green pears\n3. ripe plums\n'
+    '4. dried figs\n5. sweet dates\n6. fresh cherries\n7. sour lemons\n8. yellow bananas\n'
+    '9. black grapes\n10. wild berries',
+    'Copy this code exactly, renaming the variable n to count:\nn = 0\n'
+    "for line in open('log.txt'):\n    if 'error' in line:\n        n += 1\n"
+    "    elif 'warning' in line:\n        n += 2\nprint(n)\nprint('done', n)",
+    'Repeat these names exactly, one a line:\nAlice Smith\nBob Jones\nCarol White\n'
+    'David Brown\nEve Black\nFrank Green\nGrace Hall\nHenry King\nIvy Lee\nJack Moore',
 )
 # Plain questions: answers that repeat little of their prompt.
 CHAT = (
