@@ -485,3 +485,62 @@ def test_a_sharded_random_model_draws_on_each_rank_only_the_part_it_holds():
         made = max(torch.Size(shape).numel() for op in log.ops for shape, _ in op.fresh)
         assert made < whole.tensors["model.embed_tokens.weight"].numel()
         assert plans[rank]["weights"] == sum(t.numel() * 4 for t in mine.values())
+
+
+@pytest.fixture(scope="module")
+def speculative_run(tmp_path_factory):
+    """`bench speculative` on a tiny printable Llama with the byte tokenizer (its answers repeat
+    themselves, so prompt lookup has guesses to check), context 512 for the copy prompts: the
+    result file, the printed table and check, and the exit status."""
+    from spec.support.models.hf_dirs import save_tiny
+
+    model, out = tmp_path_factory.mktemp("chat"), tmp_path_factory.mktemp("speculative")
+    save_tiny(model, "llama", tokenizer=True, seed=5, printable=True,
+              max_position_embeddings=512)
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed), contextlib.redirect_stderr(io.StringIO()):
+        code = main(["bench", "speculative", "--model", str(model), "--device", "cpu",
+                     "--threads", "1", "--batches", "1,2", "--ks", "0,2", "--max-new-tokens", "8",
+                     "--quiet", "--out", str(out)])
+    return json.loads((out / "speculative.json").read_text()), printed.getvalue(), code
+
+
+def test_bench_speculative_prints_a_row_for_each_k_and_acceptance_and_exact_keeps_k0s_tokens(
+        speculative_run):
+    """Per workload and batch: k=0 (guessing nothing), then k=2 with each acceptance; every row
+    makes its tokens, the k=2 rows through verifying passes, and the check under the table
+    finds every exact row's tokens equal to k=0's."""
+    result, printed, code = speculative_run
+    rows = result["rows"]
+    cells = [(w, b) for w in ("copy", "chat") for b in (1, 2)]
+    assert [(r["workload"], r["batch"], r["k"], r["acceptance"]) for r in rows] == [
+        (w, b, k, a) for w, b in cells for k, a in ((0, None), (2, "exact"), (2, "rejection"))]
+    lines = printed.splitlines()
+    for row, line in zip(rows, lines[2:2 + len(rows)]):
+        assert line.split()[:4] == [row["workload"], str(row["batch"]), str(row["k"]),
+                                    row["acceptance"] or "-"]
+        assert line.split()[-3:] == [str(row["same_as_k0"]), "/", str(row["of_k0"])]
+    for row in rows:
+        assert row["output_tokens"] == row["of_k0"] == 8 * row["batch"]
+        stats = row["speculation"]
+        if row["k"]:
+            assert stats["verify_passes"] > 0 and stats["proposed"] > 0
+            assert row["tokens_per_pass"] == stats["tokens"] / stats["verify_passes"]
+        else:
+            assert stats["verify_passes"] == 0 and row["speedup"] == 1.0
+    exact = [r for r in rows if r["acceptance"] == "exact"]
+    assert all(r["same_as_k0"] == r["of_k0"] for r in exact)
+    total = sum(r["of_k0"] for r in exact)
+    assert lines[-1] == (f"exact acceptance: {total} of {total} generated tokens equal the k=0 "
+                         f"run's (4 rows): all equal") and code == 0
+    assert result["command"].startswith("torchlet bench speculative --model ")
+
+
+def test_the_speculative_check_shows_an_exact_row_that_changed_a_token():
+    from torchlet.bench.speculative import check_lines
+
+    rows = [{"acceptance": None, "same_as_k0": 8, "of_k0": 8},
+            {"acceptance": "exact", "same_as_k0": 7, "of_k0": 8},
+            {"acceptance": "rejection", "same_as_k0": 5, "of_k0": 8}]
+    assert check_lines(rows) == (["exact acceptance: 7 of 8 generated tokens equal the k=0 run's "
+                                  "(1 row): MISMATCH"], False)

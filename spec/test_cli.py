@@ -50,7 +50,7 @@ import torch
 from spec.support.models import real_model as rm
 from spec.support.models.hf_dirs import byte_tokenizer, hf_model, save_tiny
 from torchlet import cli, running
-from torchlet.contract import PREFIX_CACHE, SAMPLING
+from torchlet.contract import PREFIX_CACHE, SAMPLING, SPECULATIVE
 from torchlet.learner import child_env
 from torchlet.text import StreamDecoder, load_tokenizer, prompt_ids
 
@@ -205,6 +205,11 @@ MISTAKES = {
                        "--top-p must be a number in (0, 1]"),
     "--threads 0": (("generate", "hi", "--model", TINY, "--threads", "0"),
                     "--threads must be at least 1, got 0"),
+    "a negative --speculate": (("generate", "hi", "--model", TINY, "--speculate", "-1"),
+                               "--speculate must be at least 0, got -1"),
+    "--acceptance without --speculate": (("generate", "hi", "--model", TINY, "--acceptance",
+                                          "rejection"),
+                                         "--acceptance rejection needs --speculate above 0"),
 }
 
 
@@ -327,6 +332,19 @@ def test_stats_prints_the_prefix_cache_line_or_says_there_is_none(capsys, monkey
     assert "tokens/s" in err
     assert err.strip().splitlines()[-1] == "[v00_full_recompute has no prefix cache]"
 
+
+
+@pytest.mark.parametrize("command", ["generate", "chat", "serve"])
+def test_speculate_on_a_version_without_the_capability_is_one_line_naming_it(capsys, command):
+    """Refused before the model loads (TINY has no tokenizer), by every command that takes the
+    flag: the line names the version, the capability and the versions that have it."""
+    prompt = ["hi"] if command == "generate" else []
+    code, out, err = run(capsys, command, *prompt, "--impl", "v16", "--model", str(TINY),
+                         "--speculate", "2")
+    line = assert_one_line(code, err.encode(), "torchlet: error")
+    assert line == ("torchlet: error: v16_tensor_parallel does not speculate: --speculate 2 needs "
+                    "a version with the speculative capability (v17 and later), or leave --impl "
+                    "out") and out == ""
 
 
 VERSION_MISTAKES = {
@@ -467,6 +485,34 @@ def test_the_prompt_comes_from_stdin_with_a_dash_or_from_a_file(capsys, monkeypa
     (tmp_path / "other.txt").write_text("Goodbye", encoding="utf-8")
     assert run(capsys, "generate", "--prompt-file", str(tmp_path / "other.txt"), *base)[1] != \
         expected
+
+
+def test_speculate_prints_the_text_of_a_run_without_it_from_fewer_passes(capsys, monkeypatch,
+                                                                         ascii_model):
+    """--speculate 4 on v17: the same text as without it (exact acceptance keeps the tokens of a
+    run that guesses nothing), and --stats shows that guesses were verified and some kept: this
+    model's answer repeats itself, which prompt lookup guesses. Without --impl, --speculate
+    picks the newest version that speculates, not the CPU's default (v07), and says so."""
+    import implementations
+    newest = [v.name for v in implementations.discover()
+              if SPECULATIVE in v.capabilities][-1]
+    # inherited Triton kernels on their PyTorch path: the interpreter would cost seconds here
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    base = ("generate", "Hello", "--model", str(ascii_model), "--max-new-tokens", "24")
+    code, plain, err = run(capsys, *base, "--impl", "v17")
+    assert code == 0 and len(plain) == 24 + 1, err
+    code, out, err = run(capsys, *base, "--impl", "v17", "--speculate", "4", "--stats")
+    assert code == 0, err
+    assert out == plain
+    assert "up to 4 guesses a step, exact acceptance" in err.splitlines()[0]
+    stats = re.search(r"^\[speculation: (\d+) verify passes kept (\d+) tokens, [\d.]+ a pass; "
+                      r"(\d+) of (\d+) guesses accepted", err, re.M)
+    assert stats, err
+    passes, kept, accepted, proposed = map(int, stats.groups())
+    assert 0 < passes < kept and 0 < accepted <= proposed
+    code, out, err = run(capsys, *base, "--speculate", "4")
+    assert code == 0 and out == plain, err
+    assert err.startswith(f"[{newest} on cpu"), err
 
 
 @pytest.fixture(scope="module")

@@ -47,8 +47,8 @@ from spec.support.serve.serve_app import InProcess, Paced
 from spec.support.serve.serve_server import Server
 from torchlet import cli, running
 from torchlet.checkpoints import load_hf_dir
-from torchlet.contract import (PREFIX_CACHE, REQUEST_STATES, SAMPLING, GenerationParams,
-                               RequestError)
+from torchlet.contract import (PREFIX_CACHE, REQUEST_STATES, SAMPLING, SPECULATIVE,
+                               GenerationParams, RequestError)
 from torchlet.engines import build_sized
 from torchlet.text import prompt_ids, stop_ids
 
@@ -675,6 +675,38 @@ def test_the_torchlet_serve_command_answers_curl_and_the_openai_client_and_exits
             list(snapshots)  # the feed ends
         assert server.proc.wait(60) == 0, "".join(server.log)
         assert "Traceback" not in "".join(server.log)
+    finally:
+        server.stop()
+
+
+def test_a_server_started_with_speculate_answers_as_one_without_and_counts_its_verify_passes(
+        root, checkpoint, tokenizer, model):
+    """`torchlet serve --speculate 2`: the newest version that speculates (none named) answers a
+    completion with the text of the same version guessing nothing (exact acceptance keeps its
+    tokens), and /metrics counts the passes that verified guesses, once the request has ended."""
+    able = [v for v in implementations.discover(root) if SPECULATIVE in v.capabilities]
+    if not able:
+        pytest.skip(f"no version under {root} has {SPECULATIVE}")
+    server = Server("--model", str(model), f"--impl-root={root}", "--device", "cpu",
+                    "--threads", "1", "--speculate", "2")
+    try:
+        with plain(base_url=server.url) as http:
+            version = implementations.load(http.get("/health").json()["version"], root)
+            assert version.name == able[-1].name
+            assert "up to 2 guesses a step" in "".join(server.log)  # the banner says so
+            text = "Once upon a time, once upon a time"
+            with running.kernels_off("cpu", False):
+                without = build_sized(version, checkpoint, max_model_len=CONTEXT, max_running=1,
+                                      **running.serving_options(version, "cpu"))
+            (want,) = solo(without, tokenizer, [tokenizer.encode(text)], max_new_tokens=16)
+            c = openai.OpenAI(base_url=f"{server.url}/v1", api_key="none", max_retries=0,
+                              http_client=http)
+            r = c.completions.create(model=model.name, prompt=text, max_tokens=16)
+            assert r.choices[0].text == want and len(want) == 16
+            ended(http, 1)  # the snapshot /metrics reads is the one after the request ended
+            assert metric(http, "torchlet_spec_verify_passes_total") > 0
+            assert metric(http, "torchlet_spec_tokens_total") >= metric(
+                http, "torchlet_spec_verify_passes_total")
     finally:
         server.stop()
 

@@ -17,9 +17,10 @@ import sys
 import time
 from pathlib import Path
 
-from torchlet.running import (DTYPES, add_threads, default_threads, kernels_off, pick_version,
-                              resolve_device, resolve_dtype, run_mode, serving_options,
-                              set_threads)
+from torchlet.running import (DTYPES, add_speculate, add_threads, default_threads, kernels_off,
+                              pick_version, resolve_device, resolve_dtype, run_mode,
+                              serving_options, set_threads, speculation_needs,
+                              speculation_options)
 
 SAMPLING_FLAGS = ("temperature", "top_k", "top_p", "min_p", "seed")
 RANDOM_SEED = -1  # --seed -1: a seed drawn at random, as llama.cpp's users write it
@@ -111,7 +112,8 @@ class Runner:
         self.threads = set_threads(args.threads if args.threads or world == 1
                                    else max(1, default_threads()[0] // world))
         self.interpret = args.triton_interpret
-        needs = ("sampling",) * sampling_asked(args) + ("tensor_parallel",) * (world > 1)
+        needs = (("sampling",) * sampling_asked(args) + ("tensor_parallel",) * (world > 1)
+                 + speculation_needs(args))
         self.version = pick_version(args.impl, args.impl_root, self.device, need=needs,
                                     interpret=args.triton_interpret)
         if world > 1 and "tensor_parallel" not in self.version.capabilities:
@@ -123,12 +125,14 @@ class Runner:
             raise TorchletError(f"{self.version.name} decodes greedily: --temperature "
                                 f"{args.temperature} needs a version with the sampling "
                                 f"capability (v11 and later), or leave --impl out")
+        speculation = speculation_options(args, self.version)
         model_dir, self.model_name = resolve_model(args.model, progress=True)
         self.model_dir = model_dir
         self.checkpoint = load_hf_dir(model_dir)
         self.tokenizer = load_tokenizer(model_dir)
         self.context = self.checkpoint.config.max_position
-        self.serving = serving_options(self.version, self.device)
+        # what every engine is built with besides its sizes (and the banner reads)
+        self.serving = {**serving_options(self.version, self.device), **speculation}
         self.dtype = resolve_dtype(args.dtype, self.device)
         sampling = {f: getattr(args, f) for f in SAMPLING_FLAGS}
         # an unseeded sampled run still has a seed: drawn here and shown, so --seed repeats it
@@ -267,6 +271,8 @@ def run_generate(args) -> int:
             print(timing, file=sys.stderr)
         if args.stats:
             print(prefix_cache_line(runner.version, runner.engine), file=sys.stderr)
+            if runner.serving.get("speculative_tokens"):
+                print(speculation_line(runner.engine), file=sys.stderr)
         return 0
 
     return run_on_ranks(args, generate)
@@ -351,6 +357,16 @@ def prefix_cache_line(version, engine) -> str:
             f"{stats['evictions']} evictions]")
 
 
+def speculation_line(engine) -> str:
+    """--stats after a run with --speculate: what its verifying passes kept."""
+    s = engine.speculation_stats()
+    passes, proposed = s["verify_passes"], s["proposed"]
+    per = f"{s['tokens'] / passes:.2f}" if passes else "n/a"
+    rate = f"{s['accepted'] / proposed:.1%}" if proposed else "n/a"
+    return (f"[speculation: {passes} verify passes kept {s['tokens']} tokens, {per} a pass; "
+            f"{s['accepted']} of {proposed} guesses accepted ({rate})]")
+
+
 def add_run_args(p) -> None:
     """The flags generate and chat share: which version, model, device and threads, and how
     each answer is decoded."""
@@ -371,6 +387,7 @@ def add_run_args(p) -> None:
     p.add_argument("--dtype", choices=DTYPES, default="auto",
                    help="auto: float32 on CPU, bfloat16 on CUDA")
     add_threads(p)
+    add_speculate(p)
     p.add_argument("--tensor-parallel", type=int, default=None, metavar="N",
                    help="shard the model over N ranks, one process each, started here (a "
                         "version with tensor_parallel, v16 and later); under torchrun, its "
@@ -402,7 +419,8 @@ def add_commands(subparsers) -> None:
                    help="send the prompt as it is, without the chat template")
     p.add_argument("--stats", action="store_true",
                    help="at the end, also print the prefix cache's hit rate and counts (versions "
-                        "with prefix_cache, v12 and later)")
+                        "with prefix_cache, v12 and later) and, with --speculate, what the "
+                        "verifying passes kept")
     add_run_args(p)
     p.set_defaults(run=run_generate)
 

@@ -16,6 +16,8 @@ DTYPES = ("auto", "float32", "bfloat16", "float16")
 # The device kinds the versions are written and specified for. Others torch knows fail deep in
 # a run: meta holds no data (the first .item() raised), mps and xla are untried.
 DEVICES = ("cpu", "cuda")
+# v17's acceptance option's values (its sampler's ACCEPTANCE), as --acceptance offers them
+ACCEPTANCE = ("exact", "rejection")
 
 
 def resolve_device(name: str | None) -> str:
@@ -129,7 +131,46 @@ def run_mode(version, device: str, options: dict, interpret: bool) -> str:
         mode.append("graphs off")
     if options.get("overlap") is False:
         mode.append("steps in order")
+    if options.get("speculative_tokens"):
+        mode.append(f"up to {options['speculative_tokens']} guesses a step, "
+                    f"{options.get('acceptance', 'exact')} acceptance")
     return "".join(f", {m}" for m in mode)
+
+
+def speculation_needs(args) -> tuple[str, ...]:
+    """The capability --speculate K asks of a version picked by default: none for K = 0."""
+    return ("speculative",) if args.speculate > 0 else ()
+
+
+def speculation_options(args, version) -> dict:
+    """--speculate K and --acceptance as the version's build options ({} for K = 0). Refused in
+    one line: a negative K, --acceptance rejection without --speculate (it would be ignored),
+    and a version without the speculative capability (one named with --impl)."""
+    from torchlet.contract import SPECULATIVE, TorchletError
+
+    k = args.speculate
+    if k < 0:
+        raise TorchletError(f"--speculate must be at least 0, got {k}")
+    if k == 0:
+        if args.acceptance != ACCEPTANCE[0]:
+            raise TorchletError(f"--acceptance {args.acceptance} needs --speculate above 0: "
+                                f"without it nothing is guessed")
+        return {}
+    if SPECULATIVE not in version.capabilities:
+        raise TorchletError(f"{version.name} does not speculate: --speculate {k} needs a version "
+                            f"with the {SPECULATIVE} capability (v17 and later), or leave --impl "
+                            f"out")
+    return {"speculative_tokens": k, "acceptance": args.acceptance}
+
+
+def add_speculate(p) -> None:
+    """--speculate and --acceptance, for generate, chat and serve."""
+    p.add_argument("--speculate", type=int, default=0, metavar="K",
+                   help="guess up to K tokens a step from earlier text and verify them in one "
+                        "pass (v17 and later; default: 0, off)")
+    p.add_argument("--acceptance", choices=ACCEPTANCE, default=ACCEPTANCE[0],
+                   help="with --speculate: exact keeps the tokens of a run without it, "
+                        "rejection only their distribution (default: exact)")
 
 
 def resolve_dtype(name: str, device: str):

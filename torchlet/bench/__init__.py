@@ -11,6 +11,7 @@
     torchlet bench anchors        a decode step's matmuls alone, a gpt-fast-style step, the floor
     torchlet bench floor          the physical floor of the GPU workload, computed
     torchlet bench serve          torchlet serve under Poisson arrivals: throughput, TTFT, ITL
+    torchlet bench speculative    k guessed tokens a step (v17) against none: copy and chat prompts
     torchlet bench report         docs/benchmarks.md from the result files
 
 Each run prints a table and writes DIR/KIND.json and DIR/KIND.png (default bench-results/).
@@ -18,7 +19,8 @@ Each run prints a table and writes DIR/KIND.json and DIR/KIND.png (default bench
 # The package: this parser; commands.py, what each subcommand does; flags.py, what the shared
 # flags resolve to (versions, device, dtype, model shape, sizes); run.py and drive.py, one
 # version built and driven through the contract; main_job.py, the user's one prompt (and
-# long_prompt.py, a long one's first token, on main_job's contenders and rounds); micro.py,
+# long_prompt.py, a long one's first token, on main_job's contenders and rounds); speculative.py,
+# speculative decoding's k against k = 0 on the default model; micro.py,
 # the decode step and the kernel alone; workloads.py, floor.py, hf.py, the requests, the floor
 # and the HF baseline; report.py, doc.py and targets.py, the JSON, charts and docs/benchmarks.md.
 from __future__ import annotations
@@ -203,6 +205,27 @@ def add_commands(subparsers) -> None:
     p.add_argument("--dtype", default=None, help="the server's --dtype")
     p.add_argument("--out", default="bench-results", help="where batching.json and .png go")
     p.set_defaults(run=_lazy("run_batching"), bench_parser=p)
+
+    p = sub.add_parser("speculative", help="speculative decoding (v17): tok/s with k guesses a "
+                                           "step against k=0, on copy and chat prompts")
+    p.add_argument("--impl", default=None,
+                   help="version (default: the newest with speculative, v17)")
+    p.add_argument("--impl-root", default=None, help="tree of versions (default: implementations/)")
+    p.add_argument("--model", default=None, help="a Hugging Face checkpoint directory with its "
+                                                 "tokenizer, or a .gguf file (default: "
+                                                 "SmolLM2-135M-Instruct)")
+    p.add_argument("--batches", default="1,8", help="requests decoding at once, comma-separated")
+    p.add_argument("--ks", default="0,2,4",
+                   help="tokens guessed a step, comma-separated (k=0, the baseline, always runs)")
+    p.add_argument("--max-new-tokens", type=int, default=64, help="tokens a request makes")
+    p.add_argument("--device", default=None, help="default: cuda if there is one, else cpu")
+    p.add_argument("--dtype", choices=DTYPES, default="auto",
+                   help="auto: float32 on CPU, bfloat16 on CUDA (as torchlet generate)")
+    p.add_argument("--threads", type=int, default=None,
+                   help="torch threads (default: as torchlet generate picks them)")
+    p.add_argument("--out", default="bench-results", help="where speculative.json and .png go")
+    p.add_argument("--quiet", action="store_true", help="no progress bars")
+    p.set_defaults(run=_lazy("run_speculative"), bench_parser=p)
 
     p = sub.add_parser("report", help="regenerate docs/benchmarks.md from the result files")
     p.add_argument("--results", default="bench-results", help="directory of fresh KIND.json files")

@@ -318,6 +318,18 @@ def run_floor(args) -> int:
     return 0
 
 
+def run_speculative(args) -> int:
+    """`torchlet bench speculative`; exit status 1 where exact acceptance changed a token."""
+    from .speculative import check_lines, measure
+
+    payload, device = measure(args, log)
+    lines, held = check_lines(payload["rows"])
+    payload["checks"] = lines
+    report("speculative", args, payload, device)
+    print("\n".join(lines))
+    return 0 if held else 1
+
+
 def run_report(args) -> int:
     from .doc import write_doc
 

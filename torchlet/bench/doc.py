@@ -16,7 +16,7 @@ from .workloads import QWEN25_05B, nano_vllm_workload
 
 REPO = Path(__file__).resolve().parents[2]
 KINDS = ("main-job", "long-prompt", "cpu", "gpu-workload", "mixed", "mixed-cpu", "decode",
-         "anchors", "kernel", "tp", "serve", "serve-gpu", "batching")
+         "anchors", "kernel", "tp", "serve", "serve-gpu", "batching", "speculative")
 TITLES = {
     "main-job": "CPU main job: torchlet generate's default version against Hugging Face generate",
     "long-prompt": "CPU long prompt: torchlet generate's default version against Hugging Face "
@@ -32,6 +32,7 @@ TITLES = {
     "serve": "torchlet serve under a Poisson stream of requests",
     "serve-gpu": "torchlet serve on the GPU under a Poisson stream of requests",
     "batching": "What batching buys a server: the same requests one after another, then at once",
+    "speculative": "Speculative decoding (v17): k guessed tokens a step against none",
 }
 HOW_TO = {
     "main-job": "torchlet bench main-job --threads 1,2",
@@ -48,6 +49,7 @@ HOW_TO = {
     "serve-gpu": "torchlet bench serve --device cuda --model DIR (docs/probes/serve_model_dir.py "
                  "writes one)",
     "batching": "torchlet bench batching --device cpu",
+    "speculative": "torchlet bench speculative",
 }
 # What both serve sections say of the run; each adds how its model is made.
 SERVE_NOTE = ("The server runs in a child process (`torchlet serve`, its banner: {server}); "
@@ -149,6 +151,18 @@ NOTES["batching"] = (
     "batched step reads the weights once for every request in it, so the lower the better "
     "(issue 42's target on a CPU: 0.35 at most). Same answers: each request's text equal in "
     "both runs.")
+NOTES["speculative"] = (
+    "One process, one version built once for k=0 (speculative_tokens=0: v16's engine, no "
+    "verifying pass) and once for each other k and acceptance, the engines in turn at each cell "
+    "after one untimed warm-up each; every engine runs the cells in the same order, so a prompt "
+    "an earlier cell left in the prefix cache is there for all of them. A cell: the workload's "
+    "first B prompts added at once and stepped to their end, greedy, eos ignored. tok/s: the "
+    "cell's tokens over its wall time, one run; x k=0: over the same cell's k=0 row. tokens / "
+    "verify pass: speculation_stats()'s tokens over verify_passes during the cell, a pass's "
+    "requests together (at batch 1, the tokens one pass of the model gives); acceptance rate: "
+    "accepted over proposed guesses. Tokens equal to k=0's: position by position, request by "
+    "request; exact acceptance promises all of them, and the check under the table says whether "
+    "they were. Greedy, rejection keeps the same tokens too: a greedy p is all on the argmax.")
 NOTES["mixed-cpu"] = NOTES["mixed"]
 NOTES["serve-gpu"] = (SERVE_NOTE + "On the GPU, `--model` is a "
                       "Qwen2.5-0.5B-shaped model with `bench gpu-workload`'s random weights and "
@@ -229,6 +243,8 @@ def section(kind: str, result: dict | None, assets: str) -> list[str]:
         out += [*long_prompt_lines(result), ""]
     if kind == "decode":
         out += top_kernel_lines(result["rows"])
+    if result.get("checks"):
+        out += [*result["checks"], ""]
     out += anchor_notes(result["rows"])
     if result.get("anchors"):
         from .anchors import workload_anchor_lines

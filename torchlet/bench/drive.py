@@ -57,7 +57,10 @@ def progress_bar(total: int, enabled: bool, desc: str):
                 leave=False, dynamic_ncols=True)
 
 
-def run_steps(engine, workload: Workload, device: str, progress: bool) -> dict:
+def run_steps(engine, workload: Workload, device: str, progress: bool,
+              tokens: bool = False) -> dict:
+    """The workload's requests, all added at once, stepped to their end; with `tokens`, the row
+    also holds each request's token ids (token_ids, in the workload's order)."""
     n = workload.num_requests
     first, last, seen = [0.0] * n, [0.0] * n, [0] * n
     steps = prefill_steps = prefill_tokens = decode_tokens = 0
@@ -97,11 +100,14 @@ def run_steps(engine, workload: Workload, device: str, progress: bool) -> dict:
     sync(device)
     end = time.perf_counter()
     bar.close()
-    counts = [len(engine.output(rid).tokens) for rid in ids]
-    return summarize(start, end, first, last, counts, steps=steps, prefill_steps=prefill_steps,
-                     prefill_tokens=prefill_tokens,
-                     decode_tokens=decode_tokens, prefill_step_s=prefill_time,
-                     decode_step_s=decode_time)
+    made = [list(engine.output(rid).tokens) for rid in ids]
+    row = summarize(start, end, first, last, [len(t) for t in made], steps=steps,
+                    prefill_steps=prefill_steps, prefill_tokens=prefill_tokens,
+                    decode_tokens=decode_tokens, prefill_step_s=prefill_time,
+                    decode_step_s=decode_time)
+    if tokens:
+        row["token_ids"] = made
+    return row
 
 
 def run_stream(engine, workload: Workload, device: str, progress: bool) -> dict:

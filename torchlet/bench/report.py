@@ -165,7 +165,19 @@ BATCHING_COLUMNS = [
     ("at once / after another", lambda r: _num(".3f")(r["ratio"])),
     ("same answers", lambda r: "yes" if r["same_answers"] else "NO"),
 ]
-COLUMNS = {"batching": BATCHING_COLUMNS, "tp": TP_COLUMNS, "serve": SERVE_COLUMNS, "serve-gpu": SERVE_COLUMNS, "main-job": MAIN_JOB_COLUMNS, "mixed": MIXED_COLUMNS, "mixed-cpu": MIXED_COLUMNS,
+SPECULATIVE_COLUMNS = [
+    ("workload", lambda r: r["workload"]),
+    ("batch", lambda r: str(r["batch"])),
+    ("k", lambda r: str(r["k"])),
+    ("acceptance", lambda r: r["acceptance"] or "-"),
+    ("tok/s", lambda r: _num(",.1f")(r["output_tok_s"])),
+    ("x k=0", lambda r: _num(".2f")(r["speedup"])),
+    ("tokens / verify pass", lambda r: _num(".2f")(r["tokens_per_pass"])),
+    ("acceptance rate", lambda r: "n/a" if r["acceptance_rate"] is None
+     else f"{r['acceptance_rate']:.1%}"),
+    ("tokens equal to k=0's", lambda r: f"{r['same_as_k0']} / {r['of_k0']}"),
+]
+COLUMNS = {"batching": BATCHING_COLUMNS, "speculative": SPECULATIVE_COLUMNS, "tp": TP_COLUMNS, "serve": SERVE_COLUMNS, "serve-gpu": SERVE_COLUMNS, "main-job": MAIN_JOB_COLUMNS, "mixed": MIXED_COLUMNS, "mixed-cpu": MIXED_COLUMNS,
            "long-prompt": LONG_PROMPT_COLUMNS,
            "cpu": WORKLOAD_COLUMNS, "gpu-workload": WORKLOAD_COLUMNS + GPU_EXTRA,
            "decode": DECODE_COLUMNS, "kernel": KERNEL_COLUMNS, "anchors": ANCHORS_COLUMNS}
@@ -353,6 +365,17 @@ def chart(kind: str, payload: dict, path: Path) -> None:
         ax.set_xlabel(f"seconds for {r['requests']} requests of {r['tokens']} tokens "
                       f"(lower is better)")
         fig.suptitle(payload.get("server", ""), fontsize=7, wrap=True)
+    elif kind == "speculative":
+        fig, ax = plt.subplots(figsize=(8, 0.3 * len(rows) + 1.6))
+        names = [f"{r['workload']} B={r['batch']} k={r['k']}"
+                 + (f" {r['acceptance']}" if r["acceptance"] else "") for r in rows]
+        ax.barh(names, [r["speedup"] for r in rows], color=["tab:grey" if r["k"] == 0
+                                                             else "tab:blue" for r in rows])
+        ax.axvline(1.0, color="black", linewidth=0.8)
+        ax.invert_yaxis()
+        ax.tick_params(axis="y", labelsize=7)
+        ax.set_xlabel("tokens/s over the same cell's k=0 (higher is better)")
+        fig.suptitle(payload["workload"]["describe"], fontsize=7, wrap=True)
     elif kind == "main-job":
         fig, ax = plt.subplots(figsize=(8, 0.5 * len(rows) + 1.6))
         mid = [r["tok_s_median"] for r in rows]

@@ -44,11 +44,13 @@ class Launch:
         self.interpret = args.triton_interpret
         # the newest version that samples, unless --impl names one: most OpenAI clients and
         # chat pages send a temperature, and a greedy default would refuse them all
-        self.version = running.pick_version(args.impl, args.impl_root, self.device, need=SAMPLING,
-                                        interpret=args.triton_interpret)
+        self.version = running.pick_version(args.impl, args.impl_root, self.device,
+                                            need=(SAMPLING, *running.speculation_needs(args)),
+                                            interpret=args.triton_interpret)
         if REQUEST_STATES not in self.version.capabilities:
             raise TorchletError(f"{self.version.name} has no step API (request_states): serve "
                                 f"needs v03 or later")
+        speculation = running.speculation_options(args, self.version)
         sizing = {}
         if args.num_blocks is not None:
             option = self.version.option_for(NUM_BLOCKS)
@@ -63,7 +65,7 @@ class Launch:
         tokenizer = load_tokenizer(model_dir)
         config = checkpoint.config
         context = min(config.max_position, args.max_model_len or default_max_len)
-        self.serving = running.serving_options(self.version, self.device)
+        self.serving = {**running.serving_options(self.version, self.device), **speculation}
         with running.kernels_off(self.device, self.interpret):  # the layers choose at build
             engine = build_sized(self.version, checkpoint, device=self.device,
                                  dtype=running.resolve_dtype(args.dtype, self.device),

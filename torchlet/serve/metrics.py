@@ -1,16 +1,28 @@
 """/metrics: the server's state in Prometheus' text format, through prometheus-client.
 
 Counters and histograms are updated by the engine thread as tokens come and requests end
-(prometheus-client's metrics are thread-safe); the gauges are read from the worker's latest
-snapshot when scraped, so a scrape never touches the engine. Each app has its own registry:
-two servers in one process (the specs, the benchmark) do not share their numbers."""
+(prometheus-client's metrics are thread-safe); the gauges, and a speculative engine's own
+counters (speculation_stats), are read from the worker's latest snapshot when scraped, so a
+scrape never touches the engine. Each app has its own registry: two servers in one process (the
+specs, the benchmark) do not share their numbers."""
 from __future__ import annotations
 
 import collections
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
+# speculation_stats() keys as counters (prometheus-client adds _total): name and help.
+SPECULATION = {
+    "verify_passes": ("torchlet_spec_verify_passes", "passes of the model that verified guessed "
+                      "tokens (speculative decoding)"),
+    "proposed": ("torchlet_spec_proposed_tokens", "tokens guessed and verified; accepted / "
+                 "proposed is the acceptance rate"),
+    "accepted": ("torchlet_spec_accepted_tokens", "guessed tokens kept by a verifying pass"),
+    "tokens": ("torchlet_spec_tokens", "tokens verifying passes kept: the accepted guesses and "
+               "one of the model's own a request; tokens / verify passes is the accepted tokens "
+               "per target pass (a pass's requests together)"),
+}
 # Latency buckets from a CPU's tiny model (sub-millisecond steps) to a slow first token.
 BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 
@@ -57,7 +69,7 @@ class Metrics:
 
 
 class _Gauges:
-    """The snapshot's numbers, as gauges, at scrape time."""
+    """The snapshot's numbers at scrape time: gauges, and the engine's speculation counters."""
 
     def __init__(self, metrics: Metrics):
         self.metrics = metrics
@@ -98,3 +110,7 @@ class _Gauges:
             yield GaugeMetricFamily("torchlet_prefix_cache_hit_rate",
                                     "prompt tokens found cached, of those looked up",
                                     value=prefix["hit_tokens"] / queried if queried else 0.0)
+        speculation = s.get("speculation")
+        if speculation is not None:
+            for key, (name, doc) in SPECULATION.items():
+                yield CounterMetricFamily(name, doc, value=speculation[key])

@@ -9,7 +9,7 @@ calls with the request's events: ("added", id), ("refused", message), ("tokens",
 
 The engine is reached only through the step API (add_request, step, abort, has_unfinished,
 last_step_stats) and, where its version has them, pool_stats, block_tables,
-prefix_cache_stats and cached_blocks: every version from v03 on can serve.
+prefix_cache_stats, cached_blocks and speculation_stats: every version from v03 on can serve.
 """
 from __future__ import annotations
 
@@ -22,8 +22,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from torchlet.contract import (PAGED_KV, PREFIX_CACHE, FinishReason, GenerationParams,
-                               RequestState, TorchletError)
+from torchlet.contract import (PAGED_KV, PREFIX_CACHE, SPECULATIVE, FinishReason,
+                               GenerationParams, RequestState, TorchletError)
 
 # What the client is told for each way a request ends.
 REASONS = {FinishReason.EOS: "stop", FinishReason.STOP: "stop", FinishReason.LENGTH: "length",
@@ -54,6 +54,7 @@ class Worker:
         self.engine, self.metrics = engine, metrics
         self.context = context  # a context manager the loop runs in (kernels_off on a CPU)
         self.paged, self.prefix = PAGED_KV in capabilities, PREFIX_CACHE in capabilities
+        self.speculative = SPECULATIVE in capabilities
         self.inbox: queue.SimpleQueue = queue.SimpleQueue()
         self.jobs: dict[int, Job] = {}
         self.steps: collections.deque = collections.deque(maxlen=HISTORY)
@@ -205,6 +206,8 @@ class Worker:
                        if self.paged else None),
             "prefix": self.engine.prefix_cache_stats() if self.prefix else None,
             "cached": self.engine.cached_blocks() if self.prefix else None,
+            # counted since the build, guesses or none (speculative_tokens=0 counts no pass)
+            "speculation": self.engine.speculation_stats() if self.speculative else None,
             "stopped": self.stopped,
         }
         self.snapshot = snapshot
