@@ -39,13 +39,17 @@ import functools
 
 import pytest
 import torch
+from hypothesis import strategies as st
+from hypothesis.stateful import initialize, precondition, rule, run_state_machine_as_test
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from spec.support.models.fixtures import tiny_checkpoint
 from spec.support.oracles import sampling_oracle as oracle
 from spec.support.oracles.oracle import cached_model, greedy
 from spec.support.oracles.oracle_cache import on_disk
+from spec.support.inputs.paged_strategies import BLOCK_SIZES
 from spec.support.oracles.prompts import MARGIN, screened
+from spec.test_v12_block_pool import HASHES, VOCAB as POOL_VOCAB, PrefixPoolMachine
 from torchlet.contract import SPECULATIVE, BuildError, GenerationParams
 
 pytestmark = pytest.mark.spec(needs=SPECULATIVE)
@@ -417,3 +421,121 @@ def test_the_ngram_proposer_guesses_what_followed_the_latest_match_of_the_longes
         impl, sequence, ngram, k, expected):
     proposer = impl.package.NgramProposer(ngram)
     assert proposer.propose([Sequence_(sequence)], k) == [expected]
+
+
+# --- the allocator under speculation -----------------------------------------------------------
+
+
+class RollbackPoolMachine(PrefixPoolMachine):
+    """v12's prefix-pool machine over v17's pool, with one more rule: a verifying pass. A running
+    request grows by its own row and up to `count` guesses (as far as blocks are free), the pass
+    writes their K/V (the machine records each block's prefix as the pass fed it: guesses
+    included), the first `agree` guesses are the request's real next tokens and the rest are not,
+    and the request keeps its own row and the agreeing guesses: truncate, then seal. Every
+    invariant of v12's machine holds after it: counts, the free list, and every hashed block
+    holding the K/V of the tokens its hash was made from (so no sealed block holds a guess)."""
+
+    @initialize(shape=st.tuples(st.integers(2, 40), st.sampled_from(BLOCK_SIZES)),
+                hash_name=st.sampled_from(sorted(HASHES)))
+    def make_pool(self, shape, hash_name):
+        block_hash = {} if HASHES[hash_name] is None else {"block_hash": HASHES[hash_name]}
+        self.pool = self.package.RollbackPool(*shape, **block_hash)
+        self.usable = set(range(1, self.pool.num_blocks))
+
+    @precondition(lambda self: self.running)
+    @rule(pick=st.integers(0, 1000), count=st.integers(0, 8), agree=st.integers(0, 8))
+    def verify_and_roll_back(self, pick, count, agree):
+        rid = self._pick(self.running, pick)
+        self.write_kv()
+        n = self.pool.num_tokens(rid)
+        real = self.sequence(rid, n + count + 1)
+        agree = min(agree, count)
+        fed = real[:n + 1 + agree] + [(t + 1) % POOL_VOCAB for t in real[n + 1 + agree:]]
+        grown = 0
+        while grown < count + 1 and self.pool.can_append(rid):
+            self.pool.append_token(rid)
+            grown += 1
+        if not grown:
+            return
+        held, size, table = self.held_by(), self.pool.block_size, self.pool.table(rid)
+        for i in range(n // size, -(-(n + grown) // size)):
+            assert held[table[i]] == 1, f"the pass writes into block {table[i]}, shared"
+            self.content[table[i]] = tuple(fed[:min(n + grown, (i + 1) * size)])
+        keep = n + 1 + min(agree, grown - 1)
+        free_before = self.pool.free_blocks()
+        gone = self.pool.truncate(rid, keep)
+        assert self.pool.num_tokens(rid) == keep
+        assert self.pool.table(rid) == table[:self.pool.blocks_needed(keep)] and \
+            gone == table[self.pool.blocks_needed(keep):]
+        assert self.pool.free_blocks() == free_before + list(reversed(gone))
+        self.written[rid] = min(self.written.get(rid, 0), keep)
+        self.running[rid] = keep
+        self.seal_written(rid)
+
+
+@pytest.mark.spec(first_with="RollbackPool")
+def test_verifying_passes_among_shared_blocks_decode_seal_free_and_eviction_keep_every_invariant(
+        impl):
+    # Examples come from the active profile (ci: 200, stress: 5,000); no settings here.
+    run_state_machine_as_test(lambda: RollbackPoolMachine(impl.package))
+
+
+# --- on a GPU ----------------------------------------------------------------------------------
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("how", ["right", "wrong", "ngram"])
+def test_on_cuda_a_verifying_pass_replays_a_slice_graph_and_keeps_the_oracles_tokens(impl, how):
+    """float32 on CUDA, where the layers run their kernels and a verifying pass is a slice pass
+    replayed from a graph: every step asks the driver for a graph launch (none runs the layers
+    eagerly), and the tokens are the oracle's, alone and in a batch."""
+    from spec.support.watchers.replay_watch import CudaLaunches
+    cases = greedy_cases()
+    proposer = "ngram" if how == "ngram" else Scripted(cases, how)
+    engine = impl.build(CKPT, device="cuda", block_size=BLOCK, speculative_tokens=4,
+                        proposer=proposer)
+    prompt, expected = cases[0]
+    rid = engine.add_request(list(prompt), GenerationParams(max_new_tokens=NEW))
+    launches = []
+    while engine.has_unfinished():
+        with CudaLaunches() as seen:
+            engine.step()
+        launches.append(seen.graphs)
+    assert engine.output(rid).tokens == list(expected)
+    assert all(n >= 1 for n in launches), launches  # no step ran its passes eagerly
+    tokens, _ = run_steps(engine, [p for p, _ in cases], GenerationParams(max_new_tokens=NEW))
+    assert tokens == [list(t) for _, t in cases]
+
+
+# --- tensor parallelism ------------------------------------------------------------------------
+
+
+def speculative_tokens_on_ranks(ranks, counts, spec, greedy_prompts, sampled):
+    """Rank 0: the greedy tokens of greedy_prompts and each (prompt, params)'s seeded tokens,
+    from one engine built on every rank, and what its verifying passes kept."""
+    engine = ranks.build(spec)
+    tokens = engine.generate(greedy_prompts, GenerationParams(max_new_tokens=NEW))
+    samples = [engine.generate([p], params)[0] for p, params in sampled]
+    return tokens, samples, engine.speculation_stats()
+
+
+@functools.lru_cache(maxsize=None)
+def _tp2_speculating(impl):
+    from spec.support.ranks.ranks import spec_for
+    from spec.test_v16_tensor_parallel import model_dir, run_or_error
+    spec = spec_for(impl, model_dir(FIXTURE), speculative_tokens=4, block_size=BLOCK)
+    sampled = [(list(p), params_of(s, seed)) for p, s, seed, _ in seeded_cases()]
+    return run_or_error(speculative_tokens_on_ranks, spec, [list(p) for p, _ in greedy_cases()],
+                        sampled)
+
+
+@pytest.mark.spec(needs=SPECULATIVE)
+def test_at_tp2_the_ranks_propose_and_verify_alike_and_keep_the_oracles_tokens(impl):
+    """Two ranks over gloo, each proposing from its own copy of every sequence and verifying on
+    its shard: greedy and seeded tokens are the oracle's, and guesses were kept (a rank that
+    proposed otherwise would meet the other's collectives with another row count)."""
+    from spec.test_v16_tensor_parallel import result
+    (tokens, samples, stats), _ = result(_tp2_speculating(impl))
+    assert tokens == [list(t) for _, t in greedy_cases()]
+    assert samples == [list(t) for *_, t in seeded_cases()]
+    assert stats["accepted"] > 0

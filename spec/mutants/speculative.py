@@ -21,6 +21,9 @@ BLOCKS = f"{PAGE}::test_blocks_past_the_kept_rows_go_back_to_the_pool_after_ever
 SEALED = f"{PAGE}::test_a_prompt_that_repeats_a_rejected_guess_run_finds_no_block_that_held_it"
 DISTRIBUTION = f"{PAGE}::test_rejection_acceptance_keeps_the_targets_distribution"
 CROWDED = f"{PAGE}::test_a_step_with_more_decodes_than_speculate_below_guesses_nothing"
+MACHINE = (f"{PAGE}::test_verifying_passes_among_shared_blocks_decode_seal_free_and_eviction_keep_"
+           f"every_invariant")
+ON_RANKS = f"{PAGE}::test_at_tp2_the_ranks_propose_and_verify_alike_and_keep_the_oracles_tokens"
 NGRAM = (f"{PAGE}::test_the_ngram_proposer_guesses_what_followed_the_latest_match_of_the_longest_"
          f"ngram")
 
@@ -50,6 +53,23 @@ MUTANTS = [
              "        self.pool.truncate(request.id, keep)\n"),),
         (SEALED,), V17,
         "full blocks are sealed before the roll-back, rejected guesses' rows and tokens with them"),
+    Mutant("v17-truncated-blocks-leak", PROPERTY, (
+        Edit(KV, "            if self._refs[block] == 0:\n"
+                 "                del self._refs[block]\n"
+                 "                self._free[block] = None\n",
+             "            if self._refs[block] == 0:\n"
+                 "                del self._refs[block]\n"),),
+        (MACHINE,), V17,
+        "a block cut off a request's table never reaches the free list"),
+    Mutant("v17-followers-skip-the-speculating-step", PROPERTY, (
+        Edit("v16_tensor_parallel/loop.py",
+             "                call = getattr(self, {\"enqueue\": \"_enqueue\", \"shards\": "
+             "\"gather_shards\"\n",
+             "                call = getattr(super(), {\"enqueue\": \"_enqueue\", \"shards\": "
+             "\"gather_shards\"\n"),),
+        (ON_RANKS,), V17,
+        "a following rank runs v14's step, not its own version's: it launches decodes ahead "
+        "while rank 0 verifies guesses in order"),
     Mutant("v17-first-disagreeing-guess-kept", PROPERTY, (
         Edit(SAMPLER, "    return own[:j + 1]\n",
              "    return own[:j] + (list(guesses[j:j + 1]) or own[j:j + 1])\n"),),
