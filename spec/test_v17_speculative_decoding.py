@@ -201,13 +201,16 @@ def params_of(settings, seed, n=oracle.HORIZON):
 @pytest.mark.parametrize("k", (2, 4))
 @pytest.mark.parametrize("how", ["right", "wrong", "ngram"])
 def test_exact_seeded_samples_are_the_oracles_together_with_greedy_requests(impl, k, how):
-    cases = seeded_cases()
-    proposer = "ngram" if how == "ngram" else Scripted([(p, t) for p, _, _, t in cases], how)
-    engine = build(impl, k, proposer=proposer)
+    cases, plain = seeded_cases(), greedy_cases()
+    scripted = [(p, t) for p, _, _, t in cases] + plain
+    engine = build(impl, k, proposer="ngram" if how == "ngram" else Scripted(scripted, how))
     ids = [engine.add_request(list(p), params_of(s, seed)) for p, s, seed, _ in cases]
+    greedy_ids = [engine.add_request(list(p), GenerationParams(max_new_tokens=NEW))
+                  for p, _ in plain]
     while engine.has_unfinished():
         engine.step()
     assert [engine.output(i).tokens for i in ids] == [list(t) for *_, t in cases]
+    assert [engine.output(i).tokens for i in greedy_ids] == [list(t) for _, t in plain]
 
 
 @pytest.mark.parametrize("k", (1, 3, 4))

@@ -56,6 +56,12 @@ class SpeculativeSampler(SeededSampler):
         # the lanes' settings (bind() wrote them), a row each, in draw.sample's order
         settings = [t[lanes].to(logits.device) for t in self.settings.host.values()]
         position = positions.to(logits.device)
+        if not bool((settings[0] > 0).any()):
+            # all greedy, where both rules keep the guesses equal to the argmax (a greedy p is
+            # all on it): the argmax alone, since the filters' sorts and the hashes over the
+            # whole vocabulary would cost a CPU more than the pass saves (v11's draw says so)
+            return [keep_agreeing(g, row) for g, row in
+                    zip(guesses, split(logits.argmax(dim=-1).tolist(), counts))]
         own = draw.sample(logits, *settings, position).tolist()  # the engine's own draws
         if self.acceptance == "exact":
             return [keep_agreeing(g, row) for g, row in zip(guesses, split(own, counts))]

@@ -1,0 +1,96 @@
+"""What a verifying pass costs (v17), against a plain decode step of the same version with
+speculative_tokens=0, at batch 1 and 8, context 128 (or --context N): the bench's verify-cost
+measure, which needs no trained weights (acceptance does; `torchlet bench speculative` measures
+that on the default model). Random weights of the Qwen2.5-0.5B shape in bf16 on a GPU, of the
+CPU benchmark model in float32 with --cpu.
+
+Each engine's requests take a prompt of `context` random tokens; a proposer that always guesses
+k tokens (the last one repeated) runs STEPS steps after WARMUP, timed from outside, every request
+running throughout: a step's cost is one verifying pass of k + 1 rows a request, whatever it
+keeps. Also the n-gram proposer's own cost: one propose() of 8 guesses over 8 sequences of
+`context` tokens, against the plain step.
+
+    PYTHONPATH=. python docs/probes/verify_cost.py [--context N] [--cpu]
+"""
+import argparse
+import os
+import time
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--context", type=int, default=128)
+parser.add_argument("--cpu", action="store_true")
+args = parser.parse_args()
+if args.cpu:
+    os.environ["TRITON_INTERPRET"] = "0"  # the layers read it per call: their PyTorch path
+
+import torch  # noqa: E402
+
+import implementations  # noqa: E402
+from torchlet.bench.workloads import CPU_MODEL, QWEN25_05B, random_checkpoint  # noqa: E402
+from torchlet.contract import SPECULATIVE, GenerationParams  # noqa: E402
+
+STEPS, WARMUP = 40, 10
+device, dtype = ("cpu", torch.float32) if args.cpu else ("cuda", torch.bfloat16)
+if args.cpu:
+    torch.set_num_threads(1)
+config = CPU_MODEL if args.cpu else QWEN25_05B
+version = [v for v in implementations.discover() if SPECULATIVE in v.capabilities][-1]
+checkpoint = random_checkpoint(config, 0, device=device, dtype=dtype)
+
+
+class Always:
+    """k guesses every step: the request's last token, repeated."""
+
+    def propose(self, requests, k):
+        return [[r.sequence[-1]] * k for r in requests]
+
+
+def sync():
+    if device == "cuda":
+        torch.cuda.synchronize()
+
+
+def ms_per_step(batch: int, k: int) -> float:
+    """ms a step, every request running throughout (room for every guess kept)."""
+    new = (STEPS + WARMUP) * (k + 1) + 8
+    engine = version.build(checkpoint, device=device, dtype=dtype, speculative_tokens=k,
+                           proposer=Always(), max_lanes=max(batch, 8), prefix_cache=False,
+                           max_model_len=args.context + new + 16)
+    g = torch.Generator().manual_seed(batch)
+    for _ in range(batch):
+        prompt = torch.randint(3, config.vocab_size, (args.context,), generator=g).tolist()
+        engine.add_request(prompt, GenerationParams(max_new_tokens=new))
+    for _ in range(WARMUP):
+        engine.step()
+    sync()
+    start = time.perf_counter()
+    for _ in range(STEPS):
+        engine.step()
+    sync()
+    return (time.perf_counter() - start) * 1000 / STEPS
+
+
+print(f"{version.name} on {device}, {dtype}, context {args.context}: ms a step "
+      f"(median of 3), and against k = 0")
+for batch in (1, 8):
+    base = None
+    for k in (0, 2, 4, 8):
+        runs = sorted(ms_per_step(batch, k) for _ in range(3))
+        base = base or runs[1]
+        print(f"batch {batch:2d}  k {k}: {runs[1]:8.3f} ms  {runs[1] / base:5.2f}x")
+
+proposer = version.package.NgramProposer(3)
+
+
+class Row:
+    def __init__(self, sequence):
+        self.sequence = sequence
+
+
+g = torch.Generator().manual_seed(1)
+rows = [Row(torch.randint(3, 50, (args.context,), generator=g).tolist()) for _ in range(8)]
+start = time.perf_counter()
+for _ in range(20):
+    proposer.propose(rows, 8)
+print(f"n-gram proposer, 8 sequences of {args.context} tokens, 8 guesses: "
+      f"{(time.perf_counter() - start) * 1000 / 20:.3f} ms a call")
