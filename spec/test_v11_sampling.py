@@ -120,7 +120,7 @@ def settings_tensors(batch: list[oracle.Settings], dtype=torch.float64):
             torch.tensor([s.min_p for s in batch], dtype=dtype))
 
 
-@pytest.mark.spec(part="sampler")
+@pytest.mark.spec(part="sampler", first_with="draw")
 @given(st.integers(2, 48).flatmap(lambda v: st.lists(filter_cases(v), min_size=1, max_size=4)))
 def test_the_filters_equal_hugging_faces_warpers_row_by_row(impl, batch):
     """Per row of a batch with mixed settings: the same tokens keep non-zero probability, with
@@ -137,7 +137,7 @@ DISTRIBUTION_LOGITS = torch.tensor([1.0, 0.5, 0.2, -1.0, 2.0, 0.0, -3.0, 0.7])
 FALSE_ALARM = 1e-6  # chance that a correct sampler fails one of these tests, per settings row
 
 
-@pytest.mark.spec(part="sampler")
+@pytest.mark.spec(part="sampler", first_with="draw")
 @pytest.mark.parametrize("settings", [oracle.Settings(1.0), oracle.Settings(0.7, 5, 0.9, 0.0),
                                       oracle.Settings(1.5, 0, 0.8, 0.1)], ids=str)
 def test_seeded_draws_follow_the_filtered_distribution_by_a_chi_square_test(impl, settings):
@@ -158,7 +158,7 @@ def test_seeded_draws_follow_the_filtered_distribution_by_a_chi_square_test(impl
         assert oracle.chi_square_p(counts, probs) > FALSE_ALARM, (counts, probs * n)
 
 
-@pytest.mark.spec(part="sampler")
+@pytest.mark.spec(part="sampler", first_with="draw")
 def test_a_draw_depends_on_seed_and_position_only(impl):
     """The same (seed, position) draws the same token from the same logits in any row of any
     batch; another seed or position draws differently somewhere."""
@@ -184,7 +184,7 @@ ALL_ONES = 2 ** 24 - 1
 EXTREMES = (ALL_ONES, ALL_ONES - 1, 2 ** 23, 2 ** 23 + 1, 2 ** 23 + 3, 0)
 
 
-@pytest.mark.spec(part="sampler")
+@pytest.mark.spec(part="sampler", first_with="draw")
 @pytest.mark.parametrize("top24", EXTREMES)
 def test_uniforms_equal_the_oracles_bit_for_bit_at_the_extreme_hash_values(impl, top24):
     """For a (seed, position) whose stream holds the extreme value top24 at one token (found by
@@ -206,7 +206,7 @@ def race_rows(seeds: list[int], position: int, vocab: int, settings: oracle.Sett
     return logits, (t, k, p, m, torch.tensor(seeds), torch.full((len(seeds),), position))
 
 
-@pytest.mark.spec(part="sampler")
+@pytest.mark.spec(part="sampler", first_with="draw")
 def test_top_k_one_draws_the_greedy_token_for_every_seed_whose_stream_holds_an_all_ones_hash(
         impl):
     """Of seeds 0..29,999, every one whose stream at position 7 over a 49,152-token vocabulary
@@ -219,7 +219,7 @@ def test_top_k_one_draws_the_greedy_token_for_every_seed_whose_stream_holds_an_a
         (s, int(d)) for s, d, a in zip(seeds, drawn, logits.argmax(-1)) if d != a]
 
 
-@pytest.mark.spec(part="sampler")
+@pytest.mark.spec(part="sampler", first_with="draw")
 @engine_settings()  # one 49,152-token row sorted twice an example: a model step's cost
 @given(position=st.integers(0, 2 ** 31), start=st.integers(0, 2 ** 62),
        top24=st.sampled_from([ALL_ONES, 2 ** 23 + 1, 0]), extreme=st.booleans(),

@@ -54,7 +54,10 @@ from spec.support.ranks.ranks import held_bytes, run_ranks, spec_for
 from torchlet.checkpoints import load_hf_dir
 from torchlet.contract import TENSOR_PARALLEL, FinishReason, GenerationParams, TorchletError
 
-pytestmark = pytest.mark.spec(needs=TENSOR_PARALLEL)
+# Against the first version to export this sharded model and this engine (a later version that
+# re-exports them runs its own tensor-parallel spec: v17's ranks propose and verify alike).
+pytestmark = pytest.mark.spec(needs=TENSOR_PARALLEL,
+                              first_with=("ShardedModel", "TensorParallelEngine"))
 
 F64 = torch.float64
 NEW = 8
