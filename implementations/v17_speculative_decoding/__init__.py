@@ -9,21 +9,23 @@ token) alone (v11), every request's tokens are those of speculative_tokens=0, gr
 acceptance="rejection" is the textbook rule, which keeps the distribution but not the tokens.
 
 Swaps the proposer (proposer.py, a new part: NgramProposer, prompt lookup in the request's own
-sequence, or DraftProposer, a draft model's greedy tokens), the request (request.py: SpeculativeRequest, which holds its guesses for a pass and
-takes several tokens a step), the K/V memory (kv.py: SpeculativeKV, whose rows grow by the
-guesses and roll back to the kept ones), the sampler (sampler.py: SpeculativeSampler, which
-decides what is kept), the policy (policy.py: SpeculationPolicy, how many tokens a step
-guesses), the scheduler (scheduler.py: SpeculativeScheduler, whose batch carries that number and
-which hands a request its tokens), the runner (runner.py: SpeculativeRunner, the verifying
-pass) and the loop (loop.py: SpeculativeEngine, which runs a step that guesses in order). With
-speculative_tokens=0 (the default) it is v16."""
+sequence, or DraftProposer, a draft model's greedy tokens), the request (request.py:
+SpeculativeRequest, which holds its guesses for a pass and takes several tokens a step), the
+K/V memory (kv.py: SpeculativeKV, whose rows grow by the guesses and roll back to the kept
+ones), the sampler (sampler.py: SpeculativeSampler, which decides what is kept), the policy
+(policy.py: SpeculationPolicy, how many tokens a step guesses), the scheduler (scheduler.py:
+SpeculativeScheduler, whose batch carries that number and which hands a request its tokens),
+the runner (runner.py: SpeculativeRunner, the verifying pass) and the loop (loop.py:
+SpeculativeEngine, which runs a step that guesses in order). With speculative_tokens=0 (the
+default) it is v16."""
 from torchlet.contract import SPECULATIVE
 
 from ..v16_tensor_parallel import CAPABILITIES as PREVIOUS
 from ..v16_tensor_parallel import PARTS as BEFORE
-from ..v16_tensor_parallel import (KERNELS, BlockPool, GraphRunner, default_buckets, PoolExhausted, PrefixBlockPool, PrefixKV,
-                                   Shard, ShardedModel, SliceGraphs, TensorParallelEngine, context_attention,
-                                   draw, fused_kernels, gemv, graphs, kernels, layers, metadata,
+from ..v16_tensor_parallel import (BlockPool, GraphRunner, KERNELS, PoolExhausted,
+                                   PrefixBlockPool, PrefixKV, Shard, ShardedModel, SliceGraphs,
+                                   TensorParallelEngine, context_attention, default_buckets, draw,
+                                   fused_kernels, gemv, graphs, kernels, layers, metadata,
                                    paged_attention, paged_kernels, shard_checkpoint)
 from .kv import RollbackPool, SpeculativeKV
 from .loop import SpeculativeEngine

@@ -10,6 +10,8 @@ how many tokens each request kept). Guess rows are not charged to the budget: it
 prompt slices beside the decodes, as in v15."""
 from __future__ import annotations
 
+from typing import Sequence
+
 from torchlet.contract import BuildOption
 
 from ..v16_tensor_parallel import TokenBudget
@@ -36,6 +38,10 @@ class SpeculationPolicy(TokenBudget):
         policy.speculate_below = a.options["speculate_below"]
         return policy
 
-    def guesses(self, decodes: int) -> int:
-        """Guesses per request in a step in which this many requests decode."""
+    def guesses(self, running: Sequence) -> int:
+        """Guesses per request in a step in which the requests of running past their prompts
+        decode (counted only where speculation is on: a step of v16's asks at no cost)."""
+        if not self.speculative_tokens:
+            return 0
+        decodes = sum(not r.prefilling for r in running)
         return self.speculative_tokens if 0 < decodes <= self.speculate_below else 0

@@ -18,7 +18,7 @@ class SpeculativeScheduler(ChunkedScheduler):
     def guesses(self) -> int:
         """Guesses per request the next step makes, by the policy's rule, for the requests
         running now past their prompts."""
-        return self.policy.guesses(sum(not r.prefilling for r in self.running))
+        return self.policy.guesses(self.running)
 
     def schedule(self, reserved: bool = False) -> SpeculativeBatch | None:
         """v15's plan, its decodes guessing what guesses() answers before it (what the loop
