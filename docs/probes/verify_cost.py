@@ -8,7 +8,8 @@ Each engine's requests take a prompt of `context` random tokens; a proposer that
 k tokens (the last one repeated) runs STEPS steps after WARMUP, timed from outside, every request
 running throughout: a step's cost is one verifying pass of k + 1 rows a request, whatever it
 keeps. Also the n-gram proposer's own cost: one propose() of 8 guesses over 8 sequences of
-`context` tokens, against the plain step.
+`context` tokens, against the plain step. On a GPU, then, batch 1's step at k = 0 and at k = 4
+under the torch profiler: its kernels' time against its wall time, and its top kernels.
 
     PYTHONPATH=. python docs/probes/verify_cost.py [--context N] [--cpu]
 """
@@ -50,8 +51,9 @@ def sync():
         torch.cuda.synchronize()
 
 
-def ms_per_step(batch: int, k: int) -> float:
-    """ms a step, every request running throughout (room for every guess kept)."""
+def warmed(batch: int, k: int):
+    """An engine of `batch` requests past WARMUP steps, every request running for STEPS more
+    (room for every guess kept)."""
     new = (STEPS + WARMUP) * (k + 1) + 8
     engine = version.build(checkpoint, device=device, dtype=dtype, speculative_tokens=k,
                            proposer=Always(), max_lanes=max(batch, 8), prefix_cache=False,
@@ -63,6 +65,11 @@ def ms_per_step(batch: int, k: int) -> float:
     for _ in range(WARMUP):
         engine.step()
     sync()
+    return engine
+
+
+def ms_per_step(batch: int, k: int) -> float:
+    engine = warmed(batch, k)
     start = time.perf_counter()
     for _ in range(STEPS):
         engine.step()
@@ -94,3 +101,15 @@ for _ in range(20):
     proposer.propose(rows, 8)
 print(f"n-gram proposer, 8 sequences of {args.context} tokens, 8 guesses: "
       f"{(time.perf_counter() - start) * 1000 / 20:.3f} ms a call")
+
+if device == "cuda":
+    from torchlet.bench.micro import device_profile
+    for k in (0, 4):
+        engine = warmed(1, k)
+        found = device_profile(lambda: [engine.step() for _ in range(10)], 10, top=6)
+        print(f"batch 1, k {k}: {found.get('profiled_ms_per_step', 0):.3f} ms a step profiled, "
+              f"{found.get('gpu_ms_per_step', 0):.3f} ms of kernels, "
+              f"{found.get('kernels_per_step', 0):.0f} kernels; host blocked "
+              f"{found.get('host_wait_ms_per_step', 0):.3f} ms")
+        for name, ms, n in found.get("top_kernels", []):
+            print(f"    {ms:.4f} ms  x{n:<6}  {name}")
