@@ -173,7 +173,7 @@ def speculation_options(args, version) -> dict:
     return {"speculative_tokens": k, "acceptance": args.acceptance}
 
 
-def self_draft_layers(text: str) -> int | None:
+def self_draft_layers(text: str, flag: str = "--proposer") -> int | None:
     """N of --proposer self:N (None for another proposer); one line if N is not a whole number
     of at least 1 (the most it may be is known once the model is loaded)."""
     from torchlet.contract import TorchletError
@@ -182,7 +182,7 @@ def self_draft_layers(text: str) -> int | None:
         return None
     number = text.removeprefix(SELF_DRAFT)
     if not number.lstrip("-").isdigit() or int(number) < 1:
-        raise TorchletError(f"--proposer {text}: self:N takes the target's first N layers as its "
+        raise TorchletError(f"{flag} {text}: self:N takes the target's first N layers as its "
                             f"draft, N at least 1 (e.g. self:8)")
     return int(number)
 
@@ -201,7 +201,7 @@ def load_proposer(text: str | None, target, flag: str = "--proposer") -> tuple[o
     text = text or NGRAM
     if text == NGRAM:
         return NGRAM, ""
-    layers = self_draft_layers(text)
+    layers = self_draft_layers(text, flag)
     if layers is not None:
         try:
             draft = self_draft(target, layers)
