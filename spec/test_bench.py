@@ -569,6 +569,12 @@ def test_bench_speculative_prints_rows_for_each_proposer_and_checks_every_exact_
     assert lines[-1] == (f"exact acceptance: {total} of {total} generated tokens equal the k=0 "
                          f"run's (4 rows): all equal") and code == 0
     assert " --proposers ngram,self:1 " in result["command"]
+    # the doc's words on the self-draft, from its exact rows (none on ngram)
+    rates = [f"{r['acceptance_rate']:.1%}" for r in drafted if r["acceptance"] == "exact"]
+    assert result["notes"] == [f"Proposer self:1, exact acceptance: copy batch 1 k=2: {rates[0]} "
+                               f"of its guesses accepted, {drafted[0]['speedup']:.2f}x k=0's "
+                               f"tok/s; chat batch 1 k=2: {rates[1]} of its guesses accepted, "
+                               f"{drafted[2]['speedup']:.2f}x k=0's tok/s."]
 
 
 def test_the_speculative_check_shows_an_exact_row_that_changed_a_token():

@@ -167,7 +167,7 @@ def measure(args, log) -> tuple[dict, str]:
                        f"ignored); workloads copy (a list or code to repeat) and chat (plain "
                        f"questions), their first B prompts at batch B; proposers "
                        f"{', '.join(proposers)}"}
-    return {"workload": job, "rows": rows}, device
+    return {"workload": job, "rows": rows, "notes": proposer_notes(rows)}, device
 
 
 def stats_between(before: dict, after: dict) -> dict:
@@ -197,6 +197,22 @@ def cell_rows(workload: Workload, runs: dict, log) -> list[dict]:
             log(f"warning: {workload.name} batch {workload.num_requests} k={k} exact {proposer}: "
                 f"only {same} of {base['output_tokens']} tokens equal k=0's")
     return rows
+
+
+def proposer_notes(rows: list[dict]) -> list[str]:
+    """A sentence per proposer other than ngram, of its exact rows: how many of its guesses
+    were kept and its speed against k = 0, per workload, so that the doc says it in words
+    written from the run."""
+    notes = []
+    for proposer in dict.fromkeys(r["proposer"] for r in rows if r["proposer"] not in
+                                  (None, "ngram")):
+        mine = [r for r in rows if r["proposer"] == proposer and r["acceptance"] == "exact"]
+        cells = "; ".join(f"{r['workload']} batch {r['batch']} k={r['k']}: "
+                          + ("no guesses" if r["acceptance_rate"] is None else
+                             f"{r['acceptance_rate']:.1%} of its guesses accepted")
+                          + f", {r['speedup']:.2f}x k=0's tok/s" for r in mine)
+        notes.append(f"Proposer {proposer}, exact acceptance: {cells}.")
+    return notes
 
 
 def check_lines(rows: list[dict]) -> tuple[list[str], bool]:
