@@ -166,7 +166,9 @@ NOTES["speculative"] = (
     "proposer: what guessed (`--proposers`): ngram is prompt lookup in the request's own text, "
     "self:N the model's own first N layers with its final norm and LM head (a self-draft, "
     "which v17 runs as a draft model: its v16 engine generates the guesses), a path a draft "
-    "model.")
+    "model. A self-draft's layers were trained to feed the layers after them, not the LM head, "
+    "so how often its guesses are kept is this measurement, not a given; and each of a draft's "
+    "proposals is a generate call on its own engine, which the verifying pass waits for.")
 NOTES["mixed-cpu"] = NOTES["mixed"]
 NOTES["serve-gpu"] = (SERVE_NOTE + "On the GPU, `--model` is a "
                       "Qwen2.5-0.5B-shaped model with `bench gpu-workload`'s random weights and "
