@@ -488,21 +488,32 @@ def test_a_sharded_random_model_draws_on_each_rank_only_the_part_it_holds():
 
 
 @pytest.fixture(scope="module")
-def speculative_run(tmp_path_factory):
-    """`bench speculative` on a tiny printable Llama with the byte tokenizer (its answers repeat
-    themselves, so prompt lookup has guesses to check), context 512 for the copy prompts: the
-    result file, the printed table and check, and the exit status."""
+def speculative_model(tmp_path_factory):
+    """A tiny printable Llama of 2 layers with the byte tokenizer (its answers repeat
+    themselves, so prompt lookup has guesses to check), context 512 for the copy prompts."""
     from spec.support.models.hf_dirs import save_tiny
 
-    model, out = tmp_path_factory.mktemp("chat"), tmp_path_factory.mktemp("speculative")
+    model = tmp_path_factory.mktemp("chat")
     save_tiny(model, "llama", tokenizer=True, seed=5, printable=True,
               max_position_embeddings=512)
+    return model
+
+
+def bench_speculative(model, out, *flags):
+    """`bench speculative` on the model: the result file, the printed table and check, and
+    the exit status."""
     printed = io.StringIO()
     with contextlib.redirect_stdout(printed), contextlib.redirect_stderr(io.StringIO()):
         code = main(["bench", "speculative", "--model", str(model), "--device", "cpu",
-                     "--threads", "1", "--batches", "1,2", "--ks", "0,2", "--max-new-tokens", "8",
-                     "--quiet", "--out", str(out)])
+                     "--threads", "1", "--max-new-tokens", "8", "--quiet", "--out", str(out),
+                     *flags])
     return json.loads((out / "speculative.json").read_text()), printed.getvalue(), code
+
+
+@pytest.fixture(scope="module")
+def speculative_run(tmp_path_factory, speculative_model):
+    return bench_speculative(speculative_model, tmp_path_factory.mktemp("speculative"),
+                             "--batches", "1,2", "--ks", "0,2")
 
 
 def test_bench_speculative_prints_a_row_for_each_k_and_acceptance_and_exact_keeps_k0s_tokens(
@@ -534,6 +545,36 @@ def test_bench_speculative_prints_a_row_for_each_k_and_acceptance_and_exact_keep
     assert lines[-1] == (f"exact acceptance: {total} of {total} generated tokens equal the k=0 "
                          f"run's (4 rows): all equal") and code == 0
     assert result["command"].startswith("torchlet bench speculative --model ")
+
+
+def test_bench_speculative_prints_rows_for_each_proposer_and_checks_every_exact_row(
+        tmp_path, speculative_model):
+    """--proposers ngram,self:1: after k=0, each proposer at k=2 with each acceptance, the
+    proposer in its column; the self-draft's rows guess through its passes, and the check under
+    the table counts the exact rows of both proposers."""
+    result, printed, code = bench_speculative(speculative_model, tmp_path, "--batches", "1",
+                                              "--ks", "0,2", "--proposers", "ngram,self:1")
+    rows = result["rows"]
+    assert [(r["workload"], r["k"], r["acceptance"], r["proposer"]) for r in rows] == [
+        (w, k, a, p) for w in ("copy", "chat")
+        for k, a, p in ((0, None, None), (2, "exact", "ngram"), (2, "rejection", "ngram"),
+                        (2, "exact", "self:1"), (2, "rejection", "self:1"))]
+    lines = printed.splitlines()
+    assert lines[0].split()[:5] == ["workload", "batch", "k", "acceptance", "proposer"]
+    for row, line in zip(rows, lines[2:2 + len(rows)]):
+        assert line.split()[3:5] == [row["acceptance"] or "-", row["proposer"] or "-"]
+    drafted = [r for r in rows if r["proposer"] == "self:1"]
+    assert all(r["speculation"]["proposed"] > 0 and r["output_tokens"] == 8 for r in drafted)
+    total = sum(r["of_k0"] for r in rows if r["acceptance"] == "exact")
+    assert lines[-1] == (f"exact acceptance: {total} of {total} generated tokens equal the k=0 "
+                         f"run's (4 rows): all equal") and code == 0
+    assert " --proposers ngram,self:1 " in result["command"]
+    # the doc's words on the self-draft, from its exact rows (none on ngram)
+    rates = [f"{r['acceptance_rate']:.1%}" for r in drafted if r["acceptance"] == "exact"]
+    assert result["notes"] == [f"Proposer self:1, exact acceptance: copy batch 1 k=2: {rates[0]} "
+                               f"of its guesses accepted, {drafted[0]['speedup']:.2f}x k=0's "
+                               f"tok/s; chat batch 1 k=2: {rates[1]} of its guesses accepted, "
+                               f"{drafted[2]['speedup']:.2f}x k=0's tok/s."]
 
 
 def test_the_speculative_check_shows_an_exact_row_that_changed_a_token():

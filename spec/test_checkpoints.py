@@ -268,3 +268,33 @@ def test_without_the_q_k_unpermutation_the_converted_model_breaks():
         broken = torch.func.functional_call(model, permuted, (prompt,), strict=False).logits[0, -1]
     assert (broken - right).abs().max() > 1.0
     assert int(broken.argmax()) != int(right.argmax())
+
+
+def test_a_self_draft_is_the_targets_first_layers_with_its_embedding_norm_and_head():
+    """checkpoints.self_draft: the target's config with num_layers=N, and exactly the target's
+    tensors of layers below N and those of no layer, the very same tensors (nothing copied)."""
+    from dataclasses import replace
+
+    from spec.support.models.fixtures import tiny_checkpoint
+    from torchlet.checkpoints import self_draft
+
+    target = tiny_checkpoint("tiny_llama")  # 3 layers, an LM head of its own
+    draft = self_draft(target, 2)
+    assert draft.config == replace(target.config, num_layers=2)
+    kept = {name for name in target.tensors
+            if not name.startswith("model.layers.") or int(name.split(".")[2]) < 2}
+    assert {"model.embed_tokens.weight", "model.norm.weight", "lm_head.weight",
+            "model.layers.1.mlp.up_proj.weight"} <= kept
+    assert "model.layers.2.mlp.up_proj.weight" not in kept
+    assert set(draft.tensors) == kept
+    assert all(draft.tensors[name] is target.tensors[name] for name in kept)
+
+
+@pytest.mark.parametrize("layers", [0, 3])
+def test_a_self_draft_of_no_layer_or_of_every_layer_is_refused(layers):
+    from spec.support.models.fixtures import tiny_checkpoint
+    from torchlet.checkpoints import self_draft
+
+    with pytest.raises(CheckpointError, match=f"fewer than all 3 of the model's layers, got "
+                                              f"{layers}"):
+        self_draft(tiny_checkpoint("tiny_llama"), layers)

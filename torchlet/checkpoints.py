@@ -2,6 +2,7 @@
 SmolLM2 model shipped as GGUF. Formats stop here; engines see only plain tensors."""
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -125,6 +126,22 @@ def load_hf_dir(path: str | Path) -> Checkpoint:
             raise CheckpointError(f"{f} is corrupt or unreadable: {e}") from None
     check_tensors(config, tensors, str(path))
     return Checkpoint(config, tensors)
+
+
+def self_draft(checkpoint: Checkpoint, layers: int) -> Checkpoint:
+    """A draft model made of the target itself: its config with num_layers=layers, and its
+    tensors of the first `layers` layers with the embedding, final norm and LM head (the same
+    tensor objects: no copy). A self-draft needs no second model and shares the vocabulary by
+    construction; how often its guesses are the full model's is what a run measures. Refused
+    unless 1 <= layers < the target's layers (all of them would be the target again)."""
+    total = checkpoint.config.num_layers
+    if not 1 <= layers < total:
+        raise CheckpointError(f"a self-draft keeps at least 1 and fewer than all {total} of "
+                              f"the model's layers, got {layers}")
+    kept = {f"model.layers.{i}." for i in range(layers)}
+    tensors = {name: t for name, t in checkpoint.tensors.items()
+               if not name.startswith("model.layers.") or name.startswith(tuple(kept))}
+    return Checkpoint(dataclasses.replace(checkpoint.config, num_layers=layers), tensors)
 
 
 def expected_shapes(config: ModelConfig) -> dict[str, tuple[int, ...]]:

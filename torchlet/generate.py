@@ -17,10 +17,10 @@ import sys
 import time
 from pathlib import Path
 
-from torchlet.running import (DTYPES, add_speculate, add_threads, default_threads, kernels_off,
-                              pick_version, resolve_device, resolve_dtype, run_mode,
-                              serving_options, set_threads, speculation_needs,
-                              speculation_options)
+from torchlet.running import (DTYPES, NGRAM, add_speculate, add_threads, default_threads,
+                              kernels_off, load_proposer, pick_version, resolve_device,
+                              resolve_dtype, run_mode, serving_options, set_threads,
+                              speculation_needs, speculation_options)
 
 SAMPLING_FLAGS = ("temperature", "top_k", "top_p", "min_p", "seed")
 RANDOM_SEED = -1  # --seed -1: a seed drawn at random, as llama.cpp's users write it
@@ -126,11 +126,18 @@ class Runner:
                                 f"{args.temperature} needs a version with the sampling "
                                 f"capability (v11 and later), or leave --impl out")
         speculation = speculation_options(args, self.version)
+        if world > 1 and (args.proposer or NGRAM) != NGRAM:  # its checkpoint would go to each rank
+            raise TorchletError(f"--proposer {args.proposer} runs its draft on one process: with "
+                                f"--tensor-parallel, use --proposer ngram")
         model_dir, self.model_name = resolve_model(args.model, progress=True)
         self.model_dir = model_dir
         self.checkpoint = load_hf_dir(model_dir)
         self.tokenizer = load_tokenizer(model_dir)
         self.context = self.checkpoint.config.max_position
+        self.proposer = ""  # the banner's words for a proposer other than ngram
+        if speculation:
+            speculation["proposer"], self.proposer = load_proposer(args.proposer,
+                                                                   self.checkpoint)
         # what every engine is built with besides its sizes (and the banner reads)
         self.serving = {**serving_options(self.version, self.device), **speculation}
         self.dtype = resolve_dtype(args.dtype, self.device)
@@ -151,7 +158,7 @@ class Runner:
         how = "greedy" if p.greedy else (
             f"sampling t={p.temperature} top-k={p.top_k} top-p={p.top_p} min-p={p.min_p} "
             f"seed={p.seed}{' (drawn)' if self.drawn else ''}")
-        mode = run_mode(self.version, self.device, self.serving, self.interpret)
+        mode = run_mode(self.version, self.device, self.serving, self.interpret, self.proposer)
         if self.ranks is not None and self.ranks.world > 1:
             mode += f", tensor parallel over {self.ranks.world} ranks"
         return (f"[{self.version.name} on {self.device}{mode}, {self.threads}, {self.model_name}, "

@@ -316,27 +316,29 @@ def converted(path: Path, progress: bool = True) -> tuple[Path, str]:
     return out, name
 
 
-def resolve_model(arg: str | None, progress: bool = True) -> tuple[Path, str]:
+def resolve_model(arg: str | None, progress: bool = True,
+                  flag: str = "--model") -> tuple[Path, str]:
     """What `--model` names, as (a Hugging Face checkpoint directory, a readable name for the
     banner): None is the packaged SmolLM2, a directory is a checkpoint as it is, a GGUF file is
-    converted into the cache on first use (about 20 s for SmolLM2)."""
+    converted into the cache on first use (about 20 s for SmolLM2). flag: the option the errors
+    name (--proposer's draft model is found the same way)."""
     if arg is None:
         return converted(gguf_path(), progress)
     path = Path(arg)
     if path.is_dir():
         if not (path / "config.json").exists():
-            raise CheckpointError(f"--model {arg}: a directory without config.json, not a Hugging "
+            raise CheckpointError(f"{flag} {arg}: a directory without config.json, not a Hugging "
                                   f"Face checkpoint")
         return path.resolve(), path.resolve().name
     if not path.exists():
-        raise CheckpointError(f"--model {arg}: does not exist")
+        raise CheckpointError(f"{flag} {arg}: does not exist")
     try:
         with open(path, "rb") as f:
             magic = f.read(4)
     except OSError as e:
-        raise CheckpointError(f"--model {arg}: {e.strerror or e}") from None
+        raise CheckpointError(f"{flag} {arg}: {e.strerror or e}") from None
     if magic != b"GGUF":
-        raise CheckpointError(f"--model {arg}: neither a GGUF file nor a Hugging Face checkpoint "
+        raise CheckpointError(f"{flag} {arg}: neither a GGUF file nor a Hugging Face checkpoint "
                               f"directory (config.json, *.safetensors, tokenizer files)")
     return converted(path.resolve(), progress)
 

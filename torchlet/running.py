@@ -18,6 +18,8 @@ DTYPES = ("auto", "float32", "bfloat16", "float16")
 DEVICES = ("cpu", "cuda")
 # v17's acceptance option's values (its sampler's ACCEPTANCE), as --acceptance offers them
 ACCEPTANCE = ("exact", "rejection")
+# --proposer's words for v17's proposers that are not a draft model's path
+NGRAM, SELF_DRAFT = "ngram", "self:"
 
 
 def resolve_device(name: str | None) -> str:
@@ -121,8 +123,9 @@ def kernels_off(device: str, interpret: bool):
     return triton_interpret(None if device.startswith("cuda") or interpret else "0")
 
 
-def run_mode(version, device: str, options: dict, interpret: bool) -> str:
-    """How the version runs here, for the banner."""
+def run_mode(version, device: str, options: dict, interpret: bool, proposer: str = "") -> str:
+    """How the version runs here, for the banner; proposer: what guesses, when it is not the
+    n-gram lookup (load_proposer's label)."""
     mode = []
     if version.uses_triton and not device.startswith("cuda"):
         mode.append("Triton kernels in the interpreter" if interpret else
@@ -134,6 +137,8 @@ def run_mode(version, device: str, options: dict, interpret: bool) -> str:
     if options.get("speculative_tokens"):
         mode.append(f"up to {options['speculative_tokens']} guesses a step, "
                     f"{options.get('acceptance', 'exact')} acceptance")
+        if proposer:
+            mode.append(proposer)
     return "".join(f", {m}" for m in mode)
 
 
@@ -143,19 +148,24 @@ def speculation_needs(args) -> tuple[str, ...]:
 
 
 def speculation_options(args, version) -> dict:
-    """--speculate K and --acceptance as the version's build options ({} for K = 0). Refused in
-    one line: a negative K, --acceptance rejection without --speculate (it would be ignored),
-    and a version without the speculative capability (one named with --impl)."""
+    """--speculate K and --acceptance as the version's build options ({} for K = 0; the
+    proposer is load_proposer's, once the model is loaded). Refused in one line: a negative K,
+    --acceptance rejection or --proposer without --speculate (they would be ignored), a version
+    without the speculative capability (one named with --impl), and a self:N that is no
+    number of layers."""
     from torchlet.contract import SPECULATIVE, TorchletError
 
     k = args.speculate
     if k < 0:
         raise TorchletError(f"--speculate must be at least 0, got {k}")
     if k == 0:
-        if args.acceptance != ACCEPTANCE[0]:
-            raise TorchletError(f"--acceptance {args.acceptance} needs --speculate above 0: "
-                                f"without it nothing is guessed")
+        for flag, value, default in (("--acceptance", args.acceptance, ACCEPTANCE[0]),
+                                     ("--proposer", args.proposer, None)):
+            if value != default:
+                raise TorchletError(f"{flag} {value} needs --speculate above 0: without it "
+                                    f"nothing is guessed")
         return {}
+    self_draft_layers(args.proposer or NGRAM)  # a mistyped self:N, before the model loads
     if SPECULATIVE not in version.capabilities:
         raise TorchletError(f"{version.name} does not speculate: --speculate {k} needs a version "
                             f"with the {SPECULATIVE} capability (v17 and later), or leave --impl "
@@ -163,14 +173,63 @@ def speculation_options(args, version) -> dict:
     return {"speculative_tokens": k, "acceptance": args.acceptance}
 
 
+def self_draft_layers(text: str, flag: str = "--proposer") -> int | None:
+    """N of --proposer self:N (None for another proposer); one line if N is not a whole number
+    of at least 1 (the most it may be is known once the model is loaded)."""
+    from torchlet.contract import TorchletError
+
+    if not text.startswith(SELF_DRAFT):
+        return None
+    number = text.removeprefix(SELF_DRAFT)
+    if not number.lstrip("-").isdigit() or int(number) < 1:
+        raise TorchletError(f"{flag} {text}: self:N takes the target's first N layers as its "
+                            f"draft, N at least 1 (e.g. self:8)")
+    return int(number)
+
+
+def load_proposer(text: str | None, target, flag: str = "--proposer") -> tuple[object, str]:
+    """What --proposer names, as (v17's `proposer` build option, the banner's words for it, ""
+    for ngram): ngram (also when not given) as it is; self:N the target checkpoint's first N
+    layers (checkpoints.self_draft); anything else a draft model, a directory or .gguf file
+    found and loaded as --model is. A draft of another vocabulary is refused here, in one line
+    naming both sizes: v17's build refuses it too, but generate and chat build their engine
+    after the banner (chat only at the first question)."""
+    from torchlet.checkpoints import load_hf_dir, self_draft
+    from torchlet.contract import CheckpointError, TorchletError
+    from torchlet.gguf_model import resolve_model
+
+    text = text or NGRAM
+    if text == NGRAM:
+        return NGRAM, ""
+    layers = self_draft_layers(text, flag)
+    if layers is not None:
+        try:
+            draft = self_draft(target, layers)
+        except CheckpointError as e:
+            raise TorchletError(f"{flag} {text}: {e}") from None
+        return draft, f"self-draft: first {layers} layer{'' if layers == 1 else 's'}"
+    path, name = resolve_model(text, progress=True, flag=flag)
+    draft = load_hf_dir(path)
+    mine, theirs = draft.config.vocab_size, target.config.vocab_size
+    if mine != theirs:
+        raise TorchletError(f"{flag} {text}: the draft's vocabulary ({mine} tokens) is not the "
+                            f"target's ({theirs}): a draft must share the target's tokenizer")
+    return draft, f"draft: {name}"
+
+
 def add_speculate(p) -> None:
-    """--speculate and --acceptance, for generate, chat and serve."""
+    """--speculate, --acceptance and --proposer, for generate, chat and serve."""
     p.add_argument("--speculate", type=int, default=0, metavar="K",
                    help="guess up to K tokens a step from earlier text and verify them in one "
                         "pass (v17 and later; default: 0, off)")
     p.add_argument("--acceptance", choices=ACCEPTANCE, default=ACCEPTANCE[0],
                    help="with --speculate: exact keeps the tokens of a run without it, "
                         "rejection only their distribution (default: exact)")
+    p.add_argument("--proposer", default=None, metavar="ngram|PATH|self:N",
+                   help="with --speculate, what guesses: ngram, prompt lookup in the request's "
+                        "own text (default); PATH, a draft model (a directory or .gguf file, as "
+                        "--model) with the target's vocabulary; self:N, the target's own first N "
+                        "layers")
 
 
 def resolve_dtype(name: str, device: str):

@@ -217,6 +217,9 @@ def add_commands(subparsers) -> None:
     p.add_argument("--batches", default="1,8", help="requests decoding at once, comma-separated")
     p.add_argument("--ks", default="0,2,4",
                    help="tokens guessed a step, comma-separated (k=0, the baseline, always runs)")
+    p.add_argument("--proposers", default="ngram",
+                   help="what guesses, comma-separated, as --proposer takes it: ngram, self:N "
+                        "(the model's first N layers), a draft model's path (default: ngram)")
     p.add_argument("--max-new-tokens", type=int, default=64, help="tokens a request makes")
     p.add_argument("--device", default=None, help="default: cuda if there is one, else cpu")
     p.add_argument("--dtype", choices=DTYPES, default="auto",

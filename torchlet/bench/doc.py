@@ -162,7 +162,13 @@ NOTES["speculative"] = (
     "requests together (at batch 1, the tokens one pass of the model gives); acceptance rate: "
     "accepted over proposed guesses. Tokens equal to k=0's: position by position, request by "
     "request; exact acceptance promises all of them, and the check under the table says whether "
-    "they were. Greedy, rejection keeps the same tokens too: a greedy p is all on the argmax.")
+    "they were. Greedy, rejection keeps the same tokens too: a greedy p is all on the argmax. "
+    "proposer: what guessed (`--proposers`): ngram is prompt lookup in the request's own text, "
+    "self:N the model's own first N layers with its final norm and LM head (a self-draft, "
+    "which v17 runs as a draft model: its v16 engine generates the guesses), a path a draft "
+    "model. A self-draft's layers were trained to feed the layers after them, not the LM head, "
+    "so how often its guesses are kept is this measurement, not a given; and each of a draft's "
+    "proposals is a generate call on its own engine, which the verifying pass waits for.")
 NOTES["mixed-cpu"] = NOTES["mixed"]
 NOTES["serve-gpu"] = (SERVE_NOTE + "On the GPU, `--model` is a "
                       "Qwen2.5-0.5B-shaped model with `bench gpu-workload`'s random weights and "
@@ -225,7 +231,8 @@ def section(kind: str, result: dict | None, assets: str) -> list[str]:
                    f"intermediate {m['intermediate_size']}, vocab {m['vocab_size']}.")
     memory = next((r["memory_measure"] for r in result["rows"] if "memory_measure" in r), "n/a")
     note = NOTES[kind].format(memory=memory, server=result.get("server", "?"))
-    note += "".join(f" {n}" for n in result.get("notes", []))  # what this run left out, and why
+    # what this run left out, and why; what each draft proposer did (bench speculative)
+    note += "".join(f" {n}" for n in result.get("notes", []))
     # main-job's and long-prompt's notes say what the hit column means for one prompt repeated
     if kind not in ("main-job", "long-prompt") and any(r.get("prefix_queried_tokens") is not None
                                   for r in result["rows"]):

@@ -170,6 +170,8 @@ SPECULATIVE_COLUMNS = [
     ("batch", lambda r: str(r["batch"])),
     ("k", lambda r: str(r["k"])),
     ("acceptance", lambda r: r["acceptance"] or "-"),
+    # results from before --proposers had no column: their k > 0 rows were ngram's
+    ("proposer", lambda r: r.get("proposer", "ngram" if r["k"] else None) or "-"),
     ("tok/s", lambda r: _num(",.1f")(r["output_tok_s"])),
     ("x k=0", lambda r: _num(".2f")(r["speedup"])),
     ("tokens / verify pass", lambda r: _num(".2f")(r["tokens_per_pass"])),
@@ -368,7 +370,8 @@ def chart(kind: str, payload: dict, path: Path) -> None:
     elif kind == "speculative":
         fig, ax = plt.subplots(figsize=(8, 0.3 * len(rows) + 1.6))
         names = [f"{r['workload']} B={r['batch']} k={r['k']}"
-                 + (f" {r['acceptance']}" if r["acceptance"] else "") for r in rows]
+                 + (f" {r['acceptance']} {r.get('proposer', 'ngram')}" if r["acceptance"] else "")
+                 for r in rows]
         ax.barh(names, [r["speedup"] for r in rows], color=["tab:grey" if r["k"] == 0
                                                              else "tab:blue" for r in rows])
         ax.axvline(1.0, color="black", linewidth=0.8)

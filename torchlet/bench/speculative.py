@@ -4,7 +4,8 @@ buys (v17), against the same build with speculative_tokens=0 (v16's engine).
 One version, the newest with the speculative capability unless --impl names one, on the default
 model (SmolLM2-135M-Instruct): a trained model, since the n-gram proposer guesses right only
 where an answer repeats its context, which random weights never do. It is built once for k = 0
-and once for each other k and acceptance; every engine runs the same cells (a workload at a
+and once for each other k, proposer (--proposers, as --proposer names them: ngram, self:N, a
+draft model's path) and acceptance; every engine runs the same cells (a workload at a
 batch size: its first B prompts, greedy, --max-new-tokens tokens each with eos ignored, so that
 every row makes as many tokens) in the same order, the engines in turn at each cell, so that a
 drift of the machine's speed reaches them alike, each after one untimed warm-up. A cell is
@@ -16,8 +17,9 @@ which exact acceptance promises for all of them.
 from __future__ import annotations
 
 from torchlet.contract import SPECULATIVE, TorchletError
-from torchlet.running import (kernels_off, pick_version, resolve_device, resolve_dtype, run_mode,
-                              serving_options, set_threads)
+from torchlet.running import (kernels_off, load_proposer, pick_version, resolve_device,
+                              resolve_dtype, run_mode, self_draft_layers, serving_options,
+                              set_threads)
 
 from .drive import run_steps, warm_up
 from .workloads import Workload
@@ -74,17 +76,32 @@ def counts(text: str, flag: str, least: int) -> list[int]:
     return values
 
 
-def check_args(args) -> tuple[list[int], list[int]]:
-    """(batches, ks), k = 0 first (every row is measured against it); one line if wrong."""
+def proposer_names(text: str) -> list[str]:
+    """--proposers' comma-separated proposers (as --proposer takes them), in order, none twice;
+    a self:N that is no number of layers is refused here, before the model loads."""
+    names = [name.strip() for name in text.split(",")]
+    if not all(names) or len(set(names)) < len(names):
+        raise TorchletError(f"--proposers takes distinct proposers (ngram, self:N or a draft "
+                            f"model's path) separated by commas, e.g. ngram,self:8; got {text!r}")
+    for name in names:
+        self_draft_layers(name, "--proposers")
+    return names
+
+
+def check_args(args) -> tuple[list[int], list[int], list[str]]:
+    """(batches, ks, proposers), k = 0 first (every row is measured against it); one line if
+    wrong."""
     if args.max_new_tokens < 1:
         raise TorchletError(f"--max-new-tokens must be at least 1, got {args.max_new_tokens}")
     ks = counts(args.ks, "--ks", 0)
-    return counts(args.batches, "--batches", 1), [0] + [k for k in ks if k]
+    return (counts(args.batches, "--batches", 1), [0] + [k for k in ks if k],
+            proposer_names(args.proposers))
 
 
-def builds(ks: list[int]) -> list[tuple[int, str | None]]:
-    """(k, acceptance) of each engine: k = 0 once (acceptance decides nothing there)."""
-    return [(0, None)] + [(k, a) for k in ks if k for a in ACCEPTANCE]
+def builds(ks: list[int], proposers: list[str]) -> list[tuple[int, str | None, str | None]]:
+    """(k, acceptance, proposer) of each engine: k = 0 once (acceptance and proposer decide
+    nothing there), then each proposer at each k with each acceptance."""
+    return [(0, None, None)] + [(k, a, p) for k in ks if k for p in proposers for a in ACCEPTANCE]
 
 
 def cells(tokenizer, batches: list[int], n: int) -> list[Workload]:
@@ -108,7 +125,7 @@ def measure(args, log) -> tuple[dict, str]:
 
     from .main_job import load_model
 
-    batches, ks = check_args(args)
+    batches, ks, proposers = check_args(args)
     device = resolve_device(args.device)
     threads = set_threads(args.threads)
     version = pick_version(args.impl, args.impl_root, device, need=SPECULATIVE)
@@ -121,11 +138,14 @@ def measure(args, log) -> tuple[dict, str]:
     workloads = cells(tokenizer, batches, n)
     longest = max(len(p) for w in workloads for p in w.prompts) + n
     serving = serving_options(version, device)
+    # each proposer's build option, loaded once (a self-draft shares the target's tensors)
+    chosen = {name: load_proposer(name, checkpoint, "--proposers")[0] for name in proposers}
     engines = {}
     with kernels_off(device, interpret=False):  # a CPU runs the PyTorch path, as generate does
-        for k, acceptance in builds(ks):
-            options = {"speculative_tokens": k} | ({"acceptance": acceptance} if k else {})
-            engines[k, acceptance] = engine = build_sized(
+        for k, acceptance, proposer in builds(ks, proposers):
+            options = {"speculative_tokens": k} | ({"acceptance": acceptance,
+                                                    "proposer": chosen[proposer]} if k else {})
+            engines[k, acceptance, proposer] = engine = build_sized(
                 version, checkpoint, device=device, dtype=dtype, max_model_len=longest,
                 max_running=max(batches), **serving, **options)
             warm_up(engine, workloads[0], stepwise=True)
@@ -141,11 +161,13 @@ def measure(args, log) -> tuple[dict, str]:
     dtype_name = str(dtype).removeprefix("torch.")
     job = {"name": "speculative", "version": version.name, "model": model_name, "device": device,
            "dtype": dtype_name, "max_new_tokens": n, "batches": batches, "ks": ks,
+           "proposers": proposers,
            "describe": f"{version.name} ({mode}) on {model_name}, {dtype_name} on {device}, "
                        f"{threads}; greedy, {n} new tokens a request (eos "
                        f"ignored); workloads copy (a list or code to repeat) and chat (plain "
-                       f"questions), their first B prompts at batch B"}
-    return {"workload": job, "rows": rows}, device
+                       f"questions), their first B prompts at batch B; proposers "
+                       f"{', '.join(proposers)}"}
+    return {"workload": job, "rows": rows, "notes": proposer_notes(rows)}, device
 
 
 def stats_between(before: dict, after: dict) -> dict:
@@ -155,14 +177,15 @@ def stats_between(before: dict, after: dict) -> dict:
 
 def cell_rows(workload: Workload, runs: dict, log) -> list[dict]:
     """One row per engine of a cell: its speed against k = 0's, and its tokens against them."""
-    base, _ = runs[0, None]
+    base, _ = runs[0, None, None]
     rows = []
-    for (k, acceptance), (row, stats) in runs.items():
+    for (k, acceptance, proposer), (row, stats) in runs.items():
         same = sum(a == b for mine, theirs in zip(row["token_ids"], base["token_ids"])
                    for a, b in zip(mine, theirs))
         rows.append({
             "workload": workload.name, "batch": workload.num_requests, "k": k,
-            "acceptance": acceptance, "output_tokens": row["output_tokens"],
+            "acceptance": acceptance, "proposer": proposer,
+            "output_tokens": row["output_tokens"],
             "wall_s": row["wall_s"], "output_tok_s": row["output_tok_s"],
             "speedup": row["output_tok_s"] / base["output_tok_s"], "steps": row["steps"],
             "speculation": stats,
@@ -171,9 +194,25 @@ def cell_rows(workload: Workload, runs: dict, log) -> list[dict]:
             "acceptance_rate": stats["accepted"] / stats["proposed"] if stats["proposed"] else None,
             "same_as_k0": same, "of_k0": base["output_tokens"]})
         if acceptance == "exact" and same != base["output_tokens"]:
-            log(f"warning: {workload.name} batch {workload.num_requests} k={k} exact: only "
-                f"{same} of {base['output_tokens']} tokens equal k=0's")
+            log(f"warning: {workload.name} batch {workload.num_requests} k={k} exact {proposer}: "
+                f"only {same} of {base['output_tokens']} tokens equal k=0's")
     return rows
+
+
+def proposer_notes(rows: list[dict]) -> list[str]:
+    """A sentence per proposer other than ngram, of its exact rows: how many of its guesses
+    were kept and its speed against k = 0, per workload, so that the doc says it in words
+    written from the run."""
+    notes = []
+    for proposer in dict.fromkeys(r["proposer"] for r in rows if r["proposer"] not in
+                                  (None, "ngram")):
+        mine = [r for r in rows if r["proposer"] == proposer and r["acceptance"] == "exact"]
+        cells = "; ".join(f"{r['workload']} batch {r['batch']} k={r['k']}: "
+                          + ("no guesses" if r["acceptance_rate"] is None else
+                             f"{r['acceptance_rate']:.1%} of its guesses accepted")
+                          + f", {r['speedup']:.2f}x k=0's tok/s" for r in mine)
+        notes.append(f"Proposer {proposer}, exact acceptance: {cells}.")
+    return notes
 
 
 def check_lines(rows: list[dict]) -> tuple[list[str], bool]:

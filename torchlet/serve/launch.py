@@ -65,6 +65,10 @@ class Launch:
         tokenizer = load_tokenizer(model_dir)
         config = checkpoint.config
         context = min(config.max_position, args.max_model_len or default_max_len)
+        self.proposer = ""  # the banner's words for a proposer other than ngram
+        if speculation:
+            speculation["proposer"], self.proposer = running.load_proposer(args.proposer,
+                                                                           checkpoint)
         self.serving = {**running.serving_options(self.version, self.device), **speculation}
         with running.kernels_off(self.device, self.interpret):  # the layers choose at build
             engine = build_sized(self.version, checkpoint, device=self.device,
@@ -82,7 +86,8 @@ class Launch:
         return f"http://{host if ':' not in host else f'[{host}]'}:{port}"
 
     def banner(self) -> str:
-        mode = running.run_mode(self.version, self.device, self.serving, self.interpret)
+        mode = running.run_mode(self.version, self.device, self.serving, self.interpret,
+                                self.proposer)
         return (f"[{self.version.name} on {self.device}{mode}, {self.threads}, {self.model.name}, "
                 f"context {self.model.context}] serving on {self.url()}")
 
