@@ -86,8 +86,14 @@ class DraftProposer:
         if dist.is_initialized() and dist.get_world_size() > 1:
             raise BuildError("a draft proposer runs on one rank's process only: use "
                              "proposer='ngram' with tensor parallelism")
+        # sized and run as the target is: its lanes, its longest sequence and the k guesses
+        # after it, its graphs or none (on a CPU the harness turns the graph stand-in off)
+        longest = a.options["max_model_len"]
+        if longest is not None:
+            longest += a.options["speculative_tokens"]
         return cls(BEFORE.build(checkpoint, device=a.device, dtype=a.dtype, overlap=False,
-                                max_lanes=a.kv.num_lanes))
+                                max_lanes=a.kv.num_lanes, max_model_len=longest,
+                                use_graphs=a.options["use_graphs"]))
 
     def propose(self, requests: Sequence, k: int) -> list[list[int]]:
         if not requests or k < 1:
