@@ -243,6 +243,8 @@ class PrefixPoolMachine(PoolMachine):
     token. The machine writes each request's K/V (a record of the token prefix each block holds,
     `content`) after every step, and checks every hit against what was written."""
 
+    POOL = "PrefixBlockPool"  # the package's pool class the machine drives
+
     def __init__(self, package):
         super().__init__(package)
         self.sequences: dict[int, list[int]] = {}  # request -> its tokens (prompt, generated)
@@ -255,7 +257,7 @@ class PrefixPoolMachine(PoolMachine):
                 hash_name=st.sampled_from(sorted(HASHES)))
     def make_pool(self, shape, hash_name):
         block_hash = {} if HASHES[hash_name] is None else {"block_hash": HASHES[hash_name]}
-        self.pool = self.package.PrefixBlockPool(*shape, **block_hash)
+        self.pool = getattr(self.package, self.POOL)(*shape, **block_hash)
         self.usable = set(range(1, self.pool.num_blocks))
 
     # Shared blocks are held by several requests: the reference-count invariant below replaces

@@ -40,16 +40,15 @@ import functools
 import pytest
 import torch
 from hypothesis import strategies as st
-from hypothesis.stateful import initialize, precondition, rule, run_state_machine_as_test
+from hypothesis.stateful import precondition, rule, run_state_machine_as_test
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from spec.support.models.fixtures import tiny_checkpoint
 from spec.support.oracles import sampling_oracle as oracle
 from spec.support.oracles.oracle import cached_model, greedy
 from spec.support.oracles.oracle_cache import on_disk
-from spec.support.inputs.paged_strategies import BLOCK_SIZES
 from spec.support.oracles.prompts import MARGIN, screened
-from spec.test_v12_block_pool import HASHES, VOCAB as POOL_VOCAB, PrefixPoolMachine
+from spec.test_v12_block_pool import VOCAB as POOL_VOCAB, PrefixPoolMachine
 from torchlet.contract import SPECULATIVE, BuildError, GenerationParams
 
 pytestmark = pytest.mark.spec(needs=SPECULATIVE)
@@ -438,12 +437,7 @@ class RollbackPoolMachine(PrefixPoolMachine):
     invariant of v12's machine holds after it: counts, the free list, and every hashed block
     holding the K/V of the tokens its hash was made from (so no sealed block holds a guess)."""
 
-    @initialize(shape=st.tuples(st.integers(2, 40), st.sampled_from(BLOCK_SIZES)),
-                hash_name=st.sampled_from(sorted(HASHES)))
-    def make_pool(self, shape, hash_name):
-        block_hash = {} if HASHES[hash_name] is None else {"block_hash": HASHES[hash_name]}
-        self.pool = self.package.RollbackPool(*shape, **block_hash)
-        self.usable = set(range(1, self.pool.num_blocks))
+    POOL = "RollbackPool"
 
     @precondition(lambda self: self.running)
     @rule(pick=st.integers(0, 1000), count=st.integers(0, 8), agree=st.integers(0, 8))
