@@ -1,7 +1,8 @@
 """v15's token budget, which also says how many tokens a step guesses.
 
 The rule: every decoding request guesses speculative_tokens tokens, unless more than
-speculate_below requests decode in the step, and then none guesses. Why a batch size: a
+speculate_below requests decode in the step, a request waits, or a prompt is being computed:
+then none guesses. Why a batch size: a
 verifying pass computes k + 1 rows a request where a decode computes one, and while a decode
 step reads every weight for few rows the extra rows are almost free (batch 1 on a GPU is bound
 by weight reads); once a step's rows make it compute-bound the guesses cost what they may save,
@@ -38,10 +39,14 @@ class SpeculationPolicy(TokenBudget):
         policy.speculate_below = a.options["speculate_below"]
         return policy
 
-    def guesses(self, running: Sequence) -> int:
-        """Guesses per request in a step in which the requests of running past their prompts
-        decode (counted only where speculation is on: a step of v16's asks at no cost)."""
-        if not self.speculative_tokens:
+    def guesses(self, running: Sequence, waiting: Sequence) -> int:
+        """Guesses per request in a step of these running requests, these waiting: none while
+        a request waits or a prompt is being computed (the step's rows go to prompts first,
+        and a verifying pass beside a slice pass is a second pass), nor where more than
+        speculate_below requests decode. Counted only where speculation is on: a step of v16's
+        asks at no cost."""
+        if not self.speculative_tokens or waiting:
             return 0
-        decodes = sum(not r.prefilling for r in running)
-        return self.speculative_tokens if 0 < decodes <= self.speculate_below else 0
+        if any(r.prefilling for r in running):
+            return 0
+        return self.speculative_tokens if 0 < len(running) <= self.speculate_below else 0

@@ -33,26 +33,34 @@ class SpeculativeRunner(ChunkedRunner):
     def run(self, batch) -> torch.Tensor:
         """v15's tokens, one a request, where the batch guesses nothing; else, on the host, a row
         a request of the tokens it keeps (padded with PAD to guesses + 1): the decodes' from one
-        verifying pass, then the prefills' first tokens."""
+        verifying pass, then the prefills' first tokens. Where the proposer has no guess for any
+        decode, the step is v15's (its decode graph), its tokens padded into rows."""
         if not batch.guesses:
             return super().run(batch)
-        rows = self.verify(batch.decode, batch.guesses)
+        proposals = self.proposals(batch.decode, batch.guesses)
+        if not any(proposals):
+            return torch.tensor([[t] + [PAD] * batch.guesses
+                                 for t in super().run(batch).tolist()])
+        rows = self.verify(batch.decode, proposals, batch.guesses)
         if batch.prefill:
             rows += [[t] + [PAD] * batch.guesses for t in self.prefill_tokens(batch).tolist()]
         return torch.tensor(rows)
 
+    def proposals(self, requests: Sequence, k: int) -> list[list[int]]:
+        """The proposer's guesses, at most k, and no more than each request may still take after
+        the token the pass gives it anyway."""
+        return [list(p[:max(r.params.max_new_tokens - len(r.tokens) - 1, 0)])
+                for r, p in zip(requests, self.proposer.propose(requests, k), strict=True)]
+
     @torch.inference_mode()
-    def verify(self, requests: Sequence, k: int) -> list[list[int]]:
-        """The proposer's guesses (at most k, no more than a request may still take, and only as
-        far as free blocks hold their rows), computed with each request's last token in one
-        pass; per request the tokens it keeps, padded with PAD to k + 1."""
-        proposals = self.proposer.propose(requests, k)
+    def verify(self, requests: Sequence, proposals: Sequence[Sequence[int]],
+               k: int) -> list[list[int]]:
+        """The proposals, as far as free blocks hold their rows, computed with each request's
+        last token in one pass; per request the tokens it keeps, padded with PAD to k + 1."""
         self.kv.grow(requests)  # each one's own row: the scheduler kept room for it
         guesses = []
         for request, proposal in zip(requests, proposals, strict=True):
-            left = request.params.max_new_tokens - len(request.tokens) - 1
-            wanted = list(proposal[:max(left, 0)])
-            guess = wanted[:self.kv.extend(request, len(wanted))]
+            guess = list(proposal[:self.kv.extend(request, len(proposal))])
             request.guess(guess)
             guesses.append(guess)
         hidden, _ = self.forward_rows(requests, [len(r.sequence) for r in requests])

@@ -17,8 +17,8 @@ class SpeculativeBatch(SlicedBatch):
 class SpeculativeScheduler(ChunkedScheduler):
     def guesses(self) -> int:
         """Guesses per request the next step makes, by the policy's rule, for the requests
-        running now past their prompts."""
-        return self.policy.guesses(self.running)
+        running and waiting now."""
+        return self.policy.guesses(self.running, self.waiting)
 
     def schedule(self, reserved: bool = False) -> SpeculativeBatch | None:
         """v15's plan, its decodes guessing what guesses() answers before it (what the loop

@@ -24,6 +24,8 @@ CROWDED = f"{PAGE}::test_a_step_with_more_decodes_than_speculate_below_guesses_n
 MACHINE = (f"{PAGE}::test_verifying_passes_among_shared_blocks_decode_seal_free_and_eviction_keep_"
            f"every_invariant")
 ON_RANKS = f"{PAGE}::test_at_tp2_the_ranks_propose_and_verify_alike_and_keep_the_oracles_tokens"
+WAITING = f"{PAGE}::test_no_step_guesses_while_a_request_waits"
+NOTHING = f"{PAGE}::test_a_step_with_no_guess_to_verify_runs_the_plain_decode_step"
 NGRAM = (f"{PAGE}::test_the_ngram_proposer_guesses_what_followed_the_latest_match_of_the_longest_"
          f"ngram")
 
@@ -96,11 +98,20 @@ MUTANTS = [
         (PER_PASS, EXACT), V17,
         "a request takes only the last token of a verifying pass"),
     Mutant("v17-speculates-in-crowded-steps", PROPERTY, (
-        Edit(POLICY, "        return self.speculative_tokens if 0 < decodes <= self.speculate_below "
-                     "else 0\n",
-             "        return self.speculative_tokens if 0 < decodes else 0\n"),),
+        Edit(POLICY, "        return self.speculative_tokens if 0 < len(running) <= "
+                     "self.speculate_below else 0\n",
+             "        return self.speculative_tokens if 0 < len(running) else 0\n"),),
         (CROWDED,), V17,
         "the policy's rule is gone: every step guesses, however many requests decode"),
+    Mutant("v17-speculates-while-requests-wait", PROPERTY, (
+        Edit(POLICY, "        if not self.speculative_tokens or waiting:\n",
+             "        if not self.speculative_tokens:\n"),),
+        (WAITING,), V17,
+        "steps guess while requests wait for a lane: the running ones speculate, the queue waits"),
+    Mutant("v17-verifies-nothing", PROPERTY, (
+        Edit(RUNNER, "        if not any(proposals):\n", "        if False:\n"),),
+        (NOTHING,), V17,
+        "a step with no guess to verify runs a verifying pass of one row a request anyway"),
     Mutant("v17-ngram-first-occurrence", PROPERTY, (
         Edit(PROPOSER, "        for start in range(length - n - 1, -1, -1):",
              "        for start in range(0, length - n):"),),

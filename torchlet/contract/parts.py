@@ -447,8 +447,8 @@ class BudgetPolicyPart(PolicyPart, Protocol):
 class SpeculativePolicyPart(BudgetPolicyPart, Protocol):
     """v17: how many tokens a step guesses, where speculation pays."""
 
-    def guesses(self, running: Sequence) -> int:
-        """Guesses per request for a step of these running requests (0: none)."""
+    def guesses(self, running: Sequence, waiting: Sequence) -> int:
+        """Guesses per request for a step of these running and waiting requests (0: none)."""
 
 
 class SchedulerPart(Protocol):
