@@ -65,7 +65,9 @@ def test_a_self_draft_prints_the_text_of_a_run_without_speculation(generate):
     assert ("up to 3 guesses a step, exact acceptance, self-draft: first 1 layer, "
             in err.splitlines()[0])
     passes, kept, accepted, proposed = stats(err)
-    assert passes > 0 and proposed > 0 and kept == 24 - 1  # the first token is the prefill's
+    # the first token is the prefill's; a step with no guess (none made, or no room left) is a
+    # plain decode step, so the verifying passes keep at most the other 23
+    assert passes > 0 and proposed > 0 and passes <= kept <= 24 - 1
 
 
 def test_a_draft_identical_to_the_target_has_every_guess_accepted(generate, model):
