@@ -53,15 +53,17 @@ class SpeculativeSampler(SeededSampler):
         lanes = torch.tensor([r.lane for r, n in zip(requests, counts) for _ in range(n)])
         positions = torch.tensor([len(r.sequence) - n + 1 + j for r, n in zip(requests, counts)
                                   for j in range(n)])
-        # the lanes' settings (bind() wrote them), a row each, in draw.sample's order
-        settings = [t[lanes].to(logits.device) for t in self.settings.host.values()]
-        position = positions.to(logits.device)
-        if not bool((settings[0] > 0).any()):
+        # the lanes' settings (bind() wrote them), a row each, in draw.sample's order; read on
+        # the host, so the greedy check below waits for no device
+        host = [t[lanes] for t in self.settings.host.values()]
+        if not bool((host[0] > 0).any()):
             # all greedy, where both rules keep the guesses equal to the argmax (a greedy p is
             # all on it): the argmax alone, since the filters' sorts and the hashes over the
             # whole vocabulary would cost a CPU more than the pass saves (v11's draw says so)
             return [keep_agreeing(g, row) for g, row in
                     zip(guesses, split(logits.argmax(dim=-1).tolist(), counts))]
+        settings = [t.to(logits.device) for t in host]
+        position = positions.to(logits.device)
         own = draw.sample(logits, *settings, position).tolist()  # the engine's own draws
         if self.acceptance == "exact":
             return [keep_agreeing(g, row) for g, row in zip(guesses, split(own, counts))]
@@ -94,7 +96,7 @@ def keep_accepted(guesses: Sequence[int], kept: list[bool], redrawn: list[int],
                   own: list[int]) -> list[int]:
     """Rejection acceptance: the guesses up to the first rejected, then its redraw from the
     residual; where none is rejected, the engine's own draw after the last guess."""
-    for j, token in enumerate(guesses):
+    for j in range(len(guesses)):
         if not kept[j]:
             return list(guesses[:j]) + [redrawn[j]]
     return list(guesses) + [own[len(guesses)]]
