@@ -14,7 +14,7 @@ Token ids in, token ids out. A version package under `implementations/` declares
 Capabilities are independent. Each has its own Protocol, named `<Capability>API` (GenerateAPI,
 RaggedBatchAPI, KVCacheAPI, RequestStatesAPI, ContinuousBatchingAPI, DecodeLanesAPI,
 StaticBuffersAPI, GraphReplayAPI, PagedKVAPI, SamplingAPI, PrefixCacheAPI, OverlapAPI,
-ChunkedPrefillAPI), that
+ChunkedPrefillAPI, ..., QuantizedWeightsAPI), that
 lists only the methods the capability adds and inherits from Protocol alone; API_OF maps each
 capability to its Protocol. An engine satisfies, side by side, the API of every capability its
 version declares (`lacking(engine, CAPABILITIES)` names what it misses), whatever classes it is
@@ -32,10 +32,11 @@ specs and graph recorders see one op a launch.
 
 Specs reach engines only through these names; nothing private.
 
-The names live in four modules, one concern each: parts.py (the parts' seams: a Protocol per
+The names live in five modules, one concern each: parts.py (the parts' seams: a Protocol per
 part listing what other parts may use of it, and the version that first needs each; read it
 first), values.py (the capability names, errors, ModelConfig, Checkpoint, GenerationParams,
-RequestOutput and the request checks), capabilities.py (the engine's Protocols, API_OF, lacking)
+RequestOutput and the request checks), quantized.py (QuantizedTensor: a weight matrix stored
+as grouped integers, GGUF's blocks among them), capabilities.py (the engine's Protocols, API_OF, lacking)
 and recipe.py (build options and their roles, PART_NAMES, Recipe, Assembly, kernel_op). A reader opens the one they need; every caller imports
 this package, never a module of it.
 """
@@ -44,7 +45,7 @@ from __future__ import annotations
 # Every name of the four modules, re-exported: implementations import torchlet.contract only.
 from .capabilities import (API_OF, ChunkedPrefillAPI, ContinuousBatchingAPI, DecodeLanesAPI,
                            GenerateAPI, GraphReplayAPI, KVCacheAPI, Layers, OverlapAPI, PagedKVAPI,
-                           PrefixCacheAPI, RaggedBatchAPI, RequestStatesAPI, Sampler, SamplingAPI,
+                           PrefixCacheAPI, QuantizedWeightsAPI, RaggedBatchAPI, RequestStatesAPI, Sampler, SamplingAPI,
                            SpeculativeAPI, SplitGQALayers, StaticBuffersAPI, TensorParallelAPI, lacking,
                            members,
                            missing_members)
@@ -58,12 +59,13 @@ from .parts import (COMPUTING, PROTOCOLS, BudgetPolicyPart, CacheLoopPart, Cache
                     SpeculativeKVPart, SpeculativePolicyPart, SpeculativeRequestPart,
                     SpeculativeSamplerPart, SpeculativeSchedulerPart, StaticInputsPart,
                     StepLoopPart, StepRunnerPart, declared, protocol_of)
+from .quantized import QuantizedTensor, dequantized
 from .recipe import (BLOCK_SIZE, MAX_LEN, MAX_RUNNING, MAX_STEP_TOKENS, NUM_BLOCKS,
                      PAGED_DECODE_ATTENTION, PART_NAMES, ROLES, Assembly, BuildOption, Recipe,
                      Served, check_build, check_device, fake_of, kernel_op)
 from .values import (ALL_CAPABILITIES, CHUNKED_PREFILL, CONTINUOUS_BATCHING, DECODE_LANES, FUSED,
                      GENERATE, GRAPH_REPLAY, KV_CACHE, MAX_TEMPERATURE, MIN_TEMPERATURE, OVERLAP,
-                     PAGED_KV, PREFIX_CACHE, RAGGED_BATCH, REQUEST_STATES, SAMPLING, SPECULATIVE,
+                     PAGED_KV, PREFIX_CACHE, QUANTIZED_WEIGHTS, RAGGED_BATCH, REQUEST_STATES, SAMPLING, SPECULATIVE,
                      SPLIT_GQA, STATIC_BUFFERS, TENSOR_PARALLEL, TRITON_BASICS, TRITON_PAGED, BuildError,
                      Checkpoint, CheckpointError, FinishReason, GenerationParams, ModelConfig,
                      RequestError, RequestOutput, RequestState, TorchletError, UnknownVersionError,

@@ -8,7 +8,7 @@ from typing import Any, Iterable, Iterator, Mapping, Protocol, runtime_checkable
 
 import torch
 
-from .values import (CHUNKED_PREFILL, CONTINUOUS_BATCHING, DECODE_LANES, GENERATE, GRAPH_REPLAY,
+from .values import (QUANTIZED_WEIGHTS, CHUNKED_PREFILL, CONTINUOUS_BATCHING, DECODE_LANES, GENERATE, GRAPH_REPLAY,
                      KV_CACHE, OVERLAP, PAGED_KV, PREFIX_CACHE, RAGGED_BATCH, REQUEST_STATES,
                      SAMPLING, SPECULATIVE, STATIC_BUFFERS, TENSOR_PARALLEL, GenerationParams, ModelConfig,
                      RequestOutput)
@@ -396,6 +396,18 @@ class SpeculativeAPI(Protocol):
         those passes gave their requests: accepted guesses plus one of the engine's own each)."""
 
 
+class QuantizedWeightsAPI(Protocol):
+    """Capability `quantized_weights` (v18): build(..., weights="auto"). A checkpoint may hold
+    QuantizedTensor matrices (a GGUF file's blocks, as stored); weights="auto" keeps them so and
+    the rest float, "gguf" requires them, "int8" (per output channel) and "int4" (groups of
+    `group_size` columns, with zero points) quantize the float matrices at load, "float"
+    dequantizes every matrix (the version before). Products read the integers as stored."""
+
+    def weight_tensors(self) -> list[torch.Tensor]:
+        """Every tensor the engine holds for the model's weights (a quantized matrix's q, scales,
+        zeros and mins among them), each storage once: what a step's products read."""
+
+
 # Capability -> the Protocol its engines satisfy. Capabilities missing here promise nothing an
 # engine exposes (see above).
 API_OF: dict[str, type] = {
@@ -414,6 +426,7 @@ API_OF: dict[str, type] = {
     CHUNKED_PREFILL: ChunkedPrefillAPI,
     TENSOR_PARALLEL: TensorParallelAPI,
     SPECULATIVE: SpeculativeAPI,
+    QUANTIZED_WEIGHTS: QuantizedWeightsAPI,
 }
 
 

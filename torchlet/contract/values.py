@@ -31,11 +31,13 @@ OVERLAP = "overlap"                     # v14: the next decode launched before a
 CHUNKED_PREFILL = "chunked_prefill"     # v15: one token budget a step, prompts computed in slices
 TENSOR_PARALLEL = "tensor_parallel"     # v16: the model sharded over the ranks of a process group
 SPECULATIVE = "speculative"             # v17: k guessed tokens verified in one pass, the rejected rolled back
+QUANTIZED_WEIGHTS = "quantized_weights"  # v18: weights kept as grouped integers, products read them so
 
 ALL_CAPABILITIES = (
     GENERATE, RAGGED_BATCH, SPLIT_GQA, KV_CACHE, REQUEST_STATES, CONTINUOUS_BATCHING,
     DECODE_LANES, STATIC_BUFFERS, GRAPH_REPLAY, PAGED_KV, TRITON_BASICS, TRITON_PAGED, SAMPLING,
     PREFIX_CACHE, FUSED, OVERLAP, CHUNKED_PREFILL, TENSOR_PARALLEL, SPECULATIVE,
+    QUANTIZED_WEIGHTS,
 )
 
 
