@@ -64,6 +64,7 @@ KS = (1, 2, 4, 8)
 
 def build(impl, k: int, **options):
     options.setdefault("block_size", BLOCK)
+    options.setdefault("min_tokens_per_pass", 0.0)  # these specs watch passes; a rest would hide them
     return impl.build(CKPT, dtype=F64, speculative_tokens=k, **options)
 
 
@@ -421,6 +422,49 @@ def test_no_step_guesses_while_a_request_waits(impl):
     assert steps == NEW + 1 + -(-(NEW - 1) // 5)
 
 
+class Zeros:
+    """A proposer that guesses token 0, k times, for every request (mostly wrong); logs the
+    number of requests of each call."""
+
+    def __init__(self):
+        self.calls = []
+
+    def propose(self, requests, k):
+        self.calls.append(len(requests))
+        return [[0] * k for _ in requests]
+
+
+@pytest.mark.parametrize("bar", [100.0, 1.0, 0.0])
+def test_speculation_rests_where_passes_keep_fewer_tokens_than_the_bar(impl, bar):
+    """Every guess wrong (a pass gives each request one token): under a bar no pass can reach,
+    the proposer is asked at the first WINDOW decode steps, then at none of the next REST (one
+    more where the last resting step launched the next decode ahead, v14), then again; under a
+    bar every pass reaches (1 token), or none (0), at every step. The steps
+    are the proposer's calls, counted from outside; the tokens are k=0's."""
+    policy = impl.package.SpeculationPolicy
+    window, rest = policy.WINDOW, policy.REST
+    new = 1 + window + rest + window
+    prompt, params = [5, 9, 14, 3], GenerationParams(max_new_tokens=new)
+    plain = build(impl, 0)
+    expected = plain.generate([prompt], params)[0]
+    zeros = Zeros()
+    engine = build(impl, 4, proposer=zeros, min_tokens_per_pass=bar)
+    rid = engine.add_request(prompt, params)
+    asked = []
+    while engine.has_unfinished():
+        before = len(zeros.calls)
+        engine.step()
+        asked.append(len(zeros.calls) > before)
+    assert engine.output(rid).tokens == expected
+    decodes = asked[1:]  # the first step computes the prompt
+    if bar > 1:
+        resting = decodes[window:].index(True)
+        assert decodes[:window] == [True] * window and rest <= resting <= rest + 1, decodes
+        assert decodes[window + resting:window + resting + 2] == [True] * 2, decodes
+    else:
+        assert all(decodes), decodes
+
+
 class Reads(TorchDispatchMode):
     """The storages every op of a step read."""
 
@@ -540,7 +584,7 @@ def test_on_cuda_a_verifying_pass_replays_a_slice_graph_and_keeps_the_oracles_to
     cases = greedy_cases()
     proposer = "ngram" if how == "ngram" else Scripted(cases, how)
     engine = impl.build(CKPT, device="cuda", block_size=BLOCK, speculative_tokens=4,
-                        proposer=proposer)
+                        min_tokens_per_pass=0.0, proposer=proposer)
     prompt, expected = cases[0]
     rid = engine.add_request(list(prompt), GenerationParams(max_new_tokens=NEW))
     launches = []

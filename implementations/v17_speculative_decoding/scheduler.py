@@ -34,7 +34,11 @@ class SpeculativeScheduler(ChunkedScheduler):
     def postprocess(self, batch, tokens: list):
         """Where the batch guessed, each request's row of tokens ends with the one v03's
         postprocess hands it; the ones before it (guesses it kept) are taken first, each with
-        the stop checks of append. A request that finishes on one of them takes no more."""
+        the stop checks of append. A request that finishes on one of them takes no more. The
+        policy hears what the step's decodes kept (it rests where passes keep too few)."""
+        if batch.decode:
+            self.policy.observe(batch.guesses, [sum(t >= 0 for t in row) for row in tokens]
+                                if batch.guesses else [])
         if batch.guesses:
             last = []
             for request, row in zip(batch.requests, tokens, strict=True):

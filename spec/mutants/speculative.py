@@ -25,6 +25,7 @@ MACHINE = (f"{PAGE}::test_verifying_passes_among_shared_blocks_decode_seal_free_
            f"every_invariant")
 ON_RANKS = f"{PAGE}::test_at_tp2_the_ranks_propose_and_verify_alike_and_keep_the_oracles_tokens"
 WAITING = f"{PAGE}::test_no_step_guesses_while_a_request_waits"
+RESTS = f"{PAGE}::test_speculation_rests_where_passes_keep_fewer_tokens_than_the_bar"
 NOTHING = f"{PAGE}::test_a_step_with_no_guess_to_verify_runs_the_plain_decode_step"
 NGRAM = (f"{PAGE}::test_the_ngram_proposer_guesses_what_followed_the_latest_match_of_the_longest_"
          f"ngram")
@@ -33,6 +34,17 @@ PROPERTY = "speculative decoding"
 V17 = ("v17",)
 
 MUTANTS = [
+    Mutant("v17-policy-never-rests", PROPERTY, (
+        Edit(POLICY, "                self.resting = self.REST\n",
+             "                self.resting = 0\n"),),
+        (RESTS,), V17,
+        "passes that keep one token each never make speculation rest: every step runs in order "
+        "for nothing"),
+    Mutant("v17-policy-rests-on-passes-that-pay", PROPERTY, (
+        Edit(POLICY, "            if self.tokens < self.min_tokens_per_pass * self.rows:\n",
+             "            if self.tokens <= self.min_tokens_per_pass * self.rows:\n"),),
+        (RESTS,), V17,
+        "a window whose passes reach the bar exactly rests anyway"),
     Mutant("v17-rejected-rows-counted-as-computed", PROPERTY, (
         Edit(RUNNER, "            request.computed = keep\n",
              "            request.computed = len(request.sequence)\n"),),

@@ -450,6 +450,10 @@ class SpeculativePolicyPart(BudgetPolicyPart, Protocol):
     def guesses(self, running: Sequence, waiting: Sequence) -> int:
         """Guesses per request for a step of these running and waiting requests (0: none)."""
 
+    def observe(self, guesses: int, kept: Sequence[int]) -> None:
+        """A step ran, guessing `guesses` tokens a decode; its decoding requests kept these many
+        tokens each (empty where it guessed none)."""
+
 
 class SchedulerPart(Protocol):
     """v03: who runs each step; it owns the requests' lifecycles."""
