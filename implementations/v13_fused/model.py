@@ -45,6 +45,8 @@ PACKED = {QKV: ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"),
 class PackedWeights(TritonOps.Weights):
     """v00's weights with each layer's q/k/v and gate/up matrices (and biases) stacked into one."""
 
+    PACKED = PACKED  # stacked name -> the names stacked into it, for later versions' loaders
+
     @classmethod
     def from_checkpoint(cls, ckpt: Checkpoint, device="cpu", dtype=torch.float32):
         weights = super().from_checkpoint(ckpt, device, dtype)

@@ -20,7 +20,7 @@ from torchlet.contract import TENSOR_PARALLEL
 
 from ..v15_chunked_prefill import CAPABILITIES as PREVIOUS
 from ..v15_chunked_prefill import PARTS as BEFORE
-from ..v15_chunked_prefill import (KERNELS, BlockPool, PoolExhausted, PrefixBlockPool, PrefixKV,
+from ..v15_chunked_prefill import (KERNELS, BlockPool, FusedOps, PoolExhausted, PrefixBlockPool, PrefixKV,
                                    context_attention, fused_kernels, gemv, graphs, kernels, layers,
                                    metadata, paged_attention, paged_kernels, draw, ChunkedRequest, ChunkedRunner, ChunkedScheduler, SeededSampler, SlicedBatch, TokenBudget, GraphRunner, default_buckets, SliceGraphs)
 from .loop import TensorParallelEngine
@@ -32,7 +32,7 @@ PARTS = BEFORE.replace("v16", model=ShardedModel, loop=TensorParallelEngine)
 OPTIONS = PARTS.options
 build = PARTS.build
 
-__all__ = ["CAPABILITIES", "KERNELS", "OPTIONS", "PARTS", "BlockPool", "PoolExhausted",
+__all__ = ["CAPABILITIES", "KERNELS", "OPTIONS", "PARTS", "BlockPool", "FusedOps", "PoolExhausted",
            "PrefixBlockPool", "PrefixKV", "Shard", "ShardedModel", "ShardedOps", "ShardedWeights", "TensorParallelEngine", "VocabShard", "build", "context_attention",
            "fused_kernels", "gemv", "graphs", "kernels", "layers", "metadata", "paged_attention",
            "paged_kernels", "draw", "shard_checkpoint", "ChunkedRequest", "ChunkedRunner", "ChunkedScheduler", "SeededSampler", "SlicedBatch", "TokenBudget", "GraphRunner", "default_buckets", "SliceGraphs"]

@@ -22,8 +22,9 @@ from torchlet.contract import SPECULATIVE
 
 from ..v16_tensor_parallel import CAPABILITIES as PREVIOUS
 from ..v16_tensor_parallel import PARTS as BEFORE
-from ..v16_tensor_parallel import (BlockPool, GraphRunner, KERNELS, PoolExhausted,
-                                   PrefixBlockPool, PrefixKV, Shard, ShardedModel, SliceGraphs,
+from ..v16_tensor_parallel import (BlockPool, FusedOps, GraphRunner, KERNELS, PoolExhausted,
+                                   PrefixBlockPool, PrefixKV, Shard, ShardedModel, ShardedWeights,
+                                   SliceGraphs,
                                    TensorParallelEngine, context_attention, default_buckets, draw,
                                    fused_kernels, gemv, graphs, kernels, layers, metadata,
                                    paged_attention, paged_kernels, shard_checkpoint)
@@ -44,11 +45,12 @@ PARTS = BEFORE.replace("v17", kv=SpeculativeKV, sampler=SpeculativeSampler,
 OPTIONS = PARTS.options
 build = PARTS.build
 
-__all__ = ["CAPABILITIES", "KERNELS", "OPTIONS", "PARTS", "BlockPool", "DraftProposer", "GraphRunner",
+__all__ = ["CAPABILITIES", "KERNELS", "OPTIONS", "PARTS", "BlockPool", "DraftProposer", "FusedOps",
+           "GraphRunner",
            "default_buckets", "NgramProposer",
            "Proposer",
            "PoolExhausted", "PrefixBlockPool", "PrefixKV", "RollbackPool", "Shard",
-           "ShardedModel", "SliceGraphs", "SpeculationPolicy", "SpeculativeBatch", "SpeculativeEngine",
+           "ShardedModel", "ShardedWeights", "SliceGraphs", "SpeculationPolicy", "SpeculativeBatch", "SpeculativeEngine",
            "SpeculativeKV", "SpeculativeRequest", "SpeculativeRunner", "SpeculativeSampler",
            "SpeculativeScheduler", "TensorParallelEngine", "build", "context_attention", "draw",
            "fused_kernels", "gemv", "graphs", "kernels", "layers", "metadata", "paged_attention",

@@ -396,16 +396,15 @@ class SpeculativeAPI(Protocol):
         those passes gave their requests: accepted guesses plus one of the engine's own each)."""
 
 
+@runtime_checkable
 class QuantizedWeightsAPI(Protocol):
-    """Capability `quantized_weights` (v18): build(..., weights="auto"). A checkpoint may hold
-    QuantizedTensor matrices (a GGUF file's blocks, as stored); weights="auto" keeps them so and
-    the rest float, "gguf" requires them, "int8" (per output channel) and "int4" (groups of
-    `group_size` columns, with zero points) quantize the float matrices at load, "float"
-    dequantizes every matrix (the version before). Products read the integers as stored."""
-
-    def weight_tensors(self) -> list[torch.Tensor]:
-        """Every tensor the engine holds for the model's weights (a quantized matrix's q, scales,
-        zeros and mins among them), each storage once: what a step's products read."""
+    """Capability `quantized_weights` (v18): build(..., weights="auto", group_size=32). A
+    checkpoint may hold QuantizedTensor matrices (a GGUF file's blocks, as stored);
+    weights="auto" keeps them so and the rest float, "gguf" requires them, "int8" (per output
+    channel) and "int4" (groups of group_size columns, with zero points) quantize the float
+    matrices at load, "float" dequantizes every matrix (the version before). Products read the
+    integers as stored, so a step reads fewer bytes. Adds no method: the specs observe the
+    storages a step's ops read."""
 
 
 # Capability -> the Protocol its engines satisfy. Capabilities missing here promise nothing an

@@ -22,7 +22,7 @@ halves with a mask and a shift."""
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Sequence
+from typing import ClassVar, Sequence
 
 import torch
 
@@ -31,6 +31,8 @@ RUN = 32  # columns a run of packed int4 bytes covers (16 bytes); every group is
 
 @dataclass(frozen=True)
 class QuantizedTensor:
+    RUN: ClassVar[int] = RUN       # columns a run of packed 4-bit q covers (see the module)
+
     bits: int                      # 8 or 4
     q: torch.Tensor                # int8 [rows, cols] or uint8 [rows, cols // 2]
     scales: torch.Tensor           # float16 [rows, cols // group]

@@ -18,9 +18,12 @@ from pathlib import Path
 import torch
 
 from spec.support.collection import trees
-from torchlet.contract import TRITON_BASICS, TRITON_PAGED
+from torchlet.contract import QUANTIZED_WEIGHTS, TRITON_BASICS, TRITON_PAGED
 
 KERNELS_ALONE = (TRITON_BASICS, TRITON_PAGED)  # capabilities whose idea is Triton kernels alone
+# capabilities whose idea is how the weights are held alone: on a float checkpoint (every
+# fixture) such a version builds its predecessor's very engine, which its own page checks
+WEIGHTS_ALONE = (QUANTIZED_WEIGHTS,)
 
 
 def tree_of(impl) -> Path:
@@ -50,4 +53,18 @@ def engine_source(impl) -> str | None:
             return source
         if version.capabilities[-1] not in KERNELS_ALONE:
             source = version.name
+    return None
+
+
+@functools.lru_cache(maxsize=None)
+def weights_source(impl) -> str | None:
+    """The version whose engine impl builds on a float checkpoint, where impl's idea is how the
+    weights are held alone (v18: quantized); None elsewhere."""
+    if impl.capabilities[-1] not in WEIGHTS_ALONE:
+        return None
+    before = None
+    for version in trees.versions(tree_of(impl)):
+        if version.name == impl.name:
+            return before
+        before = version.name
     return None

@@ -20,6 +20,9 @@ function's `spec(until=...)` adds to its module's `spec(needs=...)`. Its argumen
   version that adds kernels alone, whose engine parts are an earlier version's (exports.py).
 - `kernels=True`: runs Triton kernels on CPU, under the interpreter: skipped for a version that
   only inherits them (kernel_mode.py).
+- a version whose idea is how the weights are held alone (v18, exports.WEIGHTS_ALONE) runs its
+  own capability's specs only: on the float checkpoints the others use it builds its
+  predecessor's very engine (its page checks that, op for op), so they ran against that one.
 - `kernel_path=True`: tests a version's own code that runs only where its layers run kernels
   (v15's slice graphs): on CPU under the interpreter; skipped on a GPU, where a GPU spec covers
   it.
@@ -160,6 +163,11 @@ def decide(spec: Spec, impl, page: str) -> Decision:
         writers = ", ".join(f"{impl.writer(p)} wrote {p}" for p in spec.part)
         return Decision("OUT", f"part {'/'.join(spec.part)}: {impl.name} takes it unchanged "
                                f"({writers})")
+    source = exports.weights_source(impl)
+    if source is not None and spec.needs != impl.capabilities[-1]:
+        return Decision("SKIP", f"{impl.name} changes how weights are held alone: on a float "
+                                f"checkpoint it builds {source}'s engine (its page checks this "
+                                f"op for op), and this spec ran against {source}")
     if spec.one_step_per_call and OVERLAP in impl.capabilities:
         return Decision("SKIP", ONE_STEP)
     if spec.engine_parts:

@@ -1,0 +1,165 @@
+"""v17's model with its matrices kept as grouped integers (QuantizedTensor): the weights part
+loads them as the checkpoint stores them (a GGUF file's Q8_0/Q4_0/Q4_1 blocks) or quantizes
+float ones (quantize.py), and the ops read them in their products (qlinear.py). Everything else
+(norms, RoPE, attention, the K/V cache, the passes and graphs) is v17's.
+
+Where the integers meet the model: every projection goes through FusedOps.project, the MLP's
+down product and the LM head through their own lines (overridden here to take project), and the
+embedding is a lookup that dequantizes only the rows it reads (QuantizedEmbedding)."""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import torch
+import torch.distributed as dist
+
+from torchlet.contract import BuildError, BuildOption, Checkpoint, QuantizedTensor, dequantized
+
+from ..v17_speculative_decoding import FusedOps, ShardedModel, ShardedWeights
+from . import qlinear
+from .quantize import quantize
+
+FORMATS = ("auto", "float", "gguf", "int8", "int4")
+PACKED = ShardedWeights.PACKED  # v13's stacks: q/k/v into one matrix, gate/up into another
+GATE_UP = next(name for name in PACKED if "gate" in name)
+EMBED = "model.embed_tokens.weight"
+
+
+@dataclass
+class QuantizedEmbedding:
+    """The embedding table kept quantized: a lookup dequantizes the rows it reads. (A dataclass,
+    so that a graph's constants find its tensors as they find a Weights'.)"""
+
+    table: QuantizedTensor
+    dtype: torch.dtype
+
+    def __getitem__(self, token_ids: torch.Tensor) -> torch.Tensor:
+        return self.table.select_rows(token_ids).dequantize().to(self.dtype)
+
+
+class QuantizedWeights(ShardedWeights):
+    """v16's weights, with the checkpoint's QuantizedTensors kept as they are: each layer's
+    q/k/v and gate/up stacked (QuantizedTensor.cat) as v13 stacks float ones, the embedding a
+    QuantizedEmbedding, the LM head the table itself where they are tied."""
+
+    @classmethod
+    def from_checkpoint(cls, ckpt: Checkpoint, device="cpu", dtype=torch.float32):
+        ckpt = uniform_stacks(ckpt)
+        held = {k: v.to(device) for k, v in ckpt.tensors.items()
+                if isinstance(v, QuantizedTensor)}
+        if not held:
+            return super().from_checkpoint(ckpt, device, dtype)
+        # v00-v16's loading casts and stacks float tensors: empty stand-ins take the quantized
+        # ones' places through it, and are replaced below
+        stand_ins = {k: torch.empty(0) for k in held}
+        weights = super().from_checkpoint(replace(ckpt, tensors={**ckpt.tensors, **stand_ins}),
+                                          device, dtype)
+        for i, layer in enumerate(weights.layers):
+            prefix = f"model.layers.{i}."
+            mine = {k[len(prefix):]: v for k, v in held.items() if k.startswith(prefix)}
+            for packed, parts in PACKED.items():
+                if f"{parts[0]}.weight" in mine:
+                    layer[f"{packed}.weight"] = QuantizedTensor.cat(
+                        [mine.pop(f"{p}.weight") for p in parts])
+            layer.update(mine)
+        if EMBED in held:
+            weights.embed = QuantizedEmbedding(held[EMBED], dtype)
+        head = EMBED if ckpt.config.tie_embeddings else "lm_head.weight"
+        if head in held:
+            weights.lm_head = held[head]
+        return weights
+
+
+def uniform_stacks(ckpt: Checkpoint) -> Checkpoint:
+    """The checkpoint with every stack (a layer's q/k/v, its gate/up) all quantized alike or all
+    float: a GGUF file may store one part of a stack in a format v18 does not read (kept float
+    by the loader), and then the stack is made float."""
+    tensors = dict(ckpt.tensors)
+    for i in range(ckpt.config.num_layers):
+        for parts in PACKED.values():
+            names = [f"model.layers.{i}.{p}.weight" for p in parts]
+            stack = [tensors.get(n) for n in names]
+            if any(isinstance(t, QuantizedTensor) for t in stack):
+                try:
+                    QuantizedTensor.cat(stack)
+                except (TypeError, ValueError, AttributeError):
+                    for n, t in zip(names, stack):
+                        if isinstance(t, QuantizedTensor):
+                            tensors[n] = t.dequantize()
+    return replace(ckpt, tensors=tensors)
+
+
+class QuantizedOps(FusedOps):
+    """v13's ops whose products read QuantizedTensors with the quantized kernels; a float matrix
+    goes through v13's products as before."""
+
+    Weights = QuantizedWeights
+
+    def project(self, x, weight, bias=None):
+        if isinstance(weight, QuantizedTensor):
+            return qlinear.linear(x, weight, bias)
+        return super().project(x, weight, bias)
+
+    def mlp(self, x, w):
+        """v13's MLP; with a quantized down, SwiGLU's output goes through project (v13's gemv
+        reads float weights only)."""
+        down = w.get("mlp.down_proj.weight")
+        if not isinstance(down, QuantizedTensor) or f"{GATE_UP}.weight" not in w:
+            return super().mlp(x, w)
+        gate_up = self.project(x, w[f"{GATE_UP}.weight"], w.get(f"{GATE_UP}.bias"))
+        return self.project(self.swiglu_packed(gate_up), down, w.get("mlp.down_proj.bias"))
+
+    def lm_head(self, weights, hidden: torch.Tensor) -> torch.Tensor:
+        if isinstance(weights.lm_head, QuantizedTensor):
+            return self.project(hidden, weights.lm_head)
+        return super().lm_head(weights, hidden)
+
+
+class QuantizedModel(ShardedModel):
+    """The model part: v16's, its checkpoint's matrices first made what the weights option asks
+    (auto: as stored), its ops QuantizedOps where any matrix is quantized. With quantized
+    matrices it runs on one rank: splitting a quantized matrix across ranks is not written."""
+
+    OPTIONS = (
+        BuildOption("weights", str, "auto", "how the matrices are held: auto (as the checkpoint "
+                    "stores them), float, gguf (the checkpoint's own quantized blocks, required), "
+                    "int8 (per output channel) or int4 (groups of group_size columns)"),
+        BuildOption("group_size", int, 32, "columns an int4 scale covers (32, 64 or 128)",
+                    minimum=32),
+    )
+
+    @classmethod
+    def assemble(cls, a):
+        a.checkpoint = held_as(a.checkpoint, a.options["weights"], a.options["group_size"])
+        if not any(isinstance(t, QuantizedTensor) for t in a.checkpoint.tensors.values()):
+            return super().assemble(a)  # float matrices: v16's model, v17's engine
+        if dist.is_initialized() and dist.get_world_size() > 1:
+            raise BuildError("quantized weights run on one rank: build with weights='float' for "
+                             "tensor parallelism")
+        decoder = super().assemble(a)
+        decoder.ops = QuantizedOps().for_device(a.device, a.dtype)
+        return decoder
+
+
+def held_as(ckpt: Checkpoint, weights: str, group_size: int) -> Checkpoint:
+    """The checkpoint with its matrices as the weights option asks (see QuantizedModel)."""
+    if weights not in FORMATS:
+        raise BuildError(f"weights must be one of {', '.join(FORMATS)}, got {weights!r}")
+    if group_size not in (32, 64, 128):
+        raise BuildError(f"group_size must be 32, 64 or 128, got {group_size}")
+    stored = any(isinstance(t, QuantizedTensor) for t in ckpt.tensors.values())
+    if weights == "auto":
+        return ckpt
+    if weights == "gguf":
+        if not stored:
+            raise BuildError("weights='gguf' needs a checkpoint with quantized blocks (a GGUF "
+                             "file's); this one holds float tensors: use int8 or int4")
+        return ckpt
+    floats = dequantized(ckpt.tensors)
+    if weights == "float":
+        return replace(ckpt, tensors=floats)
+    made = {}
+    for name, t in floats.items():
+        q = quantize(t, weights, group_size) if t.dim() == 2 else None
+        made[name] = t if q is None else q
+    return replace(ckpt, tensors=made)

@@ -1,0 +1,73 @@
+"""v18's own formats, made at load from float weights (build option weights="int8" or "int4"):
+
+- int8, per output channel: each row's scale is its largest magnitude over 127, q = round(w /
+  scale) in [-127, 127]. One scale a row: the row's outliers set it, which int8's 255 levels
+  absorb.
+- int4, in groups of columns with a zero point: each group's range [lo, hi] (stretched to hold
+  0) is cut into 15 steps, scale = (hi - lo) / 15, zero = round(-lo / scale), q = round(w /
+  scale) + zero in [0, 15]. 16 levels cannot absorb a row's outliers, so each group of
+  group_size columns has its own scale (and the zero point lets a group that is all positive or
+  all negative use every level).
+
+Scales are rounded to float16 before q is computed from them, so q is the best integer for the
+scale the kernels will read. A matrix whose column count is not a whole number of 32-column runs
+stays float (the packed layout's unit; QuantizedTensor), as do the norms' vectors."""
+from __future__ import annotations
+
+import torch
+
+from torchlet.contract import QuantizedTensor
+
+RUN = QuantizedTensor.RUN  # columns of a packed 4-bit run: every group is whole runs
+
+INT8_LEVELS, INT4_STEPS = 127, 15
+
+
+def group_for(cols: int, wanted: int) -> int | None:
+    """The largest group of at most `wanted` columns that is whole runs and divides cols."""
+    for group in range(min(wanted, cols) // RUN * RUN, 0, -RUN):
+        if cols % group == 0:
+            return group
+    return None
+
+
+def scale16(x: torch.Tensor) -> torch.Tensor:
+    """A positive float16 scale (a zero range gets 1: its q are all 0 then)."""
+    return torch.where(x > 0, x, torch.ones_like(x)).to(torch.float16)
+
+
+def int8_per_channel(w: torch.Tensor) -> QuantizedTensor | None:
+    rows, cols = w.shape
+    if group_for(cols, cols) != cols:
+        return None
+    w = w.float()
+    scales = scale16(w.abs().amax(dim=1, keepdim=True) / INT8_LEVELS)
+    q = torch.round(w / scales.float()).clamp(-INT8_LEVELS, INT8_LEVELS).to(torch.int8)
+    return QuantizedTensor(8, q, scales, cols, name="int8")
+
+
+def int4_groups(w: torch.Tensor, group_size: int) -> QuantizedTensor | None:
+    rows, cols = w.shape
+    group = group_for(cols, group_size)
+    if group is None:
+        return None
+    g = w.float().view(rows, cols // group, group)
+    lo, hi = g.amin(-1).clamp(max=0), g.amax(-1).clamp(min=0)
+    scales = scale16((hi - lo) / INT4_STEPS)
+    zeros = torch.round(-lo / scales.float()).clamp(0, INT4_STEPS)
+    q = (torch.round(g / scales.float()[..., None]) + zeros[..., None]).clamp(0, INT4_STEPS)
+    return QuantizedTensor(4, pack4(q.to(torch.uint8).view(rows, cols)), scales, group,
+                           zeros=zeros.to(torch.uint8), name=f"int4 (groups of {group})")
+
+
+def pack4(q: torch.Tensor) -> torch.Tensor:
+    """uint8 [rows, cols] of values 0..15 packed as QuantizedTensor keeps 4-bit q: each run of
+    32 columns in 16 bytes, column j low, column j + 16 high."""
+    rows, cols = q.shape
+    runs = q.view(rows, cols // RUN, 2, RUN // 2)
+    return (runs[:, :, 0] | (runs[:, :, 1] << 4)).reshape(rows, cols // 2)
+
+
+def quantize(w: torch.Tensor, fmt: str, group_size: int) -> QuantizedTensor | None:
+    """w [rows, cols] in fmt ("int8" or "int4"), or None where its columns are not whole runs."""
+    return int8_per_channel(w) if fmt == "int8" else int4_groups(w, group_size)

@@ -1,0 +1,79 @@
+"""Quantized checkpoints the specs make themselves, from a float checkpoint's matrices:
+
+- GGUF's own blocks (Q8_0, Q4_0, Q4_1), made by the `gguf` package's quantizer and read into the
+  contract's QuantizedTensor (the layout its docstring gives);
+- the issue's int8 (per output channel, scale = max |w| / 127 rounded to float16) and int4 (groups
+  with a zero point: scale = (hi - lo) / 15 of the group's range stretched to hold 0, rounded to
+  float16; zero = round(-lo / scale); q = round(w / scale) + zero in [0, 15]), written here as
+  the definitions the engine's own quantizer must meet.
+
+A spec builds an engine on such a checkpoint (weights="auto": as stored) and compares it with a
+float64 engine built on `dequantized(...)`: the same weights, no integers."""
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import torch
+
+from torchlet.contract import Checkpoint, QuantizedTensor
+
+RUN = QuantizedTensor.RUN
+BLOCK_BYTES = {"Q8_0": 34, "Q4_0": 18, "Q4_1": 20}
+
+
+def gguf_blocks(w: torch.Tensor, kind: str) -> QuantizedTensor:
+    """w [rows, cols] quantized by gguf into `kind` blocks, read as a QuantizedTensor."""
+    import gguf
+    from gguf.quants import quantize
+
+    rows, cols = w.shape
+    raw = torch.from_numpy(quantize(w.float().numpy().astype(np.float32),
+                                    gguf.GGMLQuantizationType[kind]).copy())
+    blocks = raw.view(rows, cols // RUN, BLOCK_BYTES[kind])
+    d = blocks[..., 0:2].contiguous().view(torch.float16).squeeze(-1)
+    if kind == "Q8_0":
+        q = blocks[..., 2:].contiguous().view(torch.int8).reshape(rows, cols)
+        return QuantizedTensor(8, q, d, RUN, name=kind)
+    if kind == "Q4_0":
+        q = blocks[..., 2:].reshape(rows, cols // 2).contiguous()
+        return QuantizedTensor(4, q, d, RUN, zeros=torch.full_like(d, 8, dtype=torch.uint8),
+                               name=kind)
+    m = blocks[..., 2:4].contiguous().view(torch.float16).squeeze(-1)
+    return QuantizedTensor(4, blocks[..., 4:].reshape(rows, cols // 2).contiguous(), d, RUN,
+                           mins=m, name=kind)
+
+
+def int8_per_channel(w: torch.Tensor) -> QuantizedTensor:
+    w = w.float()
+    amax = w.abs().amax(dim=1, keepdim=True)
+    scales = torch.where(amax > 0, amax / 127, torch.ones_like(amax)).to(torch.float16)
+    q = torch.round(w / scales.float()).clamp(-127, 127).to(torch.int8)
+    return QuantizedTensor(8, q, scales, w.shape[1], name="int8")
+
+
+def int4_groups(w: torch.Tensor, group: int) -> QuantizedTensor:
+    rows, cols = w.shape
+    g = w.float().view(rows, cols // group, group)
+    lo, hi = g.amin(-1).clamp(max=0), g.amax(-1).clamp(min=0)
+    span = (hi - lo) / 15
+    scales = torch.where(span > 0, span, torch.ones_like(span)).to(torch.float16)
+    zeros = torch.round(-lo / scales.float()).clamp(0, 15)
+    q = (torch.round(g / scales.float()[..., None]) + zeros[..., None]).clamp(0, 15)
+    q = q.to(torch.uint8).view(rows, cols // RUN, 2, RUN // 2)
+    packed = (q[:, :, 0] | (q[:, :, 1] << 4)).reshape(rows, cols // 2)
+    return QuantizedTensor(4, packed, scales, group, zeros=zeros.to(torch.uint8), name="int4")
+
+
+def quantized(ckpt: Checkpoint, kind: str, group: int = RUN) -> Checkpoint:
+    """The checkpoint with every matrix whose columns are whole groups in `kind` ("Q8_0",
+    "Q4_0", "Q4_1", "int8", "int4"); the rest as they are."""
+    def one(w):
+        if w.dim() != 2 or w.shape[1] % (RUN if kind != "int4" else group):
+            return w
+        if kind == "int8":
+            return int8_per_channel(w)
+        if kind == "int4":
+            return int4_groups(w, group)
+        return gguf_blocks(w, kind)
+    return replace(ckpt, tensors={k: one(v) for k, v in ckpt.tensors.items()})
