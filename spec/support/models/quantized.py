@@ -2,10 +2,10 @@
 
 - GGUF's own blocks (Q8_0, Q4_0, Q4_1), made by the `gguf` package's quantizer and read into the
   contract's QuantizedTensor (the layout its docstring gives);
-- the issue's int8 (per output channel, scale = max |w| / 127 rounded to float16) and int4 (groups
-  with a zero point: scale = (hi - lo) / 15 of the group's range stretched to hold 0, rounded to
-  float16; zero = round(-lo / scale); q = round(w / scale) + zero in [0, 15]), written here as
-  the definitions the engine's own quantizer must meet.
+- the issue's int8 (per output channel, scale = max |w| / 127 rounded to float16) and int4
+  (groups with a scale and a minimum, both float16: scale = (hi - lo) / 15 of the group's range,
+  q = round((w - lo) / scale) in [0, 15]), written here as the definitions the engine's own
+  quantizer must meet.
 
 A spec builds an engine on such a checkpoint (weights="auto": as stored) and compares it with a
 float64 engine built on `dequantized(...)`: the same weights, no integers."""
@@ -55,14 +55,14 @@ def int8_per_channel(w: torch.Tensor) -> QuantizedTensor:
 def int4_groups(w: torch.Tensor, group: int) -> QuantizedTensor:
     rows, cols = w.shape
     g = w.float().view(rows, cols // group, group)
-    lo, hi = g.amin(-1).clamp(max=0), g.amax(-1).clamp(min=0)
+    lo, hi = g.amin(-1), g.amax(-1)
     span = (hi - lo) / 15
     scales = torch.where(span > 0, span, torch.ones_like(span)).to(torch.float16)
-    zeros = torch.round(-lo / scales.float()).clamp(0, 15)
-    q = (torch.round(g / scales.float()[..., None]) + zeros[..., None]).clamp(0, 15)
+    mins = lo.to(torch.float16)
+    q = torch.round((g - mins.float()[..., None]) / scales.float()[..., None]).clamp(0, 15)
     q = q.to(torch.uint8).view(rows, cols // RUN, 2, RUN // 2)
     packed = (q[:, :, 0] | (q[:, :, 1] << 4)).reshape(rows, cols // 2)
-    return QuantizedTensor(4, packed, scales, group, zeros=zeros.to(torch.uint8), name="int4")
+    return QuantizedTensor(4, packed, scales, group, mins=mins, name="int4")
 
 
 def quantized(ckpt: Checkpoint, kind: str, group: int = RUN) -> Checkpoint:
