@@ -74,5 +74,5 @@ def linear(x: torch.Tensor, w: QuantizedTensor, bias: torch.Tensor | None = None
 
 if __name__ == "__main__":
     ok = build()
-    print(f"torchlet_q::linear {'built' if ok else 'unavailable'} in {build_seconds:.1f} s "
-          f"({build_dir()})" + ("" if ok else f": {build_error}"))
+    print(f"torchlet_q::linear {'ready' if ok else 'unavailable'} in {build_seconds:.1f} s "
+          f"(built or loaded from {build_dir()})" + ("" if ok else f": {build_error}"))
