@@ -1,0 +1,50 @@
+"""Quantized weights (v18): the integers and scales the quantizer makes, how they are packed and
+stacked, and where the products read them. Each mutant keeps the engine running and breaks the
+numbers or the bytes, in a way the page's specs (the spec's own quantizer, bit for bit; a float64
+engine on the dequantized weights; the storages a decode step reads) notice. The C++ kernel's
+breakages are checked by spec/test_v18_cpu_kernels.py by hand (a mutant of it would rebuild the
+extension, about 15 s, for every run of the set); the Triton kernel's run here under the
+interpreter."""
+from spec.mutants import Edit, Mutant
+
+QUANTIZE = "v18_quantized_weights/quantize.py"
+MODEL = "v18_quantized_weights/model.py"
+PAGE = "spec/test_v18_quantized_weights.py"
+OWN = f"{PAGE}::test_the_engines_own_quantizer_makes_the_issues_integers"
+LOGITS = f"{PAGE}::test_logits_are_a_float64_engine_on_the_dequantized_weights"
+BYTES = f"{PAGE}::test_a_decode_step_reads_a_fraction_of_the_float_bytes"
+
+PROPERTY = "quantized weights"
+V18 = ("v18",)
+
+MUTANTS = [
+    Mutant("v18-int8-scale-per-tensor", PROPERTY, (
+        Edit(QUANTIZE, "scale16(w.abs().amax(dim=1, keepdim=True) / INT8_LEVELS)",
+             "scale16(w.abs().amax().expand(rows, 1) / INT8_LEVELS)"),),
+        (OWN,), V18, "one int8 scale for the whole matrix: a row of small weights keeps few "
+                     "levels"),
+    Mutant("v18-int4-minimum-of-the-next-group", PROPERTY, (
+        Edit(QUANTIZE, "    lo, hi = g.amin(-1), g.amax(-1)\n",
+             "    lo, hi = g.amin(-1).roll(-1, dims=1), g.amax(-1)\n"),),
+        (OWN,), V18, "a group's minimum taken from the group after it (a group index off by one)"),
+    Mutant("v18-int4-minimum-added", PROPERTY, (
+        Edit(QUANTIZE, "q = torch.round((g - mins.float()[..., None])",
+             "q = torch.round((g + mins.float()[..., None])"),),
+        (OWN,), V18, "the minimum (the zero point's value) with the wrong sign"),
+    Mutant("v18-int4-nibbles-swapped", PROPERTY, (
+        Edit(QUANTIZE, "    return (runs[:, :, 0] | (runs[:, :, 1] << 4)).reshape(rows, cols // 2)\n",
+             "    return (runs[:, :, 1] | (runs[:, :, 0] << 4)).reshape(rows, cols // 2)\n"),),
+        (OWN,), V18, "a run's first 16 columns packed into the high nibbles"),
+    Mutant("v18-stack-in-another-order", PROPERTY, (
+        Edit(MODEL, "[mine.pop(f\"{p}.weight\") for p in parts]",
+             "[mine.pop(f\"{p}.weight\") for p in reversed(parts)]"),),
+        (LOGITS,), V18, "q/k/v (and gate/up) stacked in the reverse order of v13's float stacks"),
+    Mutant("v18-embedding-rows-of-token-zero", PROPERTY, (
+        Edit(MODEL, "return self.table.select_rows(token_ids).dequantize()",
+             "return self.table.select_rows(token_ids * 0).dequantize()"),),
+        (LOGITS,), V18, "the quantized embedding looks up one row for every token"),
+    Mutant("v18-lm-head-dequantized-each-step", PROPERTY, (
+        Edit(MODEL, "            return self.project(hidden, weights.lm_head)\n",
+             "            return hidden @ weights.lm_head.dequantize().to(hidden.dtype).T\n"),),
+        (BYTES,), V18, "the LM head made float for every product: a step reads it as float32"),
+]
