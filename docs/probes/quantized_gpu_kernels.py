@@ -16,7 +16,8 @@ the kernels, not the host's launches. Each call reads its own copy of the weight
 in L2. Median of ITERS calls, in microseconds. Outputs are checked against the float64 product
 of the dequantized weights first (relative Frobenius error). Writes everything as JSON to
 $OUT/quantized_gpu_kernels.json (or the working directory); the tables go to stdout, the step
-summary last.
+summary last. Usage: python docs/probes/quantized_gpu_kernels.py [table] [gemv] [crossover]
+[tiles] (the stages to run, in order; the first three when none is named).
 """
 from __future__ import annotations
 
@@ -122,8 +123,9 @@ def _dequant_kernel(q_ptr, s_ptr, z_ptr, mn_ptr, out_ptr, N, K, n_groups, BITS: 
         mn = tl.load(mn_ptr + g, mask=mask, other=0.0).to(tl.float32)
         wa += mn
         wb += mn
-    tl.store(out_ptr + rows[:, None] * K + cols[None, :], wa.to(out_ptr.dtype.element_ty), mask=mask)
-    tl.store(out_ptr + rows[:, None] * K + cols[None, :] + 16, wb.to(out_ptr.dtype.element_ty), mask=mask)
+    dst = out_ptr + rows[:, None] * K + cols[None, :]
+    tl.store(dst, wa.to(out_ptr.dtype.element_ty), mask=mask)
+    tl.store(dst + 16, wb.to(out_ptr.dtype.element_ty), mask=mask)
 
 
 def dequant_then_cublas(x: torch.Tensor, w: QuantizedTensor) -> torch.Tensor:
@@ -200,33 +202,39 @@ def sweep(model: str, gen, rows, variants: dict, formats, label: str) -> None:
 
 
 def defaults():
-    gk.GEMV_BLOCK_N, gk.GEMV_BLOCK_K, gk.GEMV_CHUNK = DEFAULTS[0], dict(DEFAULTS[1]), DEFAULTS[2]
-    gk.MATMUL_TILES = DEFAULTS[3]
+    gk.GEMV_PLANS, gk.MATMUL_TILES, gk.SPLIT_BELOW = DEFAULTS
 
 
-DEFAULTS = (gk.GEMV_BLOCK_N, dict(gk.GEMV_BLOCK_K), gk.GEMV_CHUNK, gk.MATMUL_TILES)
+DEFAULTS = (dict(gk.GEMV_PLANS), gk.MATMUL_TILES, gk.SPLIT_BELOW)
 
 
 def gemv_variants():
+    """One gemv plan for every matrix: (BLOCK_N, BLOCK_K int8, BLOCK_K int4, chunk)."""
     def plan(bn, k8, k4, chunk):
         def setup():
-            gk.GEMV_BLOCK_N, gk.GEMV_BLOCK_K, gk.GEMV_CHUNK = bn, {8: k8, 4: k4}, chunk
+            one = (bn, {8: k8, 4: k4}, {8: chunk, 4: chunk})
+            gk.GEMV_PLANS = {"few": one, "many": one}
         return setup, gk.gemv
-    return {f"N{bn} K{k8}/{k4} chunk{c}": plan(bn, k8, k4, c) for bn, k8, k4, c in
-            [(4, 512, 1024, 2048), (2, 512, 1024, 2048), (8, 512, 1024, 2048),
-             (4, 512, 1024, 1024), (4, 1024, 2048, 4096), (8, 256, 512, 1024)]}
+    v = {f"N{bn} K{k8}/{k4} chunk{c}": plan(bn, k8, k4, c) for bn, k8, k4, c in
+         [(4, 512, 1024, 2048), (2, 512, 1024, 2048), (8, 512, 1024, 2048),
+          (4, 512, 1024, 1024), (4, 1024, 2048, 4096), (8, 256, 512, 1024),
+          (4, 1024, 1024, 4096), (4, 1024, 1024, 2048)]}
+    v["gk's own plans"] = (defaults, gk.gemv)
+    return v
 
 
 def matmul_variants():
-    def tiles(t):
+    """Tiles (BLOCK_M, BLOCK_N, warps, stages) for every M, with and without splitting K; the
+    dequantize-then-cuBLAS alternative; the gemv."""
+    def tiles(t, split_below):
         def setup():
-            gk.MATMUL_TILES = ((1 << 62, t),)
+            gk.MATMUL_TILES, gk.SPLIT_BELOW = ((1 << 62, t),), split_below
         return setup, gk.matmul
-    v = {f"BM{t[0]} BN{t[1]} w{t[2]} s{t[3]}": tiles(t) for t in
-         [(32, 64, 4, 4), (64, 64, 4, 4), (64, 128, 4, 4), (64, 128, 8, 3), (128, 64, 8, 3),
-          (128, 128, 8, 3)]}
+    v = {f"BM{t[0]} BN{t[1]} w{t[2]} s{t[3]} split<{sb}": tiles(t, sb) for t in
+         [(32, 64, 4, 4), (64, 64, 4, 4), (64, 128, 4, 4), (128, 64, 8, 3), (128, 128, 8, 3)]
+         for sb in (0.0, 0.5, 1.0)}
     v["dequant+cuBLAS"] = (lambda: None, dequant_then_cublas)
-    v["gemv"] = (lambda: None, gk.gemv)
+    v["gk's own plans"] = (defaults, gk.matmul)
     return v
 
 
@@ -248,26 +256,33 @@ def main():
     # the copy ceiling: 1 GiB read + 1 GiB written
     a = torch.empty(2**29, device=DEV, dtype=torch.float16).normal_()
     b = torch.empty_like(a)
-    t = median_us(lambda: b.copy_(a), [()])
+    t = median_us(torch.Tensor.copy_, [(b, a)])
     RESULTS["copy_TBps"] = 2 * a.numel() * 2 / t / 1e6
     print(f"copy: {RESULTS['copy_TBps']:.2f} TB/s", flush=True)
     del a, b
     path = os.path.join(os.environ.get("OUT", "."), "quantized_gpu_kernels.json")
-    stages = sys.argv[1:] or ["table", "sweeps"]  # what to run, in this order
+    # what to run, in this order. On the H200 (first call): the table took 21 s with its
+    # compiles; the gemv and crossover sweeps about two minutes together; tiles is the longest
+    # (15 tile/split variants x 3 formats x 3 row counts): give it a call of its own.
+    stages = sys.argv[1:] or ["table", "gemv", "crossover"]
     for stage in stages:
         if stage == "table":
             for model in MODELS:
                 table(model, gen)
             print_table()
-        elif stage == "sweeps":
+        elif stage == "gemv":
             sweep("Qwen3-0.6B", gen, (1,), gemv_variants(), FORMATS, "gemv plans, M=1")
             summarize("gemv plans, M=1", "Qwen3-0.6B")
-            sweep("Qwen3-0.6B", gen, (2, 4, 8, 16, 32),
+        elif stage == "crossover":
+            sweep("Qwen3-0.6B", gen, (4, 6, 8, 16),
                   {"gemv": (lambda: None, gk.gemv), "matmul": (lambda: None, gk.matmul)},
-                  ("int8", "int4_g64"), "gemv vs matmul")
+                  FORMATS, "gemv vs matmul")
             summarize("gemv vs matmul", "Qwen3-0.6B")
-            sweep("Qwen3-0.6B", gen, (64, 256), matmul_variants(), FORMATS, "matmul tiles")
+        elif stage == "tiles":
+            sweep("Qwen3-0.6B", gen, (16, 64, 256), matmul_variants(), FORMATS, "matmul tiles")
             summarize("matmul tiles", "Qwen3-0.6B")
+        else:
+            sys.exit(f"unknown stage {stage}: table, gemv, crossover or tiles")
         print(f"[{stage} done at {time.time() - begin:.0f} s]", flush=True)
         with open(path, "w") as f:
             json.dump(RESULTS, f, indent=1)
@@ -281,7 +296,8 @@ def print_table():
         print(f"\n== {model}: us per call (median), bf16 F.linear vs gk.linear ==")
         for m in ROWS:
             for name, row in data[str(m)].items():
-                print(f"  M={m:<3d} {name:8s} bf16 {row['bf16']:8.2f} ({row['bf16_GBps']:5.0f} GB/s)" +
+                print(f"  M={m:<3d} {name:8s} bf16 {row['bf16']:8.2f} "
+                      f"({row['bf16_GBps']:5.0f} GB/s)" +
                       "".join(f"  {f} {row[f]:8.2f} ({row[f + '_GBps']:5.0f} GB/s)"
                               for f in FORMATS), flush=True)
 

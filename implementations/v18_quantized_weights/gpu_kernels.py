@@ -1,5 +1,6 @@
-"""v18's products on the GPU: x [M, K] times a QuantizedTensor [N, K] (torchlet/contract/quantized.py),
-read as stored (int8 bytes, or two int4 columns a byte) and dequantized in registers.
+"""v18's products on the GPU: x [M, K] times a QuantizedTensor [N, K]
+(torchlet/contract/quantized.py), read as stored (int8 bytes, or two int4 columns a byte) and
+dequantized in registers.
 
 Two kernels, chosen by the number of rows M (`linear`):
 
@@ -30,10 +31,30 @@ one group slice per K step.
 Sums are float32; the output (bias added in float32 first) is rounded once to x's dtype. Under
 TRITON_INTERPRET=1 on CPU x is float32 and tl.dot runs exact ("ieee"), as on a GPU in float32.
 
-Measured choices (H200, docs/probes/quantized_gpu_kernels.py) are recorded next to the constants
-they set: GEMV_MAX_M, the gemv's blocks and split, the matmul's tiles.
+Measured on the H200 (docs/probes/quantized_gpu_kernels.py at 6b4ddc6; us per call, one pair of
+CUDA events around each call, no graph, so every number carries a floor of about 5 us: SmolLM2's
+smallest matrices take 5-6 us whatever their bytes). Copy ceiling 4.26 TB/s. Constants, and the
+sweeps behind them, are next to each one below.
+
+- One row, Qwen3-0.6B: int8 gemv 6.6 / 7.4 / 7.3 / 8.7 / 58.8 us for q/k/v, o, gate/up, down and
+  the LM head, against bf16 cuBLAS's 7.8 / 15.6 / 8.8 / 9.9 / 79.0: a step's products 0.90 ms
+  against 1.26 (event-timed; 0.82 predicted with the tuned plans below, not yet re-measured).
+  The LM head's int8 read runs at 2.65 TB/s (cuBLAS's bf16 at 3.94); int4 runs slower than int8
+  there (76 us, 1.1 TB/s): at half a byte a weight the gemv's unpacking, not memory, limits it.
+- At 8 and more rows the matmul at 6b4ddc6 lost to bf16 cuBLAS at every shape (Qwen3, 256 rows:
+  int8 18.9 / 31.4 / 18.4 / 44.2 / 263 us against 8.3 / 9.2 / 10.3 / 10.9 / 123). Cause: too
+  few programs. o and down (1,024 weight rows) made 16 tiles of 128 x 128 for 132 SMs, each
+  walking all of K; at 8-32 rows the time was flat (10.5-20.7 us), the latency of one program's
+  walk. Hence the split of K over programs when tiles are few (matmul_split): reasoned from
+  that, NOT yet measured, like the tiles (the tile sweep did not finish in the first call).
+- Dequantizing into a bf16 scratch matrix and then cuBLAS was not measured either (same sweep);
+  it cannot beat bf16 cuBLAS (it reads the integers, writes a bf16 copy that cuBLAS then reads:
+  more bytes than bf16 alone), so the fused matmul is the path that can, once its grid fills the
+  GPU. The probe's `tiles` stage times it, the tiles and the split, to decide.
 """
 from __future__ import annotations
+
+import functools
 
 import torch
 import triton
@@ -48,14 +69,28 @@ _NS = __name__.replace(".", "_")
 MAGIC = tl.constexpr(0x4B000000)  # float32 bits of 2^23: OR-ing in an integer below 2^23 adds it
 TWO23 = tl.constexpr(8388608.0)
 
-# --- measured on the H200 (docs/probes/quantized_gpu_kernels.py); see the module docstring ---
-GEMV_MAX_M = 8            # rows up to which the CUDA-core gemv beats the tensor-core matmul
-GEMV_BLOCK_N = 4          # weight rows a gemv program reads (few: every SM gets programs)
-GEMV_BLOCK_K = {8: 512, 4: 1024}   # columns a step: 2 KB of weight bytes for 4 rows either way
-GEMV_CHUNK = 2048         # columns one gemv program walks at most; a longer K is split
+# --- measured on the H200 (docs/probes/quantized_gpu_kernels.py, Qwen3-0.6B's matrices) ---
+# Rows up to which the gemv runs. Step sums (28 layers + LM head, us per call, event-timed):
+# int8 gemv 0.98 / 1.23 / 1.68 ms at 2 / 4 / 8 rows against the matmul's 1.68; int4_g64 1.04 /
+# 1.40 / 2.06 against 1.92. The gemv grows with M (it re-runs the M loop per byte), the matmul
+# does not; at 8 rows the matmul ties (int8) or wins (int4), at 4 it loses by 27-37%.
+GEMV_MAX_M = 7
+# gemv (BLOCK_N rows, {bits: BLOCK_K columns}, {bits: CHUNK columns a program walks at most})
+# at one row, best of six plans per format: int8 reads 4 rows x 1,024 columns and splits K past
+# 4,096 (0.836 ms a step against 0.909 for 512 / 2,048); int4 4 x 1,024 split past 2,048 (0.887
+# int4_g64, 0.914 Q4_1, the best of the six). A matrix of many rows (the LM head) keeps every
+# SM busy with 8-row programs: 49.8 / 65.3 / 70.2 us against 58.7 / 76.2 / 78.9 with 4.
+GEMV_PLANS = {"few": (4, {8: 1024, 4: 1024}, {8: 4096, 4: 2048}),
+              "many": (8, {8: 512, 4: 1024}, {8: 2048, 4: 2048})}
+GEMV_MANY_ROWS = 16384
 SUM_BLOCK = 1024
-# matmul tiles by rows: (BLOCK_M, BLOCK_N, num_warps, num_stages)
+# matmul tiles by rows: (BLOCK_M, BLOCK_N, num_warps, num_stages). Not yet tuned: the tile sweep
+# of the first GPU call did not finish (see the module docstring).
 MATMUL_TILES = ((32, (32, 64, 4, 4)), (64, (64, 64, 4, 4)), (1 << 62, (128, 128, 8, 3)))
+# The matmul splits K when its tiles are fewer than SPLIT_BELOW x the SMs (down and o, at 1,024
+# rows, made only 16 programs of 128 x 128), into chunks of at least MATMUL_MIN_CHUNK columns.
+SPLIT_BELOW = 0.5
+MATMUL_MIN_CHUNK = 512
 
 
 def _slice_width(group: int, block_k: int) -> int:
@@ -165,11 +200,13 @@ def _sum_splits_kernel(part_ptr, b_ptr, out_ptr, total, N, SPLIT: tl.constexpr,
 
 
 def gemv_plan(m: int, n: int, k: int, bits: int, on_gpu: bool) -> tuple[int, int, int]:
-    """(BLOCK_N, BLOCK_K, split). Under the interpreter, which runs programs one after another:
-    a few large programs, and a K over 128 split so the specs see the split."""
+    """(BLOCK_N, BLOCK_K, split), from GEMV_PLANS. Under the interpreter, which runs programs
+    one after another: a few large programs, and a K over 128 split so the specs see the
+    split."""
     if not on_gpu:
         return min(triton.next_power_of_2(n), 64), 128, triton.cdiv(k, 128)
-    return GEMV_BLOCK_N, GEMV_BLOCK_K[bits], triton.cdiv(k, GEMV_CHUNK)
+    block_n, block_k, chunk = GEMV_PLANS["many" if n >= GEMV_MANY_ROWS else "few"]
+    return block_n, block_k[bits], triton.cdiv(k, chunk[bits])
 
 
 @kernel_op(f"{_NS}::gemv")
@@ -208,8 +245,8 @@ def _(x, q, scales, zeros, mins, bias, bits, group):
 # --- matmul: many rows, tensor cores -------------------------------------------------------
 
 @triton.jit
-def _matmul_kernel(x_ptr, q_ptr, s_ptr, z_ptr, mn_ptr, b_ptr, out_ptr, M, N, K, n_groups,
-                   BITS: tl.constexpr, GROUP: tl.constexpr, GW: tl.constexpr,
+def _matmul_kernel(x_ptr, q_ptr, s_ptr, z_ptr, mn_ptr, b_ptr, out_ptr, M, N, K, n_groups, chunk,
+                   SPLIT: tl.constexpr, BITS: tl.constexpr, GROUP: tl.constexpr, GW: tl.constexpr,
                    HAS_Z: tl.constexpr, HAS_MIN: tl.constexpr, HAS_BIAS: tl.constexpr,
                    ONE_GROUP: tl.constexpr, IEEE: tl.constexpr, BLOCK_M: tl.constexpr,
                    BLOCK_N: tl.constexpr):
@@ -230,7 +267,8 @@ def _matmul_kernel(x_ptr, q_ptr, s_ptr, z_ptr, mn_ptr, b_ptr, out_ptr, M, N, K, 
         xcols = t                                    # x's columns for the step's weights
     else:
         xcols = (t // 16) * 32 + t % 16              # the low nibbles' columns; high: +16
-    for k0 in range(0, K, GW):                       # one step: GW columns of one group
+    lo = tl.program_id(2) * chunk                    # this program's share of K
+    for k0 in range(lo, tl.minimum(lo + chunk, K), GW):  # a step: GW columns of one group
         if BITS == 8:
             qt = tl.load(q_ptr + rn[:, None] * K + k0 + t[None, :], mask=n_ok[:, None], other=0)
             qa = (qt.to(tl.int32) + (MAGIC + 128)).to(tl.float32, bitcast=True)
@@ -278,10 +316,15 @@ def _matmul_kernel(x_ptr, q_ptr, s_ptr, z_ptr, mn_ptr, b_ptr, out_ptr, M, N, K, 
                 acc += tl.dot(xb, tl.trans(wb.to(dtype)))
     if ONE_GROUP:  # the row's one scale, applied to the sum (q - z is exact in bf16: |q-z| < 256)
         acc *= tl.load(s_ptr + rn, mask=n_ok, other=0.0).to(tl.float32)[None, :]
-    if HAS_BIAS:
-        acc += tl.load(b_ptr + rn, mask=n_ok, other=0.0).to(tl.float32)[None, :]
-    tl.store(out_ptr + rm[:, None] * N + rn[None, :], acc.to(out_ptr.dtype.element_ty),
-             mask=m_ok[:, None] & n_ok[None, :])
+    out_mask = m_ok[:, None] & n_ok[None, :]
+    if SPLIT > 1:  # a float32 partial sum: this split's [M, N] of the workspace
+        tl.store(out_ptr + (tl.program_id(2) * M + rm[:, None]) * N + rn[None, :], acc,
+                 mask=out_mask)
+    else:
+        if HAS_BIAS:
+            acc += tl.load(b_ptr + rn, mask=n_ok, other=0.0).to(tl.float32)[None, :]
+        tl.store(out_ptr + rm[:, None] * N + rn[None, :], acc.to(out_ptr.dtype.element_ty),
+                 mask=out_mask)
 
 
 def matmul_plan(m: int, on_gpu: bool) -> tuple[int, int, int, int]:
@@ -293,6 +336,22 @@ def matmul_plan(m: int, on_gpu: bool) -> tuple[int, int, int, int]:
         if m <= rows:
             return tiles
     raise AssertionError("unreachable: the last tile covers any M")
+
+
+@functools.lru_cache(maxsize=None)
+def _sm_count(index: int) -> int:
+    return torch.cuda.get_device_properties(index).multi_processor_count
+
+
+def matmul_split(tiles: int, k: int, gw: int, device: torch.device) -> int:
+    """Programs K is split over: enough to give a grid of few tiles SMs to run on. Under the
+    interpreter a K over 128 is split so the specs see the split."""
+    if device.type != "cuda":
+        return triton.cdiv(k, 128)
+    sms = _sm_count(device.index if device.index is not None else torch.cuda.current_device())
+    if tiles >= SPLIT_BELOW * sms:
+        return 1
+    return max(1, min(triton.cdiv(sms, tiles), k // max(MATMUL_MIN_CHUNK, gw)))
 
 
 @kernel_op(f"{_NS}::matmul")
@@ -310,13 +369,23 @@ def _matmul_op(x: torch.Tensor, q: torch.Tensor, scales: torch.Tensor, zeros: to
     gw = _slice_width(group, 128 if one_group else 64)
     check(gw // (2 if bits == 4 else 1) >= 16 and block_m >= 16 and block_n >= 16,
           "tl.dot needs 16 or more on every side")
-    _matmul_kernel[(triton.cdiv(m, block_m), triton.cdiv(n, block_n))](
+    tiles = triton.cdiv(m, block_m) * triton.cdiv(n, block_n)
+    split = matmul_split(tiles, k, gw, x.device)
+    chunk = triton.cdiv(triton.cdiv(k, split), gw) * gw   # whole group slices
+    split = triton.cdiv(k, chunk)
+    part = out if split == 1 else torch.empty(split, m, n, device=x.device, dtype=torch.float32)
+    _matmul_kernel[(triton.cdiv(m, block_m), triton.cdiv(n, block_n), split)](
         x, q, scales, zeros if zeros is not None else scales,
-        mins if mins is not None else scales, bias if bias is not None else scales, out,
-        m, n, k, k // group, BITS=bits, GROUP=group, GW=gw, HAS_Z=zeros is not None,
+        mins if mins is not None else scales, bias if bias is not None else scales, part,
+        m, n, k, k // group, chunk, SPLIT=split, BITS=bits, GROUP=group, GW=gw,
+        HAS_Z=zeros is not None,
         HAS_MIN=mins is not None, HAS_BIAS=bias is not None, ONE_GROUP=one_group,
         IEEE=x.dtype == torch.float32, BLOCK_M=block_m, BLOCK_N=block_n, num_warps=warps,
         num_stages=stages)
+    if split > 1:
+        _sum_splits_kernel[(triton.cdiv(m * n, SUM_BLOCK),)](
+            part, bias if bias is not None else scales, out, m * n, n, SPLIT=split,
+            HAS_BIAS=bias is not None, BLOCK=SUM_BLOCK)
     return out
 
 
