@@ -15,8 +15,9 @@ Two kernels, chosen by the number of rows M (`linear`):
 
 How a weight becomes a float, cheaply and exactly: the integer is OR-ed (or added) into the
 mantissa of 2^23 (float bits 0x4B000000), which makes the float 2^23 + q with no int-to-float
-conversion instruction (those run at a quarter of the FMA rate on Hopper, under what a batch-1
-int4 read needs); one float subtraction of 2^23 + zero then leaves q - zero exactly. A run of 32
+conversion instruction (the CUDA guide's throughput table puts conversions at a fraction of the
+FMA rate; a batch-1 int4 read needs ~10^13 of them a second; this choice was not itself timed
+against a plain cast); one float subtraction of 2^23 + zero then leaves q - zero exactly. A run of 32
 int4 columns is 16 bytes: its low nibbles are columns 0..15, its high ones 16..31, so the
 kernels never interleave nibbles: they multiply the low nibbles by x's columns 0..15 of the run
 and the high ones by 16..31 (two half-width products).
@@ -73,7 +74,8 @@ TWO23 = tl.constexpr(8388608.0)
 # Rows up to which the gemv runs. Step sums (28 layers + LM head, us per call, event-timed):
 # int8 gemv 0.98 / 1.23 / 1.68 ms at 2 / 4 / 8 rows against the matmul's 1.68; int4_g64 1.04 /
 # 1.40 / 2.06 against 1.92. The gemv grows with M (it re-runs the M loop per byte), the matmul
-# does not; at 8 rows the matmul ties (int8) or wins (int4), at 4 it loses by 27-37%.
+# does not; at 8 rows the matmul ties (int8) or wins (int4), at 4 it loses by 27-37%. 5-7 rows
+# are interpolated (the probe's crossover stage now times 6); the split matmul may move it.
 GEMV_MAX_M = 7
 # gemv (BLOCK_N rows, {bits: BLOCK_K columns}, {bits: CHUNK columns a program walks at most})
 # at one row, best of six plans per format: int8 reads 4 rows x 1,024 columns and splits K past
