@@ -17,9 +17,9 @@ How a weight becomes a float, cheaply and exactly: the integer is OR-ed (or adde
 mantissa of 2^23 (float bits 0x4B000000), which makes the float 2^23 + q with no int-to-float
 conversion instruction (the CUDA guide's throughput table puts conversions at a fraction of the
 FMA rate; a batch-1 int4 read needs ~10^13 of them a second; this choice was not itself timed
-against a plain cast); one float subtraction of 2^23 + zero then leaves q - zero exactly. A run of 32
-int4 columns is 16 bytes: its low nibbles are columns 0..15, its high ones 16..31, so the
-kernels never interleave nibbles: they multiply the low nibbles by x's columns 0..15 of the run
+against a plain cast); one float subtraction of 2^23 + zero then leaves q - zero exactly. A
+run of 32 int4 columns is 16 bytes: its low nibbles are columns 0..15, its high ones 16..31, so
+the kernels never interleave nibbles: they multiply the low nibbles by x's columns 0..15 of the run
 and the high ones by 16..31 (two half-width products).
 
 Scales: the gemv kernel sums q * x over a slice of GW columns that share one scale (GW the
