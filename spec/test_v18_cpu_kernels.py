@@ -24,12 +24,20 @@ import shutil
 import pytest
 import torch
 
-from implementations.v18_quantized_weights import cpu_kernels
-from torchlet.contract.quantized import QuantizedTensor
+from torchlet.contract import QUANTIZED_WEIGHTS, QuantizedTensor
 
 N = 37  # not a multiple of the 2 or 4 rows the kernel reads at a time, nor of a thread's share
 ROWS_OF_X = (1, 3, 9, 17, 32, 33, 70)  # 9, 17: tiles of 8 then 1; 32: the last that the register
 #                                        kernel takes; 33 up: dequantize-then-GEMM
+
+
+pytestmark = pytest.mark.spec(needs=QUANTIZED_WEIGHTS)
+
+
+@pytest.fixture
+def cpu_kernels(impl):
+    """The version's cpu_kernels module (its package exports it)."""
+    return impl.package.cpu_kernels
 
 
 def random_matrix(gen, bits, group, cols, zeros=None, mins=False):
@@ -72,7 +80,7 @@ def check(y, x, w, bias):
 
 
 @pytest.mark.parametrize("fmt", FORMATS)
-def test_the_product_equals_the_float64_product_of_the_dequantized_weights(fmt):
+def test_the_product_equals_the_float64_product_of_the_dequantized_weights(cpu_kernels, fmt):
     bits, group, zeros, mins = FORMATS[fmt]
     gen = torch.Generator().manual_seed(18)
     for runs in (1, 3, 5):  # K = 1, 3 and 5 groups (per channel: K = 32, 96, 160)
@@ -84,7 +92,7 @@ def test_the_product_equals_the_float64_product_of_the_dequantized_weights(fmt):
             check(cpu_kernels.linear(x, w, bias), x, w, bias)
 
 
-def test_without_bias_and_with_leading_dimensions():
+def test_without_bias_and_with_leading_dimensions(cpu_kernels):
     gen = torch.Generator().manual_seed(7)
     w = random_matrix(gen, 4, 32, 96, mins=True)
     x = torch.randn(2, 3, 96, generator=gen)
@@ -95,7 +103,7 @@ def test_without_bias_and_with_leading_dimensions():
 
 @pytest.mark.skipif(shutil.which("c++") is None and shutil.which("g++") is None,
                     reason="no C++ compiler: linear falls back to F.linear on dequantized weights")
-def test_the_extension_builds_and_runs_as_a_torch_op():
+def test_the_extension_builds_and_runs_as_a_torch_op(cpu_kernels):
     assert cpu_kernels.available(), cpu_kernels.build_error
     gen = torch.Generator().manual_seed(1)
     w = random_matrix(gen, 8, 32, 64)

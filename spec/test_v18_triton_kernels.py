@@ -22,12 +22,17 @@ from __future__ import annotations
 import pytest
 import torch
 
-from implementations.v18_quantized_weights import gpu_kernels
 from spec.support.inputs.kernel_targets import TARGETS, Target
 from spec.support.oracles.tolerances import assert_close
-from torchlet.contract import QuantizedTensor
+from torchlet.contract import QUANTIZED_WEIGHTS, QuantizedTensor
 
-pytestmark = pytest.mark.spec(kernels=True)
+pytestmark = pytest.mark.spec(needs=QUANTIZED_WEIGHTS, kernels=True)
+
+
+@pytest.fixture
+def gpu_kernels(impl):
+    """The version's gpu_kernels module (its package exports it)."""
+    return impl.package.gpu_kernels
 
 # name: (bits, group (None: one group per row, i.e. per output channel), zeros, mins)
 FORMATS = {
@@ -78,7 +83,7 @@ def reference(x, w: QuantizedTensor, bias):
 @pytest.mark.parametrize("target", TARGETS_HALF)
 @pytest.mark.parametrize("fmt,k", CASES)
 @pytest.mark.parametrize("m", [1, 3, 20])
-def test_both_kernels_equal_the_float64_product_of_the_dequantized_weights(target, fmt, k, m):
+def test_both_kernels_equal_the_float64_product_of_the_dequantized_weights(gpu_kernels, target, fmt, k, m):
     gen = torch.Generator().manual_seed(hash((fmt, k, m)) % 2**31)
     w = random_weight(fmt, N, k, gen, target.device)
     x = target.randn(gen, m, k)
@@ -91,7 +96,7 @@ def test_both_kernels_equal_the_float64_product_of_the_dequantized_weights(targe
 
 
 @pytest.mark.parametrize("target", TARGETS)
-def test_linear_takes_the_gemv_up_to_gemv_max_m_rows_and_the_matmul_past_them(target):
+def test_linear_takes_the_gemv_up_to_gemv_max_m_rows_and_the_matmul_past_them(gpu_kernels, target):
     gen = torch.Generator().manual_seed(3)
     w = random_weight("int4_g32", N, 64, gen, target.device)
     for m in (gpu_kernels.GEMV_MAX_M, gpu_kernels.GEMV_MAX_M + 1):
@@ -102,7 +107,7 @@ def test_linear_takes_the_gemv_up_to_gemv_max_m_rows_and_the_matmul_past_them(ta
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("fmt", ["int8", "Q4_1", "int4_g64"])
-def test_linear_replays_in_a_cuda_graph(fmt):
+def test_linear_replays_in_a_cuda_graph(gpu_kernels, fmt):
     """One op per launch, no host sync, no allocation outside the graph's pool: captured once,
     a replay on new x equals an eager call."""
     gen = torch.Generator().manual_seed(7)
@@ -119,7 +124,7 @@ def test_linear_replays_in_a_cuda_graph(fmt):
         torch.testing.assert_close(out, gpu_kernels.linear(x, w), rtol=0, atol=0)
 
 
-def test_wrong_inputs_are_refused():
+def test_wrong_inputs_are_refused(gpu_kernels):
     w = random_weight("Q4_1", 8, 64, torch.Generator().manual_seed(1), "cpu")
     with pytest.raises(ValueError, match="columns"):
         gpu_kernels.linear(torch.zeros(2, 32), w)

@@ -26,7 +26,7 @@ from ..v17_speculative_decoding import (KERNELS, BlockPool, DraftProposer, Graph
                                         draw, fused_kernels, gemv, graphs, kernels,
                                         layers, metadata, paged_attention, paged_kernels,
                                         shard_checkpoint)
-from . import qlinear, quantize
+from . import cpu_kernels, gpu_kernels, qlinear, quantize
 from .model import QuantizedEmbedding, QuantizedModel, QuantizedOps, QuantizedWeights
 
 CAPABILITIES = PREVIOUS + (QUANTIZED_WEIGHTS,)
@@ -40,6 +40,6 @@ __all__ = ["CAPABILITIES", "KERNELS", "OPTIONS", "PARTS", "BlockPool", "DraftPro
            "RollbackPool", "Shard", "ShardedModel", "SliceGraphs", "SpeculationPolicy",
            "SpeculativeBatch", "SpeculativeEngine", "SpeculativeKV", "SpeculativeRequest",
            "SpeculativeRunner", "SpeculativeSampler", "SpeculativeScheduler",
-           "TensorParallelEngine", "build", "context_attention", "default_buckets", "draw",
-           "fused_kernels", "gemv", "graphs", "kernels", "layers", "metadata", "paged_attention",
+           "TensorParallelEngine", "build", "context_attention", "cpu_kernels", "default_buckets", "draw",
+           "fused_kernels", "gemv", "gpu_kernels", "graphs", "kernels", "layers", "metadata", "paged_attention",
            "paged_kernels", "qlinear", "quantize", "shard_checkpoint"]
