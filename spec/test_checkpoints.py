@@ -14,8 +14,10 @@ un-permutation.
 
 Files to compare: torchlet/checkpoints.py, torchlet/gguf_model.py, torchlet/text.py.
 
-Tradeoff left visible: the converted SmolLM2 is stored dequantized in float32 (about 540 MB of
-cache) so that later loads are a plain safetensors read. The cache itself (keys, sharing, `torchlet
+Tradeoff left visible: the converted SmolLM2 keeps GGUF's quantized blocks (about 100 MB of cache,
+not 540 MB of float32), so transformers cannot read the directory by itself and every load
+dequantizes them (about a second); spec/test_gguf_blocks.py holds those blocks to gguf's own
+dequantizer. The cache itself (keys, sharing, `torchlet
 cache`) is spec/test_model_cache.py's page.
 """
 from __future__ import annotations

@@ -15,7 +15,7 @@ judged by its exit status and output.
 Files to compare: torchlet/gguf_model.py (cache_key, resolve_model), torchlet/cache.py.
 
 Tradeoff left visible: the files here are tiny float32 GGUFs written with the `gguf` package
-(a conversion takes about 0.1 s, SmolLM2's about 20 s); only the readable name is read from the
+(a conversion takes about 0.1 s, SmolLM2's about 10 s); only the readable name is read from the
 real conversion, which spec/support/models/real_model.py makes once per machine.
 """
 from __future__ import annotations

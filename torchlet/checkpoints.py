@@ -97,10 +97,16 @@ def hf_classes(family: str):
     return getattr(transformers, arch.replace("ForCausalLM", "Config")), getattr(transformers, arch)
 
 
-def load_hf_dir(path: str | Path) -> Checkpoint:
-    """Read config.json and every *.safetensors file of a local Hugging Face checkpoint."""
-    from safetensors import SafetensorError
+def load_hf_dir(path: str | Path, quantized: bool = False) -> Checkpoint:
+    """Read config.json and every *.safetensors file of a local Hugging Face checkpoint. A file
+    that holds quantized matrices (the model cache's GGUF conversions: torchlet/quantized_files.py)
+    gives them as float32, dequantized (about a second for SmolLM2), unless `quantized`, which
+    keeps them as QuantizedTensors for a version that computes with them."""
+    from safetensors import SafetensorError, safe_open
     from safetensors.torch import load_file
+
+    from torchlet.contract import dequantized
+    from torchlet.quantized_files import unflatten
 
     path = Path(path)
     if not path.is_dir():
@@ -118,12 +124,16 @@ def load_hf_dir(path: str | Path) -> Checkpoint:
     files = sorted(path.glob("*.safetensors"))
     if not files:
         raise CheckpointError(f"{path} has no *.safetensors weights")
-    tensors: dict[str, torch.Tensor] = {}
+    tensors: dict = {}
     for f in files:
         try:
-            tensors.update(load_file(str(f)))
+            with safe_open(str(f), "pt") as header:  # reads the header only
+                metadata = header.metadata()
+            tensors.update(unflatten(load_file(str(f)), metadata, str(f)))
         except (SafetensorError, OSError, ValueError) as e:
             raise CheckpointError(f"{f} is corrupt or unreadable: {e}") from None
+    if not quantized:
+        tensors = dequantized(tensors)
     check_tensors(config, tensors, str(path))
     return Checkpoint(config, tensors)
 

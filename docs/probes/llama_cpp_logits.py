@@ -8,6 +8,7 @@ import numpy as np
 import torch
 import transformers
 
+from torchlet.checkpoints import load_hf_dir
 from torchlet.gguf_model import default_model_dir, gguf_path
 from torchlet.text import load_tokenizer, prompt_ids
 
@@ -15,7 +16,10 @@ torch.set_num_threads(1)
 model_dir = default_model_dir(False)
 tokenizer = load_tokenizer(model_dir)
 ids = prompt_ids(tokenizer, "What is the capital of France?")
-model = transformers.AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+# the cache keeps GGUF's blocks, which transformers cannot read: its weights come dequantized
+model = transformers.LlamaForCausalLM.from_pretrained(
+    None, config=transformers.LlamaConfig.from_pretrained(model_dir),
+    state_dict=dict(load_hf_dir(model_dir).tensors), dtype=torch.float32)
 with torch.no_grad():
     hf = model(torch.tensor([ids])).logits[0].double().numpy()
 llm = llama_cpp.Llama(model_path=str(gguf_path()), n_threads=1, n_ctx=128, logits_all=True,

@@ -29,9 +29,13 @@ def gguf_name(name: str) -> str:
     return f"blk.{layer[1]}." + {hf: gg for gg, hf in LAYER_NAMES.items()}[layer[2]]
 
 
-def write_gguf(path: Path, family: str = "llama", seed: int = 0, arch: str | None = None):
+def write_gguf(path: Path, family: str = "llama", seed: int = 0, arch: str | None = None,
+               types: dict[str, str] | None = None):
     """Write a tiny random model of `family` as a float32 GGUF file; returns the HF model. `arch`
-    overrides the architecture the file states (to write one Torchlet does not read)."""
+    overrides the architecture the file states (to write one Torchlet does not read). `types`
+    stores the tensors whose Hugging Face name contains a key in that GGUF type instead
+    ({"q_proj": "Q4_1", "embed_tokens": "Q8_0"}), quantized by gguf's own quantizer as
+    llama.cpp's converter does; the returned model keeps the float weights."""
     import gguf
 
     model, tok = hf_model(family, seed, eos_token_id=SPECIALS.index("<|im_end|>")), byte_tokenizer()
@@ -62,7 +66,13 @@ def write_gguf(path: Path, family: str = "llama", seed: int = 0, arch: str | Non
         if family == "llama" and name.endswith(("q_proj.weight", "k_proj.weight")):
             p = llama_cpp_permute(p, c.num_attention_heads if "q_proj" in name
                                   else c.num_key_value_heads)
-        w.add_tensor(gguf_name(name), p.float().numpy())
+        kind = next((t for part, t in (types or {}).items() if part in name), "F32")
+        if kind == "F32":
+            w.add_tensor(gguf_name(name), p.float().numpy())
+        else:
+            qtype = gguf.GGMLQuantizationType[kind]
+            data = p.float().numpy()
+            w.add_tensor(gguf_name(name), gguf.quants.quantize(data, qtype), raw_dtype=qtype)
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()

@@ -50,12 +50,18 @@ def chat_ids(text: str) -> tuple[int, ...]:
 
 @functools.lru_cache(maxsize=None)
 def oracle(dtype=torch.float32):
-    """Hugging Face's own LlamaForCausalLM read from the converted directory (from_pretrained
-    skips the random init that building the model by hand costs, seconds at this size)."""
+    """Hugging Face's own LlamaForCausalLM with the converted directory's config and weights.
+    The directory's model.safetensors holds GGUF's quantized blocks, which transformers cannot
+    read, so the weights are load_hf_dir's dequantized float32 tensors (the same values the
+    versions get), copied: from_pretrained would keep the very tensors, and an engine that wrote
+    into its weights would then change the oracle too. from_pretrained with a state_dict still
+    skips the random init that building the model by hand costs, seconds at this size."""
     import transformers
 
+    config = transformers.LlamaConfig.from_pretrained(str(model_dir()))
+    weights = {name: t.clone() for name, t in checkpoint().tensors.items()}
     return transformers.LlamaForCausalLM.from_pretrained(
-        str(model_dir()), dtype=dtype, attn_implementation="eager").eval()
+        None, config=config, state_dict=weights, dtype=dtype, attn_implementation="eager").eval()
 
 
 @functools.lru_cache(maxsize=None)
