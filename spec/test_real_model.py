@@ -30,11 +30,11 @@ import torch
 
 import implementations
 from spec.support.models import real_model as rm
-from torchlet.contract import GENERATE, GenerationParams
+from torchlet.contract import GENERATE, QUANTIZED_WEIGHTS, GenerationParams
 from torchlet.engines import build_sized
 from torchlet.running import default_version, serving_options
 
-pytestmark = [pytest.mark.spec(needs=GENERATE), pytest.mark.real_model]
+pytestmark = [pytest.mark.spec(needs=GENERATE, quantized=True), pytest.mark.real_model]
 
 
 def served_here(impl) -> bool:
@@ -43,7 +43,7 @@ def served_here(impl) -> bool:
     tiny-fixture specs; running all twelve on 135M parameters would cost minutes of CPU."""
     versions = implementations.discover(implementations.REFERENCE_ROOT)
     device = "cuda" if torch.cuda.is_available() else "cpu"
-    return impl.name in (versions[0].name, default_version(versions, device).name)
+    return impl.name in (versions[0].name, default_version(versions, device, quantized=True).name)
 
 
 @pytest.fixture(scope="module")
@@ -56,7 +56,10 @@ def engine(impl):
     device = "cuda" if torch.cuda.is_available() else "cpu"
     longest = max(len(rm.chat_ids(p)) for p in rm.CHAT_PROMPTS) + rm.NEW_TOKENS
     # sized to the prompts: buffers for the model's whole context (8192) cost minutes on a CPU
-    return build_sized(impl, rm.checkpoint(), device=device, dtype=torch.float32,
+    # as the CLI hands it: the GGUF blocks as stored to a version that reads them (the oracle's
+    # float weights are those blocks dequantized)
+    ckpt = rm.stored_checkpoint() if QUANTIZED_WEIGHTS in impl.capabilities else rm.checkpoint()
+    return build_sized(impl, ckpt, device=device, dtype=torch.float32,
                        max_model_len=longest, max_running=len(rm.CHAT_PROMPTS),
                        **serving_options(impl, device))
 

@@ -42,7 +42,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from spec.support.collection import exports, trees
 from spec.support.models.fixtures import tiny_checkpoint
-from spec.support.models.quantized import quantized
+from spec.support.models.quantized import EIGHT_BIT, quantized
 from spec.support.oracles.oracle import greedy, hf_model
 from spec.support.oracles.prompts import MARGIN
 from torchlet.contract import (QUANTIZED_WEIGHTS, BuildError, GenerationParams, QuantizedTensor,
@@ -118,18 +118,23 @@ def decode_step_bytes(engine) -> int:
     return sum(watch.read.values())
 
 
-@pytest.mark.parametrize("kind, bound", [("int8", 0.27), ("int4", 0.16)])
-def test_a_decode_step_reads_a_fraction_of_the_float_bytes(impl, kind, bound):
-    """The issue's bounds are for the weights (0.27x and 0.16x of float32); a step also reads the
-    norms, the K/V and its inputs, which stay float: here on a fixture with a 2-block pool, the
-    step's whole read, bounded by the weights' share plus what does not shrink."""
+BYTES = {"int8": 0.27, "int4": 0.16}  # the issue's bounds, of float32's bytes
+
+
+@pytest.mark.parametrize("kind", ["int8", "int4"])
+def test_a_decode_step_reads_a_fraction_of_the_float_bytes(impl, kind):
+    """The issue's bounds are for the weights: 0.27x float32 for int8, 0.16x for int4, whose
+    embedding (the tied LM head) stays int8. A step also reads the norms, the K/V and its inputs,
+    which stay float: here on a fixture with a small pool, the step's whole read, bounded by the
+    matrices' shares plus what does not shrink."""
     sizes = dict(num_blocks=8, block_size=4, max_model_len=16)
     floats = decode_step_bytes(impl.build(CKPT, weights="float", **sizes))
-    matrices = sum(t.numel() * 4 for t in CKPT.tensors.values() if t.dim() == 2)
-    rest = floats - matrices  # what stays float: norms, K/V, inputs, tables
+    matrices = {k: t.numel() * 4 for k, t in CKPT.tensors.items() if t.dim() == 2}
+    rest = floats - sum(matrices.values())  # what stays float: norms, K/V, inputs, tables
     assert 0 < rest < 0.2 * floats
+    bound = sum(b * BYTES["int8" if k in EIGHT_BIT else kind] for k, b in matrices.items())
     got = decode_step_bytes(impl.build(CKPT, weights=kind, group_size=32, **sizes))
-    assert got <= bound * matrices + rest, (got, floats, matrices)
+    assert got <= bound + rest, (got, floats, bound)
 
 
 def test_on_a_float_checkpoint_it_runs_the_previous_versions_ops_one_for_one(impl):
@@ -175,3 +180,36 @@ def test_a_bad_weights_option_is_refused_in_one_line_naming_it(impl, options, na
     with pytest.raises(BuildError) as refused:
         impl.build(CKPT, **options)
     assert named in str(refused.value) and "\n" not in str(refused.value)
+
+
+# --- accuracy on the default model's weights -------------------------------------------------
+
+ACCURACY = {"int8": (0.98, 0.01), "int4": (0.90, 0.05)}  # top-1 agreement at least, mean KL at most
+
+
+@pytest.mark.real_model
+def test_on_the_default_model_int8_and_int4_keep_the_float_models_top_token_and_distribution(impl):
+    """On the chat prompts and the oracle's answers, at every distinct position (a position the
+    prompts share counts once): int8 agrees with the float model's top token at 0.98 of them and
+    its distribution is within a mean KL of 0.01; int4 (groups of 32) at 0.90 and 0.05. The float
+    model is the default model's own: its Q4_1 blocks dequantized. int4's grid at group 32 is
+    theirs, so it loses little here; at groups of 64 and 128 it measured 0.75 and 0.73
+    (docs/benchmarks.md), which no bound here claims."""
+    from spec.support.models import real_model as rm
+
+    ckpt = rm.checkpoint()
+    sequences = [list(rm.chat_ids(p)) + rm.reference(p).tokens for p in rm.CHAT_PROMPTS]
+    float_engine = impl.build(ckpt, weights="float", max_model_len=512)
+    expected = [float_engine.logits(s).double() for s in sequences]
+    for kind, (agree, kl) in ACCURACY.items():
+        engine = impl.build(ckpt, weights=kind, max_model_len=512)
+        seen = {}
+        for s, ref in zip(sequences, expected):
+            got = engine.logits(s).double()
+            for i in range(len(s)):
+                p, q = ref[i].log_softmax(-1), got[i].log_softmax(-1)
+                seen.setdefault(tuple(s[:i + 1]), (bool(got[i].argmax() == ref[i].argmax()),
+                                                   float((p.exp() * (p - q)).sum())))
+        agreement = sum(a for a, _ in seen.values()) / len(seen)
+        mean_kl = sum(k for _, k in seen.values()) / len(seen)
+        assert agreement >= agree and mean_kl <= kl, (kind, len(seen), agreement, mean_kl)

@@ -17,7 +17,9 @@ import sys
 import time
 from pathlib import Path
 
-from torchlet.running import (DTYPES, NGRAM, add_speculate, add_threads, default_threads,
+from torchlet.running import (DTYPES, NGRAM, QUANTIZED_WHY, add_quantize, add_speculate,
+                              add_threads, default_threads, quantize_options, quantized_model,
+                              weights_label,
                               kernels_off, load_proposer, pick_version, resolve_device,
                               resolve_dtype, run_mode, serving_options, set_threads,
                               speculation_needs, speculation_options)
@@ -101,7 +103,7 @@ class Runner:
     def __init__(self, args, ranks=None):
         check_run_args(args)
         from torchlet.checkpoints import load_hf_dir
-        from torchlet.contract import GenerationParams, TorchletError
+        from torchlet.contract import QUANTIZED_WEIGHTS, GenerationParams, TorchletError
         from torchlet.gguf_model import resolve_model
         from torchlet.text import load_tokenizer, stop_ids
 
@@ -115,7 +117,8 @@ class Runner:
         needs = (("sampling",) * sampling_asked(args) + ("tensor_parallel",) * (world > 1)
                  + speculation_needs(args))
         self.version = pick_version(args.impl, args.impl_root, self.device, need=needs,
-                                    interpret=args.triton_interpret)
+                                    interpret=args.triton_interpret,
+                                    quantized=quantized_model(args))
         if world > 1 and "tensor_parallel" not in self.version.capabilities:
             raise TorchletError(f"{self.version.name} runs on one device: --tensor-parallel "
                                 f"{world} needs a version with the tensor_parallel capability "
@@ -126,12 +129,18 @@ class Runner:
                                 f"{args.temperature} needs a version with the sampling "
                                 f"capability (v11 and later), or leave --impl out")
         speculation = speculation_options(args, self.version)
+        quantize = quantize_options(args, self.version)
+        if world > 1 and quantize:
+            raise TorchletError(f"--quantize {args.quantize} runs on one process: quantized "
+                                f"weights are not split across ranks (v18); leave out "
+                                f"--tensor-parallel or --quantize")
         if world > 1 and (args.proposer or NGRAM) != NGRAM:  # its checkpoint would go to each rank
             raise TorchletError(f"--proposer {args.proposer} runs its draft on one process: with "
                                 f"--tensor-parallel, use --proposer ngram")
         model_dir, self.model_name = resolve_model(args.model, progress=True)
         self.model_dir = model_dir
-        self.checkpoint = load_hf_dir(model_dir)
+        self.checkpoint = load_hf_dir(  # the blocks as stored where the version reads them
+            model_dir, quantized=QUANTIZED_WEIGHTS in self.version.capabilities and world == 1)
         self.tokenizer = load_tokenizer(model_dir)
         self.context = self.checkpoint.config.max_position
         self.proposer = ""  # the banner's words for a proposer other than ngram
@@ -139,7 +148,10 @@ class Runner:
             speculation["proposer"], self.proposer = load_proposer(args.proposer,
                                                                    self.checkpoint)
         # what every engine is built with besides its sizes (and the banner reads)
-        self.serving = {**serving_options(self.version, self.device), **speculation}
+        self.serving = {**serving_options(self.version, self.device), **speculation, **quantize}
+        self.weights = weights_label(self.version, self.checkpoint, self.serving)
+        if self.weights and args.impl is None and not self.device.startswith("cuda"):
+            self.weights += f" ({QUANTIZED_WHY})"
         self.dtype = resolve_dtype(args.dtype, self.device)
         sampling = {f: getattr(args, f) for f in SAMPLING_FLAGS}
         # an unseeded sampled run still has a seed: drawn here and shown, so --seed repeats it
@@ -161,6 +173,8 @@ class Runner:
         mode = run_mode(self.version, self.device, self.serving, self.interpret, self.proposer)
         if self.ranks is not None and self.ranks.world > 1:
             mode += f", tensor parallel over {self.ranks.world} ranks"
+        if self.weights:
+            mode += f", {self.weights}"
         return (f"[{self.version.name} on {self.device}{mode}, {self.threads}, {self.model_name}, "
                 + "".join(f"{e}, " for e in extra) + f"{how}]")
 
@@ -395,6 +409,7 @@ def add_run_args(p) -> None:
                    help="auto: float32 on CPU, bfloat16 on CUDA")
     add_threads(p)
     add_speculate(p)
+    add_quantize(p)
     p.add_argument("--tensor-parallel", type=int, default=None, metavar="N",
                    help="shard the model over N ranks, one process each, started here (a "
                         "version with tensor_parallel, v16 and later); under torchrun, its "

@@ -40,18 +40,23 @@ def resolve_device(name: str | None) -> str:
     return name
 
 
-def default_version(versions, device: str):
+def default_version(versions, device: str, quantized: bool = False):
     """On a GPU, the newest version. On a CPU, the newest whose cache is not paged: for the main
     job, one request, the gathers through block tables cost a CPU more than paging saves
     (`torchlet bench main-job --versions v05,v06,v07,v08` on the 2-core CPU machine, 2026-12-01:
-    v07 35.4 tokens/s, v08 32.1, v13 30.8, Hugging Face 33.2). It serves with its CPU graph
-    stand-in off (serving_options). Flags that need a later capability (sampling) pick the
-    newest version that has it (pick_version)."""
-    from torchlet.contract import PAGED_KV, UnknownVersionError
+    v07 35.4 tokens/s, v08 32.1, v13 30.8, Hugging Face 33.2); unless the weights are quantized
+    (`quantized`: a GGUF model, or --quantize) and a version reads them as stored, which reads
+    a fraction of the bytes a token (QUANTIZED_WHY). It serves with its CPU graph stand-in off
+    (serving_options). Flags that need a later capability (sampling) pick the newest version
+    that has it (pick_version)."""
+    from torchlet.contract import PAGED_KV, QUANTIZED_WEIGHTS, UnknownVersionError
 
     if not versions:
         raise UnknownVersionError(f"no version to run on {device}")
     if not device.startswith("cuda"):
+        reading = [v for v in versions if QUANTIZED_WEIGHTS in v.capabilities]
+        if quantized and reading:
+            return reading[-1]
         contiguous = [v for v in versions if PAGED_KV not in v.capabilities]
         if contiguous:
             return contiguous[-1]
@@ -59,7 +64,7 @@ def default_version(versions, device: str):
 
 
 def pick_version(name: str | None, root: str | None, device: str, need=None,
-                 interpret: bool = False):
+                 interpret: bool = False, quantized: bool = False):
     """The version --impl names, else the default for the device; with `need` (a capability the
     flags ask for, e.g. sampling) and no --impl, the newest version that has it. interpret: on a
     CPU, run Triton kernels in the interpreter (slow; the specs' way)."""
@@ -84,7 +89,54 @@ def pick_version(name: str | None, root: str | None, device: str, need=None,
                                       f"{' and '.join(needs)} capabilit"
                                       f"{'y' if len(needs) == 1 else 'ies'}")
         return able[-1]
-    return default_version(implementations.discover(root), device)
+    return default_version(implementations.discover(root), device, quantized)
+
+
+# Why a CPU run of quantized weights defaults to the version that reads them (the banner's words)
+QUANTIZED_WHY = "chosen for them: it reads them as stored, the fewest bytes a token"
+QUANTIZE = ("int8", "int4")
+
+
+def quantized_model(args) -> bool:
+    """Whether the run's weights are quantized: --quantize, or a GGUF model (the default one
+    is), whose blocks the model cache keeps as they are."""
+    model = getattr(args, "model", None)
+    return bool(getattr(args, "quantize", None)) or model is None or str(model).endswith(".gguf")
+
+
+def quantize_options(args, version) -> dict:
+    """--quantize int8|int4 as the version's weights option ({} without it); a version without
+    the quantized_weights capability (named with --impl) is refused in one line."""
+    from torchlet.contract import QUANTIZED_WEIGHTS, TorchletError
+
+    fmt = getattr(args, "quantize", None)
+    if not fmt:
+        return {}
+    if QUANTIZED_WEIGHTS not in version.capabilities:
+        raise TorchletError(f"{version.name} holds float weights: --quantize {fmt} needs a "
+                            f"version with the {QUANTIZED_WEIGHTS} capability (v18 and later), "
+                            f"or leave --impl out")
+    return {"weights": fmt}
+
+
+def add_quantize(p) -> None:
+    p.add_argument("--quantize", choices=QUANTIZE, default=None,
+                   help="hold the weights as int8 (per output channel) or int4 (groups of 32 "
+                        "with a minimum), quantized at load (v18 and later; default: as the "
+                        "model stores them, the GGUF file's own blocks for the default model)")
+
+
+def weights_label(version, checkpoint, options: dict) -> str:
+    """The banner's words for how the weights are held ("" for a version of float weights)."""
+    from torchlet.contract import QUANTIZED_WEIGHTS, QuantizedTensor
+
+    if QUANTIZED_WEIGHTS not in version.capabilities:
+        return ""
+    fmt = options.get("weights")
+    if fmt:
+        return f"weights {fmt}, quantized at load"
+    kinds = sorted({t.name for t in checkpoint.tensors.values() if isinstance(t, QuantizedTensor)})
+    return f"weights {'/'.join(kinds)} as stored" if kinds else "float weights"
 
 
 def serving_options(version, device: str) -> dict:

@@ -160,6 +160,9 @@ def held_as(ckpt: Checkpoint, weights: str, group_size: int) -> Checkpoint:
         return replace(ckpt, tensors=floats)
     made = {}
     for name, t in floats.items():
-        q = quantize(t, weights, group_size) if t.dim() == 2 else None
+        # the embedding (the LM head, where tied) stays 8-bit under int4: every logit reads it,
+        # and 16 levels a group there cost most of int4's accuracy (GGUF files do the same)
+        fmt = "int8" if name in (EMBED, "lm_head.weight") else weights
+        q = quantize(t, fmt, group_size) if t.dim() == 2 else None
         made[name] = t if q is None else q
     return replace(ckpt, tensors=made)

@@ -1,8 +1,10 @@
 """v18's own formats, made at load from float weights (build option weights="int8" or "int4"):
 
-- int8, per output channel: each row's scale is its largest magnitude over 127, q = round(w /
-  scale) in [-127, 127]. One scale a row: the row's outliers set it, which int8's 255 levels
-  absorb.
+- int8, per output channel: q = round(w / scale) in [-127, 127], each row's scale its largest
+  magnitude times a clipping ratio (1, 0.975, ..., 0.7) over 127, the ratio whose integers fit
+  the row best (least squared error): one scale a row, where clipping a rare outlier buys the
+  other weights finer steps. On the default model's chat prompts this took top-1 agreement from
+  0.980 to 0.990 (99 positions).
 - int4, in groups of columns with a scale and a minimum (the zero point, held as the value
   level 0 stands for, as GGUF's Q4_1 holds it): each group's range [lo, hi] is cut into 15 steps,
   scale = (hi - lo) / 15, q = round((w - lo) / scale) in [0, 15]. 16 levels cannot absorb a
@@ -24,6 +26,8 @@ from torchlet.contract import QuantizedTensor
 RUN = QuantizedTensor.RUN  # columns of a packed 4-bit run: every group is whole runs
 
 INT8_LEVELS, INT4_STEPS = 127, 15
+# int8 scales tried, as fractions of a row's largest magnitude (see the module)
+CLIPS = [1.0 - 0.025 * i for i in range(13)]
 
 
 def group_for(cols: int, wanted: int) -> int | None:
@@ -44,9 +48,17 @@ def int8_per_channel(w: torch.Tensor) -> QuantizedTensor | None:
     if group_for(cols, cols) != cols:
         return None
     w = w.float()
-    scales = scale16(w.abs().amax(dim=1, keepdim=True) / INT8_LEVELS)
-    q = torch.round(w / scales.float()).clamp(-INT8_LEVELS, INT8_LEVELS).to(torch.int8)
-    return QuantizedTensor(8, q, scales, cols, name="int8")
+    amax = w.abs().amax(dim=1, keepdim=True)
+    best_err = best_scale = None
+    for ratio in CLIPS:  # the row's scale: the clipping whose integers fit its weights best
+        scale = scale16(amax * ratio / INT8_LEVELS)
+        err = (torch.round(w / scale.float()).clamp(-INT8_LEVELS, INT8_LEVELS)
+               * scale.float() - w).square().sum(dim=1, keepdim=True)
+        better = err < best_err if best_err is not None else torch.ones_like(err, dtype=torch.bool)
+        best_err = torch.where(better, err, best_err) if best_err is not None else err
+        best_scale = torch.where(better, scale, best_scale) if best_scale is not None else scale
+    q = torch.round(w / best_scale.float()).clamp(-INT8_LEVELS, INT8_LEVELS).to(torch.int8)
+    return QuantizedTensor(8, q, best_scale, cols, name="int8")
 
 
 def int4_groups(w: torch.Tensor, group_size: int) -> QuantizedTensor | None:

@@ -23,6 +23,7 @@ function's `spec(until=...)` adds to its module's `spec(needs=...)`. Its argumen
 - a version whose idea is how the weights are held alone (v18, exports.WEIGHTS_ALONE) runs its
   own capability's specs only: on the float checkpoints the others use it builds its
   predecessor's very engine (its page checks that, op for op), so they ran against that one.
+  `quantized=True`: a spec that hands such a version quantized weights runs against it too.
 - `kernel_path=True`: tests a version's own code that runs only where its layers run kernels
   (v15's slice graphs): on CPU under the interpreter; skipped on a GPU, where a GPU spec covers
   it.
@@ -62,6 +63,7 @@ class Spec:
     engine_parts: bool = False
     kernels: bool = False
     kernel_path: bool = False
+    quantized: bool = False
 
 
 ARGS = tuple(f.name for f in fields(Spec))
@@ -164,7 +166,7 @@ def decide(spec: Spec, impl, page: str) -> Decision:
         return Decision("OUT", f"part {'/'.join(spec.part)}: {impl.name} takes it unchanged "
                                f"({writers})")
     source = exports.weights_source(impl)
-    if source is not None and spec.needs != impl.capabilities[-1]:
+    if source is not None and spec.needs != impl.capabilities[-1] and not spec.quantized:
         return Decision("SKIP", f"{impl.name} changes how weights are held alone: on a float "
                                 f"checkpoint it builds {source}'s engine (its page checks this "
                                 f"op for op), and this spec ran against {source}")

@@ -20,6 +20,8 @@ from torchlet.contract import Checkpoint, QuantizedTensor
 
 RUN = QuantizedTensor.RUN
 BLOCK_BYTES = {"Q8_0": 34, "Q4_0": 18, "Q4_1": 20}
+# what int4 keeps at 8 bits: the embedding and the LM head, which every logit reads
+EIGHT_BIT = ("model.embed_tokens.weight", "lm_head.weight")
 
 
 def gguf_blocks(w: torch.Tensor, kind: str) -> QuantizedTensor:
@@ -45,11 +47,22 @@ def gguf_blocks(w: torch.Tensor, kind: str) -> QuantizedTensor:
 
 
 def int8_per_channel(w: torch.Tensor) -> QuantizedTensor:
+    """Each row's scale: max |w| times the clipping ratio among 1, 0.975, ..., 0.7 whose
+    integers are closest to the row (least squares; the first such ratio on a tie), over 127,
+    rounded to float16."""
     w = w.float()
     amax = w.abs().amax(dim=1, keepdim=True)
-    scales = torch.where(amax > 0, amax / 127, torch.ones_like(amax)).to(torch.float16)
-    q = torch.round(w / scales.float()).clamp(-127, 127).to(torch.int8)
-    return QuantizedTensor(8, q, scales, w.shape[1], name="int8")
+    scales, errors = [], []
+    for i in range(13):
+        s = amax * (1.0 - 0.025 * i) / 127
+        s = torch.where(s > 0, s, torch.ones_like(s)).to(torch.float16)
+        q = torch.round(w / s.float()).clamp(-127, 127)
+        scales.append(s)
+        errors.append((q * s.float() - w).square().sum(dim=1, keepdim=True))
+    best = torch.stack(errors).argmin(dim=0, keepdim=True)  # the first least, on a tie
+    scale = torch.stack(scales).gather(0, best)[0]
+    q = torch.round(w / scale.float()).clamp(-127, 127).to(torch.int8)
+    return QuantizedTensor(8, q, scale, w.shape[1], name="int8")
 
 
 def int4_groups(w: torch.Tensor, group: int) -> QuantizedTensor:
@@ -67,13 +80,14 @@ def int4_groups(w: torch.Tensor, group: int) -> QuantizedTensor:
 
 def quantized(ckpt: Checkpoint, kind: str, group: int = RUN) -> Checkpoint:
     """The checkpoint with every matrix whose columns are whole groups in `kind` ("Q8_0",
-    "Q4_0", "Q4_1", "int8", "int4"); the rest as they are."""
-    def one(w):
+    "Q4_0", "Q4_1", "int8", "int4"; int4's embedding and LM head int8); the rest as they
+    are."""
+    def one(name, w):
         if w.dim() != 2 or w.shape[1] % (RUN if kind != "int4" else group):
             return w
-        if kind == "int8":
+        if kind == "int8" or (kind == "int4" and name in EIGHT_BIT):
             return int8_per_channel(w)
         if kind == "int4":
             return int4_groups(w, group)
         return gguf_blocks(w, kind)
-    return replace(ckpt, tensors={k: one(v) for k, v in ckpt.tensors.items()})
+    return replace(ckpt, tensors={k: one(k, v) for k, v in ckpt.tensors.items()})

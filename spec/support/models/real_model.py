@@ -37,6 +37,13 @@ def checkpoint() -> Checkpoint:
 
 
 @functools.lru_cache(maxsize=None)
+def stored_checkpoint() -> Checkpoint:
+    """The model as the cache stores it: its GGUF blocks as QuantizedTensors (what a version
+    with quantized_weights is handed by the CLI); checkpoint() is the same, dequantized."""
+    return load_hf_dir(model_dir(), quantized=True)
+
+
+@functools.lru_cache(maxsize=None)
 def tokenizer():
     from torchlet.text import load_tokenizer
     return load_tokenizer(model_dir())
