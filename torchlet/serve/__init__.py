@@ -18,7 +18,7 @@ DEFAULT_MAX_WAITING = 256  # requests queued beyond the running ones before a 42
 
 
 def add_commands(subparsers) -> None:
-    from torchlet.running import DTYPES, add_speculate, add_threads
+    from torchlet.running import DTYPES, add_quantize, add_speculate, add_threads
 
     p = subparsers.add_parser(
         "serve", help="an OpenAI-compatible server, with a live view of the engine at /",
@@ -52,6 +52,7 @@ def add_commands(subparsers) -> None:
                    help="auto: float32 on CPU, bfloat16 on CUDA")
     add_threads(p)
     add_speculate(p)
+    add_quantize(p)
     p.add_argument("--triton-interpret", action="store_true",
                    help="on a CPU, run Triton kernels in the interpreter (slow) instead of their "
                         "PyTorch path")

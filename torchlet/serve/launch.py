@@ -10,7 +10,7 @@ import uvicorn
 
 from torchlet import running
 from torchlet.checkpoints import load_hf_dir
-from torchlet.contract import NUM_BLOCKS, REQUEST_STATES, SAMPLING, TorchletError
+from torchlet.contract import NUM_BLOCKS, QUANTIZED_WEIGHTS, REQUEST_STATES, SAMPLING, TorchletError
 from torchlet.engines import build_sized
 from torchlet.gguf_model import resolve_model
 from torchlet.serve.app import Model, Served, create_app
@@ -51,6 +51,7 @@ class Launch:
             raise TorchletError(f"{self.version.name} has no step API (request_states): serve "
                                 f"needs v03 or later")
         speculation = running.speculation_options(args, self.version)
+        quantize = running.quantize_options(args, self.version)
         sizing = {}
         if args.num_blocks is not None:
             option = self.version.option_for(NUM_BLOCKS)
@@ -61,7 +62,9 @@ class Launch:
         self.sock = listen(args.host, args.port)
         model_dir, name = resolve_model(args.model, progress=True)
         name = name.split(" (")[0]  # "SmolLM2-135M-Instruct (Q4_1 GGUF)": the model, as an id
-        checkpoint = load_hf_dir(model_dir)
+        # the GGUF blocks as stored, where the version reads them (v18)
+        checkpoint = load_hf_dir(model_dir,
+                                 quantized=QUANTIZED_WEIGHTS in self.version.capabilities)
         tokenizer = load_tokenizer(model_dir)
         config = checkpoint.config
         context = min(config.max_position, args.max_model_len or default_max_len)
@@ -69,7 +72,9 @@ class Launch:
         if speculation:
             speculation["proposer"], self.proposer = running.load_proposer(args.proposer,
                                                                            checkpoint)
-        self.serving = {**running.serving_options(self.version, self.device), **speculation}
+        self.serving = {**running.serving_options(self.version, self.device), **speculation,
+                        **quantize}
+        self.weights = running.weights_label(self.version, checkpoint, self.serving)
         with running.kernels_off(self.device, self.interpret):  # the layers choose at build
             engine = build_sized(self.version, checkpoint, device=self.device,
                                  dtype=running.resolve_dtype(args.dtype, self.device),
@@ -88,6 +93,8 @@ class Launch:
     def banner(self) -> str:
         mode = running.run_mode(self.version, self.device, self.serving, self.interpret,
                                 self.proposer)
+        if self.weights:
+            mode += f", {self.weights}"
         return (f"[{self.version.name} on {self.device}{mode}, {self.threads}, {self.model.name}, "
                 f"context {self.model.context}] serving on {self.url()}")
 
