@@ -142,6 +142,9 @@ def add_commands(subparsers) -> None:
     p = _parser(sub, "decode", _lazy("run_decode"), "one decode step, batch x context")
     _device_options(p)
     _cells(p)
+    p.add_argument("--quantize", choices=("int8", "int4"), default=None,
+                   help="v18 and later: the random weights quantized at load (the weights "
+                        "option; other versions run float)")
     p.add_argument("--steps", type=int, default=20)
     p.add_argument("--warmup", type=int, default=5)
     _engine_options(p, max_running=None, max_step_tokens=16384)

@@ -95,4 +95,6 @@ def named_of(args) -> dict:
     for item in args.build_opt:
         name, _, value = item.partition("=")
         named[name.strip()] = int(value)
+    if getattr(args, "quantize", None):  # v18's weights option (bench decode --quantize)
+        named["weights"] = args.quantize
     return named

@@ -12,6 +12,7 @@ each count's rounds as an anchor where it is installed (llama_anchor.py).
 """
 from __future__ import annotations
 
+import dataclasses
 import gc
 import statistics
 import time
@@ -19,8 +20,9 @@ import time
 import torch
 
 from torchlet.contract import PREFIX_CACHE, GenerationParams, TorchletError
-from torchlet.running import (kernels_off, pick_version, resolve_device, resolve_dtype, run_mode,
-                              serving_options, set_threads)
+from torchlet.running import (QUANTIZE, kernels_off, pick_version, quantized_model,
+                              resolve_device, resolve_dtype, run_mode, serving_options,
+                              set_threads, weights_label)
 
 from .contender import Contender
 from .drive import progress_bar
@@ -66,7 +68,8 @@ def hf_contender(checkpoint, ids: list[int], n: int, device: str, dtype) -> Cont
 
 
 def engine_contender(version, checkpoint, ids: list[int], n: int, device: str, dtype,
-                     impl_default: bool) -> Contender:
+                     impl_default: bool, weights: str | None = None,
+                     name: str | None = None) -> Contender:
     """The version built and driven as run_generate does: build_sized to the prompt with the
     serving options, streamed with Triton kernels off on a CPU (never the interpreter: it is
     for the specs, and timing it would measure the interpreter)."""
@@ -74,6 +77,8 @@ def engine_contender(version, checkpoint, ids: list[int], n: int, device: str, d
 
     scope = lambda: kernels_off(device, interpret=False)  # noqa: E731
     serving = serving_options(version, device)
+    if weights:
+        serving["weights"] = weights
     with scope():
         needed = len(ids) + n
         engine = build_sized(version, checkpoint, device=device, dtype=dtype,
@@ -93,14 +98,15 @@ def engine_contender(version, checkpoint, ids: list[int], n: int, device: str, d
 
     cached = PREFIX_CACHE in version.capabilities
     who = "torchlet generate's default" if impl_default else "--versions"
-    return Contender(version.name, ", ".join(m for m in (who, mode) if m), run, scope,
+    label = weights_label(version, checkpoint, serving)
+    return Contender(name or version.name, ", ".join(m for m in (who, mode, label) if m), run, scope,
                      engine.prefix_cache_stats if cached else None, {"default": impl_default})
 
 
 def versions_of(args, device: str) -> list:
     """The default version first, then the ones --versions names (the default is always timed:
     it is what the user gets)."""
-    chosen = [pick_version(None, args.impl_root, device)]
+    chosen = [pick_version(None, args.impl_root, device, quantized=quantized_model(args))]
     for name in (args.versions or "").split(","):
         if name.strip():
             version = pick_version(name.strip(), args.impl_root, device)
@@ -142,9 +148,21 @@ def thread_counts(text: str | None) -> list[int | None]:
 def contenders_for(versions, checkpoint, ids: list[int], n: int, device: str, dtype, log):
     """HF, then each version, built for these ids: (contenders, {name: error} of those that
     failed to build, every name in order)."""
-    builders = [(HF, lambda: hf_contender(checkpoint, ids, n, device, dtype))]
-    builders += [(v.name, lambda v=v: engine_contender(v, checkpoint, ids, n, device, dtype,
-                                                        v is versions[0])) for v in versions]
+    from torchlet.contract import QUANTIZED_WEIGHTS, QuantizedTensor, dequantized
+
+    floats = dataclasses.replace(checkpoint, tensors=dequantized(checkpoint.tensors))
+    builders = [(HF, lambda: hf_contender(floats, ids, n, device, dtype))]
+    for v in versions:
+        if QUANTIZED_WEIGHTS not in v.capabilities:
+            builders.append((v.name, lambda v=v: engine_contender(v, floats, ids, n, device,
+                                                                   dtype, v is versions[0])))
+            continue
+        # a row per way of holding the weights: as the model stores them, then v18's own
+        stored = any(isinstance(t, QuantizedTensor) for t in checkpoint.tensors.values())
+        for weights in (None,) * stored + QUANTIZE:
+            name = f"{v.name} ({weights or 'as stored'})"
+            builders.append((name, lambda v=v, w=weights, name=name: engine_contender(
+                v, checkpoint, ids, n, device, dtype, v is versions[0] and not w, w, name)))
     return build_each(builders, log)
 
 
@@ -223,7 +241,7 @@ def measure(args, log) -> tuple[dict, str]:
     device = resolve_device(args.device)
     versions = versions_of(args, device)
     model_dir, model_name = load_model(args)
-    checkpoint = load_hf_dir(model_dir)
+    checkpoint = load_hf_dir(model_dir, quantized=True)  # dequantized for whom reads floats
     ids = prompt_ids(load_tokenizer(model_dir), args.prompt)
     dtype = resolve_dtype(args.dtype, device)
     n = args.max_new_tokens
