@@ -85,6 +85,7 @@ def faked(tmp_path_factory):
 
 def test_each_thread_count_gets_hf_the_default_version_and_llama_cpp_in_turn(faked):
     result, _ = faked
+    # the file's weights are F32: the default for float weights (for_floats), not v18
     default = default_version(implementations.discover(), "cpu").name
     assert [(r["version"], r["threads"]) for r in result["rows"]] == [
         (HF, 1), (default, 1), (NAME, 1), (HF, 2), (default, 2), (NAME, 2)]

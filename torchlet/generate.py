@@ -18,7 +18,8 @@ import time
 from pathlib import Path
 
 from torchlet.running import (DTYPES, NGRAM, QUANTIZED_WHY, add_quantize, add_speculate,
-                              add_threads, default_threads, quantize_options, quantized_model,
+                              add_threads, default_threads, for_floats, quantize_options,
+                              quantized_model,
                               weights_label,
                               kernels_off, load_proposer, pick_version, resolve_device,
                               resolve_dtype, run_mode, serving_options, set_threads,
@@ -141,6 +142,7 @@ class Runner:
         self.model_dir = model_dir
         self.checkpoint = load_hf_dir(  # the blocks as stored where the version reads them
             model_dir, quantized=QUANTIZED_WEIGHTS in self.version.capabilities and world == 1)
+        self.version = for_floats(self.version, args, self.device, self.checkpoint, needs)
         self.tokenizer = load_tokenizer(model_dir)
         self.context = self.checkpoint.config.max_position
         self.proposer = ""  # the banner's words for a proposer other than ngram

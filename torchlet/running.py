@@ -104,6 +104,25 @@ def quantized_model(args) -> bool:
     return bool(getattr(args, "quantize", None)) or model is None or str(model).endswith(".gguf")
 
 
+def holds_blocks(checkpoint) -> bool:
+    from torchlet.contract import QuantizedTensor
+
+    return any(isinstance(t, QuantizedTensor) for t in checkpoint.tensors.values())
+
+
+def for_floats(version, args, device: str, checkpoint, need=()):
+    """The version picked by default for a quantized model (quantized_model: a GGUF file) where
+    the file held float weights after all (F32 or F16 tensors) and no --quantize asks for
+    integers: the default for float weights. A version --impl named, or one picked for a
+    capability the flags need (the newest with it, whatever the weights), stays."""
+    from torchlet.contract import QUANTIZED_WEIGHTS
+
+    if (getattr(args, "impl", None) is None and not need and not getattr(args, "quantize", None)
+            and QUANTIZED_WEIGHTS in version.capabilities and not holds_blocks(checkpoint)):
+        return pick_version(None, getattr(args, "impl_root", None), device)
+    return version
+
+
 def quantize_options(args, version) -> dict:
     """--quantize int8|int4 as the version's weights option ({} without it); a version without
     the quantized_weights capability (named with --impl) is refused in one line."""

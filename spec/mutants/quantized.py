@@ -19,8 +19,8 @@ V18 = ("v18",)
 
 MUTANTS = [
     Mutant("v18-int8-scale-per-tensor", PROPERTY, (
-        Edit(QUANTIZE, "scale16(w.abs().amax(dim=1, keepdim=True) / INT8_LEVELS)",
-             "scale16(w.abs().amax().expand(rows, 1) / INT8_LEVELS)"),),
+        Edit(QUANTIZE, "    amax = w.abs().amax(dim=1, keepdim=True)\n",
+             "    amax = w.abs().amax().expand(rows, 1)\n"),),
         (OWN,), V18, "one int8 scale for the whole matrix: a row of small weights keeps few "
                      "levels"),
     Mutant("v18-int4-minimum-of-the-next-group", PROPERTY, (

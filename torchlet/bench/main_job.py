@@ -20,7 +20,7 @@ import time
 import torch
 
 from torchlet.contract import PREFIX_CACHE, GenerationParams, TorchletError
-from torchlet.running import (QUANTIZE, kernels_off, pick_version, quantized_model,
+from torchlet.running import (QUANTIZE, for_floats, kernels_off, pick_version, quantized_model,
                               resolve_device, resolve_dtype, run_mode, serving_options,
                               set_threads, weights_label)
 
@@ -242,6 +242,9 @@ def measure(args, log) -> tuple[dict, str]:
     versions = versions_of(args, device)
     model_dir, model_name = load_model(args)
     checkpoint = load_hf_dir(model_dir, quantized=True)  # dequantized for whom reads floats
+    versions[0] = for_floats(versions[0], args, device, checkpoint)
+    versions = [v for i, v in enumerate(versions)
+                if v.name not in [u.name for u in versions[:i]]]
     ids = prompt_ids(load_tokenizer(model_dir), args.prompt)
     dtype = resolve_dtype(args.dtype, device)
     n = args.max_new_tokens
