@@ -1,6 +1,13 @@
 """v18's CPU matrix product: x @ w.T read from the integers a QuantizedTensor stores.
 
-What it checks: for every weight format the default model and v18 use (GGUF's Q8_0, Q4_0 and
+What it introduces: torchlet_q::linear, a C++ op (built by setup.sh through
+torch.utils.cpp_extension) that reads each weight row once for up to 32 rows of x and
+dequantizes in registers; more rows dequantize blocks of weights into a float32 GEMM.
+
+Why the previous version needs it: v17's CPU products read float32, 4 bytes a weight; torch's
+packed int8 and int4 kernels were slower than float32 at batch 1 on this CPU (issue 46).
+
+Core principle: for every weight format the default model and v18 use (GGUF's Q8_0, Q4_0 and
 Q4_1; int8 per output channel; int4 in groups of 32, 64 and 128 with zero points), on shapes that
 are nobody's fast path (37 output rows, 1 to 5 groups a row, 1 to 70 rows of x, so both the
 register kernel of small batches and the dequantize-then-GEMM path of prompts run), the product
@@ -16,6 +23,11 @@ entry by a sizeable part of sum_k |x_k w_k|, thousands of times the bound.
 
 Files: implementations/v18_quantized_weights/csrc/qlinear.cpp (the kernel),
 implementations/v18_quantized_weights/cpu_kernels.py (its build and fallback).
+
+Tradeoff left visible: activations stay float32 (the logits must be a float64 engine's on the
+dequantized weights), so the kernel does float arithmetic on every weight where llama.cpp's
+integer dot products on int8 activations do less; without a compiler it falls back to the
+dequantized product, the same numbers at float speed.
 """
 from __future__ import annotations
 

@@ -1,6 +1,13 @@
 """v18's GPU products (implementations/v18_quantized_weights/gpu_kernels.py): x [M, K] times a
 QuantizedTensor, read as stored and dequantized in registers.
 
+What it introduces: two Triton kernels, a gemv for up to GEMV_MAX_M rows that reads each weight
+byte once for all of them, and a matmul that dequantizes a tile in registers for tl.dot; one
+torch op a launch, so a CUDA graph captures them.
+
+Why the previous version needs it: v17's batch-1 step reads every weight in bf16; int8 halves
+those bytes and int4 quarters them, which only pays if the product reads them as stored.
+
 Core principle: a product with integer weights equals the float64 product with the weights
 dequantized (QuantizedTensor.dequantize, gguf's reference rounding), within the house tolerance
 of x's dtype (spec/support/oracles/tolerances.py), for every format the contract stores: GGUF's
@@ -16,6 +23,12 @@ on a GPU compiled, in float32, float16 and bfloat16, and once more inside a CUDA
 The weights are drawn at random (every byte a valid pair of nibbles, random zero points, mins
 and scales), never quantized from a matrix: a wrong nibble order, group index or zero point's
 sign then moves the product far past the tolerance.
+
+Files: implementations/v18_quantized_weights/gpu_kernels.py against
+implementations/v13_fused/gemv.py.
+
+Tradeoff left visible: unpacking costs instructions that bf16's reads do not, so the matmul at
+large batches was slower than cuBLAS's bf16 in its one H200 run (docs/gpu.md).
 """
 from __future__ import annotations
 

@@ -18,7 +18,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from torchlet.contract.quantized import QuantizedTensor
+from torchlet.contract import QuantizedTensor
 
 SOURCE = Path(__file__).resolve().parent / "csrc" / "qlinear.cpp"
 # -ffp-contract=off: the kernel rounds each weight as QuantizedTensor.dequantize does (a product,
@@ -44,6 +44,9 @@ def build(verbose: bool = False) -> bool:
     from torch.utils import cpp_extension
 
     start = time.perf_counter()
+    if registered():  # another copy of this module (a tree of versions) loaded it already
+        _state, build_error, build_seconds = True, None, 0.0
+        return True
     try:
         where = build_dir()
         where.mkdir(parents=True, exist_ok=True)
@@ -56,6 +59,15 @@ def build(verbose: bool = False) -> bool:
         _state, build_error = False, f"{type(e).__name__}: {last}"
     build_seconds = time.perf_counter() - start
     return _state
+
+
+def registered() -> bool:
+    """Whether the op is in this process: a library registers its namespace once."""
+    try:
+        torch.ops.torchlet_q.linear
+    except (AttributeError, RuntimeError):
+        return False
+    return True
 
 
 def available() -> bool:

@@ -63,7 +63,9 @@ import triton.language as tl
 
 from torchlet.contract import QuantizedTensor, fake_of, kernel_op
 
-from implementations.v09_triton_basics.kernels import check, check_tensor
+from ..v17_speculative_decoding import kernels
+
+check, check_tensor = kernels.check, kernels.check_tensor
 
 _NS = __name__.replace(".", "_")
 

@@ -116,8 +116,8 @@ MUTANTS = [
         (CROWDED,), V17,
         "the policy's rule is gone: every step guesses, however many requests decode"),
     Mutant("v17-speculates-while-requests-wait", PROPERTY, (
-        Edit(POLICY, "        if not self.speculative_tokens or waiting:\n",
-             "        if not self.speculative_tokens:\n"),),
+        Edit(POLICY, "        if not self.speculative_tokens or waiting or self.resting:\n",
+             "        if not self.speculative_tokens or self.resting:\n"),),
         (WAITING,), V17,
         "steps guess while requests wait for a lane: the running ones speculate, the queue waits"),
     Mutant("v17-verifies-nothing", PROPERTY, (
