@@ -21,7 +21,7 @@ from .quantize import quantize
 
 FORMATS = ("auto", "float", "gguf", "int8", "int4")
 PACKED = ShardedWeights.PACKED  # v13's stacks: q/k/v into one matrix, gate/up into another
-GATE_UP = next(name for name in PACKED if "gate" in name)
+GATE_UP = next((name for name in PACKED if "gate" in name), None)  # None: gate/up unstacked
 EMBED = "model.embed_tokens.weight"
 
 

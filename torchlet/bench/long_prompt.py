@@ -16,7 +16,7 @@ import statistics
 from pathlib import Path
 
 from torchlet.contract import TorchletError
-from torchlet.running import resolve_device, resolve_dtype, set_threads
+from torchlet.running import for_floats, resolve_device, resolve_dtype, set_threads
 
 from .drive import progress_bar
 from .main_job import (HF, add_prefix_stats, contenders_for, interleave, load_model,
@@ -74,11 +74,13 @@ def measure(args, log) -> tuple[dict, str]:
     threads = set_threads(args.threads)
     versions = versions_of(args, device)
     model_dir, model_name = load_model(args)
-    checkpoint = load_hf_dir(model_dir)
+    checkpoint = load_hf_dir(model_dir, quantized=True)  # dequantized for whom reads floats
+    versions[0] = for_floats(versions[0], args, device, checkpoint)
     check_args(args, checkpoint.config.max_position)
     ids = prompt_of(load_tokenizer(model_dir), text, args.tokens)
     dtype = resolve_dtype(args.dtype, device)
-    contenders, failed, order = contenders_for(versions, checkpoint, ids, 1, device, dtype, log)
+    contenders, failed, order = contenders_for(versions, checkpoint, ids, 1, device, dtype, log,
+                                               formats=())
     bar = progress_bar(len(contenders) * (args.rounds + 1), not args.quiet, "long prompt")
     runs, cpu, before = interleave(contenders, failed, args.rounds, 1, bar, log,
                                    warmup=ids[-WARMUP_TOKENS:])

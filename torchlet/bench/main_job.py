@@ -145,24 +145,23 @@ def thread_counts(text: str | None) -> list[int | None]:
     return counts
 
 
-def contenders_for(versions, checkpoint, ids: list[int], n: int, device: str, dtype, log):
+def contenders_for(versions, checkpoint, ids: list[int], n: int, device: str, dtype, log,
+                   formats=QUANTIZE):
     """HF, then each version, built for these ids: (contenders, {name: error} of those that
-    failed to build, every name in order)."""
-    from torchlet.contract import QUANTIZED_WEIGHTS, QuantizedTensor, dequantized
+    failed to build, every name in order). HF and the versions of float weights get the
+    checkpoint dequantized; a version that reads quantized weights gets it as stored (its plain
+    row: what generate runs), then a row for each of `formats` made at load."""
+    from torchlet.contract import QUANTIZED_WEIGHTS, dequantized
 
     floats = dataclasses.replace(checkpoint, tensors=dequantized(checkpoint.tensors))
     builders = [(HF, lambda: hf_contender(floats, ids, n, device, dtype))]
     for v in versions:
-        if QUANTIZED_WEIGHTS not in v.capabilities:
-            builders.append((v.name, lambda v=v: engine_contender(v, floats, ids, n, device,
-                                                                   dtype, v is versions[0])))
-            continue
-        # a row per way of holding the weights: as the model stores them, then v18's own
-        stored = any(isinstance(t, QuantizedTensor) for t in checkpoint.tensors.values())
-        for weights in (None,) * stored + QUANTIZE:
-            name = f"{v.name} ({weights or 'as stored'})"
+        reads = QUANTIZED_WEIGHTS in v.capabilities
+        for weights in (None, *formats) if reads else (None,):
+            name = f"{v.name} ({weights})" if weights else v.name
             builders.append((name, lambda v=v, w=weights, name=name: engine_contender(
-                v, checkpoint, ids, n, device, dtype, v is versions[0] and not w, w, name)))
+                v, checkpoint if reads else floats, ids, n, device, dtype,
+                v is versions[0] and not w, w, name)))
     return build_each(builders, log)
 
 
