@@ -3,7 +3,7 @@ stacked, and where the products read them. Each mutant keeps the engine running 
 numbers or the bytes, in a way the page's specs (the spec's own quantizer, bit for bit; a float64
 engine on the dequantized weights; the storages a decode step reads) notice. The C++ kernel's
 breakages are checked by spec/test_v18_cpu_kernels.py by hand (a mutant of it would rebuild the
-extension, about 15 s, for every run of the set); the Triton kernel's run here under the
+extension, about 15 s, for every run of the set); the Triton gemv's run here under the
 interpreter."""
 from spec.mutants import Edit, Mutant
 
@@ -13,6 +13,10 @@ PAGE = "spec/test_v18_quantized_weights.py"
 OWN = f"{PAGE}::test_the_engines_own_quantizer_makes_the_issues_integers"
 LOGITS = f"{PAGE}::test_logits_are_a_float64_engine_on_the_dequantized_weights"
 BYTES = f"{PAGE}::test_a_decode_step_reads_a_fraction_of_the_float_bytes"
+
+GPU = "v18_quantized_weights/gpu_kernels.py"
+TRITON = ("spec/test_v18_triton_kernels.py::test_both_kernels_equal_the_float64_product_of_the_"
+          "dequantized_weights")
 
 PROPERTY = "quantized weights"
 V18 = ("v18",)
@@ -47,4 +51,15 @@ MUTANTS = [
         Edit(MODEL, "            return self.project(hidden, weights.lm_head)\n",
              "            return hidden @ weights.lm_head.dequantize().to(hidden.dtype).T\n"),),
         (BYTES,), V18, "the LM head made float for every product: a step reads it as float32"),
+    Mutant("v18-gemv-nibbles-swapped", PROPERTY, (
+        Edit(GPU, "qa = ((b & 0xF) | MAGIC)", "qa = ((b >> 4) | MAGIC)"),
+        Edit(GPU, "qb = ((b >> 4) | MAGIC)", "qb = ((b & 0xF) | MAGIC)"),),
+        (TRITON,), V18, "the Triton gemv reads a run's high nibbles as its first 16 columns"),
+    Mutant("v18-gemv-group-off-by-one", PROPERTY, (
+        Edit(GPU, "gidx = rows[:, None] * n_groups + sub[None, :] // GROUP ",
+             "gidx = rows[:, None] * n_groups + (sub[None, :] // GROUP + 1) % n_groups "),),
+        (TRITON,), V18, "the Triton gemv scales each slice by the next group's scale"),
+    Mutant("v18-gemv-zero-point-added", PROPERTY, (
+        Edit(GPU, "off = base + tl.load(z_ptr + gidx", "off = base - tl.load(z_ptr + gidx"),),
+        (TRITON,), V18, "the Triton gemv adds a group's zero point where it subtracts it"),
 ]

@@ -159,9 +159,9 @@ def contenders_for(versions, checkpoint, ids: list[int], n: int, device: str, dt
         reads = QUANTIZED_WEIGHTS in v.capabilities
         for weights in (None, *formats) if reads else (None,):
             name = f"{v.name} ({weights})" if weights else v.name
-            builders.append((name, lambda v=v, w=weights, name=name: engine_contender(
-                v, checkpoint if reads else floats, ids, n, device, dtype,
-                v is versions[0] and not w, w, name)))
+            held = checkpoint if reads else floats
+            builders.append((name, lambda v=v, w=weights, name=name, held=held: engine_contender(
+                v, held, ids, n, device, dtype, v is versions[0] and not w, w, name)))
     return build_each(builders, log)
 
 
