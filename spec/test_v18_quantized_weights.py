@@ -10,17 +10,17 @@ dequantizes only the rows it looks up.
 Why v17 needs it: at batch 1 a step's time is the time to read the weights; float32 reads 4
 bytes a weight, int8 about 1, int4 about half of one (plus a scale a group).
 
-Core principle: quantization is a change of weights, not of maths. The quantized engine's
-logits are those of a float64 engine built on the dequantized weights, within float32 rounding,
-for every format, for the spec's own GGUF blocks (made by the `gguf` package's quantizer) and for
+Core principle: quantization is a change of weights, not of maths. The quantized engine's logits
+are those of a float64 engine built on the dequantized weights, within float32 rounding, for
+every format, for the spec's own GGUF blocks (made by the `gguf` package's quantizer) and for
 the engine's int8 and int4, whose integers are the issue's definitions' (the spec quantizes
 independently and the two engines' logits are bit for bit equal); greedy tokens are Hugging
 Face's in float64 on those dequantized weights. The bytes a decode step reads are observed from
 outside: every storage its ops read, summed, against the float engine's. On a float checkpoint
 the engine runs v17's ops one for one (which is why v17's and earlier pages do not run again
 here), and speculation keeps the quantized tokens. How close the integers stay to the float
-model is a property of real weights: tests/real_model (test_v18_accuracy_on_the_default_model)
-holds int8 and int4 to top-1 agreement and KL bounds on the default model's chat prompts.
+model is a property of real weights: a real-model spec at the end of this page holds int8 and
+int4 to top-1 agreement and KL bounds on the default model's chat prompts.
 
 Files to compare: implementations/v18_quantized_weights/model.py (QuantizedWeights,
 QuantizedOps) against implementations/v13_fused/model.py (PackedWeights, FusedOps.project);
@@ -194,7 +194,7 @@ def test_on_the_default_model_int8_and_int4_keep_the_float_models_top_token_and_
     its distribution is within a mean KL of 0.01; int4 (groups of 32) at 0.90 and 0.05. The float
     model is the default model's own: its Q4_1 blocks dequantized. int4's grid at group 32 is
     theirs, so it loses little here; at groups of 64 and 128 it measured 0.75 and 0.73
-    (docs/benchmarks.md), which no bound here claims."""
+    (docs/probes/quantized_accuracy.py), which no bound here claims."""
     from spec.support.models import real_model as rm
 
     ckpt = rm.checkpoint()

@@ -4,15 +4,15 @@
   magnitude times a clipping ratio (1, 0.975, ..., 0.7) over 127, the ratio whose integers fit
   the row best (least squared error): one scale a row, where clipping a rare outlier buys the
   other weights finer steps. On the default model's chat prompts this took top-1 agreement from
-  0.980 to 0.990 (99 positions).
+  0.980 to 0.990 (99 positions; docs/probes/quantized_accuracy.py).
 - int4, in groups of columns with a scale and a minimum (the zero point, held as the value
   level 0 stands for, as GGUF's Q4_1 holds it): each group's range [lo, hi] is cut into 15 steps,
   scale = (hi - lo) / 15, q = round((w - lo) / scale) in [0, 15]. 16 levels cannot absorb a
   row's outliers, so each group of group_size columns has its own scale, and the minimum lets a
   lopsided group use every level. Why a minimum and not an integer zero point: an integer one
   moves the grid by whole steps, and on the default model, whose float weights are themselves a
-  Q4_1 grid, it lands between that grid's points: top-1 agreement 0.68 against 1.00 (a probe in
-  the closing note of issue 46).
+  Q4_1 grid, it lands between that grid's points: top-1 agreement 0.68 against 1.00
+  (docs/probes/quantized_accuracy.py measures the formats).
 
 Scales and minimums are rounded to float16 before q is computed from them, so q is the best integer for the
 scale the kernels will read. A matrix whose column count is not a whole number of 32-column runs

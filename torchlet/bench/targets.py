@@ -11,6 +11,7 @@ PREFILL_STEPS_SECONDS = 0.5  # ... the steps with prefill rows, summed
 KERNEL_PCT_BOUND = 70.0     # paged decode attention at B=64, context 4096, % of bandwidth
 BATCH1_STEP_MS = 0.75       # a batch-1 decode step with graph replay, context 128
 BATCH256_STEP_MS = 2.0      # a decode step at batch 256, context 1024
+QUANTIZED_VS_HF = 3.0  # issue 46: the default version reading quantized weights
 MAIN_JOB_VS_HF = 1.5        # the CPU main job: the default version's tokens/s over HF generate's
 LONG_PROMPT_VS_HF = 1.0     # a 5,000-token prompt on a CPU: HF's seconds to the first token
 #                             over the default version's (issue 23)
@@ -166,6 +167,10 @@ def main_job_lines(result: dict) -> list[str]:
         if not row.get("same_ids_as_hf"):
             line += " Its token ids differ from HF's, so it does not count."
         out.append(line)
+        if "as stored" in row.get("mode", ""):  # issue 46: weights read as the file stores them
+            out.append(_judge(f"The default version on the file's quantized weights ≥ "
+                              f"{QUANTIZED_VS_HF:g}x HF generate's tokens/s{at}", row["vs_hf"],
+                              QUANTIZED_VS_HF, "x", False))
         for anchor in (r for r in rows if r.get("anchor") and r.get("threads") == count):
             out.append(f"  - Anchor, not a target: {anchor['version']} on the same GGUF file "
                        f"({anchor['weights']} weights), n_threads {count}: "
