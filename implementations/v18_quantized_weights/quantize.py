@@ -28,6 +28,7 @@ RUN = QuantizedTensor.RUN  # columns of a packed 4-bit run: every group is whole
 INT8_LEVELS, INT4_STEPS = 127, 15
 # int8 scales tried, as fractions of a row's largest magnitude (see the module)
 CLIPS = [1.0 - 0.025 * i for i in range(13)]
+CHUNK_ROWS = 1024  # rows whose clipping search runs together (see int8_per_channel)
 
 
 def group_for(cols: int, wanted: int) -> int | None:
@@ -49,16 +50,22 @@ def int8_per_channel(w: torch.Tensor) -> QuantizedTensor | None:
         return None
     w = w.float()
     amax = w.abs().amax(dim=1, keepdim=True)
-    best_err = best_scale = None
-    for ratio in CLIPS:  # the row's scale: the clipping whose integers fit its weights best
-        scale = scale16(amax * ratio / INT8_LEVELS)
-        err = (torch.round(w / scale.float()).clamp(-INT8_LEVELS, INT8_LEVELS)
-               * scale.float() - w).square().sum(dim=1, keepdim=True)
-        better = err < best_err if best_err is not None else torch.ones_like(err, dtype=torch.bool)
-        best_err = torch.where(better, err, best_err) if best_err is not None else err
-        best_scale = torch.where(better, scale, best_scale) if best_scale is not None else scale
-    q = torch.round(w / best_scale.float()).clamp(-INT8_LEVELS, INT8_LEVELS).to(torch.int8)
-    return QuantizedTensor(8, q, best_scale, cols, name="int8")
+    scale = torch.empty_like(amax, dtype=torch.float16)
+    for start in range(0, rows, CHUNK_ROWS):  # a few MB at a time: the search stays in cache
+        part, top = w[start:start + CHUNK_ROWS], amax[start:start + CHUNK_ROWS]
+        best_err = best = None
+        for ratio in CLIPS:  # the row's scale: the clipping whose integers fit it best
+            s = scale16(top * ratio / INT8_LEVELS)
+            err = (torch.round(part / s.float()).clamp(-INT8_LEVELS, INT8_LEVELS) * s.float()
+                   - part).square().sum(dim=1, keepdim=True)
+            if best is None:
+                best_err, best = err, s
+            else:
+                better = err < best_err  # strictly: the first ratio wins a tie
+                best_err, best = torch.where(better, err, best_err), torch.where(better, s, best)
+        scale[start:start + CHUNK_ROWS] = best
+    q = torch.round(w / scale.float()).clamp(-INT8_LEVELS, INT8_LEVELS).to(torch.int8)
+    return QuantizedTensor(8, q, scale, cols, name="int8")
 
 
 def int4_groups(w: torch.Tensor, group_size: int) -> QuantizedTensor | None:
