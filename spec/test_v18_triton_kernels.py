@@ -145,3 +145,27 @@ def test_wrong_inputs_are_refused(gpu_kernels):
         gpu_kernels.linear(torch.zeros(2, 64), torch.zeros(8, 64))
     with pytest.raises(ValueError, match="float32, float16 or bfloat16"):
         gpu_kernels.linear(torch.zeros(2, 64, dtype=torch.int32), w)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("fmt", ["int8", "Q4_1", "int4_g64"])
+def test_under_fake_tensors_each_kernel_promises_what_it_returns(gpu_kernels, target, fmt):
+    """The ops' shapes-only twins (what a graph recorder or torch.compile sees) give the real
+    launch's shape and dtype."""
+    from dataclasses import replace
+
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    here = target
+    gen = torch.Generator().manual_seed(5)
+    w = random_weight(fmt, 37, 64, gen, here.device)
+    x = torch.randn(3, 64, generator=gen).to(here.device, here.dtype)
+    bias = torch.randn(37, generator=gen).to(here.device, here.dtype)
+    with FakeTensorMode(allow_non_fake_inputs=False) as mode:
+        fake_w = replace(w, **{k: mode.from_tensor(getattr(w, k)) for k in
+                               ("q", "scales", "zeros", "mins") if getattr(w, k) is not None})
+        promised = [kernel(mode.from_tensor(x), fake_w, mode.from_tensor(bias))
+                    for kernel in (gpu_kernels.gemv, gpu_kernels.matmul)]
+    for kernel, fake in zip((gpu_kernels.gemv, gpu_kernels.matmul), promised):
+        got = kernel(x, w, bias)
+        assert (tuple(fake.shape), fake.dtype) == (tuple(got.shape), got.dtype)

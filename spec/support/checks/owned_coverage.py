@@ -41,6 +41,7 @@ HOOK = "__torchlet_entered__"
 GPU_ONLY = {
     "v07_cuda_graph/graphs.py:CudaGraph.__init__": "captures a CUDA graph",
     "v07_cuda_graph/graphs.py:CudaGraph.replay": "replays a CUDA graph",
+    "v18_quantized_weights/gpu_kernels.py:_sm_count": "reads a CUDA device's SM count",
 }
 # Functions that run only on the ranks of a group of two or more: child processes of
 # spec/test_v16_tensor_parallel.py (spec/support/ranks/ranks.py), which this plugin does not watch.
