@@ -234,16 +234,26 @@ def _gemv_op(x: torch.Tensor, q: torch.Tensor, scales: torch.Tensor, zeros: torc
         GW=_slice_width(group, block_k), HAS_Z=zeros is not None, HAS_MIN=mins is not None,
         HAS_BIAS=bias is not None, ONE_GROUP=one_group, SPLIT=split,
         BLOCK_M=triton.next_power_of_2(m), BLOCK_N=block_n, BLOCK_K=block_k, num_warps=4)
+    return summed(part, out, bias, scales, split)
+
+
+def summed(part, out, bias, scales, split: int) -> torch.Tensor:
+    """out: where K was split over programs, their float32 partial sums [split, M, N] added in
+    a fixed order (and the bias) by one more launch; else the kernel wrote it already."""
     if split > 1:
+        m, n = out.shape
         _sum_splits_kernel[(triton.cdiv(m * n, SUM_BLOCK),)](
             part, bias if bias is not None else scales, out, m * n, n, SPLIT=split,
             HAS_BIAS=bias is not None, BLOCK=SUM_BLOCK)
     return out
 
 
-@fake_of(_gemv_op)
-def _(x, q, scales, zeros, mins, bias, bits, group):
+def shaped(x, q, scales, zeros, mins, bias, bits, group):
+    """Both ops' shapes-only twin: a row of q's row count for each row of x, in x's dtype."""
     return x.new_empty(x.shape[0], q.shape[0])
+
+
+fake_of(_gemv_op)(shaped)
 
 
 # --- matmul: many rows, tensor cores -------------------------------------------------------
@@ -386,16 +396,10 @@ def _matmul_op(x: torch.Tensor, q: torch.Tensor, scales: torch.Tensor, zeros: to
         HAS_MIN=mins is not None, HAS_BIAS=bias is not None, ONE_GROUP=one_group,
         IEEE=x.dtype == torch.float32, BLOCK_M=block_m, BLOCK_N=block_n, num_warps=warps,
         num_stages=stages)
-    if split > 1:
-        _sum_splits_kernel[(triton.cdiv(m * n, SUM_BLOCK),)](
-            part, bias if bias is not None else scales, out, m * n, n, SPLIT=split,
-            HAS_BIAS=bias is not None, BLOCK=SUM_BLOCK)
-    return out
+    return summed(part, out, bias, scales, split)
 
 
-@fake_of(_matmul_op)
-def _(x, q, scales, zeros, mins, bias, bits, group):
-    return x.new_empty(x.shape[0], q.shape[0])
+fake_of(_matmul_op)(shaped)
 
 
 # --- the entry point -----------------------------------------------------------------------
