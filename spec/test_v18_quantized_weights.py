@@ -42,7 +42,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from spec.support.collection import exports, trees
 from spec.support.models.fixtures import tiny_checkpoint
-from spec.support.models.quantized import EIGHT_BIT, quantized
+from spec.support.models.quantized import EIGHT_BIT, agreement, quantized
 from spec.support.oracles.oracle import greedy, hf_model
 from spec.support.oracles.prompts import MARGIN
 from torchlet.contract import (QUANTIZED_WEIGHTS, BuildError, GenerationParams, QuantizedTensor,
@@ -221,12 +221,12 @@ ACCURACY = {"int8": (0.98, 0.01), "int4": (0.90, 0.05)}  # top-1 agreement at le
 
 @pytest.mark.real_model
 def test_on_the_default_model_int8_and_int4_keep_the_float_models_top_token_and_distribution(impl):
-    """On the chat prompts and the float model's greedy answers, at every distinct position (a position the
-    prompts share counts once): int8 agrees with the float model's top token at 0.98 of them and
-    its distribution is within a mean KL of 0.01; int4 (groups of 32) at 0.90 and 0.05. The float
-    model is the default model's own: its Q4_1 blocks dequantized. int4's grid at group 32 is
-    theirs, so it loses little here; at groups of 64 and 128 it measured 0.75 and 0.73
-    (docs/probes/quantized_accuracy.py), which no bound here claims."""
+    """On the chat prompts and the float model's greedy answers, at every distinct position (a
+    position the prompts share counts once): int8 agrees with the float model's top token at
+    0.98 of them and its distribution is within a mean KL of 0.01; int4 (groups of 32) at 0.90
+    and 0.05. The float model is the default model's own: its Q4_1 blocks dequantized. int4's
+    grid at group 32 is theirs, so it loses little here; at groups of 64 and 128 it measured
+    0.75 and 0.73 (docs/probes/quantized_accuracy.py), which no bound here claims."""
     from spec.support.models import real_model as rm
 
     ckpt = rm.checkpoint()
@@ -237,13 +237,5 @@ def test_on_the_default_model_int8_and_int4_keep_the_float_models_top_token_and_
     expected = [float_engine.logits(s).double() for s in sequences]
     for kind, (agree, kl) in ACCURACY.items():
         engine = impl.build(ckpt, weights=kind, max_model_len=512)
-        seen = {}
-        for s, ref in zip(sequences, expected):
-            got = engine.logits(s).double()
-            for i in range(len(s)):
-                p, q = ref[i].log_softmax(-1), got[i].log_softmax(-1)
-                seen.setdefault(tuple(s[:i + 1]), (bool(got[i].argmax() == ref[i].argmax()),
-                                                   float((p.exp() * (p - q)).sum())))
-        agreement = sum(a for a, _ in seen.values()) / len(seen)
-        mean_kl = sum(k for _, k in seen.values()) / len(seen)
-        assert agreement >= agree and mean_kl <= kl, (kind, len(seen), agreement, mean_kl)
+        positions, agree_at, mean_kl = agreement(engine, expected, sequences)
+        assert agree_at >= agree and mean_kl <= kl, (kind, positions, agree_at, mean_kl)

@@ -154,8 +154,10 @@ def weights_label(version, checkpoint, options: dict) -> str:
     fmt = options.get("weights")
     if fmt:
         return f"weights {fmt}, quantized at load"
+    if not holds_blocks(checkpoint):
+        return "float weights"
     kinds = sorted({t.name for t in checkpoint.tensors.values() if isinstance(t, QuantizedTensor)})
-    return f"weights {'/'.join(kinds)} as stored" if kinds else "float weights"
+    return f"weights {'/'.join(kinds)} as stored"
 
 
 def serving_options(version, device: str) -> dict:

@@ -1,7 +1,8 @@
 """How close v18's formats stay to the default model's float weights (its Q4_1 blocks
 dequantized): top-1 agreement and mean KL at every distinct position of the chat prompts and the
 oracle's answers, for int8 and int4 at groups of 32, 64 and 128, and for int8 with one scale a
-matrix (the per-tensor mutant's breakage). Run: PYTHONPATH=. python docs/probes/quantized_accuracy.py"""
+matrix (the per-tensor mutant's breakage).
+Run: PYTHONPATH=. python docs/probes/quantized_accuracy.py"""
 from __future__ import annotations
 
 import dataclasses
@@ -10,19 +11,8 @@ import torch
 
 import implementations
 from spec.support.models import real_model as rm
+from spec.support.models.quantized import agreement
 from torchlet.contract import QuantizedTensor
-
-
-def measure(engine, reference, sequences) -> tuple[int, float, float]:
-    seen = {}
-    for s, ref in zip(sequences, reference):
-        got = engine.logits(s).double()
-        for i in range(len(s)):
-            p, q = ref[i].log_softmax(-1), got[i].log_softmax(-1)
-            seen.setdefault(tuple(s[:i + 1]), (bool(got[i].argmax() == ref[i].argmax()),
-                                               float((p.exp() * (p - q)).sum())))
-    return (len(seen), sum(a for a, _ in seen.values()) / len(seen),
-            sum(k for _, k in seen.values()) / len(seen))
 
 
 def per_tensor(w: torch.Tensor) -> QuantizedTensor:
@@ -41,11 +31,12 @@ def main() -> None:
     runs = [("int8 per channel", dict(weights="int8"))] + [
         (f"int4 groups of {g}", dict(weights="int4", group_size=g)) for g in (32, 64, 128)]
     for name, options in runs:
-        n, agree, kl = measure(v18.build(ckpt, max_model_len=512, **options), reference, sequences)
+        engine = v18.build(ckpt, max_model_len=512, **options)
+        n, agree, kl = agreement(engine, reference, sequences)
         print(f"| {name} | {n} | {agree:.4f} | {kl:.5f} |")
     flat = dataclasses.replace(ckpt, tensors={k: per_tensor(t) if t.dim() == 2 else t
                                               for k, t in ckpt.tensors.items()})
-    n, agree, kl = measure(v18.build(flat, max_model_len=512), reference, sequences)
+    n, agree, kl = agreement(v18.build(flat, max_model_len=512), reference, sequences)
     print(f"| int8, one scale a matrix | {n} | {agree:.4f} | {kl:.5f} |")
 
 

@@ -70,6 +70,10 @@ class QuantizedWeights(ShardedWeights):
         return weights
 
 
+def holds_quantized(ckpt: Checkpoint) -> bool:
+    return any(isinstance(t, QuantizedTensor) for t in ckpt.tensors.values())
+
+
 def uniform_stacks(ckpt: Checkpoint) -> Checkpoint:
     """The checkpoint with every stack (a layer's q/k/v, its gate/up) all quantized alike or all
     float: a GGUF file may store one part of a stack in a format v18 does not read (kept float
@@ -79,13 +83,12 @@ def uniform_stacks(ckpt: Checkpoint) -> Checkpoint:
         for parts in PACKED.values():
             names = [f"model.layers.{i}.{p}.weight" for p in parts]
             stack = [tensors.get(n) for n in names]
-            if any(isinstance(t, QuantizedTensor) for t in stack):
-                try:
-                    QuantizedTensor.cat(stack)
-                except (TypeError, ValueError, AttributeError):
-                    for n, t in zip(names, stack):
-                        if isinstance(t, QuantizedTensor):
-                            tensors[n] = t.dequantize()
+            quantized = [t for t in stack if isinstance(t, QuantizedTensor)]
+            if quantized and (len(quantized) < len(stack)
+                              or len({t.layout for t in quantized}) > 1):
+                for n, t in zip(names, stack):
+                    if isinstance(t, QuantizedTensor):
+                        tensors[n] = t.dequantize()
     return replace(ckpt, tensors=tensors)
 
 
@@ -131,7 +134,7 @@ class QuantizedModel(ShardedModel):
     @classmethod
     def assemble(cls, a):
         a.checkpoint = held_as(a.checkpoint, a.options["weights"], a.options["group_size"])
-        if not any(isinstance(t, QuantizedTensor) for t in a.checkpoint.tensors.values()):
+        if not holds_quantized(a.checkpoint):
             return super().assemble(a)  # float matrices: v16's model, v17's engine
         if dist.is_initialized() and dist.get_world_size() > 1:
             raise BuildError("quantized weights run on one rank: build with weights='float' for "
@@ -147,11 +150,10 @@ def held_as(ckpt: Checkpoint, weights: str, group_size: int) -> Checkpoint:
         raise BuildError(f"weights must be one of {', '.join(FORMATS)}, got {weights!r}")
     if group_size not in (32, 64, 128):
         raise BuildError(f"group_size must be 32, 64 or 128, got {group_size}")
-    stored = any(isinstance(t, QuantizedTensor) for t in ckpt.tensors.values())
     if weights == "auto":
         return ckpt
     if weights == "gguf":
-        if not stored:
+        if not holds_quantized(ckpt):
             raise BuildError("weights='gguf' needs a checkpoint with quantized blocks (a GGUF "
                              "file's); this one holds float tensors: use int8 or int4")
         return ckpt

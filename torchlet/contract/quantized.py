@@ -27,6 +27,7 @@ from typing import ClassVar, Sequence
 import torch
 
 RUN = 32  # columns a run of packed int4 bytes covers (16 bytes); every group is whole runs
+PARTS = ("q", "scales", "zeros", "mins")  # the tensors a QuantizedTensor may hold
 
 
 @dataclass(frozen=True)
@@ -72,7 +73,17 @@ class QuantizedTensor:
         return sum(t.untyped_storage().nbytes() for t in self.parts())
 
     def parts(self) -> list[torch.Tensor]:
-        return [t for t in (self.q, self.scales, self.zeros, self.mins) if t is not None]
+        return [t for t in (getattr(self, k) for k in PARTS) if t is not None]
+
+    @property
+    def layout(self) -> tuple:
+        """What matrices must share to be stacked into one: bits, group, parts held, columns."""
+        return self.bits, self.group, self.zeros is None, self.mins is None, self.shape[1]
+
+    def each(self, fn) -> "QuantizedTensor":
+        """The same matrix with fn applied to each tensor it holds (rows picked, a device)."""
+        return replace(self, **{k: fn(getattr(self, k)) for k in PARTS
+                                if getattr(self, k) is not None})
 
     def unpacked(self) -> torch.Tensor:
         """q as one integer per column (int16 [rows, cols]): a 4-bit run's low nibbles, then
@@ -96,24 +107,19 @@ class QuantizedTensor:
 
     def select_rows(self, index) -> "QuantizedTensor":
         """The matrix of these rows (an index tensor, or a slice), in their order."""
-        return replace(self, **{k: getattr(self, k)[index] for k in
-                                ("q", "scales", "zeros", "mins") if getattr(self, k) is not None})
+        return self.each(lambda t: t[index])
 
     def to(self, device) -> "QuantizedTensor":
-        return replace(self, **{k: getattr(self, k).to(device) for k in
-                                ("q", "scales", "zeros", "mins") if getattr(self, k) is not None})
+        return self.each(lambda t: t.to(device))
 
     @staticmethod
     def cat(matrices: Sequence["QuantizedTensor"]) -> "QuantizedTensor":
-        """The matrices' rows stacked (q/k/v into one): same bits, group and parts."""
+        """The matrices' rows stacked (q/k/v into one): the same layout."""
         first = matrices[0]
-        for m in matrices[1:]:
-            if (m.bits, m.group, m.zeros is None, m.mins is None, m.shape[1]) != (
-                    first.bits, first.group, first.zeros is None, first.mins is None,
-                    first.shape[1]):
-                raise ValueError("matrices of different layouts cannot be stacked")
-        return replace(first, **{k: torch.cat([getattr(m, k) for m in matrices]) for k in
-                                 ("q", "scales", "zeros", "mins") if getattr(first, k) is not None})
+        if any(m.layout != first.layout for m in matrices[1:]):
+            raise ValueError("matrices of different layouts cannot be stacked")
+        return replace(first, **{k: torch.cat([getattr(m, k) for m in matrices]) for k in PARTS
+                                 if getattr(first, k) is not None})
 
 
 def dequantized(tensors) -> dict:

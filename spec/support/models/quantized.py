@@ -91,3 +91,18 @@ def quantized(ckpt: Checkpoint, kind: str, group: int = RUN) -> Checkpoint:
             return int4_groups(w, group)
         return gguf_blocks(w, kind)
     return replace(ckpt, tensors={k: one(k, v) for k, v in ckpt.tensors.items()})
+
+
+def agreement(engine, expected, sequences) -> tuple[int, float, float]:
+    """(distinct positions, top-1 agreement, mean KL(expected || engine)) over every position of
+    the sequences, a position the sequences share counted once; expected: the reference's
+    float64 logits of each sequence."""
+    seen = {}
+    for s, ref in zip(sequences, expected):
+        got = engine.logits(s).double()
+        for i in range(len(s)):
+            p, q = ref[i].log_softmax(-1), got[i].log_softmax(-1)
+            seen.setdefault(tuple(s[:i + 1]), (bool(got[i].argmax() == ref[i].argmax()),
+                                               float((p.exp() * (p - q)).sum())))
+    return (len(seen), sum(a for a, _ in seen.values()) / len(seen),
+            sum(k for _, k in seen.values()) / len(seen))
