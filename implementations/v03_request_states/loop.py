@@ -62,7 +62,8 @@ class StepEngine(CacheEngine):
         check_request refuses, what the K/V memory could never hold, what the admission policy
         could never admit. Changes nothing, so a call can check all its prompts before it
         queues any."""
-        prompt = check_request(prompt, params, self.config, sampling=self.sampler.samples)
+        prompt = check_request(prompt, params, self.config, sampling=self.sampler.samples,
+                               grammar=self.sampler.constrains)
         self.kv.check(prompt, params)
         self.scheduler.check(self.request(-1, prompt, params))  # reads prompt and params
         return prompt

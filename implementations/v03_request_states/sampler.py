@@ -10,6 +10,7 @@ from torchlet.contract import GenerationParams
 
 class Greedy:
     samples = False  # check_request refuses a request that asks for sampling
+    constrains = False  # or a grammar
 
     @classmethod
     def assemble(cls, a) -> "Greedy":

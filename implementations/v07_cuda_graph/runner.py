@@ -146,7 +146,7 @@ class GraphedRunner(LaneRunner):
         less than the whole buffers a graph reads."""
         written = self.inputs.write(requests)
         in_use = self.kv.lanes_in_use()
-        graphs = self.graphs[self.sampler.variant(in_use)]
+        graphs = self.graphs[self.sampler.variant(in_use, requests)]
         logits, drawn = graphs.run(max(in_use) + 1 if in_use else 1, written)
         for request in requests:
             request.computed += 1

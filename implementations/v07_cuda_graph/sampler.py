@@ -11,8 +11,8 @@ class CapturedGreedy(LaneGreedy):
     # The graphs a decode step may replay, by name: one, since every lane takes the argmax.
     variants = ("greedy",)
 
-    def variant(self, lanes) -> str:
-        """The graphs this step replays, for the lanes in use."""
+    def variant(self, lanes, requests) -> str:
+        """The graphs this step replays, for the lanes in use (and the step's requests)."""
         return "greedy"
 
     def lane_tensors(self, variant: str) -> tuple[torch.Tensor, ...]:

@@ -39,6 +39,7 @@ class SeededSampler:
     reads no settings: the sorts and hashes over the vocabulary would cost a step that samples
     nothing (on a CPU, a fifth of it)."""
     samples = True  # check_request accepts sampling settings
+    constrains = False  # and refuses a grammar (a later sampler applies one)
     variants = ("sample", "greedy")  # the graphs a decode step may replay
     SERVES = ("sampling_buffers",)  # the sampling capability, served on the engine
 
@@ -85,9 +86,9 @@ class SeededSampler:
                                 device=logits.device)
         return sample(logits, *settings, position)
 
-    def variant(self, lanes: Sequence[int]) -> str:
+    def variant(self, lanes: Sequence[int], requests: Sequence) -> str:
         """The sampling graphs if a lane in use samples (read from the settings' host copy: no
-        device read), else the greedy ones."""
+        device read), else the greedy ones. The step's requests change nothing here."""
         temperature = self.settings.host_np["temperature"]
         return "sample" if any(temperature[lane] > 0 for lane in lanes) else "greedy"
 

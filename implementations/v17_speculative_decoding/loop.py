@@ -25,7 +25,8 @@ class SpeculativeEngine(TensorParallelEngine):
         return super().step()
 
     def _decode_ahead(self, batch, tokens):
-        """v14's decode launched ahead, unless the next step guesses: it runs in order."""
-        if self.scheduler.guesses():
+        """v14's decode launched ahead, unless the next step guesses, or the sampler cannot
+        draw the batch's next tokens before the host has read this step's: it runs in order."""
+        if self.scheduler.guesses() or not self.sampler.draws_ahead(batch.requests):
             return None
         return super()._decode_ahead(batch, tokens)

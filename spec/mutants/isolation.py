@@ -9,7 +9,8 @@ MALFORMED = (f"{MODULE}::test_random_malformed_settings_are_refused_when_added_n
 FAILING = (f"{MODULE}::test_a_request_failing_in_a_step_ends_alone_frees_what_it_held_and_the_"
            f"others_get_their_tokens")
 CHECK = ("        prompt = check_request(prompt, params, self.config, "
-         "sampling=self.sampler.samples)\n")
+         "sampling=self.sampler.samples,\n"
+         "                               grammar=self.sampler.constrains)\n")
 CATCH = ("            try:\n"
          "                request.append(token)\n"
          "            except Exception as error:  # noqa: BLE001  (whatever its settings raise)\n"
@@ -21,7 +22,8 @@ MUTANTS = [
         Edit("v03_request_states/loop.py", CHECK,
              '        unchecked = GenerationParams(**{**vars(params), "eos_token_ids": ()})\n'
              "        prompt = check_request(prompt, unchecked, self.config, "
-             "sampling=self.sampler.samples)\n"),),
+             "sampling=self.sampler.samples,\n"
+             "                               grammar=self.sampler.constrains)\n"),),
         (MALFORMED,), ("v03",),
         "eos_token_ids is left out of the check: eos_token_ids=2 is queued and fails at its first "
         "token"),

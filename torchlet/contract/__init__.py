@@ -14,7 +14,7 @@ Token ids in, token ids out. A version package under `implementations/` declares
 Capabilities are independent. Each has its own Protocol, named `<Capability>API` (GenerateAPI,
 RaggedBatchAPI, KVCacheAPI, RequestStatesAPI, ContinuousBatchingAPI, DecodeLanesAPI,
 StaticBuffersAPI, GraphReplayAPI, PagedKVAPI, SamplingAPI, PrefixCacheAPI, OverlapAPI,
-ChunkedPrefillAPI, ..., QuantizedWeightsAPI), that
+ChunkedPrefillAPI, ..., StructuredOutputAPI), that
 lists only the methods the capability adds and inherits from Protocol alone; API_OF maps each
 capability to its Protocol. An engine satisfies, side by side, the API of every capability its
 version declares (`lacking(engine, CAPABILITIES)` names what it misses), whatever classes it is
@@ -32,11 +32,12 @@ specs and graph recorders see one op a launch.
 
 Specs reach engines only through these names; nothing private.
 
-The names live in five modules, one concern each: parts.py (the parts' seams: a Protocol per
+The names live in six modules, one concern each: parts.py (the parts' seams: a Protocol per
 part listing what other parts may use of it, and the version that first needs each; read it
 first), values.py (the capability names, errors, ModelConfig, Checkpoint, GenerationParams,
 RequestOutput and the request checks), quantized.py (QuantizedTensor: a weight matrix stored
-as grouped integers, GGUF's blocks among them), capabilities.py (the engine's Protocols, API_OF, lacking)
+as grouped integers, GGUF's blocks among them), grammar.py (Grammar and GrammarMatcher: a
+request's constraint over token ids, as v19 reads it), capabilities.py (the engine's Protocols, API_OF, lacking)
 and recipe.py (build options and their roles, PART_NAMES, Recipe, Assembly, kernel_op). A reader opens the one they need; every caller imports
 this package, never a module of it.
 """
@@ -46,11 +47,11 @@ from __future__ import annotations
 from .capabilities import (API_OF, ChunkedPrefillAPI, ContinuousBatchingAPI, DecodeLanesAPI,
                            GenerateAPI, GraphReplayAPI, KVCacheAPI, Layers, OverlapAPI, PagedKVAPI,
                            PrefixCacheAPI, QuantizedWeightsAPI, RaggedBatchAPI, RequestStatesAPI, Sampler, SamplingAPI,
-                           SpeculativeAPI, SplitGQALayers, StaticBuffersAPI, TensorParallelAPI, lacking,
+                           SpeculativeAPI, SplitGQALayers, StaticBuffersAPI, StructuredOutputAPI, TensorParallelAPI, lacking,
                            members,
                            missing_members)
 from .parts import (COMPUTING, PROTOCOLS, BudgetPolicyPart, CacheLoopPart, CacheRunnerPart,
-                    CachedModelPart, CapturedSamplerPart, ChunkedRequestPart, GrowingKVPart,
+                    CachedModelPart, CapturedSamplerPart, ChunkedRequestPart, GrammarPart, GrowingKVPart,
                     InputsPart, KernelModelPart, KernelOps, KVPart, LaneModelPart,
                     LaneRequestPart, LaneRunnerPart, LaneSamplerPart, LanesKVPart, LoopPart,
                     OverlapInputsPart, PagedKVPart, PolicyPart, PrefixKVPart, PrefixMemory,
@@ -59,6 +60,7 @@ from .parts import (COMPUTING, PROTOCOLS, BudgetPolicyPart, CacheLoopPart, Cache
                     SpeculativeKVPart, SpeculativePolicyPart, SpeculativeRequestPart,
                     SpeculativeSamplerPart, SpeculativeSchedulerPart, StaticInputsPart,
                     StepLoopPart, StepRunnerPart, declared, protocol_of)
+from .grammar import Grammar, GrammarMatcher, bitmask_words
 from .quantized import QuantizedTensor, dequantized
 from .recipe import (BLOCK_SIZE, MAX_LEN, MAX_RUNNING, MAX_STEP_TOKENS, NUM_BLOCKS,
                      PAGED_DECODE_ATTENTION, PART_NAMES, ROLES, Assembly, BuildOption, Recipe,
@@ -66,8 +68,8 @@ from .recipe import (BLOCK_SIZE, MAX_LEN, MAX_RUNNING, MAX_STEP_TOKENS, NUM_BLOC
 from .values import (ALL_CAPABILITIES, CHUNKED_PREFILL, CONTINUOUS_BATCHING, DECODE_LANES, FUSED,
                      GENERATE, GRAPH_REPLAY, KV_CACHE, MAX_TEMPERATURE, MIN_TEMPERATURE, OVERLAP,
                      PAGED_KV, PREFIX_CACHE, QUANTIZED_WEIGHTS, RAGGED_BATCH, REQUEST_STATES, SAMPLING, SPECULATIVE,
-                     SPLIT_GQA, STATIC_BUFFERS, TENSOR_PARALLEL, TRITON_BASICS, TRITON_PAGED, BuildError,
+                     SPLIT_GQA, STATIC_BUFFERS, STRUCTURED_OUTPUT, TENSOR_PARALLEL, TRITON_BASICS, TRITON_PAGED, BuildError,
                      Checkpoint, CheckpointError, FinishReason, GenerationParams, ModelConfig,
                      RequestError, RequestOutput, RequestState, TorchletError, UnknownVersionError,
-                     cast_tensors, check_params, check_prompts, check_request, check_sampling,
+                     cast_tensors, check_grammar, check_params, check_prompts, check_request, check_sampling,
                      flatten, layer_tensors)

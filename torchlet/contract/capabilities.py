@@ -8,7 +8,7 @@ from typing import Any, Iterable, Iterator, Mapping, Protocol, runtime_checkable
 
 import torch
 
-from .values import (QUANTIZED_WEIGHTS, CHUNKED_PREFILL, CONTINUOUS_BATCHING, DECODE_LANES, GENERATE, GRAPH_REPLAY,
+from .values import (QUANTIZED_WEIGHTS, STRUCTURED_OUTPUT, CHUNKED_PREFILL, CONTINUOUS_BATCHING, DECODE_LANES, GENERATE, GRAPH_REPLAY,
                      KV_CACHE, OVERLAP, PAGED_KV, PREFIX_CACHE, RAGGED_BATCH, REQUEST_STATES,
                      SAMPLING, SPECULATIVE, STATIC_BUFFERS, TENSOR_PARALLEL, GenerationParams, ModelConfig,
                      RequestOutput)
@@ -407,6 +407,20 @@ class QuantizedWeightsAPI(Protocol):
     storages a step's ops read."""
 
 
+@runtime_checkable
+class StructuredOutputAPI(Protocol):
+    """Capability `structured_output` (v19): a request's GenerationParams.grammar (a contract
+    Grammar, compiled by the harness) masks every draw of the request to the tokens the grammar
+    allows after its tokens so far: its prefill's first token, each decode, and each row of a
+    verifying pass (a guess the grammar refuses is never kept; the matcher is rolled back past
+    the guesses it took). Where the grammar is complete the request's eos and stop ids are its
+    only tokens; with none, or where the grammar allows no token at all, it finishes alone (STOP
+    when complete, ERROR naming the grammar otherwise). A step whose decodes include a
+    constrained request runs in order (v14 launches no decode ahead of it: its mask needs the
+    token the step draws). Without a grammar a request is served as by the version before. Adds
+    no method: the specs observe the tokens drawn and the logits' masks."""
+
+
 # Capability -> the Protocol its engines satisfy. Capabilities missing here promise nothing an
 # engine exposes (see above).
 API_OF: dict[str, type] = {
@@ -426,6 +440,7 @@ API_OF: dict[str, type] = {
     TENSOR_PARALLEL: TensorParallelAPI,
     SPECULATIVE: SpeculativeAPI,
     QUANTIZED_WEIGHTS: QuantizedWeightsAPI,
+    STRUCTURED_OUTPUT: StructuredOutputAPI,
 }
 
 

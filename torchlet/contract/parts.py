@@ -298,6 +298,8 @@ class SamplerPart(Protocol):
     """v03: a step's logits to its tokens."""
 
     samples: bool                 # whether it draws at random (else check_request refuses it)
+    constrains: bool              # whether it applies a request's grammar (else check_request
+                                  # refuses one)
 
     def prepare(self, params: GenerationParams) -> GenerationParams:
         """A request's settings as the sampler will read them."""
@@ -318,8 +320,9 @@ class CapturedSamplerPart(LaneSamplerPart, Protocol):
 
     variants: tuple[str, ...]     # the ways it may draw, one set of graphs each
 
-    def variant(self, lanes) -> str:
-        """The way this step draws, for the lanes in use."""
+    def variant(self, lanes, requests) -> str:
+        """The way this step draws, for the lanes in use; requests are the step's, whose lane
+        tensors it writes here where they change from step to step (v19's masks)."""
 
     def lane_tensors(self, variant: str) -> tuple:
         """Per-lane inputs the captured step reads besides the decode inputs."""
@@ -335,10 +338,40 @@ class CapturedSamplerPart(LaneSamplerPart, Protocol):
 class SpeculativeSamplerPart(CapturedSamplerPart, Protocol):
     """v17: keeps the guesses a verifying pass's logits agree with, and one token of its own."""
 
+    def draws_ahead(self, requests: Sequence) -> bool:
+        """Whether a decode launched before these requests' tokens are read back (v14's) can
+        draw their next tokens: not where a draw needs what only the host knows then."""
+
     def accept(self, logits: torch.Tensor, requests: Sequence,
                guesses: Sequence[Sequence[int]]) -> list[list[int]]:
         """Per request, the tokens it keeps: logits holds len(guesses[i]) + 1 rows for request
         i, the rows after its last known token and after each guess."""
+
+
+# --- grammar (v19): the tokens a request's grammar allows next ---------------------------------
+
+
+class GrammarPart(Protocol):
+    """v19: per request, a matcher of its GenerationParams.grammar, kept in step with its
+    tokens; the masks of its next draws."""
+
+    words: int                    # int32 words a bitmask row holds (contract bitmask_words)
+
+    def block(self, rows: int) -> torch.Tensor:
+        """A host bitmask of `rows` rows, to fill."""
+
+    def fill(self, requests: Sequence, bitmask: torch.Tensor) -> list[bool]:
+        """Row i of bitmask (int32, on the host) := the tokens requests[i]'s grammar allows
+        next, all of them for a request without one; per request, whether it is constrained. A
+        request whose grammar allows nothing is finished here (STOP where complete, else failed)."""
+
+    def fill_along(self, request, guesses: Sequence[int], bitmask: torch.Tensor) -> None:
+        """Rows 0..len(guesses) of bitmask := the masks after the request's tokens and after
+        each guess in turn (all tokens past a guess the grammar refuses); the matcher is left
+        as it was."""
+
+    def masked(self, logits: torch.Tensor, bitmask: torch.Tensor) -> torch.Tensor:
+        """logits with every token the bitmask rows leave out set to -inf."""
 
 
 # --- proposer (v17): guesses the next tokens cheaply -------------------------------------------
@@ -568,6 +601,7 @@ PROTOCOLS: dict[str, tuple[tuple[str, type], ...]] = {
     "sampler": (("v03", SamplerPart), ("v05", LaneSamplerPart), ("v07", CapturedSamplerPart),
                 ("v17", SpeculativeSamplerPart)),
     "proposer": (("v17", ProposerPart),),
+    "grammar": (("v19", GrammarPart),),
     "inputs": (("v05", InputsPart), ("v06", StaticInputsPart), ("v14", OverlapInputsPart)),
     "runner": (("v02", CacheRunnerPart), ("v03", StepRunnerPart), ("v05", LaneRunnerPart)),
     "request": (("v03", RequestPart), ("v05", LaneRequestPart), ("v15", ChunkedRequestPart),

@@ -104,8 +104,8 @@ PAGED_DECODE_ATTENTION = "paged_decode_attention"
 
 # The parts an engine is made of, in the order the assembly builds them: a part may use any
 # part built before it. A recipe names the parts its version has (v00 only a model and a loop).
-PART_NAMES = ("model", "kv", "sampler", "proposer", "inputs", "runner", "request", "policy",
-              "scheduler", "loop")
+PART_NAMES = ("model", "kv", "grammar", "sampler", "proposer", "inputs", "runner", "request",
+              "policy", "scheduler", "loop")
 
 
 class Served:

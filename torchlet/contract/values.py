@@ -11,6 +11,8 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import torch
 
+from .grammar import Grammar
+
 # Capabilities, in the order the versions introduce them. A spec declares the one it needs.
 GENERATE = "generate"                   # v00: GenerateAPI (generate, stream, logits), `layers`
 RAGGED_BATCH = "ragged_batch"           # v01_0: RaggedBatchAPI.forward_ragged (req_indptr)
@@ -32,12 +34,13 @@ CHUNKED_PREFILL = "chunked_prefill"     # v15: one token budget a step, prompts 
 TENSOR_PARALLEL = "tensor_parallel"     # v16: the model sharded over the ranks of a process group
 SPECULATIVE = "speculative"             # v17: k guessed tokens verified in one pass, the rejected rolled back
 QUANTIZED_WEIGHTS = "quantized_weights"  # v18: weights kept as grouped integers, products read them so
+STRUCTURED_OUTPUT = "structured_output"  # v19: a request's grammar masks its draws (GenerationParams.grammar)
 
 ALL_CAPABILITIES = (
     GENERATE, RAGGED_BATCH, SPLIT_GQA, KV_CACHE, REQUEST_STATES, CONTINUOUS_BATCHING,
     DECODE_LANES, STATIC_BUFFERS, GRAPH_REPLAY, PAGED_KV, TRITON_BASICS, TRITON_PAGED, SAMPLING,
     PREFIX_CACHE, FUSED, OVERLAP, CHUNKED_PREFILL, TENSOR_PARALLEL, SPECULATIVE,
-    QUANTIZED_WEIGHTS,
+    QUANTIZED_WEIGHTS, STRUCTURED_OUTPUT,
 )
 
 
@@ -132,7 +135,15 @@ class GenerationParams:
     (x ^= x >> 16; x *= 0x7feb352d; x ^= x >> 15; x *= 0x846ca68b; x ^= x >> 16, mod 2^32),
     key = mix(mix(mix(lo) ^ hi) ^ n), key2 = mix(key ^ 0x9e3779b9),
     u_t = ((mix(mix(key ^ t) ^ key2) >> 8) + 0.5) / 2^24, which lies strictly inside (0, 1) and
-    needs float64 to be held exactly (float32 rounds it from 2^23 up, the all-ones hash to 1)."""
+    needs float64 to be held exactly (float32 rounds it from 2^23 up, the all-ones hash to 1).
+
+    grammar (structured_output, v19): None, or a contract Grammar (torchlet.contract.grammar)
+    the harness compiled for the model's vocabulary. Each draw is then taken among the tokens
+    the grammar allows after the request's tokens so far: the mask applies to the logits before
+    temperature and the filters, so a draw the grammar allows is the same as without it
+    (greedy, temperature, top-k, min-p), except under top-p, whose nucleus is taken over the
+    allowed tokens' renormalised probabilities and may drop it. Once the grammar is complete
+    only the request's eos and stop ids are allowed; with none of them, it finishes (STOP)."""
 
     max_new_tokens: int = 16
     eos_token_ids: tuple[int, ...] = ()
@@ -143,6 +154,7 @@ class GenerationParams:
     top_p: float = 1.0          # 1: off
     min_p: float = 0.0          # 0: off
     seed: int | None = None     # None: a fresh seed per request
+    grammar: Any = None         # a contract Grammar, or None: unconstrained
 
     def __post_init__(self):
         for name in ("eos_token_ids", "stop_token_ids"):
@@ -216,10 +228,11 @@ def check_prompts(prompts: Any) -> list:
 
 
 def check_request(prompt: Any, params: GenerationParams, config: ModelConfig, *,
-                  sampling: bool = False) -> list[int]:
-    """Refuse, with a message that names the problem, a request no engine can serve, or one
-    that samples when the engine cannot (sampling=False). Returns the prompt as a list of
-    Python ints (numpy integers are integers too; bool is not)."""
+                  sampling: bool = False, grammar: bool = False) -> list[int]:
+    """Refuse, with a message that names the problem, a request no engine can serve, one that
+    samples when the engine cannot (sampling=False), or one with a grammar when the engine
+    cannot apply it (grammar=False). Returns the prompt as a list of Python ints (numpy
+    integers are integers too; bool is not)."""
     if not _is_id_list(prompt):
         raise RequestError(f"a prompt is a list of token ids, got {_kind(prompt)}")
     prompt = list(prompt)
@@ -245,6 +258,14 @@ def check_request(prompt: Any, params: GenerationParams, config: ModelConfig, *,
         raise RequestError(f"temperature={params.temperature!r} asks for sampling, and this "
                            f"version decodes greedily (temperature=0): sampling needs a version "
                            f"with the `{SAMPLING}` capability")
+    if params.grammar is not None:
+        if not grammar:
+            raise RequestError(f"a grammar ({params.grammar.description}) needs a version with "
+                               f"the `{STRUCTURED_OUTPUT}` capability")
+        if params.grammar.vocab_size != config.vocab_size:
+            raise RequestError(f"the grammar ({params.grammar.description}) was compiled for a "
+                               f"vocabulary of {params.grammar.vocab_size} tokens; the model "
+                               f"has {config.vocab_size}")
     total = len(prompt) + params.max_new_tokens
     if total > config.max_position:
         raise RequestError(
@@ -282,6 +303,16 @@ def check_params(params: Any) -> None:
     if not isinstance(params.ignore_eos, bool):
         raise RequestError(f"ignore_eos must be True or False, got {_kind(params.ignore_eos)}")
     check_sampling(params)
+    check_grammar(params.grammar)
+
+
+def check_grammar(grammar: Any) -> None:
+    """Refuse a grammar setting that is not None nor a contract Grammar (a schema or a regex
+    written as text is the harness's to compile first)."""
+    if grammar is not None and not isinstance(grammar, Grammar):
+        raise RequestError(f"grammar must be a compiled Grammar (torchlet.grammar compiles a "
+                           f"JSON schema, a regex, a choice or an EBNF grammar) or None, got "
+                           f"{_kind(grammar)}")
 
 
 # The smallest temperature that samples: logits divided by less overflow float32 (a denormal

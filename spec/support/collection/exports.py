@@ -18,12 +18,16 @@ from pathlib import Path
 import torch
 
 from spec.support.collection import trees
-from torchlet.contract import QUANTIZED_WEIGHTS, TRITON_BASICS, TRITON_PAGED
+from torchlet.contract import QUANTIZED_WEIGHTS, STRUCTURED_OUTPUT, TRITON_BASICS, TRITON_PAGED
 
 KERNELS_ALONE = (TRITON_BASICS, TRITON_PAGED)  # capabilities whose idea is Triton kernels alone
 # capabilities whose idea is how the weights are held alone: on a float checkpoint (every
 # fixture) such a version builds its predecessor's very engine, which its own page checks
 WEIGHTS_ALONE = (QUANTIZED_WEIGHTS,)
+# capabilities whose idea reaches only the requests that ask for it (v19: a grammar): on
+# requests without, such a version dispatches its predecessor's ops one for one, which its own
+# page checks
+ASKED_ALONE = (STRUCTURED_OUTPUT,)
 
 
 def tree_of(impl) -> Path:
@@ -57,14 +61,27 @@ def engine_source(impl) -> str | None:
 
 
 @functools.lru_cache(maxsize=None)
-def weights_source(impl) -> str | None:
-    """The version whose engine impl builds on a float checkpoint, where impl's idea is how the
-    weights are held alone (v18: quantized); None elsewhere."""
-    if impl.capabilities[-1] not in WEIGHTS_ALONE:
+def asked_source(impl) -> str | None:
+    """The version whose ops impl runs for a request that does not ask for impl's idea, where
+    that idea reaches only the requests asking for it (v19: a grammar); None elsewhere."""
+    if impl.capabilities[-1] not in ASKED_ALONE:
         return None
+    return predecessor(impl)
+
+
+def predecessor(impl) -> str | None:
     before = None
     for version in trees.versions(tree_of(impl)):
         if version.name == impl.name:
             return before
         before = version.name
     return None
+
+
+@functools.lru_cache(maxsize=None)
+def weights_source(impl) -> str | None:
+    """The version whose engine impl builds on a float checkpoint, where impl's idea is how the
+    weights are held alone (v18: quantized); None elsewhere."""
+    if impl.capabilities[-1] not in WEIGHTS_ALONE:
+        return None
+    return predecessor(impl)

@@ -24,6 +24,9 @@ function's `spec(until=...)` adds to its module's `spec(needs=...)`. Its argumen
   own capability's specs only: on the float checkpoints the others use it builds its
   predecessor's very engine (its page checks that, op for op), so they ran against that one.
   `quantized=True`: a spec that hands such a version quantized weights runs against it too.
+- a version whose idea reaches only the requests that ask for it (v19's grammar,
+  exports.ASKED_ALONE) runs its own capability's specs only: a request without a grammar runs
+  its predecessor's ops one for one (its page checks that), so the others ran where those do.
 - `kernel_path=True`: tests a version's own code that runs only where its layers run kernels
   (v15's slice graphs): on CPU under the interpreter; skipped on a GPU, where a GPU spec covers
   it.
@@ -170,6 +173,11 @@ def decide(spec: Spec, impl, page: str) -> Decision:
         return Decision("SKIP", f"{impl.name} changes how weights are held alone: on a float "
                                 f"checkpoint it builds {source}'s engine (its page checks this "
                                 f"op for op), and this spec ran against {source}")
+    source = exports.asked_source(impl)
+    if source is not None and spec.needs != impl.capabilities[-1] and not spec.quantized:
+        return Decision("SKIP", f"{impl.name}'s idea reaches only the requests that ask for it: "
+                                f"without, it runs {source}'s ops one for one (its page checks "
+                                f"this), and this spec ran where {source}'s do")
     if spec.one_step_per_call and OVERLAP in impl.capabilities:
         return Decision("SKIP", ONE_STEP)
     if spec.engine_parts:

@@ -1,0 +1,57 @@
+"""Structured output (v19): the mask a request's grammar puts on each draw, the matcher kept in
+step with its tokens, and the order a step with a grammar runs in. Each mutant still draws
+tokens and finishes requests; the page notices through the oracle's masked draws, the answers
+jsonschema checks, and the request whose grammar cannot go on."""
+from spec.mutants import Edit, Mutant
+
+SAMPLER = "v19_structured_output/sampler.py"
+GRAMMAR = "v19_structured_output/grammar.py"
+PAGE = "spec/test_v19_structured_output.py"
+GOLDEN = f"{PAGE}::test_constrained_tokens_are_the_oracles_draws_over_the_allowed_tokens"
+PARSES = f"{PAGE}::test_every_answer_parses_and_validates_against_its_drawn_schema"
+DEAD = f"{PAGE}::test_a_grammar_that_cannot_go_on_fails_its_request_alone_naming_it"
+
+PROPERTY = "structured output"
+V19 = ("v19",)
+
+MUTANTS = [
+    Mutant("v19-mask-after-the-draw", PROPERTY, (
+        Edit(SAMPLER,
+             "            return draw.sample(self.grammar.masked(logits, bitmask), *settings, "
+             "positions)\n",
+             "            drawn = draw.sample(logits, *settings, positions)\n"
+             "            masked = self.grammar.masked(logits, bitmask)\n"
+             "            ok = masked.gather(-1, drawn[:, None])[:, 0] > float(\"-inf\")\n"
+             "            return torch.where(ok, drawn, masked.argmax(dim=-1))\n"),),
+        (GOLDEN,), V19, "the decode draws from the unmasked logits and takes the masked argmax "
+                        "where the grammar refuses the draw: valid, but not the seeded race "
+                        "over the allowed tokens"),
+    Mutant("v19-matcher-misses-the-last-token", PROPERTY, (
+        Edit(GRAMMAR, "        while tracked.taken < len(tokens):\n",
+             "        while tracked.taken < len(tokens) - 1:\n"),),
+        (GOLDEN, PARSES), V19, "the matcher is not advanced by the request's last token: each "
+                               "mask is one token behind"),
+    Mutant("v19-no-rollback-after-guesses", PROPERTY, (
+        Edit(GRAMMAR, "        matcher.rollback(taken)\n", ""),),
+        (GOLDEN,), V19, "the guesses a verifying pass walked the matcher through stay taken "
+                        "when the pass rejects them"),
+    Mutant("v19-decode-ahead-of-a-grammar", PROPERTY, (
+        Edit(SAMPLER, "        return not any(r.params.grammar is not None for r in requests)\n",
+             "        return True\n"),),
+        (GOLDEN,), V19, "v14's decode is launched ahead of a constrained request: its draw "
+                        "reads the mask of the step before"),
+    Mutant("v19-masked-graphs-never-replayed", PROPERTY, (
+        Edit(SAMPLER, "        return \"masked\"\n",
+             "        return super().variant(lanes, requests)\n"),),
+        (GOLDEN, PARSES), V19, "the masks are filled but the decode step replays the unmasked "
+                               "graphs"),
+    Mutant("v19-bits-read-from-the-top", PROPERTY, (
+        Edit(GRAMMAR, "        allowed = ((bitmask.unsqueeze(-1) >> bits) & 1).bool().flatten(-2)\n",
+             "        allowed = ((bitmask.unsqueeze(-1) >> (31 - bits)) & 1).bool().flatten(-2)\n"),),
+        (GOLDEN, PARSES), V19, "token t read from bit 31 - t % 32 of its word"),
+    Mutant("v19-dead-end-draws-anyway", PROPERTY, (
+        Edit(GRAMMAR, "                    bitmask[i] = ALL\n                    self.cannot_go_on(request, matcher)\n",
+             "                    bitmask[i] = ALL\n"),),
+        (DEAD,), V19, "a request whose grammar allows nothing draws from every token and "
+                      "goes on"),
+]
