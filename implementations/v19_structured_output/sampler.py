@@ -14,14 +14,17 @@ from typing import Sequence
 
 import torch
 
-from ..v18_quantized_weights import SpeculativeSampler, draw
+from ..v18_quantized_weights import SpeculativeSampler
 from .grammar import ALL
+
+# The masked graphs, each drawing as one of v11's over masked logits (an all-greedy step takes
+# the argmax there too: the filters' sorts would cost a CPU step more than the mask does).
+MASKED = {"masked": "sample", "masked-greedy": "greedy"}
 
 
 class GrammarSampler(SpeculativeSampler):
     constrains = True  # check_request takes a grammar
-    variants = SpeculativeSampler.variants + ("masked",)
-
+    variants = SpeculativeSampler.variants + tuple(MASKED)
     def __init__(self, num_lanes: int, device, acceptance: str = "exact", grammar=None):
         super().__init__(num_lanes, device, acceptance)
         self.grammar = grammar
@@ -43,29 +46,31 @@ class GrammarSampler(SpeculativeSampler):
         return super().draw(logits, requests)
 
     def variant(self, lanes: Sequence[int], requests: Sequence) -> str:
-        """The masked graphs where a request of the step has a grammar, its lanes' masks
-        written first (the other lanes' rows allow every token or hold an earlier step's mask,
-        whose draws nothing reads); else v11's choice."""
+        """v11's choice, masked where a request of the step has a grammar: its lanes' masks
+        are written first (the other lanes' rows allow every token or hold an earlier step's
+        mask, whose draws nothing reads)."""
+        unmasked = super().variant(lanes, requests)
         if not any(r.params.grammar is not None for r in requests):
-            return super().variant(lanes, requests)
+            return unmasked
         block = self.grammar.block(len(requests))
         self.grammar.fill(requests, block)
         rows = torch.tensor([r.lane for r in requests], device=self.bitmask.device)
         self.bitmask.index_copy_(0, rows, block.to(self.bitmask.device))
-        return "masked"
+        return next(masked for masked, way in MASKED.items() if way == unmasked)
 
     def lane_tensors(self, variant: str) -> tuple[torch.Tensor, ...]:
-        if variant == "masked":
-            return self.settings.tensors + (self.bitmask,)
+        if variant in MASKED:
+            return super().lane_tensors(MASKED[variant]) + (self.bitmask,)
         return super().lane_tensors(variant)
 
     def draw_lanes(self, variant: str, logits: torch.Tensor, positions: torch.Tensor,
                    *settings: torch.Tensor) -> torch.Tensor:
-        """Inside the captured step: the masked graphs draw as v11's sampling ones do (greedy
-        lanes take the argmax there too) from the masked logits."""
-        if variant == "masked":
+        """Inside the captured step: a masked graph draws as its v11 way does, from the masked
+        logits."""
+        if variant in MASKED:
             *settings, bitmask = settings
-            return draw.sample(self.grammar.masked(logits, bitmask), *settings, positions)
+            return super().draw_lanes(MASKED[variant], self.grammar.masked(logits, bitmask),
+                                      positions, *settings)
         return super().draw_lanes(variant, logits, positions, *settings)
 
     def accept(self, logits: torch.Tensor, requests: Sequence,

@@ -10,6 +10,8 @@ PAGE = "spec/test_v19_structured_output.py"
 GOLDEN = f"{PAGE}::test_constrained_tokens_are_the_oracles_draws_over_the_allowed_tokens"
 PARSES = f"{PAGE}::test_every_answer_parses_and_validates_against_its_drawn_schema"
 DEAD = f"{PAGE}::test_a_grammar_that_cannot_go_on_fails_its_request_alone_naming_it"
+REFUSED = ("spec/test_grammar_compile.py::test_a_version_without_structured_output_refuses_a_"
+           "grammar_and_queues_nothing")
 
 PROPERTY = "structured output"
 V19 = ("v19",)
@@ -17,9 +19,9 @@ V19 = ("v19",)
 MUTANTS = [
     Mutant("v19-mask-after-the-draw", PROPERTY, (
         Edit(SAMPLER,
-             "            return draw.sample(self.grammar.masked(logits, bitmask), *settings, "
-             "positions)\n",
-             "            drawn = draw.sample(logits, *settings, positions)\n"
+             "            return super().draw_lanes(MASKED[variant], self.grammar.masked(logits, "
+             "bitmask),\n                                      positions, *settings)\n",
+             "            drawn = super().draw_lanes(MASKED[variant], logits, positions, *settings)\n"
              "            masked = self.grammar.masked(logits, bitmask)\n"
              "            ok = masked.gather(-1, drawn[:, None])[:, 0] > float(\"-inf\")\n"
              "            return torch.where(ok, drawn, masked.argmax(dim=-1))\n"),),
@@ -41,8 +43,9 @@ MUTANTS = [
         (GOLDEN,), V19, "v14's decode is launched ahead of a constrained request: its draw "
                         "reads the mask of the step before"),
     Mutant("v19-masked-graphs-never-replayed", PROPERTY, (
-        Edit(SAMPLER, "        return \"masked\"\n",
-             "        return super().variant(lanes, requests)\n"),),
+        Edit(SAMPLER, "        return next(masked for masked, way in MASKED.items() if way == "
+                      "unmasked)\n",
+             "        return unmasked\n"),),
         (GOLDEN, PARSES), V19, "the masks are filled but the decode step replays the unmasked "
                                "graphs"),
     Mutant("v19-bits-read-from-the-top", PROPERTY, (
@@ -54,4 +57,9 @@ MUTANTS = [
              "                    bitmask[i] = ALL\n"),),
         (DEAD,), V19, "a request whose grammar allows nothing draws from every token and "
                       "goes on"),
+    Mutant("v03-a-grammar-taken-and-ignored", PROPERTY, (
+        Edit("v03_request_states/loop.py", "grammar=self.sampler.constrains)\n",
+             "grammar=True)\n"),),
+        (REFUSED,), ("v03",), "a version that cannot apply a grammar queues a request with one, "
+                             "and its draws ignore it"),
 ]

@@ -12,6 +12,7 @@
     torchlet bench floor          the physical floor of the GPU workload, computed
     torchlet bench serve          torchlet serve under Poisson arrivals: throughput, TTFT, ITL
     torchlet bench speculative    k guessed tokens a step (v17) against none: copy and chat prompts
+    torchlet bench structured     a JSON schema on every request (v19) against none: a decode step
     torchlet bench report         docs/benchmarks.md from the result files
 
 Each run prints a table and writes DIR/KIND.json and DIR/KIND.png (default bench-results/).
@@ -232,6 +233,25 @@ def add_commands(subparsers) -> None:
     p.add_argument("--out", default="bench-results", help="where speculative.json and .png go")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     p.set_defaults(run=_lazy("run_speculative"), bench_parser=p)
+
+    p = sub.add_parser("structured", help="structured output (v19): a decode step with a JSON "
+                                          "schema on every request against none")
+    p.add_argument("--impl", default=None,
+                   help="version (default: the newest with structured_output, v19)")
+    p.add_argument("--impl-root", default=None, help="tree of versions (default: implementations/)")
+    p.add_argument("--model", default=None, help="a Hugging Face checkpoint directory with its "
+                                                 "tokenizer, or a .gguf file (default: "
+                                                 "SmolLM2-135M-Instruct)")
+    p.add_argument("--batches", default="1,8,64", help="requests decoding at once, comma-separated")
+    p.add_argument("--max-new-tokens", type=int, default=64, help="tokens a request makes at most")
+    p.add_argument("--device", default=None, help="default: cuda if there is one, else cpu")
+    p.add_argument("--dtype", choices=DTYPES, default="auto",
+                   help="auto: float32 on CPU, bfloat16 on CUDA (as torchlet generate)")
+    p.add_argument("--threads", type=int, default=None,
+                   help="torch threads (default: as torchlet generate picks them)")
+    p.add_argument("--out", default="bench-results", help="where structured.json and .png go")
+    p.add_argument("--quiet", action="store_true", help="no progress bars")
+    p.set_defaults(run=_lazy("run_structured"), bench_parser=p)
 
     p = sub.add_parser("report", help="regenerate docs/benchmarks.md from the result files")
     p.add_argument("--results", default="bench-results", help="directory of fresh KIND.json files")

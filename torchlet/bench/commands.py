@@ -330,6 +330,16 @@ def run_speculative(args) -> int:
     return 0 if held else 1
 
 
+def run_structured(args) -> int:
+    """`torchlet bench structured`; exit status 1 where a constrained answer did not validate."""
+    from .structured import measure
+
+    payload, device = measure(args, log)
+    report("structured", args, payload, device)
+    rows = payload["rows"]
+    return 0 if all(r["valid"] == r["answers"] for r in rows) else 1
+
+
 def run_report(args) -> int:
     from .doc import write_doc
 

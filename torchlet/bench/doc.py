@@ -16,7 +16,7 @@ from .workloads import QWEN25_05B, nano_vllm_workload
 
 REPO = Path(__file__).resolve().parents[2]
 KINDS = ("main-job", "long-prompt", "cpu", "gpu-workload", "mixed", "mixed-cpu", "decode",
-         "anchors", "kernel", "tp", "serve", "serve-gpu", "batching", "speculative")
+         "anchors", "kernel", "tp", "serve", "serve-gpu", "batching", "speculative", "structured")
 TITLES = {
     "main-job": "CPU main job: torchlet generate's default version against Hugging Face generate",
     "long-prompt": "CPU long prompt: torchlet generate's default version against Hugging Face "
@@ -33,6 +33,7 @@ TITLES = {
     "serve-gpu": "torchlet serve on the GPU under a Poisson stream of requests",
     "batching": "What batching buys a server: the same requests one after another, then at once",
     "speculative": "Speculative decoding (v17): k guessed tokens a step against none",
+    "structured": "Structured output (v19): a JSON schema on every request against none",
 }
 HOW_TO = {
     "main-job": "torchlet bench main-job --threads 1,2",
@@ -50,6 +51,7 @@ HOW_TO = {
                  "writes one)",
     "batching": "torchlet bench batching --device cpu",
     "speculative": "torchlet bench speculative",
+    "structured": "torchlet bench structured",
 }
 # What both serve sections say of the run; each adds how its model is made.
 SERVE_NOTE = ("The server runs in a child process (`torchlet serve`, its banner: {server}); "
@@ -151,6 +153,18 @@ NOTES["batching"] = (
     "batched step reads the weights once for every request in it, so the lower the better "
     "(issue 42's target on a CPU: 0.35 at most). Same answers: each request's text equal in "
     "both runs.")
+NOTES["structured"] = (
+    "One process, one version built once, on the default model. At each batch B the same B "
+    "chat prompts (asking for a person as JSON) run through the step API twice, in turn: "
+    "unconstrained, eos ignored, then with torchlet/bench/structured.py's SCHEMA as every "
+    "request's grammar (compiled once by xgrammar), each ending at eos once its JSON is "
+    "complete; one untimed warm-up of each first. A decode step: a step that computes no prompt; "
+    "its time is the mean over the run. x none: the constrained step's time over the "
+    "unconstrained one's. A constrained step runs in order (no decode launched ahead of it), so "
+    "where overlap pays (a GPU) the ratio holds what overlap would have hidden as well as the "
+    "masks' fill on the host. Answers that validate: the constrained answers json.loads parses "
+    "and jsonschema accepts (the command exits 1 otherwise). Issue 47's target: at most 1.10 at "
+    "batch 64 on the H200.")
 NOTES["speculative"] = (
     "One process, one version built once for k=0 (speculative_tokens=0: v16's engine, no "
     "verifying pass) and once for each other k and acceptance, the engines in turn at each cell "

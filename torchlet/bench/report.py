@@ -179,7 +179,14 @@ SPECULATIVE_COLUMNS = [
      else f"{r['acceptance_rate']:.1%}"),
     ("tokens equal to k=0's", lambda r: f"{r['same_as_k0']} / {r['of_k0']}"),
 ]
-COLUMNS = {"batching": BATCHING_COLUMNS, "speculative": SPECULATIVE_COLUMNS, "tp": TP_COLUMNS, "serve": SERVE_COLUMNS, "serve-gpu": SERVE_COLUMNS, "main-job": MAIN_JOB_COLUMNS, "mixed": MIXED_COLUMNS, "mixed-cpu": MIXED_COLUMNS,
+STRUCTURED_COLUMNS = [
+    ("batch", lambda r: str(r["batch"])),
+    ("decode step, none (ms)", lambda r: _num(",.2f")(r["none_step_ms"])),
+    ("decode step, JSON schema (ms)", lambda r: _num(",.2f")(r["json_step_ms"])),
+    ("x none", lambda r: _num(".2f")(r["ratio"])),
+    ("answers that validate", lambda r: f"{r['valid']} / {r['answers']}"),
+]
+COLUMNS = {"batching": BATCHING_COLUMNS, "structured": STRUCTURED_COLUMNS, "speculative": SPECULATIVE_COLUMNS, "tp": TP_COLUMNS, "serve": SERVE_COLUMNS, "serve-gpu": SERVE_COLUMNS, "main-job": MAIN_JOB_COLUMNS, "mixed": MIXED_COLUMNS, "mixed-cpu": MIXED_COLUMNS,
            "long-prompt": LONG_PROMPT_COLUMNS,
            "cpu": WORKLOAD_COLUMNS, "gpu-workload": WORKLOAD_COLUMNS + GPU_EXTRA,
            "decode": DECODE_COLUMNS, "kernel": KERNEL_COLUMNS, "anchors": ANCHORS_COLUMNS}
@@ -367,6 +374,14 @@ def chart(kind: str, payload: dict, path: Path) -> None:
         ax.set_xlabel(f"seconds for {r['requests']} requests of {r['tokens']} tokens "
                       f"(lower is better)")
         fig.suptitle(payload.get("server", ""), fontsize=7, wrap=True)
+    elif kind == "structured":
+        fig, ax = plt.subplots(figsize=(6, 0.4 * len(rows) + 1.4))
+        names = [f"batch {r['batch']}" for r in rows]
+        ax.barh(names, [r["ratio"] for r in rows], color="tab:blue")
+        ax.axvline(1.0, color="black", linewidth=0.8)
+        ax.invert_yaxis()
+        ax.set_xlabel("decode step with a JSON schema on every request, over none (lower is "
+                      "better)")
     elif kind == "speculative":
         fig, ax = plt.subplots(figsize=(8, 0.3 * len(rows) + 1.6))
         names = [f"{r['workload']} B={r['batch']} k={r['k']}"
