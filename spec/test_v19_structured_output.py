@@ -361,3 +361,40 @@ def test_a_grammar_not_compiled_for_this_model_is_refused_and_nothing_is_queued(
         engine.add_request(PROMPT, GenerationParams(grammar=bad))
     assert named in str(refused.value) and "\n" not in str(refused.value)
     assert not engine.has_unfinished()
+
+
+# --- the default model ------------------------------------------------------------------------
+
+PERSON = {"type": "object", "properties": {"name": {"type": "string", "maxLength": 20},
+                                           "age": {"type": "integer", "minimum": 0,
+                                                   "maximum": 120},
+                                           "city": {"enum": ["Paris", "Rome", "Oslo"]}},
+          "required": ["name", "age", "city"]}
+
+
+@pytest.mark.real_model
+def test_on_the_default_model_json_answers_validate_and_a_choice_is_made(impl):
+    """SmolLM2-135M-Instruct as the CLI hands it (its GGUF blocks), its own tokenizer's
+    vocabulary: a chat prompt asking for a person as JSON gets an answer jsonschema accepts,
+    greedy and seeded; a yes/no question under a choice answers one of them."""
+    from spec.support.models import real_model as rm
+    from torchlet.engines import build_sized
+
+    tokenizer = rm.tokenizer()
+    ckpt = rm.stored_checkpoint()
+    eos = tuple(ckpt.config.eos_token_ids)
+    compiler = Compiler.for_tokenizer(tokenizer, ckpt.config.vocab_size, eos)
+    prompts = [list(rm.chat_ids("Describe a person as JSON with a name, an age and a city."))]
+    engine = build_sized(impl, ckpt, max_model_len=max(map(len, prompts)) + 64, max_running=4,
+                         use_graphs=False)
+    person = compiler.compile(Constraint.json_schema(PERSON))
+    outs = run(engine, [(p, GenerationParams(max_new_tokens=60, eos_token_ids=eos, grammar=person,
+                                             **mode))
+                        for p in prompts for mode in ({}, dict(temperature=0.8, seed=5))])
+    for out in outs:
+        assert out.finish_reason is FinishReason.EOS
+        jsonschema.validate(json.loads(tokenizer.decode(out.tokens[:-1])), PERSON)
+    choice = compiler.compile(Constraint.choice(["yes", "no"]))
+    out, = run(engine, [(list(rm.chat_ids("Is Paris in France? Answer yes or no.")),
+                         GenerationParams(max_new_tokens=8, eos_token_ids=eos, grammar=choice))])
+    assert tokenizer.decode(out.tokens[:-1]) in ("yes", "no")
