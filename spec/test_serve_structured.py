@@ -2,8 +2,8 @@
 `json_object`) and vLLM's `guided_regex`, `guided_choice`, `guided_grammar` extras, through the
 official `openai` package.
 
-What it checks: a served v19 answers a json_schema request with JSON that validates against the
-schema (`jsonschema`), a json_object request (streamed) with a JSON object, a choice with one of
+What it checks: a served v19 answers a json_schema request (and vLLM's guided_json) with JSON
+that validates against the schema (`jsonschema`), a json_object request (streamed) with a JSON object, a choice with one of
 the choices and a regex with a whole match, on both endpoints; a schema sent twice is compiled
 once. A bad schema, regex or grammar, an unsupported schema keyword, two constraints at once, or
 a version without the structured_output capability is answered with a 400 whose message is the
@@ -98,13 +98,16 @@ def chat(client, model, question="Tell me about yourself.", max_tokens=MAX, **kw
 def test_a_json_schema_response_format_answers_json_that_validates(server, client, model):
     fmt = {"type": "json_schema", "json_schema": {"name": "person", "schema": SCHEMA,
                                                   "strict": True}}
-    answers = [chat(client, model, q, response_format=fmt).choices[0]
-               for q in ("Who are you?", "Describe a person.")]
-    for answer in answers:
-        jsonschema.validate(json.loads(answer.message.content), SCHEMA)
-        assert answer.finish_reason == "stop"
-    assert answers[0].message.content != answers[1].message.content, \
-        "two prompts, two answers: the schema shapes them, the model fills them"
+    first = chat(client, model, "Who are you?", response_format=fmt).choices[0]
+    # vLLM's guided_json, on the other endpoint: the same constraint
+    second = client.completions.create(model=model.name, prompt="A person:", max_tokens=MAX,
+                                       extra_body={"guided_json": SCHEMA}).choices[0]
+    texts = [first.message.content, second.text]
+    for text in texts:
+        jsonschema.validate(json.loads(text), SCHEMA)
+    assert first.finish_reason == second.finish_reason == "stop"
+    assert texts[0] != texts[1], "two prompts, two answers: the schema shapes them, the model " \
+                                 "fills them"
     cached = [c for c in server.served.grammars.compiler.cache if c.kind == "json_schema"]
     assert len(cached) == 1, "the same schema twice is compiled once"
 
