@@ -24,6 +24,7 @@ from torchlet.running import (DTYPES, NGRAM, QUANTIZED_WHY, add_quantize, add_sp
                               kernels_off, load_proposer, pick_version, resolve_device,
                               resolve_dtype, run_mode, serving_options, set_threads,
                               speculation_needs, speculation_options)
+from torchlet.structured_flags import add_structured, asked, compiled
 
 SAMPLING_FLAGS = ("temperature", "top_k", "top_p", "min_p", "seed")
 RANDOM_SEED = -1  # --seed -1: a seed drawn at random, as llama.cpp's users write it
@@ -103,6 +104,7 @@ class Runner:
 
     def __init__(self, args, ranks=None):
         check_run_args(args)
+        constraint = asked(args)  # (its flag, its Constraint), checked before the model loads
         from torchlet.checkpoints import load_hf_dir
         from torchlet.contract import QUANTIZED_WEIGHTS, GenerationParams, TorchletError
         from torchlet.gguf_model import resolve_model
@@ -116,7 +118,7 @@ class Runner:
                                    else max(1, default_threads()[0] // world))
         self.interpret = args.triton_interpret
         needs = (("sampling",) * sampling_asked(args) + ("tensor_parallel",) * (world > 1)
-                 + speculation_needs(args))
+                 + speculation_needs(args) + ("structured_output",) * bool(constraint))
         self.version = pick_version(args.impl, args.impl_root, self.device, need=needs,
                                     interpret=args.triton_interpret,
                                     quantized=quantized_model(args))
@@ -125,6 +127,11 @@ class Runner:
                                 f"{world} needs a version with the tensor_parallel capability "
                                 f"(v16 and later), or leave --impl out")
         self.root = args.impl_root
+        if constraint and "structured_output" not in self.version.capabilities:
+            raise TorchletError(f"{self.version.name} does not constrain its answers: "
+                                f"{constraint[0]} needs a version with the "
+                                f"structured_output capability (v19 and later), or leave "
+                                f"--impl out")
         if sampling_asked(args) and "sampling" not in self.version.capabilities:
             raise TorchletError(f"{self.version.name} decodes greedily: --temperature "
                                 f"{args.temperature} needs a version with the sampling "
@@ -152,7 +159,10 @@ class Runner:
         # what every engine is built with besides its sizes (and the banner reads)
         self.serving = {**serving_options(self.version, self.device), **speculation, **quantize}
         self.weights = weights_label(self.version, self.checkpoint, self.serving)
-        if self.weights and args.impl is None and not self.device.startswith("cuda"):
+        # the reason is the quantized weights' only: a float checkpoint's v18 or v19 was picked
+        # for a capability the flags need (sampling, structured output)
+        if (self.weights and self.weights != "float weights" and args.impl is None
+                and not self.device.startswith("cuda")):
             self.weights += f" ({QUANTIZED_WHY})"
         self.dtype = resolve_dtype(args.dtype, self.device)
         sampling = {f: getattr(args, f) for f in SAMPLING_FLAGS}
@@ -161,10 +171,12 @@ class Runner:
         if self.drawn:
             sampling["seed"] = secrets.randbelow(2 ** 31)
         self.asked = args.max_new_tokens  # None: the default, which the user may not know of
+        eos = stop_ids(self.tokenizer, self.checkpoint.config.eos_token_ids)
+        grammar = (compiled(*constraint, self.tokenizer, self.checkpoint.config.vocab_size, eos)
+                   if constraint else None)
         self.params = GenerationParams(
-            max_new_tokens=args.max_new_tokens or DEFAULT_NEW_TOKENS,
-            eos_token_ids=stop_ids(self.tokenizer, self.checkpoint.config.eos_token_ids),
-            **sampling)
+            max_new_tokens=args.max_new_tokens or DEFAULT_NEW_TOKENS, eos_token_ids=eos,
+            grammar=grammar, **sampling)
         self.engine, self.sized = None, 0
 
     def banner(self, *extra: str) -> str:
@@ -172,6 +184,8 @@ class Runner:
         how = "greedy" if p.greedy else (
             f"sampling t={p.temperature} top-k={p.top_k} top-p={p.top_p} min-p={p.min_p} "
             f"seed={p.seed}{' (drawn)' if self.drawn else ''}")
+        if p.grammar is not None:
+            how += f", answers constrained to {p.grammar.description}"
         mode = run_mode(self.version, self.device, self.serving, self.interpret, self.proposer)
         if self.ranks is not None and self.ranks.world > 1:
             mode += f", tensor parallel over {self.ranks.world} ranks"
@@ -412,6 +426,7 @@ def add_run_args(p) -> None:
     add_threads(p)
     add_speculate(p)
     add_quantize(p)
+    add_structured(p)
     p.add_argument("--tensor-parallel", type=int, default=None, metavar="N",
                    help="shard the model over N ranks, one process each, started here (a "
                         "version with tensor_parallel, v16 and later); under torchrun, its "

@@ -5,7 +5,8 @@ and later), with a page at / that shows the engine live.
 
 The version, model and tokenizer are picked as `torchlet generate` picks them. The engine runs
 in one background thread (worker.py); FastAPI and uvicorn answer HTTP (app.py); protocol.py
-checks requests and turns tokens into text; metrics.py is /metrics. SIGTERM (or Ctrl-C) ends
+checks requests and turns tokens into text; structured.py compiles a request's response_format
+or guided_* constraint (v19); metrics.py is /metrics. SIGTERM (or Ctrl-C) ends
 every running request with an error chunk, then the process, with status 0.
 """
 from __future__ import annotations
@@ -25,7 +26,9 @@ def add_commands(subparsers) -> None:
         description="Serves POST /v1/chat/completions and /v1/completions (streamed or not), "
                     "GET /v1/models, /health and /metrics, and a page at / with a chat box and "
                     "the engine's requests, steps and blocks. Greedy unless a request sets "
-                    "temperature above 0, which needs a version that samples (v11 and later).")
+                    "temperature above 0, which needs a version that samples (v11 and later). "
+                    "response_format (json_schema, json_object) and vLLM's guided_regex, "
+                    "guided_choice, guided_grammar, guided_json constrain an answer (v19).")
     p.add_argument("--impl", default=None,
                    help="version to serve, v03 or later (default: the one torchlet generate "
                         "picks; v11 or later to sample, v12 or later to share prefixes)")

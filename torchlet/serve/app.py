@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 import time
 import uuid
@@ -21,7 +22,7 @@ from typing import AsyncIterator
 from fastapi import FastAPI, Request
 from fastapi.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
 
-from torchlet.serve import protocol
+from torchlet.serve import protocol, structured
 from torchlet.serve.metrics import Metrics
 from torchlet.serve.protocol import ApiError, ChatRequest, CompletionRequest
 from torchlet.serve.worker import Job, Worker
@@ -41,6 +42,7 @@ class Model:
     vocab_size: int
     eos_ids: tuple[int, ...]
     samples: bool      # the version has the sampling capability
+    structured: bool = False  # the version applies a grammar (structured_output)
 
 
 class Served:
@@ -50,6 +52,7 @@ class Served:
     def __init__(self, worker: Worker, model: Model, metrics: Metrics, most: int):
         self.worker, self.model, self.metrics = worker, model, metrics
         self.most, self.queued = most, 0
+        self.grammars = structured.Grammars(model.tokenizer, model.vocab_size, model.eos_ids)
         metrics.worker = worker
         self.loop: asyncio.AbstractEventLoop | None = None
         self.feeds: set[asyncio.Event] = set()
@@ -202,12 +205,16 @@ async def complete(served: Served, body, request: Request):
                             f"{model.name!r} (GET /v1/models)", param="model",
                        code="model_not_found")
     stop_strings = protocol.stops(body)
+    asked = structured.constraint(body, model.version, model.structured)
     # in a thread: a long prompt's tokenizing (seconds for megabytes) must not hold up the
     # event loop, and with it every other client
     prompt = await asyncio.to_thread(protocol.prompt_of, body, model.tokenizer,
                                      model.vocab_size)
     settings = protocol.params(body, len(prompt), model.context, model.eos_ids, model.samples,
                                model.version)
+    if asked is not None:  # compiled before anything is queued; in a thread, as the prompt
+        grammar = await asyncio.to_thread(served.grammars.compile, *asked)
+        settings = dataclasses.replace(settings, grammar=grammar)
     job, events = served.submit(prompt, settings)
     first = await events.get()
     if first[0] == "refused":

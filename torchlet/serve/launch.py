@@ -10,7 +10,8 @@ import uvicorn
 
 from torchlet import running
 from torchlet.checkpoints import load_hf_dir
-from torchlet.contract import NUM_BLOCKS, QUANTIZED_WEIGHTS, REQUEST_STATES, SAMPLING, TorchletError
+from torchlet.contract import (NUM_BLOCKS, QUANTIZED_WEIGHTS, REQUEST_STATES, SAMPLING,
+                               STRUCTURED_OUTPUT, TorchletError)
 from torchlet.engines import build_sized
 from torchlet.gguf_model import resolve_model
 from torchlet.serve.app import Model, Served, create_app
@@ -123,7 +124,8 @@ def serve_engine(engine, version, tokenizer, config, name: str, context: int, mo
     worker = Worker(engine, version.capabilities, metrics,
                     context=lambda: running.kernels_off(device, interpret))
     model = Model(name, version.name, tokenizer, context, config.vocab_size,
-                  stop_ids(tokenizer, config.eos_token_ids), SAMPLING in version.capabilities)
+                  stop_ids(tokenizer, config.eos_token_ids), SAMPLING in version.capabilities,
+                  STRUCTURED_OUTPUT in version.capabilities)
     return Served(worker, model, metrics, most)
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from typing import Any, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from torchlet.contract import GenerationParams, RequestError, check_sampling
 
@@ -47,6 +47,23 @@ class StreamOptions(BaseModel):
     include_usage: bool = False
 
 
+class JsonSchema(BaseModel):
+    """OpenAI's response_format.json_schema. name and strict are taken and change nothing: the
+    schema is always enforced (xgrammar's strict mode: no properties beyond those named)."""
+
+    model_config = ConfigDict(extra="ignore", populate_by_name=True)
+    name: str | None = None
+    # "schema" would shadow a BaseModel attribute: the field is schema_, read as "schema"
+    schema_: dict[str, Any] | None = Field(default=None, alias="schema")
+    strict: bool | None = None
+
+
+class ResponseFormat(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    type: Literal["text", "json_object", "json_schema"]
+    json_schema: JsonSchema | None = None
+
+
 class Common(BaseModel):
     """The fields both endpoints take. Unknown fields are ignored, as OpenAI's clients send
     some (user, logprobs: null, ...). Greedy unless temperature is above 0, as the CLI."""
@@ -64,6 +81,13 @@ class Common(BaseModel):
     stream: bool = False
     stream_options: StreamOptions | None = None
     ignore_eos: bool = False  # vLLM's extension: the benchmark asks for exact lengths
+    # structured output (torchlet/serve/structured.py): OpenAI's response_format, or one of
+    # vLLM's extensions, which the openai client sends through extra_body
+    response_format: ResponseFormat | None = None
+    guided_json: Union[dict[str, Any], str, None] = None
+    guided_regex: str | None = None
+    guided_choice: list[str] | None = None
+    guided_grammar: str | None = None
 
 
 class ChatRequest(Common):
