@@ -54,7 +54,7 @@ def test_every_mutant_is_listed_in_the_table_with_its_property_and_version():
 
 # The design card's five properties, the block allocator, bad-input atomicity, v11's seeded
 # sampling, v12's prefix cache, v08's preemption, v17's speculative decoding, v18's
-# quantized weights and v19's structured output; the docs site's pictures (harness
+# quantized weights and v19's structured output; the host work of a step's outputs; the docs site's pictures (harness
 # mutants: they edit torchlet/docs/draw.py); and the server's (torchlet serve) tokens,
 # cancellation, refusals and the engine state it reports (harness mutants of torchlet/serve/);
 # the bench's anchors (harness mutants of torchlet/bench/); the parts' seams, the versions'
@@ -65,7 +65,7 @@ PROPERTIES = ("token parity", "no history recompute", "lane stability", "graph r
               "split decode attention", "overlap", "preemption", "chunked prefill", "slice graphs",
               "picture content", "served tokens", "served cancellation", "served refusals",
               "served engine state", "tensor parallelism", "speculative decoding", "anchors",
-              "quantized weights", "structured output", "part seams", "version layout", "spec collection")
+              "quantized weights", "structured output", "host work per step", "part seams", "version layout", "spec collection")
 
 
 def test_every_named_property_has_at_least_three_mutants():

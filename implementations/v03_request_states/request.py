@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from torchlet.contract import (FinishReason, GenerationParams, RequestError, RequestOutput,
-                               RequestState)
+                               RequestState, TokenView)
 
 
 @dataclass
@@ -65,7 +65,9 @@ class Request:
         return None if self.error is None else f"{type(self.error).__name__}: {self.error}"
 
     def output(self) -> RequestOutput:
-        """A copy: what callers hold never changes under them (the engine never writes the
-        prompt list that outputs share)."""
-        return RequestOutput(self.id, self.shown_prompt, list(self.tokens), self.state,
+        """What callers hold never changes under them: the prompt list that outputs share is
+        never written, and the tokens are a view of the first len(tokens) of a list only ever
+        appended to (a copy of each running request's tokens cost every step a pass over
+        them all)."""
+        return RequestOutput(self.id, self.shown_prompt, TokenView(self.tokens), self.state,
                              self.finish_reason, self.described_error)

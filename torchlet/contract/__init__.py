@@ -70,6 +70,6 @@ from .values import (ALL_CAPABILITIES, CHUNKED_PREFILL, CONTINUOUS_BATCHING, DEC
                      PAGED_KV, PREFIX_CACHE, QUANTIZED_WEIGHTS, RAGGED_BATCH, REQUEST_STATES, SAMPLING, SPECULATIVE,
                      SPLIT_GQA, STATIC_BUFFERS, STRUCTURED_OUTPUT, TENSOR_PARALLEL, TRITON_BASICS, TRITON_PAGED, BuildError,
                      Checkpoint, CheckpointError, FinishReason, GenerationParams, ModelConfig,
-                     RequestError, RequestOutput, RequestState, TorchletError, UnknownVersionError,
+                     RequestError, RequestOutput, RequestState, TokenView, TorchletError, UnknownVersionError,
                      cast_tensors, check_grammar, check_params, check_prompts, check_request, check_sampling,
                      flatten, layer_tensors)

@@ -4,6 +4,7 @@ types that implementations, specs and harness pass to each other; imported as to
 from __future__ import annotations
 
 import enum
+import itertools
 import math
 import numbers
 from dataclasses import dataclass, field
@@ -188,14 +189,57 @@ class FinishReason(enum.Enum):
     ERROR = "error"     # its own work failed in a step (see RequestStatesAPI.step); error says how
 
 
+class TokenView(Sequence):
+    """The first n ids of a list that is only ever appended to, read where they are: what an
+    output's tokens are. It never changes (nothing changes what the list already holds), and
+    making one copies nothing, so a step's outputs cost O(batch), not O(batch x tokens). It
+    compares equal to a list or tuple of the same ids; list(view) is a copy of one's own."""
+
+    __slots__ = ("_ids", "_n")
+    __hash__ = None  # as a list's
+
+    def __init__(self, ids: list, n: int | None = None):
+        self._ids, self._n = ids, len(ids) if n is None else n
+
+    def __len__(self) -> int:
+        return self._n
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return [self._ids[j] for j in range(*i.indices(self._n))]
+        j = i + self._n if i < 0 else i
+        if not 0 <= j < self._n:
+            raise IndexError("token index out of range")
+        return self._ids[j]
+
+    def __iter__(self):
+        return itertools.islice(self._ids, self._n)
+
+    def __eq__(self, other) -> bool:
+        if isinstance(other, (list, tuple, TokenView)):
+            return len(other) == self._n and all(a == b for a, b in zip(self, other))
+        return NotImplemented
+
+    def __add__(self, other) -> list:
+        return list(self) + list(other)
+
+    def __radd__(self, other) -> list:
+        return list(other) + list(self)
+
+    def __repr__(self) -> str:
+        return repr(list(self))
+
+
 @dataclass
 class RequestOutput:
     """A request as the step-wise API reports it (request_states and later). error is set for
-    finish_reason ERROR alone: the exception that ended it, as "TypeError: message"."""
+    finish_reason ERROR alone: the exception that ended it, as "TypeError: message". tokens
+    are those it had at the time, as a TokenView of its own list (or any list of ids): later
+    tokens do not show in it."""
 
     request_id: int
     prompt: list[int]
-    tokens: list[int] = field(default_factory=list)
+    tokens: Sequence[int] = field(default_factory=list)
     state: RequestState = RequestState.WAITING
     finish_reason: FinishReason | None = None
     error: str | None = None
