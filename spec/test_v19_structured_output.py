@@ -29,7 +29,12 @@ torchlet/grammar.py is the harness's compiler.
 
 Tradeoff left visible: a step whose batch holds a constrained request runs in order (a decode
 launched ahead, v14, would draw before the host has the token its mask follows), and its masks
-are filled on the host before the step's draws; `torchlet bench structured` measures the cost.
+are filled on the host before the step's replay, so on a GPU the fill is not hidden behind the
+step before: the way to hide it (left for later) is to launch the decode ahead anyway and
+redraw the constrained rows from its logits once the host has the token. A constrained decode
+step replays graphs of its own (the "masked" variants, greedy and sampling), one more set a
+bucket. With tensor parallelism each rank gets the compiled grammar (it pickles) and keeps its
+own matchers over the same tokens. `torchlet bench structured` measures the cost.
 """
 from __future__ import annotations
 
