@@ -2,7 +2,8 @@
 
 What it introduces: torchlet_q::linear, a C++ op (built by setup.sh through
 torch.utils.cpp_extension) that reads each weight row once for up to 32 rows of x and
-dequantizes in registers; more rows dequantize blocks of weights into a float32 GEMM.
+dequantizes in registers; more rows dequantize the whole matrix (in blocks of rows past 16 MB)
+into a float32 GEMM.
 
 Why the previous version needs it: v17's CPU products read float32, 4 bytes a weight; torch's
 packed int8 and int4 kernels were slower than float32 at batch 1 on this CPU (issue 46).

@@ -28,13 +28,17 @@ MUTANTS = [
         (OWN,), V18, "one int8 scale for the whole matrix: a row of small weights keeps few "
                      "levels"),
     Mutant("v18-int4-minimum-of-the-next-group", PROPERTY, (
-        Edit(QUANTIZE, "    lo, hi = g.amin(-1), g.amax(-1)\n",
-             "    lo, hi = g.amin(-1).roll(-1, dims=1), g.amax(-1)\n"),),
+        Edit(QUANTIZE, "    lo, hi = g.amin(-1, keepdim=True), g.amax(-1, keepdim=True)\n",
+             "    lo, hi = g.amin(-1, keepdim=True).roll(-1, dims=1), g.amax(-1, keepdim=True)\n"),),
         (OWN,), V18, "a group's minimum taken from the group after it (a group index off by one)"),
     Mutant("v18-int4-minimum-added", PROPERTY, (
         Edit(QUANTIZE, "q = torch.round((g - mins.float()[..., None])",
              "q = torch.round((g + mins.float()[..., None])"),),
         (OWN,), V18, "the minimum (the zero point's value) with the wrong sign"),
+    Mutant("v18-int4-range-grid-only", PROPERTY, (
+        Edit(QUANTIZE, "STEP_COUNTS = [14.0, 14.5, 15.0, 15.5, 16.0]\nREFITS = 2\n",
+             "STEP_COUNTS = []\nREFITS = 0\n"),),
+        (OWN,), V18, "int4's (scale, min) the group's range alone, no least-squares fit"),
     Mutant("v18-int4-nibbles-swapped", PROPERTY, (
         Edit(QUANTIZE, "    return (runs[:, :, 0] | (runs[:, :, 1] << 4)).reshape(rows, cols // 2)\n",
              "    return (runs[:, :, 1] | (runs[:, :, 0] << 4)).reshape(rows, cols // 2)\n"),),

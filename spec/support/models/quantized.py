@@ -3,8 +3,8 @@
 - GGUF's own blocks (Q8_0, Q4_0, Q4_1), made by the `gguf` package's quantizer and read into the
   contract's QuantizedTensor (the layout its docstring gives);
 - the issue's int8 (per output channel, scale = max |w| / 127 rounded to float16) and int4
-  (groups with a scale and a minimum, both float16: scale = (hi - lo) / 15 of the group's range,
-  q = round((w - lo) / scale) in [0, 15]), written here as the definitions the engine's own
+  (groups with a scale and a minimum, both float16, fitted by least squares to the group;
+  q = round((w - min) / scale) in [0, 15]), written here as the definitions the engine's own
   quantizer must meet.
 
 A spec builds an engine on such a checkpoint (weights="auto": as stored) and compares it with a
@@ -66,12 +66,49 @@ def int8_per_channel(w: torch.Tensor) -> QuantizedTensor:
 
 
 def int4_groups(w: torch.Tensor, group: int) -> QuantizedTensor:
+    """Each group's (scale, min), both float16, the one of least squared error (the first on a
+    tie) among: the range's own grid (scale = (hi - lo) / 15, min = lo); for t in 14, 14.5, 15,
+    15.5, 16, the least-squares line through the levels round((w - lo) * t / (hi - lo)) clamped
+    to [0, 15]; then, twice, the least-squares line through the best grid's own levels. A
+    least-squares line: scale from the normal equations, rounded to float16, min the mean of
+    w - scale * level, rounded to float16. q = round((w - min) / scale) in [0, 15]."""
     rows, cols = w.shape
     g = w.float().view(rows, cols // group, group)
-    lo, hi = g.amin(-1), g.amax(-1)
-    span = (hi - lo) / 15
-    scales = torch.where(span > 0, span, torch.ones_like(span)).to(torch.float16)
-    mins = lo.to(torch.float16)
+
+    def half_scale(x):
+        return torch.where(x > 0, x, torch.ones_like(x)).to(torch.float16)
+
+    def error(scale, mn):
+        q = torch.round((g - mn.float()) / scale.float()).clamp(0, 15)
+        return (q * scale.float() + mn.float() - g).square().sum(-1, keepdim=True)
+
+    def line(levels):
+        n, sl, sw = group, levels.sum(-1, keepdim=True), g.sum(-1, keepdim=True)
+        sll, slw = (levels * levels).sum(-1, keepdim=True), (levels * g).sum(-1, keepdim=True)
+        det = n * sll - sl * sl
+        solvable = det > 0
+        scale = half_scale(torch.where(solvable, (n * slw - sl * sw) / torch.where(
+            solvable, det, 1.0), 0.0))
+        return scale, ((sw - scale.float() * sl) / n).to(torch.float16)
+
+    lo, hi = g.amin(-1, keepdim=True), g.amax(-1, keepdim=True)
+    span = hi - lo
+    scale, mn = half_scale(span / 15), lo.to(torch.float16)
+    err = error(scale, mn)
+
+    def keep_better(candidate):
+        nonlocal scale, mn, err
+        e = error(*candidate)
+        won = e < err
+        scale, mn = torch.where(won, candidate[0], scale), torch.where(won, candidate[1], mn)
+        err = torch.where(won, e, err)
+
+    safe_span = torch.where(span > 0, span, 1.0)
+    for t in (14.0, 14.5, 15.0, 15.5, 16.0):
+        keep_better(line(torch.round((g - lo) * (t / safe_span)).clamp(0, 15)))
+    for _ in range(2):
+        keep_better(line(torch.round((g - mn.float()) / scale.float()).clamp(0, 15)))
+    scales, mins = scale.squeeze(-1), mn.squeeze(-1)
     q = torch.round((g - mins.float()[..., None]) / scales.float()[..., None]).clamp(0, 15)
     q = q.to(torch.uint8).view(rows, cols // RUN, 2, RUN // 2)
     packed = (q[:, :, 0] | (q[:, :, 1] << 4)).reshape(rows, cols // 2)
