@@ -123,3 +123,16 @@ def test_the_extension_builds_and_runs_as_a_torch_op(cpu_kernels):
     x = torch.randn(1, 64, generator=gen)
     y = torch.ops.torchlet_q.linear(x, w.q, w.scales, None, None, 8, 32, None)
     check(y, x, w, torch.zeros(N))
+
+
+def test_the_extension_is_built_under_the_torchlet_cache_and_registers_one_op(cpu_kernels,
+                                                                               monkeypatch,
+                                                                               tmp_path):
+    """Where setup.sh's build goes (TORCHLET_CACHE_DIR moves it, as it moves the model cache),
+    and a second build in a process that has the op loads nothing again: the op is registered
+    once, whichever copy of the module (a mutant's tree) asked first."""
+    monkeypatch.setenv("TORCHLET_CACHE_DIR", str(tmp_path))
+    assert cpu_kernels.build_dir().parent == tmp_path / "extensions"
+    if cpu_kernels.available():
+        assert cpu_kernels.registered()
+        assert cpu_kernels.build() and cpu_kernels.build_seconds == 0.0
