@@ -50,10 +50,12 @@ def test_an_exercise_fails_naming_what_to_write_and_passes_once_filled_with_the_
     names = implementations.version_names()
     assert implementations.version_names(root) == names[:names.index(version) + 1]
 
-    with monkeypatch.context() as env:
-        for key, value in learner.stub_run_env().items():
-            env.setenv(key, value)
-        assert learner.main(["check", str(root), "-k", version]) != 0
+    # Both child runs take the stub runs' Hypothesis profile, as the scripted session's do: what
+    # is at stake is the tree (its stubs stop each spec, filled it passes), and the reference's
+    # own run of the same specs under the suite's profile is the rest of the suite.
+    for key, value in learner.stub_run_env().items():
+        monkeypatch.setenv(key, value)
+    assert learner.main(["check", str(root), "-k", version]) != 0
     report = capsys.readouterr().out
     order = learner.functions_in_order(root / version)
     first = next(line for line in report.splitlines() if line.startswith("next: implement "))
@@ -202,17 +204,21 @@ def test_check_never_calls_a_version_done_while_a_stub_is_left_even_one_no_spec_
 def test_pytest_takes_impl_root_and_its_directory_as_two_words_as_the_readme_writes_it(
         tmp_path, not_a_learner_run):
     """Collected from testpaths as the README's command is, from one page: what is at stake is
-    how pytest reads the command line, before it collects anything."""
+    how pytest reads the command line, before it collects anything. pytest takes DIR for its
+    root directory (docs/testing.md), and reads testpaths only when run from its root: from the
+    repository it would collect the whole repository (1411 specs, 10 s), so the command runs
+    from DIR and names the page by its full path."""
     root = tmp_path / "mine"
     learner.make_exercise(implementations.version_names()[0], root)
+    page = learner.REPO / "spec" / "test_v00_layers.py"
     proc = subprocess.run([sys.executable, "-m", "pytest", "--impl-root", str(root), "-k", "v00",
-                           "-o", "testpaths=spec/test_v00_layers.py",
+                           "-o", f"testpaths={page}",
                            "--collect-only", "-q", "-p", "no:randomly", "--no-owned-coverage",
                            "--snapshot-warn-unused"],
-                          cwd=learner.REPO, env=learner.child_env(), capture_output=True,
-                          text=True)
+                          cwd=root, env=learner.child_env(), capture_output=True, text=True)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert " tests collected" in proc.stdout and "v00_full_recompute" in proc.stdout
+    assert "::test_rms_norm_equals_hf[" in proc.stdout, proc.stdout[-2000:]  # the page's specs
 
 
 def test_a_learners_pytest_run_reports_each_stub_in_a_line_and_ends_pointing_at_check(
