@@ -5,13 +5,16 @@ One version, the newest with the structured_output capability unless --impl name
 default model, built once. At each batch B, B chat prompts asking for a person as JSON run twice
 through the step API, in turn: unconstrained (ignore_eos, --max-new-tokens each), then with
 SCHEMA as every request's grammar (ending at eos once the JSON is complete, or at the limit).
-A row gives the mean seconds of a decode step (a step that computes no prompt) of each, their
-ratio, and how many constrained answers parse and validate against the schema. The constrained
+A row gives the mean seconds of a decode step in which all B requests decode (no prompt
+computed) in each run, their ratio, and how many constrained answers parse and validate against
+the schema. The constrained
 steps run in order (v19 launches no decode ahead of a grammar), so on a GPU the ratio holds the
 overlap given up as well as the masks' fill."""
 from __future__ import annotations
 
 import json
+import statistics
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,7 +23,7 @@ from torchlet.contract import (QUANTIZED_WEIGHTS, STRUCTURED_OUTPUT, GenerationP
 from torchlet.running import (kernels_off, pick_version, resolve_device, resolve_dtype, run_mode,
                               serving_options, set_threads)
 
-from .drive import run_steps, warm_up
+from .drive import warm_up
 from .speculative import counts
 from .workloads import Workload
 
@@ -74,10 +77,27 @@ def valid(tokens: list[int], tokenizer, eos: tuple[int, ...]) -> bool:
     return True
 
 
-def per_step(row: dict) -> float:
-    """Mean seconds of the run's decode steps (steps that computed no prompt)."""
-    decode_steps = row["steps"] - row["prefill_steps"]
-    return row["decode_step_s"] / max(decode_steps, 1)
+def full_steps(engine, workload: Workload, device: str) -> tuple[float, int, list]:
+    """The workload through the step API: the mean seconds of its decode steps while every
+    request decodes (the constrained answers end at different lengths, and a step of fewer
+    rows costs less: only the full steps compare), how many there were, and each request's
+    tokens."""
+    from .drive import sync
+
+    ids = [engine.add_request(list(p), workload.params(i)) for i, p in enumerate(workload.prompts)]
+    times = []
+    while engine.has_unfinished():
+        sync(device)
+        start = time.perf_counter()
+        engine.step()
+        sync(device)
+        took = time.perf_counter() - start
+        stats = engine.last_step_stats()
+        if stats.num_prefill_tokens == 0 and len(stats.decode_ids) == workload.num_requests:
+            times.append(took)
+    if not times:
+        raise TorchletError("no decode step ran every request: raise --max-new-tokens")
+    return statistics.fmean(times), len(times), [list(engine.output(i).tokens) for i in ids]
 
 
 def measure(args, log) -> tuple[dict, str]:
@@ -119,15 +139,13 @@ def measure(args, log) -> tuple[dict, str]:
             # one-time costs (graph captures, the masked graphs' too) out of the timing
             warm_up(engine, free, stepwise=True)
             engine.generate([list(prompts[0])], bound.params(0))
-            plain = run_steps(engine, free, device, not args.quiet)
-            masked = run_steps(engine, bound, device, not args.quiet, tokens=True)
-            good = sum(valid(t, tokenizer, eos) for t in masked["token_ids"])
-            rows.append({"batch": b, "none_step_ms": 1e3 * per_step(plain),
-                         "json_step_ms": 1e3 * per_step(masked),
-                         "ratio": per_step(masked) / per_step(plain),
-                         "none_tokens": plain["output_tokens"],
-                         "json_tokens": masked["output_tokens"],
-                         "valid": good, "answers": b})
+            plain, plain_steps, _ = full_steps(engine, free, device)
+            masked, masked_steps, answers = full_steps(engine, bound, device)
+            good = sum(valid(t, tokenizer, eos) for t in answers)
+            rows.append({"batch": b, "none_step_ms": 1e3 * plain, "json_step_ms": 1e3 * masked,
+                         "ratio": masked / plain, "none_steps": plain_steps,
+                         "json_steps": masked_steps,
+                         "json_tokens": sum(map(len, answers)), "valid": good, "answers": b})
             log(f"batch {b}: {rows[-1]['json_step_ms']:.2f} ms a constrained decode step, "
                 f"{rows[-1]['none_step_ms']:.2f} ms without; {good} of {b} answers validate")
     mode = run_mode(version, device, serving, False).removeprefix(", ")
