@@ -45,6 +45,7 @@ from spec.support.models.fixtures import tiny_checkpoint
 from spec.support.models.quantized import EIGHT_BIT, agreement, quantized
 from spec.support.oracles.oracle import greedy, hf_model
 from spec.support.oracles.prompts import MARGIN
+from spec.support.watchers.op_trace import op_trace
 from torchlet.contract import (QUANTIZED_WEIGHTS, BuildError, GenerationParams, QuantizedTensor,
                                dequantized)
 from torchlet.running import triton_interpret
@@ -178,17 +179,7 @@ def test_on_a_float_checkpoint_it_runs_the_previous_versions_ops_one_for_one(imp
 
     def trace(version):
         engine = version.build(CKPT)
-        log = []
-
-        class Ops(TorchDispatchMode):
-            def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-                out = func(*args, **(kwargs or {}))
-                log.append((str(func), tuple(getattr(out, "shape", ()))))
-                return out
-
-        with Ops():
-            tokens = engine.generate([PROMPT[:6]], GenerationParams(max_new_tokens=3))
-        return log, tokens
+        return op_trace(lambda: engine.generate([PROMPT[:6]], GenerationParams(max_new_tokens=3)))
 
     assert trace(impl) == trace(before)
 

@@ -47,7 +47,6 @@ import pytest
 import torch
 from hypothesis import given
 from hypothesis import strategies as st
-from torch.utils._python_dispatch import TorchDispatchMode
 
 from spec.support.collection import exports, trees
 from spec.support.collection.hypothesis_profiles import engine_settings
@@ -56,6 +55,7 @@ from spec.support.models.grammar_vocab import pieces, spell
 from spec.support.oracles import sampling_oracle as oracle
 from spec.support.oracles.oracle import cached_model, greedy
 from spec.support.oracles.prompts import MARGIN
+from spec.support.watchers.op_trace import op_trace
 from torchlet.contract import (STRUCTURED_OUTPUT, FinishReason, GenerationParams, RequestError,
                                bitmask_words)
 from torchlet.grammar import Compiler, Constraint
@@ -160,19 +160,9 @@ def test_without_a_grammar_it_runs_the_previous_versions_ops_one_for_one(impl):
 
     def trace(version):
         engine = version.build(CKPT)
-        log = []
-
-        class Ops(TorchDispatchMode):
-            def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-                out = func(*args, **(kwargs or {}))
-                log.append((str(func), tuple(getattr(out, "shape", ()))))
-                return out
-
-        with Ops():
-            tokens = engine.generate([PROMPT, NEIGHBOUR], GenerationParams(max_new_tokens=3))
-            tokens += engine.generate([PROMPT], GenerationParams(max_new_tokens=3, seed=3,
-                                                                 temperature=0.8))
-        return log, tokens
+        return op_trace(lambda: engine.generate([PROMPT, NEIGHBOUR], GenerationParams(
+            max_new_tokens=3)) + engine.generate([PROMPT], GenerationParams(
+                max_new_tokens=3, seed=3, temperature=0.8)))
 
     assert trace(impl) == trace(before)
 
