@@ -393,3 +393,30 @@ def test_on_the_default_model_json_answers_validate_and_a_choice_is_made(impl):
     out, = run(engine, [(list(rm.chat_ids("Is Paris in France? Answer yes or no.")),
                          GenerationParams(max_new_tokens=8, eos_token_ids=eos, grammar=choice))])
     assert tokenizer.decode(out.tokens[:-1]) in ("yes", "no")
+
+
+# --- on a GPU ----------------------------------------------------------------------------------
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("config", ["overlap", "ngram k=2"])
+@pytest.mark.parametrize("name, mode", [("schema", "greedy"), ("schema", "seeded")])
+def test_on_cuda_the_masked_graphs_replay_and_draw_the_oracles_tokens(impl, name, mode, config):
+    """float32 on CUDA, the layers' kernels and the decode graphs captured: a constrained decode
+    step asks the driver for a graph launch (the masked graphs, the mask read on the device), and
+    the tokens are the oracle's draws over the allowed tokens, beside an unconstrained request."""
+    from spec.support.watchers.replay_watch import CudaLaunches
+    gold, _ = golden(name, mode)
+    engine = impl.build(CKPT, device="cuda", **CONFIGS[config])
+    params = params_for(mode, grammar(name))
+    neighbour = greedy(cached_model(FIXTURE), NEIGHBOUR, 8, stop_below=MARGIN).tokens
+    ids = [engine.add_request(list(NEIGHBOUR), GenerationParams(max_new_tokens=len(neighbour))),
+           engine.add_request(list(PROMPT), params)]
+    launches = []
+    while engine.has_unfinished():
+        with CudaLaunches() as seen:
+            engine.step()
+        launches.append(seen.graphs)
+    assert engine.output(ids[1]).tokens[:len(gold)] == gold
+    assert engine.output(ids[0]).tokens == neighbour
+    assert sum(n >= 1 for n in launches) >= len(gold) // 2, launches
