@@ -50,17 +50,16 @@ class GrammarMasks:
         """A host bitmask of `rows` rows, to fill."""
         return torch.empty(rows, self.words, dtype=torch.int32)
 
-    def fill(self, requests: Sequence, bitmask: torch.Tensor) -> list[bool]:
-        """Row i := what requests[i]'s grammar allows next (every token where it has none). A
-        request whose grammar allows no token is finished here, its row left allowing all, so
-        its draw is finite and unread: STOP where the grammar is complete (it has no stop id
-        to end on), else failed with the grammar named. So is one whose matcher raises."""
+    def masks(self, requests: Sequence) -> torch.Tensor:
+        """A host bitmask, row i what requests[i]'s grammar allows next (every token where it
+        has none). A request whose grammar allows no token is finished here, its row left
+        allowing all, so its draw is finite and unread: STOP where the grammar is complete (it
+        has no stop id to end on), else failed with the grammar named. So is one whose matcher
+        raises."""
         self.forget_finished()
-        constrained = []
+        bitmask = self.block(len(requests))
         for i, request in enumerate(requests):
-            grammar = request.params.grammar
-            constrained.append(grammar is not None)
-            if grammar is None:
+            if request.params.grammar is None:
                 bitmask[i] = ALL
                 continue
             try:
@@ -72,7 +71,7 @@ class GrammarMasks:
             except Exception as error:  # noqa: BLE001  (its grammar's own failure: it alone ends)
                 bitmask[i] = ALL
                 request.fail(error)
-        return constrained
+        return bitmask
 
     def fill_along(self, request, guesses: Sequence[int], bitmask: torch.Tensor) -> int | None:
         """Rows 0..len(guesses) := the masks after the request's tokens, then after each guess

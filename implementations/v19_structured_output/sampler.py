@@ -22,6 +22,11 @@ from .grammar import ALL
 MASKED = {"masked": "sample", "masked-greedy": "greedy"}
 
 
+def constrained(requests: Sequence) -> bool:
+    """Whether a request of these has a grammar."""
+    return any(r.params.grammar is not None for r in requests)
+
+
 class GrammarSampler(SpeculativeSampler):
     constrains = True  # check_request takes a grammar
     variants = SpeculativeSampler.variants + tuple(MASKED)
@@ -39,10 +44,8 @@ class GrammarSampler(SpeculativeSampler):
     def draw(self, logits: torch.Tensor, requests: Sequence) -> torch.Tensor:
         """v11's eager draws (a prefill's first tokens), each row masked by its request's
         grammar."""
-        if any(r.params.grammar is not None for r in requests):
-            block = self.grammar.block(len(requests))
-            self.grammar.fill(requests, block)
-            logits = self.grammar.masked(logits, block.to(logits.device))
+        if constrained(requests):
+            logits = self.grammar.masked(logits, self.grammar.masks(requests).to(logits.device))
         return super().draw(logits, requests)
 
     def variant(self, lanes: Sequence[int], requests: Sequence) -> str:
@@ -50,12 +53,10 @@ class GrammarSampler(SpeculativeSampler):
         are written first (the other lanes' rows allow every token or hold an earlier step's
         mask, whose draws nothing reads)."""
         unmasked = super().variant(lanes, requests)
-        if not any(r.params.grammar is not None for r in requests):
+        if not constrained(requests):
             return unmasked
-        block = self.grammar.block(len(requests))
-        self.grammar.fill(requests, block)
         rows = torch.tensor([r.lane for r in requests], device=self.bitmask.device)
-        self.bitmask.index_copy_(0, rows, block.to(self.bitmask.device))
+        self.bitmask.index_copy_(0, rows, self.grammar.masks(requests).to(self.bitmask.device))
         return next(masked for masked, way in MASKED.items() if way == unmasked)
 
     def lane_tensors(self, variant: str) -> tuple[torch.Tensor, ...]:
@@ -79,7 +80,7 @@ class GrammarSampler(SpeculativeSampler):
         tokens and guesses 0..j-1. A guess the grammar refuses is never kept (the engine's own
         draw there is one it allows). Where the grammar allows nothing at a row, the tokens
         kept stop before it, as one draw at a time would."""
-        if not any(r.params.grammar is not None for r in requests):
+        if not constrained(requests):
             return super().accept(logits, requests, guesses)
         block = self.grammar.block(logits.shape[0])
         block[:] = ALL
@@ -101,4 +102,4 @@ class GrammarSampler(SpeculativeSampler):
     def draws_ahead(self, requests: Sequence) -> bool:
         """No decode ahead of a batch with a constrained request: its mask needs this step's
         token on the host."""
-        return not any(r.params.grammar is not None for r in requests)
+        return not constrained(requests)

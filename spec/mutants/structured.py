@@ -38,7 +38,7 @@ MUTANTS = [
         (GOLDEN,), V19, "the guesses a verifying pass walked the matcher through stay taken "
                         "when the pass rejects them"),
     Mutant("v19-decode-ahead-of-a-grammar", PROPERTY, (
-        Edit(SAMPLER, "        return not any(r.params.grammar is not None for r in requests)\n",
+        Edit(SAMPLER, "        return not constrained(requests)\n",
              "        return True\n"),),
         (GOLDEN,), V19, "v14's decode is launched ahead of a constrained request: its draw "
                         "reads the mask of the step before"),

@@ -360,10 +360,10 @@ class GrammarPart(Protocol):
     def block(self, rows: int) -> torch.Tensor:
         """A host bitmask of `rows` rows, to fill."""
 
-    def fill(self, requests: Sequence, bitmask: torch.Tensor) -> list[bool]:
-        """Row i of bitmask (int32, on the host) := the tokens requests[i]'s grammar allows
-        next, all of them for a request without one; per request, whether it is constrained. A
-        request whose grammar allows nothing is finished here (STOP where complete, else failed)."""
+    def masks(self, requests: Sequence) -> torch.Tensor:
+        """A host bitmask (int32), row i the tokens requests[i]'s grammar allows next, all of
+        them for a request without one. A request whose grammar allows nothing is finished
+        here (STOP where complete, else failed)."""
 
     def fill_along(self, request, guesses: Sequence[int], bitmask: torch.Tensor) -> None:
         """Rows 0..len(guesses) of bitmask := the masks after the request's tokens and after
