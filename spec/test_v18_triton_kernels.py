@@ -32,9 +32,9 @@ large batches was slower than cuBLAS's bf16 in its one H200 run (docs/gpu.md).
 """
 from __future__ import annotations
 
-import pytest
 import zlib
 
+import pytest
 import torch
 
 from spec.support.inputs.kernel_targets import TARGETS, Target
