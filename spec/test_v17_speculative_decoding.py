@@ -438,12 +438,13 @@ class Zeros:
 def test_speculation_rests_where_passes_keep_fewer_tokens_than_the_bar(impl, bar):
     """Every guess wrong (a pass gives each request one token): under a bar no pass can reach,
     the proposer is asked at the first WINDOW decode steps, then at none of the next REST (one
-    more where the last resting step launched the next decode ahead, v14), then again; under a
-    bar every pass reaches (1 token), or none (0), at every step. The steps
-    are the proposer's calls, counted from outside; the tokens are k=0's."""
+    more where the last resting step launched the next decode ahead, v14), then again for a
+    window, then at none of the next 2 x REST (a second failure in a row rests twice as long);
+    under a bar every pass reaches (1 token), or none (0), at every step. The steps are the
+    proposer's calls, counted from outside; the tokens are k=0's."""
     policy = impl.package.SpeculationPolicy
     window, rest = policy.WINDOW, policy.REST
-    new = 1 + window + rest + window
+    new = 1 + window + rest + window + 2 * rest + window
     prompt, params = [5, 9, 14, 3], GenerationParams(max_new_tokens=new)
     plain = build(impl, 0)
     expected = plain.generate([prompt], params)[0]
@@ -458,9 +459,13 @@ def test_speculation_rests_where_passes_keep_fewer_tokens_than_the_bar(impl, bar
     assert engine.output(rid).tokens == expected
     decodes = asked[1:]  # the first step computes the prompt
     if bar > 1:
-        resting = decodes[window:].index(True)
-        assert decodes[:window] == [True] * window and rest <= resting <= rest + 1, decodes
-        assert decodes[window + resting:window + resting + 2] == [True] * 2, decodes
+        start = 0
+        for length in (rest, 2 * rest):  # a window asked, then a rest, twice
+            assert decodes[start:start + window] == [True] * window, (start, decodes)
+            resting = decodes[start + window:].index(True)
+            assert length <= resting <= length + 1, (start, decodes)
+            start += window + resting
+        assert decodes[start:start + 2] == [True] * 2, decodes
     else:
         assert all(decodes), decodes
 

@@ -15,10 +15,12 @@ copies its prompt keeps most guesses, one that writes new text few), and a pass 
 fewer tokens than it costs decode steps loses time. So the policy watches what the verifying
 passes kept (observe, fed by the scheduler every step): once WINDOW passes have given their
 requests fewer than min_tokens_per_pass tokens each on average, no step guesses for REST steps,
-which then overlap as v14's do; after them it tries again. The bar is what a pass costs against
-a plain decode step: about 1.2-1.3x on a CPU, 2x on the H200 where the host builds the pass's
-inputs (docs/benchmarks.md, bench speculative), so by default 1.3 on a CPU and 2 elsewhere; 0
-never rests. Tokens are the same either way (exact acceptance): only speed depends on it."""
+which then overlap as v14's do; after them it tries again, and each window in a row that fails
+doubles the rest (up to LONGEST_REST steps): text that never copies costs a window of passes
+every few hundred steps, not one every REST. A window that reaches the bar resets it. The bar
+is what a pass costs against a plain decode step: about 1.2-1.3x on a CPU, 2x on the H200 where
+the host builds the pass's inputs (docs/benchmarks.md, bench speculative), so by default 1.3 on
+a CPU and 2 elsewhere; 0 never rests. Tokens are the same either way (exact acceptance): only speed depends on it."""
 from __future__ import annotations
 
 from typing import Sequence
@@ -45,10 +47,12 @@ class SpeculationPolicy(TokenBudget):
                     "elsewhere; 0: never rests)"),
     )
 
-    WINDOW, REST = 8, 32  # verifying passes judged together; steps a rest lasts (see above)
+    # verifying passes judged together; steps the first rest lasts, and the longest (see above)
+    WINDOW, REST, LONGEST_REST = 8, 32, 1024
     speculative_tokens, speculate_below, min_tokens_per_pass = 0, SPECULATE_BELOW, 0.0
     # what the passes since the last judgement gave: passes, request rows, tokens; steps to rest
     passes = rows = tokens = resting = 0
+    failed = 0  # windows in a row under the bar
 
     @classmethod
     def assemble(cls, a) -> "SpeculationPolicy":
@@ -71,7 +75,10 @@ class SpeculationPolicy(TokenBudget):
                                                self.tokens + sum(kept))
         if self.passes == self.WINDOW:
             if self.tokens < self.min_tokens_per_pass * self.rows:
-                self.resting = self.REST
+                self.resting = min(self.REST << self.failed, self.LONGEST_REST)
+                self.failed += 1
+            else:
+                self.failed = 0
             self.passes = self.rows = self.tokens = 0
 
     def guesses(self, running: Sequence, waiting: Sequence) -> int:

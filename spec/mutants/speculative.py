@@ -35,11 +35,16 @@ V17 = ("v17",)
 
 MUTANTS = [
     Mutant("v17-policy-never-rests", PROPERTY, (
-        Edit(POLICY, "                self.resting = self.REST\n",
-             "                self.resting = 0\n"),),
+        Edit(POLICY, "self.resting = min(self.REST << self.failed, self.LONGEST_REST)\n",
+             "self.resting = 0\n"),),
         (RESTS,), V17,
         "passes that keep one token each never make speculation rest: every step runs in order "
         "for nothing"),
+    Mutant("v17-policy-rest-never-grows", PROPERTY, (
+        Edit(POLICY, "                self.failed += 1\n", ""),),
+        (RESTS,), V17,
+        "windows that fail in a row rest REST steps each: text that never copies pays a window "
+        "of passes every REST steps"),
     Mutant("v17-policy-rests-on-passes-that-pay", PROPERTY, (
         Edit(POLICY, "            if self.tokens < self.min_tokens_per_pass * self.rows:\n",
              "            if self.tokens <= self.min_tokens_per_pass * self.rows:\n"),),
