@@ -27,13 +27,11 @@ Files to compare: implementations/v19_structured_output/sampler.py against
 implementations/v17_speculative_decoding/sampler.py; grammar.py is new (the grammar part);
 torchlet/grammar.py is the harness's compiler.
 
-Tradeoff left visible: a step whose batch holds a constrained request runs in order (a decode
-launched ahead, v14, would draw before the host has the token its mask follows), and its masks
-are filled on the host before the step's replay, so on a GPU the fill is not hidden behind the
-step before: the way to hide it (left for later) is to launch the decode ahead anyway and
-redraw the constrained rows from its logits once the host has the token. A constrained decode
-step replays graphs of its own (the "masked" variants, greedy and sampling), one more set a
-bucket. With tensor parallelism each rank gets the compiled grammar (it pickles) and keeps its
+Tradeoff left visible: a decode launched ahead (v14) draws before the host has the token its
+masks follow, so it draws unmasked, and the constrained rows are drawn again from its logits
+once the host has read the step before (its masks filled while the GPU computes the launch):
+a few more kernels a step, after the graph. A decode step run in order (overlap off) replays
+graphs of its own (the "masked" variants, greedy and sampling), one more set a bucket. With tensor parallelism each rank gets the compiled grammar (it pickles) and keeps its
 own matchers over the same tokens. `torchlet bench structured` measures the cost.
 """
 from __future__ import annotations
@@ -57,7 +55,7 @@ from spec.support.oracles.oracle import cached_model, greedy
 from spec.support.oracles.prompts import MARGIN
 from spec.support.watchers.op_trace import op_trace
 from torchlet.contract import (STRUCTURED_OUTPUT, FinishReason, GenerationParams, RequestError,
-                               bitmask_words)
+                               RequestState, bitmask_words)
 from torchlet.grammar import Compiler, Constraint
 
 pytestmark = pytest.mark.spec(needs=STRUCTURED_OUTPUT)
@@ -240,6 +238,30 @@ def test_constrained_tokens_are_the_oracles_draws_over_the_allowed_tokens(impl, 
             assert token == unconstrained or not allowed
     assert together[0].tokens == neighbour
     assert any(not ok for _, ok in free), "the mask should refuse an unconstrained draw"
+
+
+@pytest.mark.parametrize("mode", ["greedy", "seeded"])
+def test_with_overlap_a_constrained_decode_is_launched_ahead_and_drawn_again_once_read(impl,
+                                                                                      mode):
+    """v14's overlap kept beside a grammar: after every step that leaves the constrained
+    request running, the engine has already computed each token it knows (its next decode
+    was launched before the step's tokens were read back, as v14's are), and still its tokens
+    are the oracle's draws over the allowed tokens (the launch drew without the masks; the
+    constrained rows were drawn again from its logits once the host had the token)."""
+    gold, _ = golden("schema", mode)
+    engine = impl.build(CKPT)
+    neighbour = greedy(cached_model(FIXTURE), NEIGHBOUR, 8, stop_below=MARGIN).tokens
+    ids = [engine.add_request(list(NEIGHBOUR), GenerationParams(max_new_tokens=len(neighbour))),
+           engine.add_request(list(PROMPT), params_for(mode, grammar("schema")))]
+    ahead = []
+    while engine.has_unfinished():
+        engine.step()
+        out = engine.output(ids[1])
+        if out.state is RequestState.RUNNING:
+            ahead.append(engine.num_cached_tokens(ids[1]) == len(out.prompt) + len(out.tokens))
+    assert out.tokens[:len(gold)] == gold
+    assert engine.output(ids[0]).tokens == neighbour
+    assert len(ahead) >= 3 and all(ahead), ahead
 
 
 # --- every answer parses ---------------------------------------------------------------------

@@ -25,9 +25,11 @@ from ..v13_fused import Batch, StepEngine
 @dataclass
 class Launched:
     """A decode launched before the step before it was read back: its requests in row order,
-    and the tokens it draws for them, on the device."""
+    the tokens it draws for them, on the device, and the logits they are drawn from, by lane
+    (the graph's output, until the next replay: a later sampler may draw again from them)."""
     requests: list
     tokens: torch.Tensor
+    logits: torch.Tensor | None = None
 
     def rows_of(self, requests: list) -> list[int] | None:
         """The rows of these requests (a subsequence: those still running), in their order;
@@ -109,10 +111,10 @@ class OverlapEngine(StepEngine):
         inputs = self.inputs
         inputs.fed = tokens
         try:
-            _, drawn = self.runner.step_lanes(requests)
+            logits, drawn = self.runner.step_lanes(requests)
         finally:
             inputs.fed = None
-        return Launched(requests, drawn.index_select(0, inputs.lanes))
+        return Launched(requests, drawn.index_select(0, inputs.lanes), logits)
 
     @cached_property
     def read_back(self) -> tuple[torch.Tensor, torch.cuda.Event | None]:

@@ -1,7 +1,8 @@
 """v16's engine, which runs a step in order where it guesses: the next decode's inputs are the
 tokens the step keeps, and only the host knows how many those are once it has read them back,
 so no decode can be launched ahead of it (v14's overlap). A step that guesses nothing overlaps
-as before; the policy's rule (policy.py) decides which a step is."""
+as before; the policy's rule (policy.py) decides which a step is. The tokens a decode launched
+ahead drew are the sampler's to settle before a step takes them (settle: v17's keeps them)."""
 from __future__ import annotations
 
 from torchlet.contract import Served
@@ -25,8 +26,15 @@ class SpeculativeEngine(TensorParallelEngine):
         return super().step()
 
     def _decode_ahead(self, batch, tokens):
-        """v14's decode launched ahead, unless the next step guesses, or the sampler cannot
-        draw the batch's next tokens before the host has read this step's: it runs in order."""
-        if self.scheduler.guesses() or not self.sampler.draws_ahead(batch.requests):
+        """v14's decode launched ahead, unless the next step guesses: it runs in order."""
+        if self.scheduler.guesses():
             return None
         return super()._decode_ahead(batch, tokens)
+
+    def _tokens(self, batch, ahead):
+        """v14's, where a decode launched ahead drew the tokens once the sampler has settled
+        them: it may draw again now that the host has read the step before (a grammar's masks
+        follow the tokens it has read)."""
+        if ahead is not None:
+            ahead.tokens = self.sampler.settle(ahead.requests, ahead.logits, ahead.tokens)
+        return super()._tokens(batch, ahead)

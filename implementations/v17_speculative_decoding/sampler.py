@@ -44,10 +44,11 @@ class SpeculativeSampler(SeededSampler):
     def assemble(cls, a) -> "SpeculativeSampler":
         return cls(a.kv.num_lanes, a.device, a.options["acceptance"])
 
-    def draws_ahead(self, requests: Sequence) -> bool:
+    def settle(self, requests: Sequence, logits: torch.Tensor,
+               drawn: torch.Tensor) -> torch.Tensor:
         """Its draws read the lanes' settings and the logits alone, so a decode launched ahead
-        of a step's read-back draws what the step in order would (the loop asks)."""
-        return True
+        of a step's read-back drew what the step in order would: drawn, as it is."""
+        return drawn
 
     def accept(self, logits: torch.Tensor, requests: Sequence,
                guesses: Sequence[Sequence[int]]) -> list[list[int]]:

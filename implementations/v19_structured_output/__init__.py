@@ -8,9 +8,10 @@ Adds the grammar part (grammar.py: GrammarMasks, a matcher per constrained reque
 with its tokens, and the bitmask of its next draws) and swaps the sampler (sampler.py:
 GrammarSampler, which applies the masks before temperature and the filters in every way v18
 draws: a prefill's first token, a decode step's lanes inside the graph, a verifying pass's
-rows, each masked after the guesses before it, the matcher rolled back). A step whose batch
-holds a constrained request runs in order: a decode launched ahead (v14) would draw before the
-host has the token its mask follows. Without a grammar it is v18."""
+rows, each masked after the guesses before it, the matcher rolled back). A decode launched
+ahead (v14) draws before the host has the token its masks follow: the sampler draws the
+constrained rows again from its logits once the host has read it (settle), the masks filled
+while the GPU computes. Without a grammar it is v18."""
 from torchlet.contract import STRUCTURED_OUTPUT
 
 from ..v18_quantized_weights import CAPABILITIES as PREVIOUS

@@ -1,13 +1,15 @@
 """v17's sampler, whose draws take only the tokens each request's grammar allows: the grammar
 part's masks (grammar.py) applied to the logits before temperature, the filters and the race,
-in every way the engine draws: a prefill's first token (draw), a decode step's lanes (the
+in every way the engine draws: a prefill's first token (draw), a decode step run in order (the
 "masked" graphs, reading a bitmask per lane the step's requests fill just before the replay),
-and a verifying pass's rows (accept, each row masked after the guesses before it).
+a decode launched ahead of the step before's read-back (settle), and a verifying pass's rows
+(accept, each row masked after the guesses before it).
 
-A decode launched ahead of a step's read-back (v14) would draw before the host has the token
-its mask follows, so draws_ahead() says no for a batch with a constrained request and that step
-runs in order. Its masks are then filled on the host before the replay; an unconstrained step
-replays v17's graphs and reads no mask."""
+A decode launched ahead (v14) runs before the host has the token its masks follow: it replays
+v17's unmasked graphs, and once the host has read that token, settle() fills the constrained
+requests' masks (while the GPU still computes the launch) and draws their rows again from the
+launch's logits, on the device, before anything reads them. An unconstrained step reads no
+mask."""
 from __future__ import annotations
 
 from typing import Sequence
@@ -49,15 +51,46 @@ class GrammarSampler(SpeculativeSampler):
         return super().draw(logits, requests)
 
     def variant(self, lanes: Sequence[int], requests: Sequence) -> str:
-        """v11's choice, masked where a request of the step has a grammar: its lanes' masks
-        are written first (the other lanes' rows allow every token or hold an earlier step's
-        mask, whose draws nothing reads)."""
+        """v11's choice, masked where a request of the step has a grammar and the host has the
+        token the step feeds it: its lanes' masks are written first (the other lanes' rows
+        allow every token or hold an earlier step's mask, whose draws nothing reads). A decode
+        launched ahead feeds tokens the host has not read (every token it knows is computed):
+        v11's choice, the draws settle() makes again."""
         unmasked = super().variant(lanes, requests)
-        if not constrained(requests):
+        if not constrained(requests) or all(r.computed == len(r.sequence) for r in requests):
             return unmasked
-        rows = torch.tensor([r.lane for r in requests], device=self.bitmask.device)
-        self.bitmask.index_copy_(0, rows, self.grammar.masks(requests).to(self.bitmask.device))
+        rows = self.on_device([r.lane for r in requests])
+        self.bitmask.index_copy_(0, rows, self.on_device(self.grammar.masks(requests)))
         return next(masked for masked, way in MASKED.items() if way == unmasked)
+
+    def settle(self, requests: Sequence, logits: torch.Tensor,
+               drawn: torch.Tensor) -> torch.Tensor:
+        """The rows of the running constrained requests drawn again from the launch's logits,
+        masked now that the host has their tokens, as the masked graphs draw (at the position
+        after the launch's fed token: len(sequence) now that the host has it); the others'
+        draws as they are. Nothing waits for the GPU: the masks are filled while it computes
+        the launch, and the copies go from pinned memory."""
+        rows = [i for i, r in enumerate(requests)
+                if r.params.grammar is not None and not r.finished]
+        if not rows:
+            return drawn
+        chosen = [requests[i] for i in rows]
+        bitmask = self.grammar.masks(chosen)
+        lanes = [r.lane for r in chosen]
+        index = self.on_device([rows, lanes, [len(r.sequence) for r in chosen]])
+        way = super().variant(lanes, chosen)
+        settings = [t.index_select(0, index[1]) for t in super().lane_tensors(way)]
+        masked = self.grammar.masked(logits.index_select(0, index[1]), self.on_device(bitmask))
+        again = super().draw_lanes(way, masked, index[2], *settings)
+        return drawn.index_copy(0, index[0], again.to(drawn.dtype))
+
+    def on_device(self, host) -> torch.Tensor:
+        """A host tensor (or nested lists of ints) on the lanes' device, copied without waiting
+        for the work queued before it: from pinned memory on a GPU."""
+        host = host if isinstance(host, torch.Tensor) else torch.tensor(host, dtype=torch.long)
+        if self.bitmask.device.type != "cuda":
+            return host
+        return host.pin_memory().to(self.bitmask.device, non_blocking=True)
 
     def lane_tensors(self, variant: str) -> tuple[torch.Tensor, ...]:
         if variant in MASKED:
@@ -99,7 +132,3 @@ class GrammarSampler(SpeculativeSampler):
                               guesses)
         return [k[:d] if d else k for k, d in zip(kept, dead)]
 
-    def draws_ahead(self, requests: Sequence) -> bool:
-        """No decode ahead of a batch with a constrained request: its mask needs this step's
-        token on the host."""
-        return not constrained(requests)

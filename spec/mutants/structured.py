@@ -10,6 +10,7 @@ PAGE = "spec/test_v19_structured_output.py"
 GOLDEN = f"{PAGE}::test_constrained_tokens_are_the_oracles_draws_over_the_allowed_tokens"
 PARSES = f"{PAGE}::test_every_answer_parses_and_validates_against_its_drawn_schema"
 DEAD = f"{PAGE}::test_a_grammar_that_cannot_go_on_fails_its_request_alone_naming_it"
+AHEAD = f"{PAGE}::test_with_overlap_a_constrained_decode_is_launched_ahead_and_drawn_again_once_read"
 REFUSED = ("spec/test_grammar_compile.py::test_a_version_without_structured_output_refuses_a_"
            "grammar_and_queues_nothing")
 
@@ -37,11 +38,21 @@ MUTANTS = [
         Edit(GRAMMAR, "        matcher.rollback(taken)\n", ""),),
         (GOLDEN,), V19, "the guesses a verifying pass walked the matcher through stay taken "
                         "when the pass rejects them"),
-    Mutant("v19-decode-ahead-of-a-grammar", PROPERTY, (
-        Edit(SAMPLER, "        return not constrained(requests)\n",
-             "        return True\n"),),
-        (GOLDEN,), V19, "v14's decode is launched ahead of a constrained request: its draw "
-                        "reads the mask of the step before"),
+    Mutant("v19-launch-ahead-not-drawn-again", PROPERTY, (
+        Edit(SAMPLER, "        if not rows:\n            return drawn\n",
+             "        return drawn\n"),),
+        (GOLDEN, AHEAD), V19, "a decode launched ahead keeps the draws it made without the "
+                              "masks"),
+    Mutant("v19-drawn-again-at-the-fed-position", PROPERTY, (
+        Edit(SAMPLER, "[len(r.sequence) for r in chosen]", "[len(r.sequence) - 1 for r in chosen]"),),
+        (GOLDEN, AHEAD), V19, "the constrained rows of a launch are drawn again with the race of "
+                              "the position before"),
+    Mutant("v19-grammar-steps-run-in-order", PROPERTY, (
+        Edit("v17_speculative_decoding/loop.py", "        if self.scheduler.guesses():\n",
+             "        if self.scheduler.guesses() or any(r.params.grammar is not None\n"
+             "                                           for r in batch.requests):\n"),),
+        (AHEAD,), V19, "no decode is launched ahead of a constrained request: the masks' fill "
+                       "is not hidden behind the GPU's step"),
     Mutant("v19-masked-graphs-never-replayed", PROPERTY, (
         Edit(SAMPLER, "        return next(masked for masked, way in MASKED.items() if way == "
                       "unmasked)\n",
@@ -53,8 +64,8 @@ MUTANTS = [
              "        allowed = ((bitmask.unsqueeze(-1) >> (31 - bits)) & 1).bool().flatten(-2)\n"),),
         (GOLDEN, PARSES), V19, "token t read from bit 31 - t % 32 of its word"),
     Mutant("v19-dead-end-draws-anyway", PROPERTY, (
-        Edit(GRAMMAR, "                    bitmask[i] = ALL\n                    self.cannot_go_on(request, matcher)\n",
-             "                    bitmask[i] = ALL\n"),),
+        Edit(GRAMMAR, "            self.cannot_go_on(requests[i], self.tracked[requests[i].id].matcher)\n",
+             ""),),
         (DEAD,), V19, "a request whose grammar allows nothing draws from every token and "
                       "goes on"),
     Mutant("v03-a-grammar-taken-and-ignored", PROPERTY, (

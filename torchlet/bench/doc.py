@@ -160,10 +160,11 @@ NOTES["structured"] = (
     "request's grammar (compiled once by xgrammar), each ending at eos once its JSON is "
     "complete; one untimed warm-up of each first. A decode step: a step in which all B requests "
     "decode and no prompt is computed (a constrained answer ends when its JSON does, and a "
-    "step of fewer rows costs less, so only these compare); its time is their mean. x none: the constrained step's time over the "
-    "unconstrained one's. A constrained step runs in order (no decode launched ahead of it), so "
-    "where overlap pays (a GPU) the ratio holds what overlap would have hidden as well as the "
-    "masks' fill on the host. Answers that validate: the constrained answers json.loads parses "
+    "step of fewer rows costs less, so only these compare); its time is their mean. x none: the "
+    "constrained step's time over the unconstrained one's. With overlap a constrained step "
+    "still launches the next decode ahead; its constrained rows are drawn again, masked, once "
+    "the host has read the step's tokens, so the ratio holds the masks' fill where it is not "
+    "hidden behind the GPU's step, and the redraw's kernels. Answers that validate: the constrained answers json.loads parses "
     "and jsonschema accepts (the command exits 1 otherwise). Issue 47's target: at most 1.10 at "
     "batch 64 on the H200.")
 NOTES["speculative"] = (

@@ -415,10 +415,10 @@ class StructuredOutputAPI(Protocol):
     verifying pass (a guess the grammar refuses is never kept; the matcher is rolled back past
     the guesses it took). Where the grammar is complete the request's eos and stop ids are its
     only tokens; with none, or where the grammar allows no token at all, it finishes alone (STOP
-    when complete, ERROR naming the grammar otherwise). A step whose decodes include a
-    constrained request runs in order (v14 launches no decode ahead of it: its mask needs the
-    token the step draws). Without a grammar a request is served as by the version before. Adds
-    no method: the specs observe the tokens drawn and the logits' masks."""
+    when complete, ERROR naming the grammar otherwise). With overlap a constrained request's
+    decode is still launched ahead (v14), and its row is drawn again, masked, once the host has
+    read the token its mask follows. Without a grammar a request is served as by the version
+    before. Adds no method: the specs observe the tokens drawn and the logits' masks."""
 
 
 # Capability -> the Protocol its engines satisfy. Capabilities missing here promise nothing an

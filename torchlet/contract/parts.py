@@ -338,9 +338,12 @@ class CapturedSamplerPart(LaneSamplerPart, Protocol):
 class SpeculativeSamplerPart(CapturedSamplerPart, Protocol):
     """v17: keeps the guesses a verifying pass's logits agree with, and one token of its own."""
 
-    def draws_ahead(self, requests: Sequence) -> bool:
-        """Whether a decode launched before these requests' tokens are read back (v14's) can
-        draw their next tokens: not where a draw needs what only the host knows then."""
+    def settle(self, requests: Sequence, logits: torch.Tensor,
+               drawn: torch.Tensor) -> torch.Tensor:
+        """A decode launched before these requests' tokens were read back (v14's) drew `drawn`
+        (one a request, on the device) from `logits` (by lane); now that the host has them, the
+        tokens the step run in order would draw (drawn itself where a draw needs nothing only
+        the host knows)."""
 
     def accept(self, logits: torch.Tensor, requests: Sequence,
                guesses: Sequence[Sequence[int]]) -> list[list[int]]:
