@@ -217,6 +217,45 @@ def test_exact_seeded_samples_are_the_oracles_together_with_greedy_requests(impl
     assert [engine.output(i).tokens for i in greedy_ids] == [list(t) for _, t in plain]
 
 
+@pytest.mark.parametrize("graphs", [True, False], ids=["graphs", "eager"])
+def test_with_graphs_a_verifying_pass_replays_its_rows_and_their_draws(impl, graphs):
+    """Graphs on, sampled and greedy requests together, every guess wrong (each pass verifies
+    k + 1 rows a request): once each bucket of rows has been met (a first run of the same
+    requests), every verifying step runs none of the model's code nor the draw's (the model
+    watch sees no function of theirs called: the pass, its LM head and its draws replay a
+    graph), speculation_stats counts each pass a graph pass, and the tokens are the oracle's.
+    Graphs off, the rows are a slice pass and the model's code runs at every verifying step."""
+    from spec.support.watchers.replay_watch import ModelWatch
+    cases, plain = seeded_cases(), greedy_cases()
+    scripted = Scripted([(p, t) for p, _, _, t in cases] + plain, "wrong")
+    engine = build(impl, 2, proposer=scripted, use_graphs=graphs)
+
+    def run(watched):
+        ids = [engine.add_request(list(p), params_of(s, seed)) for p, s, seed, _ in cases]
+        ids += [engine.add_request(list(p), GenerationParams(max_new_tokens=NEW))
+                for p, _ in plain]
+        calls = []
+        while engine.has_unfinished():
+            before = engine.speculation_stats()["verify_passes"]
+            with ModelWatch(impl, also=(impl.package.draw,)) as watch:
+                engine.step()
+            if watched and engine.speculation_stats()["verify_passes"] > before:
+                calls.append(watch.model_calls)
+        assert [engine.output(i).tokens for i in ids] == (
+            [list(t) for *_, t in cases] + [list(t) for _, t in plain])
+        return calls
+
+    run(False)
+    calls = run(True)
+    stats = engine.speculation_stats()
+    assert len(calls) >= 3
+    if graphs:
+        assert all(c == [] for c in calls), calls
+        assert stats["graph_passes"] == stats["verify_passes"]
+    else:
+        assert all(c for c in calls) and stats["graph_passes"] == 0
+
+
 @pytest.mark.parametrize("k", (1, 3, 4))
 def test_right_guesses_give_k_plus_one_tokens_a_pass(impl, k):
     """One request whose every guess is right: after its prefill step, each step gives it k + 1
@@ -581,10 +620,10 @@ def test_verifying_passes_among_shared_blocks_decode_seal_free_and_eviction_keep
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("how", ["right", "wrong", "ngram"])
-def test_on_cuda_a_verifying_pass_replays_a_slice_graph_and_keeps_the_oracles_tokens(impl, how):
-    """float32 on CUDA, where the layers run their kernels and a verifying pass is a slice pass
-    replayed from a graph: every step asks the driver for a graph launch (none runs the layers
-    eagerly), and the tokens are the oracle's, alone and in a batch."""
+def test_on_cuda_a_verifying_pass_replays_a_verify_graph_and_keeps_the_oracles_tokens(impl, how):
+    """float32 on CUDA, where the layers run their kernels and a verifying pass is a decode of
+    its rows replayed from a verify graph: every step asks the driver for a graph launch (none
+    runs the layers eagerly), and the tokens are the oracle's, alone and in a batch."""
     from spec.support.watchers.replay_watch import CudaLaunches
     cases = greedy_cases()
     proposer = "ngram" if how == "ngram" else Scripted(cases, how)

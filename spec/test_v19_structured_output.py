@@ -31,8 +31,9 @@ Tradeoff left visible: a decode launched ahead (v14) draws before the host has t
 masks follow, so it draws unmasked, and the constrained rows are drawn again from its logits
 once the host has read the step before (its masks filled while the GPU computes the launch):
 a few more kernels a step, after the graph. A decode step run in order (overlap off) replays
-graphs of its own (the "masked" variants, greedy and sampling), one more set a bucket. With tensor parallelism each rank gets the compiled grammar (it pickles) and keeps its
-own matchers over the same tokens. `torchlet bench structured` measures the cost.
+graphs of its own (the "masked" variants, greedy and sampling), one more set a bucket. With
+tensor parallelism each rank gets the compiled grammar (it pickles) and keeps its own matchers
+over the same tokens. `torchlet bench structured` measures the cost.
 """
 from __future__ import annotations
 

@@ -9,7 +9,7 @@ from torchlet.contract import SAMPLING
 
 from ..v10_triton_paged_gqa import CAPABILITIES as PREVIOUS
 from ..v10_triton_paged_gqa import PARTS as BEFORE
-from ..v10_triton_paged_gqa import (Batch, BlockPool, ContinuousBatching, GraphRunner, GraphedRunner, KERNELS, LaneRequest, PagedAdmission, PagedDecoder, PagedInputs, PagedKV, PoolExhausted, PreemptingScheduler, StepEngine, TritonOps, TritonPagedAttention, default_buckets, graphs, kernels, layers, metadata, paged_attention, paged_kernels)
+from ..v10_triton_paged_gqa import (Batch, BlockPool, ContinuousBatching, DecodeBuffers, GraphRunner, GraphedRunner, KERNELS, LaneRequest, PagedAdmission, PagedDecoder, PagedInputs, PagedKV, PoolExhausted, PreemptingScheduler, StepEngine, TritonOps, TritonPagedAttention, default_buckets, graphs, kernels, layers, metadata, paged_attention, paged_kernels)
 from . import draw
 from .sampler import SeededSampler
 
@@ -18,4 +18,4 @@ PARTS = BEFORE.replace("v11", sampler=SeededSampler)
 OPTIONS = PARTS.options
 build = PARTS.build
 
-__all__ = ["Batch", "BlockPool", "CAPABILITIES", "ContinuousBatching", "GraphRunner", "GraphedRunner", "KERNELS", "OPTIONS", "PARTS", "LaneRequest", "PagedAdmission", "PagedDecoder", "PagedInputs", "PagedKV", "PoolExhausted", "PreemptingScheduler", "SeededSampler", "StepEngine", "TritonOps", "TritonPagedAttention", "build", "default_buckets", "graphs", "kernels", "layers", "metadata", "paged_attention", "paged_kernels", "draw"]
+__all__ = ["Batch", "BlockPool", "CAPABILITIES", "ContinuousBatching", "DecodeBuffers", "GraphRunner", "GraphedRunner", "KERNELS", "OPTIONS", "PARTS", "LaneRequest", "PagedAdmission", "PagedDecoder", "PagedInputs", "PagedKV", "PoolExhausted", "PreemptingScheduler", "SeededSampler", "StepEngine", "TritonOps", "TritonPagedAttention", "build", "default_buckets", "graphs", "kernels", "layers", "metadata", "paged_attention", "paged_kernels", "draw"]

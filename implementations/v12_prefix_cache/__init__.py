@@ -13,7 +13,7 @@ from torchlet.contract import PREFIX_CACHE
 
 from ..v11_sampling import CAPABILITIES as PREVIOUS
 from ..v11_sampling import PARTS as BEFORE
-from ..v11_sampling import (Batch, BlockPool, ContinuousBatching, GraphRunner, GraphedRunner, KERNELS, LaneRequest, PagedAdmission, PagedDecoder, PagedInputs, PoolExhausted, PreemptingScheduler, StepEngine, TritonOps, default_buckets, graphs, kernels, metadata, paged_attention, paged_kernels, draw, SeededSampler)
+from ..v11_sampling import (Batch, BlockPool, ContinuousBatching, DecodeBuffers, GraphRunner, GraphedRunner, KERNELS, LaneRequest, PagedAdmission, PagedDecoder, PagedInputs, PoolExhausted, PreemptingScheduler, StepEngine, TritonOps, default_buckets, graphs, kernels, metadata, paged_attention, paged_kernels, draw, SeededSampler)
 from .kv import PrefixBlockPool, PrefixKV
 from .model import ContextAttention, layers
 from .runner import PrefixRunner
@@ -23,4 +23,4 @@ PARTS = BEFORE.replace("v12", kv=PrefixKV, runner=PrefixRunner, model=layers)
 OPTIONS = PARTS.options
 build = PARTS.build
 
-__all__ = ["Batch", "BlockPool", "CAPABILITIES", "ContextAttention", "ContinuousBatching", "GraphRunner", "GraphedRunner", "KERNELS", "OPTIONS", "PARTS", "LaneRequest", "PagedAdmission", "PagedDecoder", "PagedInputs", "PoolExhausted", "PreemptingScheduler", "PrefixBlockPool", "PrefixKV", "PrefixRunner", "StepEngine", "TritonOps", "build", "default_buckets", "graphs", "kernels", "layers", "metadata", "paged_attention", "paged_kernels", "draw", "SeededSampler"]
+__all__ = ["Batch", "BlockPool", "CAPABILITIES", "ContextAttention", "ContinuousBatching", "DecodeBuffers", "GraphRunner", "GraphedRunner", "KERNELS", "OPTIONS", "PARTS", "LaneRequest", "PagedAdmission", "PagedDecoder", "PagedInputs", "PoolExhausted", "PreemptingScheduler", "PrefixBlockPool", "PrefixKV", "PrefixRunner", "StepEngine", "TritonOps", "build", "default_buckets", "graphs", "kernels", "layers", "metadata", "paged_attention", "paged_kernels", "draw", "SeededSampler"]

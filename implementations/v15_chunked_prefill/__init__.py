@@ -22,7 +22,7 @@ from torchlet.contract import CHUNKED_PREFILL
 
 from ..v14_overlap import CAPABILITIES as PREVIOUS
 from ..v14_overlap import PARTS as BEFORE
-from ..v14_overlap import (KERNELS, BlockPool, FusedContextAttention, FusedOps, GraphRunner,
+from ..v14_overlap import (KERNELS, BlockPool, FusedContextAttention, FusedOps, DecodeBuffers, GraphRunner,
                            OverlapEngine, PackedContext, PackedWeights, PagedDecoder,
                            PoolExhausted, PrefixBlockPool, PrefixKV, context_attention,
                            default_buckets, fused_kernels, gemv, graphs, kernels, layers, metadata,
@@ -40,7 +40,7 @@ OPTIONS = PARTS.options
 build = PARTS.build
 
 __all__ = ["CAPABILITIES", "KERNELS", "OPTIONS", "PARTS", "BlockPool", "ChunkedRequest",
-           "ChunkedRunner", "ChunkedScheduler", "FusedContextAttention", "FusedOps", "GraphRunner",
+           "ChunkedRunner", "ChunkedScheduler", "FusedContextAttention", "FusedOps", "DecodeBuffers", "GraphRunner",
            "OverlapEngine", "PackedContext", "PackedWeights", "PagedDecoder", "PoolExhausted", "PrefixBlockPool",
            "PrefixKV", "SliceGraphs", "SlicedBatch", "TokenBudget", "build", "context_attention",
            "default_buckets", "fused_kernels", "gemv", "graphs", "kernels", "layers", "metadata",

@@ -22,7 +22,7 @@ from ..v15_chunked_prefill import CAPABILITIES as PREVIOUS
 from ..v15_chunked_prefill import PARTS as BEFORE
 from ..v15_chunked_prefill import (KERNELS, BlockPool, FusedOps, PoolExhausted, PrefixBlockPool, PrefixKV,
                                    context_attention, fused_kernels, gemv, graphs, kernels, layers,
-                                   metadata, paged_attention, paged_kernels, draw, ChunkedRequest, ChunkedRunner, ChunkedScheduler, SeededSampler, SlicedBatch, TokenBudget, GraphRunner, default_buckets, SliceGraphs)
+                                   metadata, paged_attention, paged_kernels, draw, ChunkedRequest, ChunkedRunner, ChunkedScheduler, SeededSampler, SlicedBatch, TokenBudget, DecodeBuffers, GraphRunner, default_buckets, SliceGraphs)
 from .loop import TensorParallelEngine
 from .model import ShardedModel, ShardedOps, ShardedWeights, VocabShard
 from .shard import Shard, shard_checkpoint
@@ -35,4 +35,4 @@ build = PARTS.build
 __all__ = ["CAPABILITIES", "KERNELS", "OPTIONS", "PARTS", "BlockPool", "FusedOps", "PoolExhausted",
            "PrefixBlockPool", "PrefixKV", "Shard", "ShardedModel", "ShardedOps", "ShardedWeights", "TensorParallelEngine", "VocabShard", "build", "context_attention",
            "fused_kernels", "gemv", "graphs", "kernels", "layers", "metadata", "paged_attention",
-           "paged_kernels", "draw", "shard_checkpoint", "ChunkedRequest", "ChunkedRunner", "ChunkedScheduler", "SeededSampler", "SlicedBatch", "TokenBudget", "GraphRunner", "default_buckets", "SliceGraphs"]
+           "paged_kernels", "draw", "shard_checkpoint", "ChunkedRequest", "ChunkedRunner", "ChunkedScheduler", "SeededSampler", "SlicedBatch", "TokenBudget", "DecodeBuffers", "GraphRunner", "default_buckets", "SliceGraphs"]

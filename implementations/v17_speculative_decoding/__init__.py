@@ -1,7 +1,8 @@
 """v17_speculative_decoding: a cheap proposer guesses up to k tokens after each decoding
-request's last one, one pass computes them all as rows of a slice through the paged cache, and
-the request keeps the guesses the engine would have drawn itself, plus one token of its own. At
-batch 1 a step reads every weight for one row; here it reads them once for up to k + 1 tokens.
+request's last one, one pass computes them all through the paged cache (graphs on: a decode
+step whose lanes are the rows, replayed from a verify graph, draws included), and the request
+keeps the guesses the engine would have drawn itself, plus one token of its own. At batch 1 a
+step reads every weight for one row; here it reads them once for up to k + 1 tokens.
 
 The promise is exactness: with acceptance="exact" a guess is kept exactly when it equals the
 token the engine draws at its position, and since a seeded draw depends on (seed, position,

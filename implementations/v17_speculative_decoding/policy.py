@@ -18,9 +18,10 @@ requests fewer than min_tokens_per_pass tokens each on average, no step guesses 
 which then overlap as v14's do; after them it tries again, and each window in a row that fails
 doubles the rest (up to LONGEST_REST steps): text that never copies costs a window of passes
 every few hundred steps, not one every REST. A window that reaches the bar resets it. The bar
-is what a pass costs against a plain decode step: about 1.2-1.3x on a CPU, 2x on the H200 where
-the host builds the pass's inputs (docs/benchmarks.md, bench speculative), so by default 1.3 on
-a CPU and 2 elsewhere; 0 never rests. Tokens are the same either way (exact acceptance): only speed depends on it."""
+is what a pass costs against a plain decode step: about 1.2-1.3x on a CPU, 2x on the H200 when
+the host built a slice pass's inputs (docs/benchmarks.md, bench speculative), so by default 1.3
+on a CPU and 2 elsewhere; 0 never rests. Tokens are the same either way (exact acceptance):
+only speed depends on it."""
 from __future__ import annotations
 
 from typing import Sequence

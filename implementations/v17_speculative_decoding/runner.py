@@ -1,34 +1,56 @@
 """v15's runner, whose decodes may verify guesses: one pass computes each decoding request's
-last token and its guesses as rows of a slice (v12's pass over the paged cache, in a slice
-graph where v15 replays one), the LM head runs on every one of those rows, and the sampler keeps
-the guesses the logits agree with and one token of the engine's own. The K/V of the rows after
-the kept ones is rolled back.
+last token and its guesses, and the sampler keeps the guesses the engine's own draws agree
+with, and one token of its own. The K/V of the rows after the kept ones is rolled back.
+
+The pass, graphs on: each row is a decode lane of its own, in a graph of its own (one per
+bucket of rows and way of drawing): row j of a request feeds its token at its position, with the
+request's block table, attends over the rows up to its own (the guesses before it were stored
+by this same pass, before attention), and draws as a decode step draws, with its request's
+settings at the position after it. So a verifying pass is a decode step of k + 1 rows a
+request: its inputs are a row each (no context listed on the host), its LM head and draws are
+inside the graph, and the host reads back only the draws. Where the sampler cannot keep guesses
+from the rows' own draws alone (rejection acceptance, a grammar's masks), and with graphs off,
+the rows are a slice instead (v12's pass over the paged cache, in v15's slice graph) and the
+sampler reads their logits (accept).
 
 Where the batch guesses nothing this is v15's runner, graphs and all."""
 from __future__ import annotations
 
 from collections import Counter
+from functools import cached_property, partial
 from typing import Sequence
 
+import numpy as np
 import torch
 
-from ..v16_tensor_parallel import ChunkedRunner
+from ..v16_tensor_parallel import (ChunkedRunner, DecodeBuffers, GraphRunner, default_buckets,
+                                   metadata)
 
 PAD = -1  # fills a row of kept tokens out to guesses + 1
+# The decode inputs' fields since v08, in the order the decode step takes them (inputs.tensors).
+FIELDS = ("token_ids", "positions", "block_tables", "context_lens", "slot_mapping")
 
 
 class SpeculativeRunner(ChunkedRunner):
     SERVES = ChunkedRunner.SERVES + ("speculation_stats",)
+    verify_graphs_ready = False  # captured on a GPU before the first decode step
 
-    def __init__(self, *parts, proposer, **options):
+    def __init__(self, *parts, proposer, verify_rows: int = 0, **options):
+        """v15's parts and the proposer; verify_rows: the most rows a verifying pass computes
+        (the guesses a step may make, plus one, times the requests that may guess at once; 0
+        where no step guesses)."""
         super().__init__(*parts, **options)
-        self.proposer = proposer
-        self.meter = Counter(verify_passes=0, requests=0, proposed=0, accepted=0, tokens=0)
+        self.proposer, self.verify_rows = proposer, verify_rows
+        self.meter = Counter(verify_passes=0, requests=0, proposed=0, accepted=0, tokens=0,
+                             graph_passes=0)
 
     @classmethod
     def assemble(cls, a) -> "SpeculativeRunner":
+        k, guessing = a.options["speculative_tokens"], min(a.options["speculate_below"],
+                                                           a.kv.num_lanes)
         return cls(a.checkpoint, a.device, a.dtype, a.model, a.kv, a.inputs, a.sampler,
-                   proposer=a.proposer, use_graphs=a.options["use_graphs"])
+                   proposer=a.proposer, use_graphs=a.options["use_graphs"],
+                   verify_rows=(k + 1) * guessing if k else 0)
 
     def run(self, batch) -> torch.Tensor:
         """v15's tokens, one a request, where the batch guesses nothing; else, on the host, a row
@@ -45,6 +67,18 @@ class SpeculativeRunner(ChunkedRunner):
         if batch.prefill:
             rows += [[t] + [PAD] * batch.guesses for t in self.prefill_tokens(batch).tolist()]
         return torch.tensor(rows)
+
+    def step_lanes(self, requests: Sequence):
+        """v07's decode step. On a GPU, before the first, every verify graph is captured too
+        (a verifying pass draws as a decode step does, one way or the other): a CUDA capture
+        stalls its step 0.1-0.6 s a graph, so all of them at once, where v07 captures its own,
+        rather than at some verifying step mid-run."""
+        if self.verify_rows and self.use_graphs and self.device.type == "cuda" \
+                and not self.verify_graphs_ready:
+            self.verify_graphs_ready = True
+            for way in ("greedy", "sample"):
+                self.verify_graphs[way].capture_all()
+        return super().step_lanes(requests)
 
     def proposals(self, requests: Sequence, k: int) -> list[list[int]]:
         """The proposer's guesses, at most k, and no more than each request may still take after
@@ -63,9 +97,12 @@ class SpeculativeRunner(ChunkedRunner):
             guess = list(proposal[:self.kv.extend(request, len(proposal))])
             request.guess(guess)
             guesses.append(guess)
-        hidden, _ = self.forward_rows(requests, [len(r.sequence) for r in requests])
-        kept = self.sampler.accept(self.model.lm_head(self.weights, hidden).float(), requests,
-                                   guesses)
+        if self.use_graphs and self.sampler.draws_rows_alone(requests):
+            kept = self.sampler.agreeing(guesses, self.draw_rows(requests))
+        else:
+            hidden, _ = self.forward_rows(requests, [len(r.sequence) for r in requests])
+            kept = self.sampler.accept(self.model.lm_head(self.weights, hidden).float(),
+                                       requests, guesses)
         for request, guess, tokens in zip(requests, guesses, kept):
             # rows kept: its last token's and those of the guesses it keeps (all but the last
             # token kept, which is the engine's own and has no row yet)
@@ -77,6 +114,61 @@ class SpeculativeRunner(ChunkedRunner):
                           proposed=sum(map(len, guesses)),
                           accepted=sum(len(t) - 1 for t in kept), tokens=sum(map(len, kept)))
         return [t + [PAD] * (k + 1 - len(t)) for t in kept]
+
+    def draw_rows(self, requests: Sequence) -> list[list[int]]:
+        """Per request, the engine's own draw after each of its uncomputed tokens (its last
+        known token and its guesses): one replay of the verify graph whose rows are those
+        tokens, each a decode lane (see above)."""
+        rows = [(r, p) for r in requests for p in range(r.computed, len(r.sequence))]
+        tables = [self.kv.block_table(r.id) for r in requests]
+        width = self.verify_buffers.device_tensors["block_tables"].shape[1]
+        padded = np.full((len(rows), width), metadata.NULL_BLOCK, dtype=np.int32)
+        i = 0
+        for r, table in zip(requests, tables):
+            for _ in range(r.computed, len(r.sequence)):
+                padded[i, :len(table)] = table
+                i += 1
+        self.verify_buffers.write(range(len(rows)), {
+            "token_ids": [r.sequence[p] for r, p in rows], "positions": [p for _, p in rows],
+            "context_lens": [p + 1 for _, p in rows],
+            "slot_mapping": [self.kv.slot(r.id, p) for r, p in rows],
+            "block_tables": padded, "owners": [r.lane for r, _ in rows]})
+        way = self.sampler.variant(self.kv.lanes_in_use(), requests)
+        _, drawn = self.verify_graphs[way].run(len(rows))
+        drawn = drawn[:len(rows)].tolist()
+        self.meter["graph_passes"] += 1
+        out, start = [], 0
+        for r in requests:
+            out.append(drawn[start:start + len(r.sequence) - r.computed])
+            start += len(r.sequence) - r.computed
+        return out
+
+    @cached_property
+    def verify_buffers(self):
+        """The verify graphs' inputs: the decode inputs' fields, a row each, and each row's
+        owner: the lane of its request, whose sampler settings it draws with."""
+        fields = {name: (tuple(t.shape[1:]), t.dtype)
+                  for name, t in zip(FIELDS, self.inputs.tensors, strict=True)}
+        fields["owners"] = ((), torch.long)
+        return DecodeBuffers(self.verify_rows, self.device, fields)
+
+    @cached_property
+    def verify_graphs(self) -> dict[str, GraphRunner]:
+        """One set of graphs per way the sampler draws, one graph per bucket of rows."""
+        return {way: GraphRunner(partial(self.verify_step, way), self.verify_buffers.tensors,
+                                 buckets=default_buckets(self.verify_rows),
+                                 constants=(self.weights, self.kv.kv,
+                                            self.sampler.lane_tensors(way)),
+                                 enabled=self.use_graphs)
+                for way in self.sampler.variants}
+
+    def verify_step(self, way: str, *tensors: torch.Tensor):
+        """What a verify graph holds: the decode step over its rows, then each row's draw with
+        its owner's settings at the position after its token (as captured_step draws)."""
+        n = len(self.inputs.tensors)
+        logits = self.decode_step(*tensors[:n])
+        settings = [t.index_select(0, tensors[n]) for t in self.sampler.lane_tensors(way)]
+        return logits, self.sampler.draw_lanes(way, logits, tensors[1] + 1, *settings)
 
     def speculation_stats(self) -> dict[str, int]:
         return dict(self.meter)

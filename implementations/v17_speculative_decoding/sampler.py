@@ -50,6 +50,19 @@ class SpeculativeSampler(SeededSampler):
         of a step's read-back drew what the step in order would: drawn, as it is."""
         return drawn
 
+    def draws_rows_alone(self, requests: Sequence) -> bool:
+        """Whether what a verifying pass keeps follows from each row's own draw alone (agreeing):
+        under exact acceptance, or where every request is greedy (both rules then keep the
+        guesses equal to the argmax). Rejection needs the rows' probabilities (accept)."""
+        return self.acceptance == "exact" or all(
+            self.settings.host_np["temperature"][r.lane] <= 0 for r in requests)
+
+    def agreeing(self, guesses: Sequence[Sequence[int]],
+                 drawn: Sequence[list[int]]) -> list[list[int]]:
+        """Per request, the tokens it keeps, given the engine's own draw after its last token
+        and after each of its guesses (drawn[i] holds len(guesses[i]) + 1)."""
+        return [keep_agreeing(g, row) for g, row in zip(guesses, drawn)]
+
     def accept(self, logits: torch.Tensor, requests: Sequence,
                guesses: Sequence[Sequence[int]]) -> list[list[int]]:
         """Per request, the tokens it keeps, from logits [sum(len(g) + 1), vocab]: request i's

@@ -107,6 +107,11 @@ class GrammarSampler(SpeculativeSampler):
                                       positions, *settings)
         return super().draw_lanes(variant, logits, positions, *settings)
 
+    def draws_rows_alone(self, requests: Sequence) -> bool:
+        """Not where a request has a grammar: each of its rows is masked after the guesses
+        before it, which accept() walks its matcher through."""
+        return not constrained(requests) and super().draws_rows_alone(requests)
+
     def accept(self, logits: torch.Tensor, requests: Sequence,
                guesses: Sequence[Sequence[int]]) -> list[list[int]]:
         """v17's acceptance over masked rows: a request's row j masked by its grammar after its

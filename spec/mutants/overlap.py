@@ -57,8 +57,8 @@ MUTANTS = [
         (SEALED,), V14,
         "a block a decode ahead fills is never sealed: a later prompt recomputes it"),
     Mutant("v14-ahead-blocks-sealed-at-launch", PROPERTY, (
-        Edit(LOOP, "            _, drawn = self.runner.step_lanes(requests)\n",
-             "            _, drawn = self.runner.step_lanes(requests)\n"
+        Edit(LOOP, "            logits, drawn = self.runner.step_lanes(requests)\n",
+             "            logits, drawn = self.runner.step_lanes(requests)\n"
              "            for r in requests:  # the placeholder stands for the drawn token\n"
              "                if self.kv.enabled and r.computed % self.kv.block_size == 0:\n"
              "                    self.kv.pool.seal(r.id, r.sequence + r.sequence[-1:])\n"),),

@@ -16,6 +16,7 @@ EXACT = f"{PAGE}::test_exact_greedy_tokens_are_the_oracles_alone_and_in_a_batch"
 SEEDED = f"{PAGE}::test_exact_seeded_samples_are_the_oracles_together_with_greedy_requests"
 PER_PASS = f"{PAGE}::test_right_guesses_give_k_plus_one_tokens_a_pass"
 DRAFT = f"{PAGE}::test_a_draft_identical_to_the_target_has_every_guess_accepted"
+REPLAYS = f"{PAGE}::test_with_graphs_a_verifying_pass_replays_its_rows_and_their_draws"
 UNREAD = f"{PAGE}::test_no_rejected_row_is_read_after_its_pass"
 BLOCKS = f"{PAGE}::test_blocks_past_the_kept_rows_go_back_to_the_pool_after_every_step"
 SEALED = f"{PAGE}::test_a_prompt_that_repeats_a_rejected_guess_run_finds_no_block_that_held_it"
@@ -34,6 +35,25 @@ PROPERTY = "speculative decoding"
 V17 = ("v17",)
 
 MUTANTS = [
+    Mutant("v17-verify-rows-draw-at-the-fed-position", PROPERTY, (
+        Edit(RUNNER, "self.sampler.draw_lanes(way, logits, tensors[1] + 1, *settings)",
+             "self.sampler.draw_lanes(way, logits, tensors[1], *settings)"),),
+        (SEEDED, REPLAYS), V17, "a verify graph's row draws with the race of its fed token's "
+                                "position, not the next one's"),
+    Mutant("v17-verify-rows-blind-to-earlier-guesses", PROPERTY, (
+        Edit(RUNNER, '"context_lens": [p + 1 for _, p in rows]',
+             '"context_lens": [r.computed + 1 for r, _ in rows]'),),
+        (EXACT, PER_PASS), V17, "each row of a verify graph attends only up to its request's "
+                                "last token, not to the guesses before it"),
+    Mutant("v17-verify-rows-drawn-with-lane-0s-settings", PROPERTY, (
+        Edit(RUNNER, "t.index_select(0, tensors[n])", "t.index_select(0, tensors[n] * 0)"),),
+        (SEEDED, REPLAYS), V17, "every row of a verify graph draws with lane 0's sampler "
+                                "settings"),
+    Mutant("v17-verify-graphs-never-replayed", PROPERTY, (
+        Edit(RUNNER, "        if self.use_graphs and self.sampler.draws_rows_alone(requests):\n",
+             "        if False:\n"),),
+        (REPLAYS,), V17, "a verifying pass runs as a slice with an eager LM head and draws, "
+                         "graphs on"),
     Mutant("v17-policy-never-rests", PROPERTY, (
         Edit(POLICY, "self.resting = min(self.REST << self.failed, self.LONGEST_REST)\n",
              "self.resting = 0\n"),),
@@ -97,7 +117,7 @@ MUTANTS = [
     Mutant("v17-draw-at-the-wrong-position", PROPERTY, (
         Edit(SAMPLER, "        positions = torch.tensor([len(r.sequence) - n + 1 + j",
              "        positions = torch.tensor([len(r.sequence) - n + j"),),
-        (SEEDED,), V17,
+        (SEEDED, REPLAYS), V17,
         "a verifying row draws at its fed token's position, not the next: other seeded tokens"),
     Mutant("v17-rejection-redraws-from-q", PROPERTY, (
         Edit(SAMPLER, "    residual = p.scatter(-1, guessed[:, None], 0.0)\n",

@@ -393,7 +393,8 @@ class SpeculativeAPI(Protocol):
     def speculation_stats(self) -> dict[str, int]:
         """Since the build: "verify_passes" (passes that checked guesses), "requests" (request
         rows those passes verified), "proposed" and "accepted" (guesses), "tokens" (tokens
-        those passes gave their requests: accepted guesses plus one of the engine's own each)."""
+        those passes gave their requests: accepted guesses plus one of the engine's own each),
+        "graph_passes" (those of the passes replayed from a verify graph, draws included)."""
 
 
 @runtime_checkable

@@ -350,6 +350,16 @@ class SpeculativeSamplerPart(CapturedSamplerPart, Protocol):
         """Per request, the tokens it keeps: logits holds len(guesses[i]) + 1 rows for request
         i, the rows after its last known token and after each guess."""
 
+    def draws_rows_alone(self, requests: Sequence) -> bool:
+        """Whether what a verifying pass of these requests keeps follows from each row's own
+        draw (as a decode lane draws) alone: then the runner may draw the rows inside a graph
+        and ask agreeing(); else it hands accept() the rows' logits."""
+
+    def agreeing(self, guesses: Sequence[Sequence[int]],
+                 drawn: Sequence[list[int]]) -> list[list[int]]:
+        """Per request, the tokens it keeps, given the engine's own draw after its last token
+        and after each guess (drawn[i] holds len(guesses[i]) + 1)."""
+
 
 # --- grammar (v19): the tokens a request's grammar allows next ---------------------------------
 
