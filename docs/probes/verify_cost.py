@@ -11,7 +11,7 @@ keeps. Also the n-gram proposer's own cost: one propose() of 8 guesses over 8 se
 `context` tokens, against the plain step. On a GPU, then, batch 1's step at k = 0 and at k = 4
 under the torch profiler: its kernels' time against its wall time, and its top kernels.
 
-    PYTHONPATH=. python docs/probes/verify_cost.py [--context N] [--cpu]
+    PYTHONPATH=. python docs/probes/verify_cost.py [--context N] [--cpu] [--no-graphs]
 """
 import argparse
 import os
@@ -20,6 +20,9 @@ import time
 parser = argparse.ArgumentParser()
 parser.add_argument("--context", type=int, default=128)
 parser.add_argument("--cpu", action="store_true")
+parser.add_argument("--no-graphs", action="store_true",
+                    help="use_graphs=False: a verifying pass is a slice pass, its LM head and "
+                         "draws eager (what torchlet generate runs on a CPU)")
 args = parser.parse_args()
 if args.cpu:
     os.environ["TRITON_INTERPRET"] = "0"  # the layers read it per call: their PyTorch path
@@ -57,6 +60,7 @@ def warmed(batch: int, k: int):
     new = (STEPS + WARMUP) * (k + 1) + 8
     engine = version.build(checkpoint, device=device, dtype=dtype, speculative_tokens=k,
                            proposer=Always(), max_lanes=max(batch, 8), prefix_cache=False,
+                           use_graphs=not args.no_graphs,
                            max_model_len=args.context + new + 16)
     g = torch.Generator().manual_seed(batch)
     for _ in range(batch):
