@@ -113,15 +113,16 @@ void dequant_row_avx512(const Weights& w, int64_t n, float* out, float* s, float
 //   8-bit: sign-extend 16 bytes and convert. With scales only (Q8_0, int8) and registers to spare,
 //   the group's products are summed unscaled and scaled once per group (for int8 per channel,
 //   once per row); otherwise each weight is dequantized as the reference does.
-// Both prefetch the bytes PREFETCH_ROWS rows ahead, once per cache line: with 2-4 rows read side
+// Both prefetch the whole rows PREFETCH_BYTES ahead, once per cache line: with 2-4 rows read side
 // by side the hardware prefetcher alone left 8-bit reads at half the speed (Q8_0's LM head 9.5 ms
-// -> 4.8 ms at 1 thread).
-constexpr int PREFETCH_ROWS = 8;
+// -> 4.8 ms at 1 thread). 2.3 KB is the 8 rows of 288 bytes (Q4_1 at K = 576) that measured best.
+constexpr int64_t PREFETCH_BYTES = 2304;
 template <int BITS, int NR, int MT>
 void tile(const Weights& w, int64_t n0, const float* x, int64_t M_stride, float* y, int64_t ldy,
           const float* s, const float* z, const float* mn) {
   // s, z, mn: NR rows of G floats each, from row_params
   const int64_t G = w.G, group = w.group, rb = w.row_bytes();
+  const int64_t ahead = (PREFETCH_BYTES + rb - 1) / rb * rb;  // whole rows
   const bool hz = w.z != nullptr, hm = w.m != nullptr;
   const __m512 iota = _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
   __m512 acc[NR][MT];
@@ -141,7 +142,7 @@ void tile(const Weights& w, int64_t n0, const float* x, int64_t M_stride, float*
       for (int64_t c = g * group; c < (g + 1) * group; c += 32) {
         __m512 lo[NR], hi[NR];
         if ((c & 127) == 0)
-          for (int r = 0; r < NR; ++r) prefetch(qr[r] + c / 2 + PREFETCH_ROWS * rb);
+          for (int r = 0; r < NR; ++r) prefetch(qr[r] + c / 2 + ahead);
         for (int r = 0; r < NR; ++r) {
           __m512i b = _mm512_cvtepu8_epi32(load16(qr[r] + c / 2));
           lo[r] = _mm512_permutexvar_ps(b, tbl[r]);
@@ -162,7 +163,7 @@ void tile(const Weights& w, int64_t n0, const float* x, int64_t M_stride, float*
         for (int i = 0; i < MT; ++i) p[r][i] = _mm512_setzero_ps();
       for (int64_t c = g * group; c < (g + 1) * group; c += 16) {
         if ((c & 63) == 0)
-          for (int r = 0; r < NR; ++r) prefetch(qr[r] + c + PREFETCH_ROWS * rb);
+          for (int r = 0; r < NR; ++r) prefetch(qr[r] + c + ahead);
         __m512 wv[NR];
         for (int r = 0; r < NR; ++r)
           wv[r] = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(load16(qr[r] + c)));
@@ -185,7 +186,7 @@ void tile(const Weights& w, int64_t n0, const float* x, int64_t M_stride, float*
       }
       for (int64_t c = g * group; c < (g + 1) * group; c += 16) {
         if ((c & 63) == 0)
-          for (int r = 0; r < NR; ++r) prefetch(qr[r] + c + PREFETCH_ROWS * rb);
+          for (int r = 0; r < NR; ++r) prefetch(qr[r] + c + ahead);
         __m512 wv[NR];
         for (int r = 0; r < NR; ++r) {
           __m512i v = _mm512_cvtepi8_epi32(load16(qr[r] + c));
@@ -208,8 +209,12 @@ void tile(const Weights& w, int64_t n0, const float* x, int64_t M_stride, float*
 template <int BITS, int MT>
 void rows(const Weights& w, int64_t b, int64_t e, const float* x, float* y, int64_t ldy,
           float* s, float* z, float* m) {
-  // NR * MT accumulators and NR unpacked vectors fit the 32 zmm (NR 4 at MT 4 was slower)
-  constexpr int NR = MT <= 2 ? NR_MAX : 2;
+  // NR * MT accumulators and NR unpacked vectors fit the 32 zmm (NR 4 at MT 4 was slower). At
+  // one row of x (a batch-1 decode step, whose weights come from memory, not cache: 96 MB a token
+  // of the default model against a 32 MB L3), fewer streams read faster: 4-bit rows two at a time
+  // and 8-bit rows one at a time (cold, standalone: Q4_1 3072 x 576 101 -> 89 us against 4 at a
+  // time, the Q8_0 LM head 3.3 -> 2.1 ms).
+  constexpr int NR = MT > 2 ? 2 : MT == 2 ? NR_MAX : BITS == 4 ? 2 : 1;
   const int64_t G = w.G;
   int64_t n = b;
   for (; n + NR <= e; n += NR) {
