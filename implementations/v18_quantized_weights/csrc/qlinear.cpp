@@ -27,6 +27,7 @@ struct Weights {
   const uint8_t* z;        // null: zero 0
   const at::Half* m;       // null: min 0
   int64_t row_bytes() const { return bits == 8 ? K : K / 2; }
+  int64_t padded_groups() const { return (G + 15) / 16 * 16; }  // a row's floats in row_params' buffers
   int q_at(int64_t n, int64_t c) const {  // the integer of row n, column c (slow path only)
     const uint8_t* row = q + n * row_bytes();
     if (bits == 8) return static_cast<int8_t>(row[c]);
@@ -40,8 +41,9 @@ struct Weights {
 #endif
 
 // Row n's scales, zeros and mins as float: the inner loops broadcast them from L1. Sixteen at a
-// time where AVX512 is (the last few under a mask): one at a time, these conversions were a fifth
-// of a Q4_1 product's instructions (three for every 32 weights).
+// time where AVX512 is, the last few loaded under a mask and stored whole (each buffer holds
+// padded_groups() floats a row): one at a time, these conversions were a fifth of a Q4_1
+// product's instructions, and masked stores cost a fifth again on this CPU (AMD Zen 4).
 void row_params(const Weights& w, int64_t n, float* s, float* z, float* m) {
   const int64_t base = n * w.G;
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__)
@@ -50,9 +52,9 @@ void row_params(const Weights& w, int64_t n, float* s, float* z, float* m) {
     auto halves = [&](const at::Half* p) {
       return p ? _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(k, p + base + g)) : _mm512_setzero_ps();
     };
-    _mm512_mask_storeu_ps(s + g, k, halves(w.s));
-    _mm512_mask_storeu_ps(m + g, k, halves(w.m));
-    _mm512_mask_storeu_ps(z + g, k, w.z ? _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(
+    _mm512_storeu_ps(s + g, halves(w.s));
+    _mm512_storeu_ps(m + g, halves(w.m));
+    _mm512_storeu_ps(z + g, w.z ? _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(
                                               _mm_maskz_loadu_epi8(k, w.z + base + g)))
                                         : _mm512_setzero_ps());
   }
@@ -120,8 +122,8 @@ constexpr int64_t PREFETCH_BYTES = 2304;
 template <int BITS, int NR, int MT>
 void tile(const Weights& w, int64_t n0, const float* x, int64_t M_stride, float* y, int64_t ldy,
           const float* s, const float* z, const float* mn) {
-  // s, z, mn: NR rows of G floats each, from row_params
-  const int64_t G = w.G, group = w.group, rb = w.row_bytes();
+  // s, z, mn: NR rows of P floats each, from row_params
+  const int64_t G = w.G, P = w.padded_groups(), group = w.group, rb = w.row_bytes();
   const int64_t ahead = (PREFETCH_BYTES + rb - 1) / rb * rb;  // whole rows
   const bool hz = w.z != nullptr, hm = w.m != nullptr;
   const __m512 iota = _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
@@ -135,9 +137,9 @@ void tile(const Weights& w, int64_t n0, const float* x, int64_t M_stride, float*
     if constexpr (BITS == 4) {
       __m512 tbl[NR];
       for (int r = 0; r < NR; ++r) {
-        __m512 t = hz ? _mm512_sub_ps(iota, _mm512_set1_ps(z[r * G + g])) : iota;
-        t = _mm512_mul_ps(t, _mm512_set1_ps(s[r * G + g]));
-        tbl[r] = hm ? _mm512_add_ps(t, _mm512_set1_ps(mn[r * G + g])) : t;
+        __m512 t = hz ? _mm512_sub_ps(iota, _mm512_set1_ps(z[r * P + g])) : iota;
+        t = _mm512_mul_ps(t, _mm512_set1_ps(s[r * P + g]));
+        tbl[r] = hm ? _mm512_add_ps(t, _mm512_set1_ps(mn[r * P + g])) : t;
       }
       for (int64_t c = g * group; c < (g + 1) * group; c += 32) {
         __m512 lo[NR], hi[NR];
@@ -173,16 +175,16 @@ void tile(const Weights& w, int64_t n0, const float* x, int64_t M_stride, float*
         }
       }
       for (int r = 0; r < NR; ++r) {
-        __m512 sv = _mm512_set1_ps(s[r * G + g]);
+        __m512 sv = _mm512_set1_ps(s[r * P + g]);
         for (int i = 0; i < MT; ++i) acc[r][i] = _mm512_fmadd_ps(sv, p[r][i], acc[r][i]);
       }
     } else {
       __m512 sv[NR], mv[NR];
       __m512i zv[NR];
       for (int r = 0; r < NR; ++r) {
-        sv[r] = _mm512_set1_ps(s[r * G + g]);
-        mv[r] = _mm512_set1_ps(mn[r * G + g]);
-        zv[r] = _mm512_set1_epi32(static_cast<int>(z[r * G + g]));
+        sv[r] = _mm512_set1_ps(s[r * P + g]);
+        mv[r] = _mm512_set1_ps(mn[r * P + g]);
+        zv[r] = _mm512_set1_epi32(static_cast<int>(z[r * P + g]));
       }
       for (int64_t c = g * group; c < (g + 1) * group; c += 16) {
         if ((c & 63) == 0)
@@ -215,10 +217,10 @@ void rows(const Weights& w, int64_t b, int64_t e, const float* x, float* y, int6
   // and 8-bit rows one at a time (cold, standalone: Q4_1 3072 x 576 101 -> 89 us against 4 at a
   // time, the Q8_0 LM head 3.3 -> 2.1 ms).
   constexpr int NR = MT > 2 ? 2 : MT == 2 ? NR_MAX : BITS == 4 ? 2 : 1;
-  const int64_t G = w.G;
+  const int64_t P = w.padded_groups();
   int64_t n = b;
   for (; n + NR <= e; n += NR) {
-    for (int r = 0; r < NR; ++r) row_params(w, n + r, s + r * G, z + r * G, m + r * G);
+    for (int r = 0; r < NR; ++r) row_params(w, n + r, s + r * P, z + r * P, m + r * P);
     tile<BITS, NR, MT>(w, n, x, w.K, y, ldy, s, z, m);
   }
   for (; n < e; ++n) {
@@ -247,8 +249,9 @@ void rows_any(int mt, const Weights& w, int64_t b, int64_t e, const float* x, fl
 void gemv(const Weights& w, const float* x, int64_t M, float* y) {
   at::parallel_for(0, w.N, 16, [&](int64_t b, int64_t e) {
 #if defined(__AVX512F__)
-    std::vector<float> buf(3 * NR_MAX * w.G);
-    float *s = buf.data(), *z = s + NR_MAX * w.G, *m = z + NR_MAX * w.G;
+    const int64_t P = w.padded_groups();
+    std::vector<float> buf(3 * NR_MAX * P);
+    float *s = buf.data(), *z = s + NR_MAX * P, *m = z + NR_MAX * P;
     for (int64_t i = 0; i < M; i += MT_MAX) {
       int mt = static_cast<int>(std::min<int64_t>(MT_MAX, M - i));
       if (w.bits == 4)
@@ -287,10 +290,11 @@ void gemm(const Weights& w, const at::Tensor& x, at::Tensor& y) {
     int64_t nb = std::min(NB, w.N - n0);
     at::parallel_for(0, nb, 8, [&](int64_t b, int64_t e) {
 #if defined(__AVX512F__)
-      std::vector<float> buf(3 * w.G);
+      const int64_t P = w.padded_groups();
+      std::vector<float> buf(3 * P);
       for (int64_t r = b; r < e; ++r)
-        dequant_row_avx512(w, n0 + r, wp + r * w.K, buf.data(), buf.data() + w.G,
-                           buf.data() + 2 * w.G);
+        dequant_row_avx512(w, n0 + r, wp + r * w.K, buf.data(), buf.data() + P,
+                           buf.data() + 2 * P);
 #else
       for (int64_t r = b; r < e; ++r) dequant_row(w, n0 + r, wp + r * w.K);
 #endif
