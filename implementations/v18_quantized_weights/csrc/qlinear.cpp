@@ -237,6 +237,33 @@ void tile4_g32(const Weights& w, int64_t n0, const float* x, float* y, const flo
   for (int r = 0; r < NR; ++r) y[n0 + r] = _mm512_reduce_add_ps(acc[r]);
 }
 
+// tile's 8-bit case with scales only (Q8_0) for one row of x and groups of 32, likewise: the LM
+// head of the default model, a 30 MB read every token (1.89 -> 1.65 ms, paired).
+template <int NR>
+void tile8_g32(const Weights& w, int64_t n0, const float* x, float* y, const float* s) {
+  const int64_t G = w.G, P = w.padded_groups(), rb = w.row_bytes();
+  const int64_t ahead = (PREFETCH_BYTES + rb - 1) / rb * rb;
+  __m512 acc[NR];
+  const int8_t* qr[NR];
+  for (int r = 0; r < NR; ++r)
+    acc[r] = _mm512_setzero_ps(), qr[r] = reinterpret_cast<const int8_t*>(w.q + (n0 + r) * rb);
+  for (int64_t g = 0; g < G; ++g) {
+    if ((g & 1) == 0)  // once per 64-byte line
+      for (int r = 0; r < NR; ++r) prefetch(reinterpret_cast<const uint8_t*>(qr[r]) + g * 32 + ahead);
+    const __m512 xa = _mm512_loadu_ps(x + g * 32), xb = _mm512_loadu_ps(x + g * 32 + 16);
+    for (int r = 0; r < NR; ++r) {
+      auto weights = [&](int64_t c) {
+        return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(
+            _mm_loadu_si128(reinterpret_cast<const __m128i*>(qr[r] + c))));
+      };
+      __m512 p = _mm512_fmadd_ps(xa, weights(g * 32), _mm512_setzero_ps());
+      p = _mm512_fmadd_ps(xb, weights(g * 32 + 16), p);
+      acc[r] = _mm512_fmadd_ps(_mm512_set1_ps(s[r * P + g]), p, acc[r]);
+    }
+  }
+  for (int r = 0; r < NR; ++r) y[n0 + r] = _mm512_reduce_add_ps(acc[r]);
+}
+
 template <int NR>
 void tile4_g32_any(const Weights& w, int64_t n0, const float* x, float* y, const float* s,
                    const float* z, const float* mn) {
@@ -258,20 +285,24 @@ void rows(const Weights& w, int64_t b, int64_t e, const float* x, float* y, int6
   constexpr int NR = MT > 2 ? 2 : MT == 2 ? NR_MAX : BITS == 4 ? 2 : 1;
   const int64_t P = w.padded_groups();
   int64_t n = b;
-  const bool g32 = BITS == 4 && MT == 1 && w.group == 32;
+  const bool g32 = MT == 1 && w.group == 32 && (BITS == 4 || (!w.z && !w.m));
   for (; n + NR <= e; n += NR) {
     for (int r = 0; r < NR; ++r) row_params(w, n + r, s + r * P, z + r * P, m + r * P);
-    if (g32)
+    if (!g32)
+      tile<BITS, NR, MT>(w, n, x, w.K, y, ldy, s, z, m);
+    else if (BITS == 4)
       tile4_g32_any<NR>(w, n, x, y, s, z, m);
     else
-      tile<BITS, NR, MT>(w, n, x, w.K, y, ldy, s, z, m);
+      tile8_g32<NR>(w, n, x, y, s);
   }
   for (; n < e; ++n) {
     row_params(w, n, s, z, m);
-    if (g32)
+    if (!g32)
+      tile<BITS, 1, MT>(w, n, x, w.K, y, ldy, s, z, m);
+    else if (BITS == 4)
       tile4_g32_any<1>(w, n, x, y, s, z, m);
     else
-      tile<BITS, 1, MT>(w, n, x, w.K, y, ldy, s, z, m);
+      tile8_g32<1>(w, n, x, y, s);
   }
 }
 
