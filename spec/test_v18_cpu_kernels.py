@@ -35,7 +35,7 @@ arithmetic does (see each spec); the store copies, bit for bit.
 
 Files: implementations/v18_quantized_weights/csrc/qlinear.cpp (the kernel), csrc/layers.cpp and
 csrc/attention.cpp (the layers' ops), implementations/v18_quantized_weights/cpu_kernels.py (their
-build, the product's fallback); model.py's CpuOps and CpuAttention run them.
+build, the product's fallback); model.py's QuantizedOps (cpu_layers) and CpuAttention run them.
 
 Tradeoff left visible: activations stay float32 (the logits must be a float64 engine's on the
 dequantized weights), so the kernel does float arithmetic on every weight where llama.cpp's

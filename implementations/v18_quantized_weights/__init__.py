@@ -11,8 +11,8 @@ output channel and int4 in groups with zero points, made at load from float weig
 
 Swaps the model part alone (model.py: QuantizedModel, whose ops' products read the integers
 through qlinear.py, and whose weights keep the checkpoint's QuantizedTensors; on a CPU in float32
-its ops and memory are CpuOps and CpuAttention, whose norms, RoPE, K/V store and decode
-attention are C++ ops beside the products, cpu_kernels.py). With float matrices it is v17."""
+its norms, RoPE, K/V store and decode attention are C++ ops beside the products, cpu_kernels.py,
+run by QuantizedOps and CpuAttention). With float matrices it is v17."""
 from torchlet.contract import QUANTIZED_WEIGHTS
 
 from ..v17_speculative_decoding import CAPABILITIES as PREVIOUS

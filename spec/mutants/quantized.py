@@ -96,8 +96,8 @@ MUTANTS += [
         (f"{OPS}::test_paged_decode_attention_equals_the_float64_attention_over_each_requests_"
          f"blocks",), V18, "the decode attention reads one token fewer than the context"),
     Mutant("v18-cpu-layers-never-chosen", PROPERTY, (
-        Edit(MODEL, "if not decoder.ops.on_triton and cpu_kernels.takes(a.device, a.dtype):",
-             "if False and cpu_kernels.takes(a.device, a.dtype):"),),
+        Edit(MODEL, "ops.cpu_layers = not ops.on_triton and cpu_kernels.takes(device, dtype)",
+             "ops.cpu_layers = False and cpu_kernels.takes(device, dtype)"),),
         (f"{OPS}::test_a_quantized_engine_on_a_cpu_runs_its_decode_step_on_these_ops",), V18,
         "a CPU engine keeps v17's PyTorch layers: the same numbers, 1.6x slower"),
 ]
