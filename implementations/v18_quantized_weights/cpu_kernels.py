@@ -2,8 +2,8 @@
 that registers them in the torch namespace `torchlet_q`: the quantized matrix product `linear`
 (csrc/qlinear.cpp), and the steps of a layer between products that PyTorch runs as many small
 ops (csrc/layers.cpp: rms_norm, add_rms_norm, rope_split; csrc/attention.cpp: store_kv and
-paged_decode_attention over v08's paged cache). The functions below call them; QuantizedModel
-runs the layers' ops where `takes` says they run (cpu_ops.py).
+paged_decode_attention over v08's paged cache). The functions below call them; the model runs
+the layers' ops where `takes` says they run (model.py: QuantizedOps.cpu_layers, CpuAttention).
 
 It is compiled with -march=native (AVX512 where the machine has it, a portable loop where not),
 so the build lives in this machine's cache (TORCHLET_CACHE_DIR, else ~/.cache/torchlet, as the
