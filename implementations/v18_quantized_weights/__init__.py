@@ -10,8 +10,9 @@ output channel and int4 in groups with zero points, made at load from float weig
 "float" (v17), "gguf", "int8", "int4"; group_size for int4.
 
 Swaps the model part alone (model.py: QuantizedModel, whose ops' products read the integers
-through qlinear.py, and whose weights keep the checkpoint's QuantizedTensors). With float
-matrices it is v17."""
+through qlinear.py, and whose weights keep the checkpoint's QuantizedTensors; on a CPU in float32
+its norms, RoPE, K/V store and decode attention are C++ ops beside the products, cpu_kernels.py,
+run by QuantizedOps and CpuAttention). With float matrices it is v17."""
 from torchlet.contract import QUANTIZED_WEIGHTS
 
 from ..v17_speculative_decoding import CAPABILITIES as PREVIOUS

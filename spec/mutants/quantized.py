@@ -1,10 +1,11 @@
 """Quantized weights (v18): the integers and scales the quantizer makes, how they are packed and
 stacked, and where the products read them. Each mutant keeps the engine running and breaks the
 numbers or the bytes, in a way the page's specs (the spec's own quantizer, bit for bit; a float64
-engine on the dequantized weights; the storages a decode step reads) notice. The C++ kernel's
-breakages are checked by spec/test_v18_cpu_kernels.py by hand (a mutant of it would rebuild the
-extension, about 15 s, for every run of the set); the Triton gemv's run here under the
-interpreter."""
+engine on the dequantized weights; the storages a decode step reads) notice; the last keeps the
+numbers and loses the CPU's speed. The C++ kernels' own breakages are checked by
+spec/test_v18_cpu_kernels.py by hand (a mutant of them would rebuild the extension, about 15 s,
+for every run of the set, and a process holds the ops it loaded first): the mutants of the layers'
+ops below break the Python that calls them; the Triton gemv's run here under the interpreter."""
 from spec.mutants import Edit, Mutant
 
 QUANTIZE = "v18_quantized_weights/quantize.py"
@@ -66,4 +67,37 @@ MUTANTS = [
     Mutant("v18-gemv-zero-point-added", PROPERTY, (
         Edit(GPU, "off = base + tl.load(z_ptr + gidx", "off = base - tl.load(z_ptr + gidx"),),
         (TRITON,), V18, "the Triton gemv adds a group's zero point where it subtracts it"),
+]
+
+# The layers' C++ ops (csrc/layers.cpp, csrc/attention.cpp) are registered once per process, so a
+# mutant's copy runs the reference's compiled code: these break the Python side each op is
+# called through (cpu_kernels.py) or chosen by (model.py), as a slip there would.
+CPU = "v18_quantized_weights/cpu_kernels.py"
+OPS = "spec/test_v18_cpu_kernels.py"
+MUTANTS += [
+    Mutant("v18-cpu-norm-weight-left-out", PROPERTY, (
+        Edit(CPU, "torch.ops.torchlet_q.add_rms_norm(x, residual, weight, eps)",
+             "torch.ops.torchlet_q.add_rms_norm(x, residual, torch.ones_like(weight), eps)"),),
+        (f"{OPS}::test_rms_norm_and_its_residual_add_equal_the_float64_norm",), V18,
+        "the residual add's norm scales by ones, not its weight"),
+    Mutant("v18-cpu-rope-cos-and-sin-swapped", PROPERTY, (
+        Edit(CPU, "torch.ops.torchlet_q.rope_split(qkv, cos, sin,",
+             "torch.ops.torchlet_q.rope_split(qkv, sin, cos,"),),
+        (f"{OPS}::test_rope_split_turns_q_and_k_as_the_float64_rotation_and_keeps_v",), V18,
+        "RoPE handed sin for cos"),
+    Mutant("v18-cpu-store-k-and-v-swapped", PROPERTY, (
+        Edit(CPU, "torch.ops.torchlet_q.store_kv(k, v, k_cache, v_cache, slot_mapping)",
+             "torch.ops.torchlet_q.store_kv(v, k, k_cache, v_cache, slot_mapping)"),),
+        (f"{OPS}::test_store_kv_writes_each_row_to_its_slot_and_nothing_for_minus_one",), V18,
+        "each new key stored in the value cache and each value in the key cache"),
+    Mutant("v18-cpu-attention-misses-the-newest-token", PROPERTY, (
+        Edit(CPU, "block_tables,\n                                                       context_lens, scale)",
+             "block_tables,\n                                                       context_lens - 1, scale)"),),
+        (f"{OPS}::test_paged_decode_attention_equals_the_float64_attention_over_each_requests_"
+         f"blocks",), V18, "the decode attention reads one token fewer than the context"),
+    Mutant("v18-cpu-layers-never-chosen", PROPERTY, (
+        Edit(MODEL, "ops.cpu_layers = not ops.on_triton and cpu_kernels.takes(device, dtype)",
+             "ops.cpu_layers = False and cpu_kernels.takes(device, dtype)"),),
+        (f"{OPS}::test_a_quantized_engine_on_a_cpu_runs_its_decode_step_on_these_ops",), V18,
+        "a CPU engine keeps v17's PyTorch layers: the same numbers, 1.6x slower"),
 ]

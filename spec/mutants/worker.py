@@ -83,8 +83,8 @@ def harness_copy(directory: str | None, fresh: list[str]):
 
 
 def reference_ops(args: list[str]) -> None:
-    """Before the first run against a copied tree: register the reference's compiled op (v18's
-    `torchlet_q::linear`). torch's cpp_extension keys a build by its source's path, so a copy's
+    """Before the first run against a copied tree: register the reference's compiled ops (v18's
+    `torchlet_q` library). torch's cpp_extension keys a build by its source's path, so a copy's
     first call would compile the unchanged C++ again from the copy (about 10 s of a core), and
     the next load from the reference, in any process, once more. No mutant edits the C++ source,
     and a copy's build() takes an op already registered as its own. The module is loaded from
