@@ -81,16 +81,17 @@ def full_steps(engine, workload: Workload, device: str) -> tuple[float, int, lis
     """The workload through the step API: the mean seconds of its decode steps while every
     request decodes (the constrained answers end at different lengths, and a step of fewer
     rows costs less: only the full steps compare), how many there were, and each request's
-    tokens."""
+    tokens. A step's time runs from its start to its return, with no sync around it: a step
+    that launched the next decode ahead returns while the GPU computes it, and the next step
+    waits for it as a serving loop does, so the steps' times add up to the run's wall time."""
     from .drive import sync
 
     ids = [engine.add_request(list(p), workload.params(i)) for i, p in enumerate(workload.prompts)]
     times = []
+    sync(device)
     while engine.has_unfinished():
-        sync(device)
         start = time.perf_counter()
         engine.step()
-        sync(device)
         took = time.perf_counter() - start
         stats = engine.last_step_stats()
         if stats.num_prefill_tokens == 0 and len(stats.decode_ids) == workload.num_requests:
