@@ -47,6 +47,7 @@ pytestmark = pytest.mark.spec(needs=PREFIX_CACHE, part="kv",
                               first_with=("PrefixBlockPool", "PrefixKV"))
 
 A, B, C, D = "a", "b", "c", "d"
+F, R, S, T = "f", "r", "s", "t"  # a filler, and the requests of the re-registered prefix
 
 
 def weak(parent, tokens):
@@ -93,6 +94,28 @@ def test_a_block_that_ends_another_prefix_is_no_hit_even_with_its_own_tokens_and
     # C's second block has A's second block's tokens and hash, but A's block ends 1 2 3 4.
     assert pool.allocate_cached(C, [5, 6, 3, 4, 0]) == 2
     assert pool.table(C)[:1] == pool.table(B)[:1] and pool.table(C)[1] != pool.table(A)[1]
+
+
+def test_a_block_sealed_after_its_prefix_is_found_again_once_that_prefix_is_registered_anew(impl):
+    """R computes (1, 2) beside A, whose copy is registered; R's (9, 7) is then sealed after A's
+    (1, 2). A's block is evicted and S registers (1, 2) in a block of its own: a prompt 1 2 9 7
+    ... shares S's block and R's (9, 7), whose K/V was computed after the same tokens."""
+    pool = impl.package.PrefixBlockPool(8, block_size=2)
+    pool.allocate_cached(A, [1, 2, 9])
+    pool.allocate_cached(R, [1, 2, 9])                       # both compute (1, 2) in one step
+    pool.seal(A, [1, 2, 9])
+    pool.seal(R, [1, 2, 9])                                  # A's (1, 2) is the registered one
+    pool.append_token(R)
+    pool.seal(R, [1, 2, 9, 7])                               # R's (9, 7) follows it
+    first, second = pool.table(A)[0], pool.table(R)[1]
+    pool.free(A)
+    pool.allocate(F, 2 * pool.num_free)                      # takes every free block: evicts A's
+    assert pool.hash_of(first) is None
+    pool.free(F)
+    pool.allocate_cached(S, [1, 2, 5])
+    pool.seal(S, [1, 2, 5])                                  # (1, 2) registered again
+    assert pool.allocate_cached(T, [1, 2, 9, 7, 3]) == 4
+    assert pool.table(T)[:2] == [pool.table(S)[0], second]
 
 
 # --- edge cases ---------------------------------------------------------------------------------

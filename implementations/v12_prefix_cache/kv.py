@@ -37,8 +37,9 @@ def default_block_hash(parent: Hashable | None, tokens: tuple[int, ...]) -> Hash
 
 class Link:
     """A full block's place in a prefix: the link of the block before it (None for a first block)
-    and its own token ids. Links are compared by identity: a block evicted and hashed again gets
-    a new one, so a link made under its old contents matches no parent any more."""
+    and its own token ids. A block evicted and hashed again gets a new link; a link made under
+    its old contents keeps them, so it matches the new one only where the tokens are the same
+    (a block's K/V depends on the tokens before it, not on which block held them)."""
 
     __slots__ = ("parent", "tokens")
 
@@ -46,7 +47,18 @@ class Link:
         self.parent, self.tokens = parent, tokens
 
     def extends(self, parent: "Link | None", tokens: tuple[int, ...]) -> bool:
-        return self.parent is parent and self.tokens == tokens
+        """Whether this block follows `parent` with these tokens: the same link before it, or
+        one of the same tokens all the way up (a block sealed while the block before it, since
+        evicted, was registered, follows that prefix registered again: without this it could
+        never be found, and it would hold its hash against the prefix's next registration)."""
+        if self.tokens != tokens:
+            return False
+        mine = self.parent
+        while mine is not parent:  # identity first: the walk runs only where the links split
+            if mine is None or parent is None or mine.tokens != parent.tokens:
+                return False
+            mine, parent = mine.parent, parent.parent
+        return True
 
     def prefix(self) -> tuple[int, ...]:
         """Every token up to the block's end."""

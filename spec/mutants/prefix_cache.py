@@ -11,6 +11,8 @@ PAGE = "spec/test_v12_block_pool.py"
 MACHINE = (f"{PAGE}::test_shared_blocks_under_random_prefixes_decode_seal_free_and_eviction_keep_"
            f"every_invariant")
 COLLISION = f"{PAGE}::test_a_forced_collision_serves_no_block_whose_tokens_differ"
+AGAIN = (f"{PAGE}::test_a_block_sealed_after_its_prefix_is_found_again_once_that_prefix_is_"
+         f"registered_anew")
 OTHER_PREFIX = (f"{PAGE}::test_a_block_that_ends_another_prefix_is_no_hit_even_with_its_own_"
                 f"tokens_and_hash")
 BOUNDARY = f"{PAGE}::test_a_full_hit_at_a_block_boundary_leaves_the_last_block_to_compute"
@@ -44,6 +46,12 @@ MUTANTS = [
              "            if block is None:"),),
         (COLLISION, OTHER_PREFIX, MACHINE), V12,
         "a hit trusts the hash alone: a collision serves another prefix's K/V"),
+    Mutant("v12-links-matched-by-identity-alone", PROPERTY, (
+        Edit(POOL, "            if mine is None or parent is None or mine.tokens != parent.tokens:\n",
+             "            if True:  # a link made before its parent's eviction matches nothing\n"),),
+        (AGAIN,), V12,
+        "a block sealed while its prefix sat in a block since evicted is never found again, and "
+        "holds its hash against the prefix's next registration"),
     Mutant("v12-full-hit-covers-the-last-token", PROPERTY, (
         Edit(POOL, "        for end in range(size, len(tokens), size):",
              "        for end in range(size, len(tokens) + 1, size):"),),
