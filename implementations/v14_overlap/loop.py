@@ -29,7 +29,7 @@ class Launched:
     (the graph's output, until the next replay: a later sampler may draw again from them)."""
     requests: list
     tokens: torch.Tensor
-    logits: torch.Tensor | None = None
+    logits: torch.Tensor
 
     def rows_of(self, requests: list) -> list[int] | None:
         """The rows of these requests (a subsequence: those still running), in their order;

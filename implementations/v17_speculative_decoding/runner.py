@@ -29,6 +29,8 @@ from ..v16_tensor_parallel import (ChunkedRunner, DecodeBuffers, GraphRunner, de
 PAD = -1  # fills a row of kept tokens out to guesses + 1
 # The decode inputs' fields since v08, in the order the decode step takes them (inputs.tensors).
 FIELDS = ("token_ids", "positions", "block_tables", "context_lens", "slot_mapping")
+# The ways a verify graph draws: v11's. A pass whose rows a grammar masks is a slice instead.
+WAYS = ("sample", "greedy")
 
 
 class SpeculativeRunner(ChunkedRunner):
@@ -76,8 +78,8 @@ class SpeculativeRunner(ChunkedRunner):
         if self.verify_rows and self.use_graphs and self.device.type == "cuda" \
                 and not self.verify_graphs_ready:
             self.verify_graphs_ready = True
-            for way in ("greedy", "sample"):
-                self.verify_graphs[way].capture_all()
+            for graphs in self.verify_graphs.values():
+                graphs.capture_all()
         return super().step_lanes(requests)
 
     def proposals(self, requests: Sequence, k: int) -> list[list[int]]:
@@ -119,29 +121,26 @@ class SpeculativeRunner(ChunkedRunner):
         """Per request, the engine's own draw after each of its uncomputed tokens (its last
         known token and its guesses): one replay of the verify graph whose rows are those
         tokens, each a decode lane (see above)."""
+        counts = [len(r.sequence) - r.computed for r in requests]
         rows = [(r, p) for r in requests for p in range(r.computed, len(r.sequence))]
-        tables = [self.kv.block_table(r.id) for r in requests]
-        width = self.verify_buffers.device_tensors["block_tables"].shape[1]
-        padded = np.full((len(rows), width), metadata.NULL_BLOCK, dtype=np.int32)
-        i = 0
-        for r, table in zip(requests, tables):
-            for _ in range(r.computed, len(r.sequence)):
-                padded[i, :len(table)] = table
-                i += 1
+        # each request's table padded once, then repeated for its rows
+        tables = np.full((len(requests), self.verify_buffers.device_tensors["block_tables"]
+                          .shape[1]), metadata.NULL_BLOCK, dtype=np.int32)
+        for i, r in enumerate(requests):
+            table = self.kv.block_table(r.id)
+            tables[i, :len(table)] = table
         self.verify_buffers.write(range(len(rows)), {
             "token_ids": [r.sequence[p] for r, p in rows], "positions": [p for _, p in rows],
             "context_lens": [p + 1 for _, p in rows],
             "slot_mapping": [self.kv.slot(r.id, p) for r, p in rows],
-            "block_tables": padded, "owners": [r.lane for r, _ in rows]})
+            "block_tables": np.repeat(tables, counts, axis=0),
+            "owners": [r.lane for r, _ in rows]})
         way = self.sampler.variant(self.kv.lanes_in_use(), requests)
         _, drawn = self.verify_graphs[way].run(len(rows))
-        drawn = drawn[:len(rows)].tolist()
         self.meter["graph_passes"] += 1
-        out, start = [], 0
-        for r in requests:
-            out.append(drawn[start:start + len(r.sequence) - r.computed])
-            start += len(r.sequence) - r.computed
-        return out
+        ends = np.cumsum(counts).tolist()
+        drawn = drawn[:len(rows)].tolist()
+        return [drawn[end - n:end] for end, n in zip(ends, counts)]
 
     @cached_property
     def verify_buffers(self):
@@ -154,13 +153,13 @@ class SpeculativeRunner(ChunkedRunner):
 
     @cached_property
     def verify_graphs(self) -> dict[str, GraphRunner]:
-        """One set of graphs per way the sampler draws, one graph per bucket of rows."""
+        """One set of graphs per way of v11's draw, one graph per bucket of rows."""
         return {way: GraphRunner(partial(self.verify_step, way), self.verify_buffers.tensors,
                                  buckets=default_buckets(self.verify_rows),
                                  constants=(self.weights, self.kv.kv,
                                             self.sampler.lane_tensors(way)),
                                  enabled=self.use_graphs)
-                for way in self.sampler.variants}
+                for way in WAYS}
 
     def verify_step(self, way: str, *tensors: torch.Tensor):
         """What a verify graph holds: the decode step over its rows, then each row's draw with

@@ -157,7 +157,7 @@ class QuantizedOps(FusedOps):
         return self.group_queries(q, config.num_kv_heads), k, v
 
 
-class CpuAttention(layers.Memory):  # v13's FusedContextAttention: v17 exports it only so
+class CpuAttention(layers.Memory):  # layers.Memory: v13's FusedContextAttention, as v17 exports it
     """v13's memory whose K/V store and decode attention are the C++ ops: the attention reads
     each request's keys and values where its block table says they lie, no gather."""
 
