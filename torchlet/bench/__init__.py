@@ -97,6 +97,7 @@ def add_commands(subparsers) -> None:
     p.add_argument("--hf-batch-size", type=int, default=64)
     _engine_options(p, max_running=None, max_step_tokens=16384)
     _shared_prefix(p)
+    _quantize(p)
     p.add_argument("--repeats", type=int, default=None,
                    help="runs of each version, interleaved, each on a fresh engine: the row is "
                         "the median run's and lists every run's wall time (default 3 on CUDA, "
@@ -143,9 +144,7 @@ def add_commands(subparsers) -> None:
     p = _parser(sub, "decode", _lazy("run_decode"), "one decode step, batch x context")
     _device_options(p)
     _cells(p)
-    p.add_argument("--quantize", choices=("int8", "int4"), default=None,
-                   help="v18 and later: the random weights quantized at load (the weights "
-                        "option; other versions run float)")
+    _quantize(p)
     p.add_argument("--steps", type=int, default=20)
     p.add_argument("--warmup", type=int, default=5)
     _engine_options(p, max_running=None, max_step_tokens=16384)
@@ -313,6 +312,12 @@ def _anchor_options(p, switch: bool = True) -> None:
     p.add_argument("--compile", choices=("default", "max-autotune-no-cudagraphs", "none"),
                    default="default", help="torch.compile mode of the gpt-fast-style step on "
                                            "CUDA (a CPU runs it eagerly)")
+
+
+def _quantize(p) -> None:
+    p.add_argument("--quantize", choices=("int8", "int4"), default=None,
+                   help="v18 and later: the weights quantized at load (the weights option; "
+                        "other versions run float)")
 
 
 def _shared_prefix(p) -> None:
