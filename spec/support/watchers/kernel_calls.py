@@ -44,30 +44,3 @@ class AtenCalls(TorchDispatchMode):
         if getattr(func, "namespace", None) == "aten":
             self.counts[func._opname] += 1
         return func(*args, **(kwargs or {}))
-
-
-class TritonLaunches:
-    """`with TritonLaunches() as launches: ...`, then `launches.counts["_gemv_kernel"]`: the
-    Triton kernels launched under the interpreter (TRITON_INTERPRET=1), by kernel name, counted
-    where the interpreter runs a launch's grid; a jit function called from inside a kernel is
-    not a launch and is not counted. Under a real GPU it sees nothing (use the profiler)."""
-
-    def __init__(self):
-        self.counts: Counter[str] = Counter()
-
-    def __enter__(self) -> "TritonLaunches":
-        from triton.runtime.interpreter import InterpretedFunction
-
-        self._cls, self._run = InterpretedFunction, InterpretedFunction.run
-        counts, run = self.counts, self._run
-
-        def counted(fn, *args, grid, warmup, **kwargs):
-            if not warmup:
-                counts[fn.__name__] += 1
-            return run(fn, *args, grid=grid, warmup=warmup, **kwargs)
-
-        InterpretedFunction.run = counted
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self._cls.run = self._run
