@@ -7,10 +7,7 @@ reading. cuBLAS's kernels are tiled for many rows: on the H200 a q/k/v or o prod
 takes 4.2-4.7 us for 1.6-2.1 MB, and down runs split over k, with a reducing launch after it
 (docs/perf-notes.md). Here a program reads BLOCK_N whole weight rows in BLOCK_K-wide chunks and
 sums each row's products in registers: 3.4 and 2.9 us. A long k (down's) is split over
-programs, each storing a float32 partial sum; the last of a tile's programs to finish adds them
-in a fixed order (add_up_splits), so the split costs no second launch: at batch 1 a step pays
-for its launches more than for its bytes (257 launches of about 3.4 us against 0.9 us of bytes
-each, docs/perf-notes.md), and the reducing launch was one of a layer's ten or eleven.
+programs, whose float32 partial sums a second, small launch adds in a fixed order.
 
 The down projection's input is SwiGLU's output, which swiglu_packed wrote in a launch of its
 own. With swiglu=True the kernel reads the gate/up GEMM's row [gate | up] itself and forms
@@ -39,13 +36,13 @@ from ..v12_prefix_cache import kernels
 check, check_tensor = kernels.check, kernels.check_tensor
 
 GEMV_MAX_N = 4096  # weight rows; past this cuBLAS's tiles keep the GPU reading
+SUM_BLOCK = 1024
 
 _NS = __name__.replace(".", "_")
 
 
 @triton.jit
-def _gemv_kernel(x_ptr, w_ptr, bias_ptr, part_ptr, out_ptr, tiles_ptr, n, k, chunk,
-                 SWIGLU: tl.constexpr,
+def _gemv_kernel(x_ptr, w_ptr, bias_ptr, out_ptr, n, k, chunk, SWIGLU: tl.constexpr,
                  HAS_BIAS: tl.constexpr, SPLIT: tl.constexpr, BLOCK_N: tl.constexpr,
                  BLOCK_K: tl.constexpr):
     rows = tl.program_id(0).to(tl.int64) * BLOCK_N + tl.arange(0, BLOCK_N)  # weight rows
@@ -66,9 +63,8 @@ def _gemv_kernel(x_ptr, w_ptr, bias_ptr, part_ptr, out_ptr, tiles_ptr, n, k, chu
         w = tl.load(w_ptr + rows[:, None] * k + ks[None, :],
                     mask=(rows[:, None] < n) & live[None, :], other=0.0)
         acc += tl.sum(w.to(tl.float32) * a[None, :], axis=1)
-    if SPLIT > 1:  # a partial sum: the tile's last program adds them up
-        add_up_splits(part_ptr, bias_ptr, out_ptr, tiles_ptr, tl.program_id(0),
-                      tl.program_id(1), rows, rows < n, n, n, acc, SPLIT, HAS_BIAS)
+    if SPLIT > 1:  # a partial sum, in float32, to this share's row of the workspace
+        tl.store(out_ptr + tl.program_id(1) * n + rows, acc, mask=rows < n)
     else:
         if HAS_BIAS:
             acc += tl.load(bias_ptr + rows, mask=rows < n, other=0.0).to(tl.float32)
@@ -76,43 +72,16 @@ def _gemv_kernel(x_ptr, w_ptr, bias_ptr, part_ptr, out_ptr, tiles_ptr, n, k, chu
 
 
 @triton.jit
-def add_up_splits(part_ptr, bias_ptr, out_ptr, tiles_ptr, tile, split, offs, live, total, n,
-                  acc, SPLIT: tl.constexpr, HAS_BIAS: tl.constexpr):
-    """Where k is split over SPLIT programs: this program's (its tile's split `split`) float32
-    partial sums `acc` of the outputs at `offs` (of `total`, n to a row) go to its share of the
-    workspace part_ptr [SPLIT, total]; then it counts itself done on its tile's counter, and
-    the program that comes last adds the tile's partial sums, always in split order (the same
-    sums every call, whoever is last), with the bias, into out_ptr, and sets the counter back
-    to 0 for the next launch (the counters: split_counters)."""
-    tl.store(part_ptr + split * total + offs, acc, mask=live)
-    tl.debug_barrier()  # every thread's partial sums stored before the count says they are
-    arrived = tl.atomic_add(tiles_ptr + tile, 1, sem="acq_rel")  # releases them; acquires others'
-    if arrived == SPLIT - 1:
-        summed = tl.zeros(acc.shape, dtype=tl.float32)
-        for s in range(SPLIT):  # ".cg": read from L2, where the other programs' stores are
-            summed += tl.load(part_ptr + s * total + offs, mask=live, other=0.0,
-                              cache_modifier=".cg")
-        if HAS_BIAS:
-            summed += tl.load(bias_ptr + offs % n, mask=live, other=0.0).to(tl.float32)
-        tl.store(out_ptr + offs, summed.to(out_ptr.dtype.element_ty), mask=live)
-        tl.atomic_xchg(tiles_ptr + tile, 0)
-
-
-_COUNTERS: dict[torch.device, torch.Tensor] = {}
-
-
-def split_counters(device: torch.device, tiles: int) -> torch.Tensor:
-    """A counter for each of `tiles` tiles of a split launch, each 0: one int32 buffer per
-    device, which every later launch reads (the program that finishes a tile sets its counter
-    back to 0), so a captured step reads the same buffer at each replay and no launch clears
-    it. The launches of a device run one after another in its stream, so they can share it. It
-    grows only at a launch that needs more tiles than any before: an eager call, since every
-    capture is preceded by warm-up runs of the same shapes."""
-    counters = _COUNTERS.get(device)
-    if counters is None or counters.numel() < tiles:
-        counters = torch.zeros(max(tiles, 1024), device=device, dtype=torch.int32)
-        _COUNTERS[device] = counters
-    return counters
+def _sum_splits_kernel(part_ptr, bias_ptr, out_ptr, n, SPLIT: tl.constexpr,
+                       HAS_BIAS: tl.constexpr, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    live = offs < n
+    acc = tl.zeros((BLOCK,), dtype=tl.float32)
+    for split in range(SPLIT):  # always in the same order: the same sums every call
+        acc += tl.load(part_ptr + split * n + offs, mask=live, other=0.0)
+    if HAS_BIAS:
+        acc += tl.load(bias_ptr + offs, mask=live, other=0.0).to(tl.float32)
+    tl.store(out_ptr + offs, acc.to(out_ptr.dtype.element_ty), mask=live)
 
 
 def plan(n: int, k: int, on_gpu: bool) -> tuple[int, int, int]:
@@ -138,11 +107,13 @@ def _gemv_op(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
     chunk = triton.cdiv(triton.cdiv(k, split), block_k) * block_k
     split = triton.cdiv(k, chunk)
     part = out if split == 1 else torch.empty(split, n, device=x.device, dtype=torch.float32)
-    tiles = triton.cdiv(n, block_n)
-    _gemv_kernel[(tiles, split)](
-        x, weight, bias if bias is not None else weight, part, out,
-        split_counters(x.device, tiles), n, k, chunk, SWIGLU=swiglu, HAS_BIAS=bias is not None,
+    bias_or_any = bias if bias is not None else weight
+    _gemv_kernel[(triton.cdiv(n, block_n), split)](
+        x, weight, bias_or_any, part, n, k, chunk, SWIGLU=swiglu, HAS_BIAS=bias is not None,
         SPLIT=split, BLOCK_N=block_n, BLOCK_K=block_k)
+    if split > 1:
+        _sum_splits_kernel[(triton.cdiv(n, SUM_BLOCK),)](
+            part, bias_or_any, out, n, SPLIT=split, HAS_BIAS=bias is not None, BLOCK=SUM_BLOCK)
     return out
 
 

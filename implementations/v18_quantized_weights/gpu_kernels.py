@@ -8,8 +8,7 @@ Two kernels, chosen by the number of rows M (`linear`):
   chunks, each byte once, and multiplies it by every one of the M rows of x (held in L1: x is
   tiny). At a few rows a product is a read of the weights, so its time is bytes over bandwidth,
   and int8 reads half of bf16's bytes, int4 a quarter. A long K is split over programs, whose
-  float32 partial sums the last of a tile's programs adds in a fixed order (v13's gemv's
-  add_up_splits, which the matmul's split uses too): no second launch.
+  float32 partial sums a second small launch adds in a fixed order (v13's gemv does the same).
 - matmul (M > GEMV_MAX_M): tensor cores. A program dequantizes a [BLOCK_N, GW] slice of weights
   in registers to x's dtype and feeds it to tl.dot with x's [BLOCK_M, GW] tile; each weight byte
   is read once per BLOCK_M rows of x, and never written back as floats.
@@ -64,7 +63,7 @@ import triton.language as tl
 
 from torchlet.contract import QuantizedTensor, fake_of, kernel_op
 
-from ..v17_speculative_decoding import gemv as float_gemv, kernels
+from ..v17_speculative_decoding import kernels
 
 check, check_tensor = kernels.check, kernels.check_tensor
 
@@ -88,6 +87,7 @@ GEMV_MAX_M = 7
 GEMV_PLANS = {"few": (4, {8: 1024, 4: 1024}, {8: 4096, 4: 2048}),
               "many": (8, {8: 512, 4: 1024}, {8: 2048, 4: 2048})}
 GEMV_MANY_ROWS = 16384
+SUM_BLOCK = 1024
 # matmul tiles by rows: (BLOCK_M, BLOCK_N, num_warps, num_stages). Not yet tuned: the tile sweep
 # of the first GPU call did not finish (see the module docstring).
 MATMUL_TILES = ((32, (32, 64, 4, 4)), (64, (64, 64, 4, 4)), (1 << 62, (128, 128, 8, 3)))
@@ -106,8 +106,7 @@ def _slice_width(group: int, block_k: int) -> int:
 # --- gemv: a few rows, CUDA cores ----------------------------------------------------------
 
 @triton.jit
-def _gemv_kernel(x_ptr, q_ptr, s_ptr, z_ptr, mn_ptr, b_ptr, part_ptr, out_ptr, tiles_ptr, M, N,
-                 K, n_groups, chunk,
+def _gemv_kernel(x_ptr, q_ptr, s_ptr, z_ptr, mn_ptr, b_ptr, out_ptr, M, N, K, n_groups, chunk,
                  BITS: tl.constexpr, GROUP: tl.constexpr, GW: tl.constexpr,
                  HAS_Z: tl.constexpr, HAS_MIN: tl.constexpr, HAS_BIAS: tl.constexpr,
                  ONE_GROUP: tl.constexpr, SPLIT: tl.constexpr, BLOCK_M: tl.constexpr,
@@ -181,15 +180,27 @@ def _gemv_kernel(x_ptr, q_ptr, s_ptr, z_ptr, mn_ptr, b_ptr, part_ptr, out_ptr, t
     if ONE_GROUP:  # the row's one scale, once (a split's partial sum scales the same way)
         acc *= tl.load(s_ptr + rows, mask=row_ok, other=0.0).to(tl.float32)[:, None]
     out_mask = row_ok[:, None] & (ms[None, :] < M)
-    if SPLIT > 1:  # a float32 partial sum: the tile's last program adds them up (v13's gemv.py)
-        float_gemv.add_up_splits(part_ptr, b_ptr, out_ptr, tiles_ptr, tl.program_id(0),
-                                 tl.program_id(1), ms[None, :] * N + rows[:, None], out_mask,
-                                 M * N, N, acc, SPLIT, HAS_BIAS)
+    if SPLIT > 1:  # a float32 partial sum: this split's [M, N] of the workspace
+        tl.store(out_ptr + (tl.program_id(1) * M + ms[None, :]) * N + rows[:, None], acc,
+                 mask=out_mask)
     else:
         if HAS_BIAS:
             acc += tl.load(b_ptr + rows, mask=row_ok, other=0.0).to(tl.float32)[:, None]
         tl.store(out_ptr + ms[None, :] * N + rows[:, None], acc.to(out_ptr.dtype.element_ty),
                  mask=out_mask)
+
+
+@triton.jit
+def _sum_splits_kernel(part_ptr, b_ptr, out_ptr, total, N, SPLIT: tl.constexpr,
+                       HAS_BIAS: tl.constexpr, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)   # over the M * N outputs
+    live = offs < total
+    acc = tl.zeros((BLOCK,), dtype=tl.float32)
+    for split in range(SPLIT):  # always in the same order: the same sums every call
+        acc += tl.load(part_ptr + split * total + offs, mask=live, other=0.0)
+    if HAS_BIAS:
+        acc += tl.load(b_ptr + offs % N, mask=live, other=0.0).to(tl.float32)
+    tl.store(out_ptr + offs, acc.to(out_ptr.dtype.element_ty), mask=live)
 
 
 def gemv_plan(m: int, n: int, k: int, bits: int, on_gpu: bool) -> tuple[int, int, int]:
@@ -216,14 +227,24 @@ def _gemv_op(x: torch.Tensor, q: torch.Tensor, scales: torch.Tensor, zeros: torc
     split = triton.cdiv(k, chunk)
     one_group = group == k and mins is None
     part = out if split == 1 else torch.empty(split, m, n, device=x.device, dtype=torch.float32)
-    tiles = triton.cdiv(n, block_n)
-    _gemv_kernel[(tiles, split)](
+    _gemv_kernel[(triton.cdiv(n, block_n), split)](
         x, q, scales, zeros if zeros is not None else scales,
-        mins if mins is not None else scales, bias if bias is not None else scales, part, out,
-        float_gemv.split_counters(x.device, tiles), m, n, k, k // group, chunk, BITS=bits,
-        GROUP=group, GW=_slice_width(group, block_k), HAS_Z=zeros is not None, HAS_MIN=mins is not None,
+        mins if mins is not None else scales, bias if bias is not None else scales, part,
+        m, n, k, k // group, chunk, BITS=bits, GROUP=group,
+        GW=_slice_width(group, block_k), HAS_Z=zeros is not None, HAS_MIN=mins is not None,
         HAS_BIAS=bias is not None, ONE_GROUP=one_group, SPLIT=split,
         BLOCK_M=triton.next_power_of_2(m), BLOCK_N=block_n, BLOCK_K=block_k, num_warps=4)
+    return summed(part, out, bias, scales, split)
+
+
+def summed(part, out, bias, scales, split: int) -> torch.Tensor:
+    """out: where K was split over programs, their float32 partial sums [split, M, N] added in
+    a fixed order (and the bias) by one more launch; else the kernel wrote it already."""
+    if split > 1:
+        m, n = out.shape
+        _sum_splits_kernel[(triton.cdiv(m * n, SUM_BLOCK),)](
+            part, bias if bias is not None else scales, out, m * n, n, SPLIT=split,
+            HAS_BIAS=bias is not None, BLOCK=SUM_BLOCK)
     return out
 
 
@@ -238,8 +259,7 @@ fake_of(_gemv_op)(shaped)
 # --- matmul: many rows, tensor cores -------------------------------------------------------
 
 @triton.jit
-def _matmul_kernel(x_ptr, q_ptr, s_ptr, z_ptr, mn_ptr, b_ptr, part_ptr, out_ptr, tiles_ptr, M, N,
-                   K, n_groups, chunk,
+def _matmul_kernel(x_ptr, q_ptr, s_ptr, z_ptr, mn_ptr, b_ptr, out_ptr, M, N, K, n_groups, chunk,
                    SPLIT: tl.constexpr, BITS: tl.constexpr, GROUP: tl.constexpr, GW: tl.constexpr,
                    HAS_Z: tl.constexpr, HAS_MIN: tl.constexpr, HAS_BIAS: tl.constexpr,
                    ONE_GROUP: tl.constexpr, IEEE: tl.constexpr, BLOCK_M: tl.constexpr,
@@ -311,11 +331,9 @@ def _matmul_kernel(x_ptr, q_ptr, s_ptr, z_ptr, mn_ptr, b_ptr, part_ptr, out_ptr,
     if ONE_GROUP:  # the row's one scale, applied to the sum (q - z is exact in bf16: |q-z| < 256)
         acc *= tl.load(s_ptr + rn, mask=n_ok, other=0.0).to(tl.float32)[None, :]
     out_mask = m_ok[:, None] & n_ok[None, :]
-    if SPLIT > 1:  # a float32 partial sum: the tile's last program adds them up (v13's gemv.py)
-        float_gemv.add_up_splits(part_ptr, b_ptr, out_ptr, tiles_ptr,
-                                 tl.program_id(0) * tl.num_programs(1) + tl.program_id(1),
-                                 tl.program_id(2), rm[:, None] * N + rn[None, :], out_mask,
-                                 M * N, N, acc, SPLIT, HAS_BIAS)
+    if SPLIT > 1:  # a float32 partial sum: this split's [M, N] of the workspace
+        tl.store(out_ptr + (tl.program_id(2) * M + rm[:, None]) * N + rn[None, :], acc,
+                 mask=out_mask)
     else:
         if HAS_BIAS:
             acc += tl.load(b_ptr + rn, mask=n_ok, other=0.0).to(tl.float32)[None, :]
@@ -372,13 +390,13 @@ def _matmul_op(x: torch.Tensor, q: torch.Tensor, scales: torch.Tensor, zeros: to
     part = out if split == 1 else torch.empty(split, m, n, device=x.device, dtype=torch.float32)
     _matmul_kernel[(triton.cdiv(m, block_m), triton.cdiv(n, block_n), split)](
         x, q, scales, zeros if zeros is not None else scales,
-        mins if mins is not None else scales, bias if bias is not None else scales, part, out,
-        float_gemv.split_counters(x.device, tiles), m, n, k, k // group, chunk, SPLIT=split,
-        BITS=bits, GROUP=group, GW=gw, HAS_Z=zeros is not None, HAS_MIN=mins is not None,
-        HAS_BIAS=bias is not None, ONE_GROUP=one_group,
+        mins if mins is not None else scales, bias if bias is not None else scales, part,
+        m, n, k, k // group, chunk, SPLIT=split, BITS=bits, GROUP=group, GW=gw,
+        HAS_Z=zeros is not None,
+        HAS_MIN=mins is not None, HAS_BIAS=bias is not None, ONE_GROUP=one_group,
         IEEE=x.dtype == torch.float32, BLOCK_M=block_m, BLOCK_N=block_n, num_warps=warps,
         num_stages=stages)
-    return out
+    return summed(part, out, bias, scales, split)
 
 
 fake_of(_matmul_op)(shaped)
