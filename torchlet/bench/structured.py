@@ -12,6 +12,7 @@ rows drawn again once the host has the tokens, so on a GPU the ratio holds the f
 behind the GPU and the redraw."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import statistics
 import time
@@ -77,8 +78,8 @@ def valid(tokens: list[int], tokenizer, eos: tuple[int, ...]) -> bool:
     return True
 
 
-def full_steps(engine, workload: Workload, device: str) -> tuple[float, int, list]:
-    """The workload through the step API: the mean seconds of its decode steps while every
+def full_steps(engine, workload: Workload, device: str) -> tuple[list[float], list]:
+    """The workload through the step API: the seconds of each of its decode steps while every
     request decodes (the constrained answers end at different lengths, and a step of fewer
     rows costs less: only the full steps compare), how many there were, and each request's
     tokens. A step's time runs from its start to its return, with no sync around it: a step
@@ -98,7 +99,7 @@ def full_steps(engine, workload: Workload, device: str) -> tuple[float, int, lis
             times.append(took)
     if not times:
         raise TorchletError("no decode step ran every request: raise --max-new-tokens")
-    return statistics.fmean(times), len(times), [list(engine.output(i).tokens) for i in ids]
+    return times, [list(engine.output(i).tokens) for i in ids]
 
 
 def measure(args, log) -> tuple[dict, str]:
@@ -137,18 +138,30 @@ def measure(args, log) -> tuple[dict, str]:
             prompts = tuple(ids[i % len(ids)] for i in range(b))
             free = Workload("none", prompts, (n,) * b)
             bound = Constrained("json schema", prompts, (n,) * b, grammar=grammar, eos=eos)
-            # one-time costs (graph captures, the masked graphs' too) out of the timing
+            # one-time costs out of the timing: graph captures (the masked graphs' too) and
+            # what a constrained step runs outside them at this batch's shapes (the redraw of
+            # the rows of a decode launched ahead): a kernel compiled inside the timed steps
+            # costs a few hundred ms, which the mean would spread over every step
             warm_up(engine, free, stepwise=True)
-            engine.generate([list(prompts[0])], bound.params(0))
-            plain, plain_steps, _ = full_steps(engine, free, device)
-            masked, masked_steps, answers = full_steps(engine, bound, device)
+            engine.generate([list(p) for p in prompts],
+                            dataclasses.replace(bound.params(0), max_new_tokens=8))
+            plain, _ = full_steps(engine, free, device)
+            masked, answers = full_steps(engine, bound, device)
             good = sum(valid(t, tokenizer, eos) for t in answers)
-            rows.append({"batch": b, "none_step_ms": 1e3 * plain, "json_step_ms": 1e3 * masked,
-                         "ratio": masked / plain, "none_steps": plain_steps,
-                         "json_steps": masked_steps,
+            mean, median = statistics.fmean, statistics.median
+            rows.append({"batch": b, "none_step_ms": 1e3 * mean(plain),
+                         "json_step_ms": 1e3 * mean(masked), "ratio": mean(masked) / mean(plain),
+                         "none_steps": len(plain), "json_steps": len(masked),
+                         "none_step_ms_median": 1e3 * median(plain),
+                         "json_step_ms_median": 1e3 * median(masked),
+                         "none_step_ms_max": 1e3 * max(plain),
+                         "json_step_ms_max": 1e3 * max(masked),
                          "json_tokens": sum(map(len, answers)), "valid": good, "answers": b})
-            log(f"batch {b}: {rows[-1]['json_step_ms']:.2f} ms a constrained decode step, "
-                f"{rows[-1]['none_step_ms']:.2f} ms without; {good} of {b} answers validate")
+            row = rows[-1]
+            log(f"batch {b}: {row['json_step_ms']:.2f} ms a constrained decode step (median "
+                f"{row['json_step_ms_median']:.2f}, max {row['json_step_ms_max']:.2f}), "
+                f"{row['none_step_ms']:.2f} ms without (median {row['none_step_ms_median']:.2f}, "
+                f"max {row['none_step_ms_max']:.2f}); {good} of {b} answers validate")
     mode = run_mode(version, device, serving, False).removeprefix(", ")
     dtype_name = str(dtype).removeprefix("torch.")
     job = {"name": "structured", "version": version.name, "model": model_name, "device": device,
