@@ -241,41 +241,6 @@ def test_constrained_tokens_are_the_oracles_draws_over_the_allowed_tokens(impl, 
     assert any(not ok for _, ok in free), "the mask should refuse an unconstrained draw"
 
 
-@pytest.mark.parametrize("config", ["overlap", "in order"])
-def test_a_step_fills_every_constrained_row_in_one_call_into_xgrammar(impl, config, monkeypatch):
-    """Three constrained requests beside an unconstrained one: every mask the engine fills goes
-    through one call into xgrammar for all the step's constrained rows (its batch matcher,
-    which spreads them over threads), never one row at a time, and the tokens stay the
-    oracle's. Seen where xgrammar is entered: its two fill functions, wrapped."""
-    import xgrammar
-
-    batches, singles = [], []
-    batch_fill = xgrammar.BatchGrammarMatcher.batch_fill_next_token_bitmask
-    one_fill = xgrammar.GrammarMatcher.fill_next_token_bitmask
-
-    def batch(self, matchers, bitmask, indices=None, debug_print=False):
-        batches.append(len(matchers))
-        return batch_fill(self, matchers, bitmask, indices, debug_print)
-
-    def one(self, *args, **kwargs):
-        singles.append(1)
-        return one_fill(self, *args, **kwargs)
-
-    cases = [("schema", "greedy"), ("choice", "greedy"), ("regex", "seeded")]
-    golds = [golden(name, mode)[0] for name, mode in cases]
-    neighbour = greedy(cached_model(FIXTURE), NEIGHBOUR, 8, stop_below=MARGIN).tokens
-    engine = impl.build(CKPT, **CONFIGS[config])
-    monkeypatch.setattr(xgrammar.BatchGrammarMatcher, "batch_fill_next_token_bitmask", batch)
-    monkeypatch.setattr(xgrammar.GrammarMatcher, "fill_next_token_bitmask", one)
-    outs = run(engine, [(NEIGHBOUR, GenerationParams(max_new_tokens=len(neighbour)))] +
-               [(PROMPT, params_for(mode, grammar(name))) for name, mode in cases])
-    assert singles == [], "a row filled alone"
-    assert batches and max(batches) == len(cases), batches
-    assert outs[0].tokens == neighbour
-    for out, gold in zip(outs[1:], golds):
-        assert out.tokens[:len(gold)] == gold
-
-
 @pytest.mark.parametrize("mode", ["greedy", "seeded"])
 def test_with_overlap_a_constrained_decode_is_launched_ahead_and_drawn_again_once_read(impl,
                                                                                       mode):

@@ -118,24 +118,11 @@ def engine_message(error: Exception) -> str:
 class Matcher:
     """GrammarMatcher over xgrammar's matcher."""
 
-    batch = None  # xgrammar's BatchGrammarMatcher (threads: half the cores), made at first use
-
     def __init__(self, matcher):
         self.xgr = matcher
 
     def fill(self, bitmask: torch.Tensor) -> None:
         self.xgr.fill_next_token_bitmask(bitmask.view(1, -1))
-
-    @classmethod
-    def fill_batch(cls, matchers: Sequence["Matcher"], bitmask: torch.Tensor,
-                   rows: Sequence[int]) -> None:
-        """One call into xgrammar for every row, filled in parallel threads: at batch 64 on an
-        H100's host, row by row cost a decode step about 6 ms (docs/perf-notes.md)."""
-        if cls.batch is None:
-            import xgrammar as xgr
-            cls.batch = xgr.BatchGrammarMatcher()
-        cls.batch.batch_fill_next_token_bitmask([m.xgr for m in matchers], bitmask,
-                                                [int(r) for r in rows])
 
     def accept(self, token: int) -> bool:
         return bool(self.xgr.accept_token(int(token)))

@@ -56,47 +56,23 @@ class GrammarMasks:
         has none). A request whose grammar allows no token is finished here, its row left
         allowing all, so its draw is finite and unread: STOP where the grammar is complete (it
         has no stop id to end on), else failed with the grammar named. So is one whose matcher
-        raises. The rows are filled in one call (fill_rows) and the rows left empty found in
-        one pass over the block, not one a row: at batch 64 the per-row work costs a step more
-        than the GPU's."""
+        raises. The rows left empty are found in one pass over the block, not one a row: at
+        batch 64 the per-row checks cost as much as the fills."""
         self.forget_finished()
         bitmask = self.block(len(requests))
         bitmask.fill_(ALL)
-        rows, matchers = [], []
         for i, request in enumerate(requests):
             if request.params.grammar is None:
                 continue
             try:
-                matchers.append(self.caught_up(request))
-                rows.append(i)
+                self.caught_up(request).fill(bitmask[i])
             except Exception as error:  # noqa: BLE001  (its grammar's own failure: it alone ends)
+                bitmask[i] = ALL
                 request.fail(error)
-        self.fill_rows(requests, matchers, bitmask, rows)
         for i in (~bitmask.any(dim=1)).nonzero().flatten().tolist():
             bitmask[i] = ALL
             self.cannot_go_on(requests[i], self.tracked[requests[i].id].matcher)
         return bitmask
-
-    @staticmethod
-    def fill_rows(requests: Sequence, matchers: Sequence, bitmask: torch.Tensor,
-                  rows: Sequence[int]) -> None:
-        """bitmask[rows[i]] := what matchers[i] allows next: one fill_batch call for each class
-        of matcher (one, the harness's), which fills the rows in parallel threads. Where a call
-        fails (which row is unknown), its rows one by one, and a matcher that raises fails its
-        request alone, its row left allowing all."""
-        by_class: dict[type, list[tuple[object, int]]] = {}
-        for matcher, row in zip(matchers, rows):
-            by_class.setdefault(type(matcher), []).append((matcher, row))
-        for kind, pairs in by_class.items():
-            try:
-                kind.fill_batch([m for m, _ in pairs], bitmask, [r for _, r in pairs])
-            except Exception:  # noqa: BLE001
-                for matcher, row in pairs:
-                    try:
-                        matcher.fill(bitmask[row])
-                    except Exception as error:  # noqa: BLE001
-                        bitmask[row] = ALL
-                        requests[row].fail(error)
 
     def fill_along(self, request, guesses: Sequence[int], bitmask: torch.Tensor) -> int | None:
         """Rows 0..len(guesses) := the masks after the request's tokens, then after each guess

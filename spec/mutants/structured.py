@@ -11,7 +11,6 @@ GOLDEN = f"{PAGE}::test_constrained_tokens_are_the_oracles_draws_over_the_allowe
 PARSES = f"{PAGE}::test_every_answer_parses_and_validates_against_its_drawn_schema"
 DEAD = f"{PAGE}::test_a_grammar_that_cannot_go_on_fails_its_request_alone_naming_it"
 AHEAD = f"{PAGE}::test_with_overlap_a_constrained_decode_is_launched_ahead_and_drawn_again_once_read"
-ONE_CALL = f"{PAGE}::test_a_step_fills_every_constrained_row_in_one_call_into_xgrammar"
 REFUSED = ("spec/test_grammar_compile.py::test_a_version_without_structured_output_refuses_a_"
            "grammar_and_queues_nothing")
 
@@ -19,12 +18,6 @@ PROPERTY = "structured output"
 V19 = ("v19",)
 
 MUTANTS = [
-    Mutant("v19-masks-filled-row-by-row", PROPERTY, (
-        Edit(GRAMMAR,
-             "                kind.fill_batch([m for m, _ in pairs], bitmask, [r for _, r in pairs])",
-             "                for m, r in pairs:\n                    m.fill(bitmask[r])"),),
-        (ONE_CALL,), V19, "each constrained row's mask filled by a call of its own: the same "
-                          "masks, each row's fill paid in turn on the host"),
     Mutant("v19-mask-after-the-draw", PROPERTY, (
         Edit(SAMPLER,
              "            return super().draw_lanes(MASKED[variant], self.grammar.masked(logits, "

@@ -26,15 +26,6 @@ class GrammarMatcher(Protocol):
         """Write the tokens the grammar allows next into bitmask, an int32 host tensor of
         bitmask_words(vocab_size) words (every bit written)."""
 
-    @classmethod
-    def fill_batch(cls, matchers: Sequence["GrammarMatcher"], bitmask: torch.Tensor,
-                   rows: Sequence[int]) -> None:
-        """bitmask[rows[i]] := what matchers[i] (each of this class) allows next, as fill would
-        write it, for a step's rows in one call: the harness's matchers (xgrammar's) spread
-        them over threads, where a loop of fill() calls pays each row's fill in turn. bitmask:
-        an int32 host tensor [n, bitmask_words(vocab_size)]. Raises if any fill fails (which
-        rows were written is then unknown)."""
-
     def accept(self, token: int) -> bool:
         """Take the token if the grammar allows it next (True); else change nothing (False)."""
 
