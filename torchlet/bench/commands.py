@@ -335,7 +335,8 @@ def run_structured(args) -> int:
     from .structured import measure
 
     payload, device = measure(args, log)
-    report("structured", args, payload, device)
+    # each device has its section in the doc
+    report("structured-gpu" if device.startswith("cuda") else "structured", args, payload, device)
     rows = payload["rows"]
     return 0 if all(r["valid"] == r["answers"] for r in rows) else 1
 

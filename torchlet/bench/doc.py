@@ -16,7 +16,8 @@ from .workloads import QWEN25_05B, nano_vllm_workload
 
 REPO = Path(__file__).resolve().parents[2]
 KINDS = ("main-job", "long-prompt", "cpu", "gpu-workload", "mixed", "mixed-cpu", "decode",
-         "anchors", "kernel", "tp", "serve", "serve-gpu", "batching", "speculative", "structured")
+         "anchors", "kernel", "tp", "serve", "serve-gpu", "batching", "speculative", "structured",
+         "structured-gpu")
 TITLES = {
     "main-job": "CPU main job: torchlet generate's default version against Hugging Face generate",
     "long-prompt": "CPU long prompt: torchlet generate's default version against Hugging Face "
@@ -34,6 +35,8 @@ TITLES = {
     "batching": "What batching buys a server: the same requests one after another, then at once",
     "speculative": "Speculative decoding (v17): k guessed tokens a step against none",
     "structured": "Structured output (v19): a JSON schema on every request against none",
+    "structured-gpu": "Structured output (v19) on the GPU: a JSON schema on every request "
+                      "against none",
 }
 HOW_TO = {
     "main-job": "torchlet bench main-job --threads 1,2",
@@ -52,6 +55,8 @@ HOW_TO = {
     "batching": "torchlet bench batching --device cpu",
     "speculative": "torchlet bench speculative",
     "structured": "torchlet bench structured",
+    "structured-gpu": "torchlet bench structured --device cuda --model DIR "
+                      "(docs/probes/serve_model_dir.py writes one)",
 }
 # What both serve sections say of the run; each adds how its model is made.
 SERVE_NOTE = ("The server runs in a child process (`torchlet serve`, its banner: {server}); "
@@ -158,9 +163,12 @@ NOTES["structured"] = (
     "chat prompts (asking for a person as JSON) run through the step API twice, in turn: "
     "unconstrained, eos ignored, then with torchlet/bench/structured.py's SCHEMA as every "
     "request's grammar (compiled once by xgrammar), each ending at eos once its JSON is "
-    "complete; one untimed warm-up of each first. A decode step: a step in which all B requests "
+    "complete; untimed warm-ups first: a short unconstrained request, then the B constrained "
+    "prompts for 8 tokens (so what a constrained step runs outside its graphs at this batch, "
+    "the redraw, is compiled before the timing). A decode step: a step in which all B requests "
     "decode and no prompt is computed (a constrained answer ends when its JSON does, and a "
-    "step of fewer rows costs less, so only these compare); its time is their mean, a step timed "
+    "step of fewer rows costs less, so only these compare); its time is their mean (the medians "
+    "beside it: one slow step moves a mean of a hundred), a step timed "
     "from its start to its return with no sync around it (a step that launched the next decode "
     "ahead returns while the GPU computes it, as a serving loop sees it). x none: the "
     "constrained step's time over the unconstrained one's. With overlap a constrained step "
@@ -188,6 +196,11 @@ NOTES["speculative"] = (
     "so how often its guesses are kept is this measurement, not a given; and each of a draft's "
     "proposals is a generate call on its own engine, which the verifying pass waits for.")
 NOTES["mixed-cpu"] = NOTES["mixed"]
+NOTES["structured-gpu"] = (
+    NOTES["structured"].replace("on the default model", "on `--model`") + " On the GPU, "
+    "`--model` is a Qwen2.5-0.5B-shaped model with `bench gpu-workload`'s random weights and the "
+    "specs' byte tokenizer, written by `python docs/probes/serve_model_dir.py /tmp/qwdir --device "
+    "cuda` (no checkpoint can be downloaded there), bfloat16, CUDA graphs and overlap on.")
 NOTES["serve-gpu"] = (SERVE_NOTE + "On the GPU, `--model` is a "
                       "Qwen2.5-0.5B-shaped model with `bench gpu-workload`'s random weights and "
                       "the specs' byte tokenizer, written by `python docs/probes/serve_model_dir.py "

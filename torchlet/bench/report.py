@@ -184,9 +184,17 @@ STRUCTURED_COLUMNS = [
     ("decode step, none (ms)", lambda r: _num(",.2f")(r["none_step_ms"])),
     ("decode step, JSON schema (ms)", lambda r: _num(",.2f")(r["json_step_ms"])),
     ("x none", lambda r: _num(".2f")(r["ratio"])),
+    ("medians, none / schema (ms)", lambda r: _medians(r)),
     ("answers that validate", lambda r: f"{r['valid']} / {r['answers']}"),
 ]
-COLUMNS = {"batching": BATCHING_COLUMNS, "structured": STRUCTURED_COLUMNS, "speculative": SPECULATIVE_COLUMNS, "tp": TP_COLUMNS, "serve": SERVE_COLUMNS, "serve-gpu": SERVE_COLUMNS, "main-job": MAIN_JOB_COLUMNS, "mixed": MIXED_COLUMNS, "mixed-cpu": MIXED_COLUMNS,
+
+
+def _medians(row: dict) -> str:
+    """The two runs' median steps, where the run recorded them (not before 2026-12-05)."""
+    if "none_step_ms_median" not in row:
+        return "n/a"
+    return f"{row['none_step_ms_median']:,.2f} / {row['json_step_ms_median']:,.2f}"
+COLUMNS = {"batching": BATCHING_COLUMNS, "structured": STRUCTURED_COLUMNS, "structured-gpu": STRUCTURED_COLUMNS, "speculative": SPECULATIVE_COLUMNS, "tp": TP_COLUMNS, "serve": SERVE_COLUMNS, "serve-gpu": SERVE_COLUMNS, "main-job": MAIN_JOB_COLUMNS, "mixed": MIXED_COLUMNS, "mixed-cpu": MIXED_COLUMNS,
            "long-prompt": LONG_PROMPT_COLUMNS,
            "cpu": WORKLOAD_COLUMNS, "gpu-workload": WORKLOAD_COLUMNS + GPU_EXTRA,
            "decode": DECODE_COLUMNS, "kernel": KERNEL_COLUMNS, "anchors": ANCHORS_COLUMNS}
@@ -374,7 +382,7 @@ def chart(kind: str, payload: dict, path: Path) -> None:
         ax.set_xlabel(f"seconds for {r['requests']} requests of {r['tokens']} tokens "
                       f"(lower is better)")
         fig.suptitle(payload.get("server", ""), fontsize=7, wrap=True)
-    elif kind == "structured":
+    elif kind in ("structured", "structured-gpu"):
         fig, ax = plt.subplots(figsize=(6, 0.4 * len(rows) + 1.4))
         names = [f"batch {r['batch']}" for r in rows]
         ax.barh(names, [r["ratio"] for r in rows], color="tab:blue")

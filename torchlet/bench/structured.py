@@ -166,7 +166,7 @@ def measure(args, log) -> tuple[dict, str]:
     dtype_name = str(dtype).removeprefix("torch.")
     job = {"name": "structured", "version": version.name, "model": model_name, "device": device,
            "dtype": dtype_name, "max_new_tokens": n, "batches": batches, "schema": SCHEMA,
-           "describe": f"{version.name} ({mode}) on {model_name}, {dtype_name} on {device}, "
+           "describe": f"{version.name}{f' ({mode})' if mode else ''} on {model_name}, {dtype_name} on {device}, "
                        f"{threads}; chat prompts asking for a person as JSON, {n} tokens at "
                        f"most a request; unconstrained (eos ignored) against the schema's "
                        f"grammar on every request"}
