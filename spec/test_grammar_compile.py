@@ -70,6 +70,32 @@ def test_a_constraint_compiles_once_and_a_pickled_grammar_masks_alike():
     assert masks(grammar, answer)[0] != masks(grammar, answer)[3]  # the masks do change
 
 
+def test_a_model_vocabulary_past_the_tokenizers_is_never_allowed_nor_accepted():
+    """A tokenizer of 259 ids in a model of 1,000 (rows padded, as Qwen2.5's 151,936 for its
+    151,665 tokens): xgrammar is told the tokenizer's 259 ids, none of them special for
+    padding's sake (padding ids slow its accept: docs/probes/grammar_padding.py), and the
+    matcher writes the padding's bits itself: a row filled over a block that allowed every
+    token allows none of ids 259..999, though the grammar allows any string there, and an id
+    past the tokenizer is refused without changing the matcher."""
+    from spec.support.models.hf_dirs import byte_tokenizer
+
+    tokenizer, model_vocab = byte_tokenizer(), 1000
+    spelled = len(tokenizer)
+    compiler = Compiler.for_tokenizer(tokenizer, model_vocab, (tokenizer.eos_token_id,))
+    grammar = compiler.compile(Constraint.regex("[a-z]+"))
+    info = grammar.compiled.tokenizer_info
+    assert info.vocab_size == spelled
+    assert all(t < spelled for t in info.special_token_ids)
+    matcher = grammar.matcher((tokenizer.eos_token_id,))
+    row = torch.full((bitmask_words(model_vocab),), -1, dtype=torch.int32)
+    matcher.fill(row)
+    allowed = [t for t in range(model_vocab) if (int(row[t // 32]) >> (t % 32)) & 1]
+    letter = tokenizer.convert_tokens_to_ids("a")
+    assert letter in allowed and max(allowed) < spelled
+    assert not matcher.accept(spelled) and not matcher.accept(model_vocab - 1)
+    assert matcher.accept(letter)
+
+
 @pytest.mark.spec(needs=GENERATE, part="loop", until=STRUCTURED_OUTPUT)
 def test_a_version_without_structured_output_refuses_a_grammar_and_queues_nothing(impl):
     engine = impl.build(CKPT)

@@ -9,7 +9,15 @@ tokenizer's vocabulary, the grammar engine and the text live here.
 
 A constraint compiles once per compiler: the compiler keeps its grammars by constraint (and
 xgrammar its own cache beneath). A schema or a regex it cannot take is a RequestError with the
-grammar engine's own message; a schema keyword it would not enforce is refused by name."""
+grammar engine's own message; a schema keyword it would not enforce is refused by name.
+
+A model's vocabulary may be larger than its tokenizer's (rows padded for the GPU's sake:
+Qwen2.5's 151,936 for 151,665 tokens; the GPU bench's stand-in 151,936 for a byte tokenizer).
+xgrammar is told the tokenizer's own size: ids past it, which no text spells, would be
+"special" tokens to it, and its accept_token slows with their number (on this CPU 18.5 us an
+accept with 102,784 of them, 1.1 us with none: docs/probes/grammar_padding.py), which at 64
+constrained requests is more host time a step than a GPU's decode step. The matcher writes the
+padding's bits itself: never allowed, never accepted."""
 from __future__ import annotations
 
 import json
@@ -20,7 +28,7 @@ from typing import Any, Sequence
 
 import torch
 
-from torchlet.contract import RequestError
+from torchlet.contract import RequestError, bitmask_words
 
 KINDS = ("json_schema", "json_object", "regex", "choice", "grammar")
 
@@ -116,16 +124,21 @@ def engine_message(error: Exception) -> str:
 
 
 class Matcher:
-    """GrammarMatcher over xgrammar's matcher."""
+    """GrammarMatcher over xgrammar's matcher, whose vocabulary is the tokenizer's `spelled`
+    ids: the model's ids past them are never allowed (see the module)."""
 
-    def __init__(self, matcher):
-        self.xgr = matcher
+    def __init__(self, matcher, spelled: int):
+        self.xgr, self.spelled = matcher, spelled
+        self.words = bitmask_words(spelled)  # xgrammar's row; the model's may be longer
 
     def fill(self, bitmask: torch.Tensor) -> None:
-        self.xgr.fill_next_token_bitmask(bitmask.view(1, -1))
+        self.xgr.fill_next_token_bitmask(bitmask[:self.words].view(1, -1))
+        if self.spelled % 32:  # the last word's bits past the tokenizer's ids
+            bitmask[self.words - 1] &= (1 << self.spelled % 32) - 1
+        bitmask[self.words:] = 0
 
     def accept(self, token: int) -> bool:
-        return bool(self.xgr.accept_token(int(token)))
+        return int(token) < self.spelled and bool(self.xgr.accept_token(int(token)))
 
     def rollback(self, count: int) -> None:
         if count:
@@ -146,7 +159,8 @@ class Grammar:
         import xgrammar as xgr
         stops = [int(t) for t in stop_token_ids]
         return Matcher(xgr.GrammarMatcher(self.compiled, override_stop_tokens=stops or None,
-                                          terminate_without_stop_token=not stops))
+                                          terminate_without_stop_token=not stops),
+                       self.compiled.tokenizer_info.vocab_size)
 
     def __reduce__(self):
         info = self.compiled.tokenizer_info
@@ -176,10 +190,12 @@ class Compiler:
     @classmethod
     def for_tokenizer(cls, tokenizer, vocab_size: int,
                       stop_token_ids: Sequence[int] = ()) -> "Compiler":
-        """A Hugging Face tokenizer's vocabulary, padded to the model's vocab_size."""
+        """A Hugging Face tokenizer's vocabulary, in a model of vocab_size ids: xgrammar gets the
+        tokenizer's own ids (at most vocab_size), the matchers the rest (see the module)."""
         import xgrammar as xgr
         info = xgr.TokenizerInfo.from_huggingface(
-            tokenizer, vocab_size=vocab_size, stop_token_ids=list(stop_token_ids) or None)
+            tokenizer, vocab_size=min(len(tokenizer), vocab_size),
+            stop_token_ids=list(stop_token_ids) or None)
         return cls(info, vocab_size)
 
     @classmethod

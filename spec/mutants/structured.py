@@ -11,6 +11,9 @@ GOLDEN = f"{PAGE}::test_constrained_tokens_are_the_oracles_draws_over_the_allowe
 PARSES = f"{PAGE}::test_every_answer_parses_and_validates_against_its_drawn_schema"
 DEAD = f"{PAGE}::test_a_grammar_that_cannot_go_on_fails_its_request_alone_naming_it"
 AHEAD = f"{PAGE}::test_with_overlap_a_constrained_decode_is_launched_ahead_and_drawn_again_once_read"
+PADDING = ("spec/test_grammar_compile.py::test_a_model_vocabulary_past_the_tokenizers_is_never_"
+           "allowed_nor_accepted")
+HARNESS = "torchlet/grammar.py"
 REFUSED = ("spec/test_grammar_compile.py::test_a_version_without_structured_output_refuses_a_"
            "grammar_and_queues_nothing")
 
@@ -18,6 +21,16 @@ PROPERTY = "structured output"
 V19 = ("v19",)
 
 MUTANTS = [
+    Mutant("grammar-padding-bits-left-as-they-were", PROPERTY, (
+        Edit(HARNESS, "        bitmask[self.words:] = 0\n", ""),),
+        (PADDING,), (), "a matcher leaves the bits past the tokenizer's ids as the block held "
+                        "them: a model's padding ids allowed wherever a row started allowing "
+                        "all"),
+    Mutant("grammar-told-the-models-vocabulary", PROPERTY, (
+        Edit(HARNESS, "tokenizer, vocab_size=min(len(tokenizer), vocab_size),",
+             "tokenizer, vocab_size=vocab_size,"),),
+        (PADDING,), (), "xgrammar told the model's vocabulary: its padding ids are special "
+                        "tokens to it, the same masks, each accept ~17x slower"),
     Mutant("v19-mask-after-the-draw", PROPERTY, (
         Edit(SAMPLER,
              "            return super().draw_lanes(MASKED[variant], self.grammar.masked(logits, "
