@@ -2,7 +2,9 @@
 requests walking through one JSON answer of torchlet bench structured's schema, a token a step
 (the default model's tokenizer, xgrammar's matchers), median of 5 runs; --profile adds cProfile.
 
-    PYTHONPATH=. python docs/probes/grammar_host.py [B] [--profile]"""
+    PYTHONPATH=. python docs/probes/grammar_host.py [B [VOCAB]] [--profile]
+
+VOCAB: the model's ids (default the tokenizer's 49,152; 151,936 is the GPU bench's model)."""
 import sys, time, json, cProfile, pstats
 import torch
 from types import SimpleNamespace
@@ -13,10 +15,11 @@ from torchlet.bench.structured import SCHEMA
 from torchlet.contract import GenerationParams
 from implementations.v19_structured_output.grammar import GrammarMasks
 
-B = int(sys.argv[1]) if len(sys.argv) > 1 else 64
+numbers = [int(a) for a in sys.argv[1:] if not a.startswith("--")]
+B = numbers[0] if numbers else 64
 d, _ = resolve_model(None, progress=False)
 tok = load_tokenizer(d)
-vocab = 49152
+vocab = numbers[1] if len(numbers) > 1 else 49152
 c = Compiler.for_tokenizer(tok, vocab, (tok.eos_token_id,))
 g = c.compile(Constraint.json_schema(SCHEMA))
 answer = tok.encode(json.dumps({"name": "Ann Lee", "age": 31, "city": "Paris", "hobbies": ["chess", "tea"]}), add_special_tokens=False)
