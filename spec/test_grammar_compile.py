@@ -75,25 +75,27 @@ def test_a_model_vocabulary_past_the_tokenizers_is_never_allowed_nor_accepted():
     151,665 tokens): xgrammar is told the tokenizer's 259 ids, none of them special for
     padding's sake (padding ids slow its accept: docs/probes/grammar_padding.py), and the
     matcher writes the padding's bits itself: a row filled over a block that allowed every
-    token allows none of ids 259..999, though the grammar allows any string there, and an id
-    past the tokenizer is refused without changing the matcher."""
+    token allows none of ids 259..999, even where the grammar allows nearly any token, and an
+    id past the tokenizer is refused without changing the matcher."""
     from spec.support.models.hf_dirs import byte_tokenizer
 
     tokenizer, model_vocab = byte_tokenizer(), 1000
     spelled = len(tokenizer)
     compiler = Compiler.for_tokenizer(tokenizer, model_vocab, (tokenizer.eos_token_id,))
-    grammar = compiler.compile(Constraint.regex("[a-z]+"))
-    info = grammar.compiled.tokenizer_info
-    assert info.vocab_size == spelled
-    assert all(t < spelled for t in info.special_token_ids)
-    matcher = grammar.matcher((tokenizer.eos_token_id,))
-    row = torch.full((bitmask_words(model_vocab),), -1, dtype=torch.int32)
-    matcher.fill(row)
-    allowed = [t for t in range(model_vocab) if (int(row[t // 32]) >> (t % 32)) & 1]
     letter = tokenizer.convert_tokens_to_ids("a")
-    assert letter in allowed and max(allowed) < spelled
-    assert not matcher.accept(spelled) and not matcher.accept(model_vocab - 1)
-    assert matcher.accept(letter)
+    # ".*" allows nearly every id, and xgrammar then sets its last word's bits past its ids
+    for pattern in ("[a-z]+", ".*"):
+        grammar = compiler.compile(Constraint.regex(pattern))
+        info = grammar.compiled.tokenizer_info
+        assert info.vocab_size == spelled
+        assert all(t < spelled for t in info.special_token_ids)
+        matcher = grammar.matcher((tokenizer.eos_token_id,))
+        row = torch.full((bitmask_words(model_vocab),), -1, dtype=torch.int32)
+        matcher.fill(row)
+        allowed = [t for t in range(model_vocab) if (int(row[t // 32]) >> (t % 32)) & 1]
+        assert letter in allowed and max(allowed) < spelled, (pattern, max(allowed))
+        assert not matcher.accept(spelled) and not matcher.accept(model_vocab - 1)
+        assert matcher.accept(letter)
 
 
 @pytest.mark.spec(needs=GENERATE, part="loop", until=STRUCTURED_OUTPUT)

@@ -22,10 +22,15 @@ V19 = ("v19",)
 
 MUTANTS = [
     Mutant("grammar-padding-bits-left-as-they-were", PROPERTY, (
-        Edit(HARNESS, "        bitmask[self.words:] = 0\n", ""),),
+        Edit(HARNESS, "        words[self.words:] = 0\n", ""),),
         (PADDING,), (), "a matcher leaves the bits past the tokenizer's ids as the block held "
                         "them: a model's padding ids allowed wherever a row started allowing "
                         "all"),
+    Mutant("grammar-padding-last-word-left-whole", PROPERTY, (
+        Edit(HARNESS, "            words[self.words - 1] &= (1 << self.spelled % 32) - 1\n",
+             "            pass\n"),),
+        (PADDING,), (), "the bits xgrammar sets past its vocabulary in a row's last word are "
+                        "kept: padding ids just past the tokenizer's allowed"),
     Mutant("grammar-told-the-models-vocabulary", PROPERTY, (
         Edit(HARNESS, "tokenizer, vocab_size=min(len(tokenizer), vocab_size),",
              "tokenizer, vocab_size=vocab_size,"),),
