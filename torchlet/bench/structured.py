@@ -81,9 +81,10 @@ def valid(tokens: list[int], tokenizer, eos: tuple[int, ...]) -> bool:
 def full_steps(engine, workload: Workload, device: str) -> tuple[list[float], list]:
     """The workload through the step API: the seconds of each of its decode steps while every
     request decodes (the constrained answers end at different lengths, and a step of fewer
-    rows costs less: only the full steps compare), and each request's tokens. A step's time runs from its start to its return, with no sync around it: a step
-    that launched the next decode ahead returns while the GPU computes it, and the next step
-    waits for it as a serving loop does, so the steps' times add up to the run's wall time."""
+    rows costs less: only the full steps compare), and each request's tokens. A step's time
+    runs from its start to its return, with no sync around it: a step that launched the next
+    decode ahead returns while the GPU computes it, and the next step waits for it as a
+    serving loop does, so the steps' times add up to the run's wall time."""
     from .drive import sync
 
     ids = [engine.add_request(list(p), workload.params(i)) for i, p in enumerate(workload.prompts)]
@@ -166,7 +167,7 @@ def measure(args, log) -> tuple[dict, str]:
     job = {"name": "structured", "version": version.name, "model": model_name, "device": device,
            "dtype": dtype_name, "max_new_tokens": n, "batches": batches, "schema": SCHEMA,
            "describe": f"{version.name}{f' ({mode})' if mode else ''} on {model_name}, "
-                       f"{dtype_name} on {device}, {threads}; chat prompts asking for a person as JSON, {n} tokens at "
-                       f"most a request; unconstrained (eos ignored) against the schema's "
+                       f"{dtype_name} on {device}, {threads}; chat prompts asking for a person "
+                       f"as JSON, {n} tokens at most a request; unconstrained (eos ignored) against the schema's "
                        f"grammar on every request"}
     return {"workload": job, "rows": rows}, device
