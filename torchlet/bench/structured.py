@@ -168,6 +168,6 @@ def measure(args, log) -> tuple[dict, str]:
            "dtype": dtype_name, "max_new_tokens": n, "batches": batches, "schema": SCHEMA,
            "describe": f"{version.name}{f' ({mode})' if mode else ''} on {model_name}, "
                        f"{dtype_name} on {device}, {threads}; chat prompts asking for a person "
-                       f"as JSON, {n} tokens at most a request; unconstrained (eos ignored) against the schema's "
-                       f"grammar on every request"}
+                       f"as JSON, {n} tokens at most a request; unconstrained (eos ignored) "
+                       f"against the schema's grammar on every request"}
     return {"workload": job, "rows": rows}, device
