@@ -158,8 +158,9 @@ NOTES["batching"] = (
     "batched step reads the weights once for every request in it, so the lower the better "
     "(issue 42's target on a CPU: 0.35 at most). Same answers: each request's text equal in "
     "both runs.")
-NOTES["structured"] = (
-    "One process, one version built once, on the default model. At each batch B the same B "
+# What both structured sections say of the run, after where its model comes from.
+STRUCTURED_NOTE = (
+    "At each batch B the same B "
     "chat prompts (asking for a person as JSON) run through the step API twice, in turn: "
     "unconstrained, eos ignored, then with torchlet/bench/structured.py's SCHEMA as every "
     "request's grammar (compiled once by xgrammar), each ending at eos once its JSON is "
@@ -177,6 +178,13 @@ NOTES["structured"] = (
     "hidden behind the GPU's step, and the redraw's kernels. Answers that validate: the constrained answers json.loads parses "
     "and jsonschema accepts (the command exits 1 otherwise). Issue 47's target: at most 1.10 at "
     "batch 64 on the H200.")
+NOTES["structured"] = "One process, one version built once, on the default model. " + \
+    STRUCTURED_NOTE
+NOTES["structured-gpu"] = (
+    "One process, one version built once, on `--model`. " + STRUCTURED_NOTE + " On the GPU, "
+    "`--model` is a Qwen2.5-0.5B-shaped model with `bench gpu-workload`'s random weights and the "
+    "specs' byte tokenizer, written by `python docs/probes/serve_model_dir.py /tmp/qwdir --device "
+    "cuda` (no checkpoint can be downloaded there), bfloat16, CUDA graphs and overlap on.")
 NOTES["speculative"] = (
     "One process, one version built once for k=0 (speculative_tokens=0: v16's engine, no "
     "verifying pass) and once for each other k and acceptance, the engines in turn at each cell "
@@ -196,11 +204,6 @@ NOTES["speculative"] = (
     "so how often its guesses are kept is this measurement, not a given; and each of a draft's "
     "proposals is a generate call on its own engine, which the verifying pass waits for.")
 NOTES["mixed-cpu"] = NOTES["mixed"]
-NOTES["structured-gpu"] = (
-    NOTES["structured"].replace("on the default model", "on `--model`") + " On the GPU, "
-    "`--model` is a Qwen2.5-0.5B-shaped model with `bench gpu-workload`'s random weights and the "
-    "specs' byte tokenizer, written by `python docs/probes/serve_model_dir.py /tmp/qwdir --device "
-    "cuda` (no checkpoint can be downloaded there), bfloat16, CUDA graphs and overlap on.")
 NOTES["serve-gpu"] = (SERVE_NOTE + "On the GPU, `--model` is a "
                       "Qwen2.5-0.5B-shaped model with `bench gpu-workload`'s random weights and "
                       "the specs' byte tokenizer, written by `python docs/probes/serve_model_dir.py "

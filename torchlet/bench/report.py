@@ -179,14 +179,6 @@ SPECULATIVE_COLUMNS = [
      else f"{r['acceptance_rate']:.1%}"),
     ("tokens equal to k=0's", lambda r: f"{r['same_as_k0']} / {r['of_k0']}"),
 ]
-STRUCTURED_COLUMNS = [
-    ("batch", lambda r: str(r["batch"])),
-    ("decode step, none (ms)", lambda r: _num(",.2f")(r["none_step_ms"])),
-    ("decode step, JSON schema (ms)", lambda r: _num(",.2f")(r["json_step_ms"])),
-    ("x none", lambda r: _num(".2f")(r["ratio"])),
-    ("medians, none / schema (ms)", lambda r: _medians(r)),
-    ("answers that validate", lambda r: f"{r['valid']} / {r['answers']}"),
-]
 
 
 def _medians(row: dict) -> str:
@@ -194,6 +186,16 @@ def _medians(row: dict) -> str:
     if "none_step_ms_median" not in row:
         return "n/a"
     return f"{row['none_step_ms_median']:,.2f} / {row['json_step_ms_median']:,.2f}"
+
+
+STRUCTURED_COLUMNS = [
+    ("batch", lambda r: str(r["batch"])),
+    ("decode step, none (ms)", lambda r: _num(",.2f")(r["none_step_ms"])),
+    ("decode step, JSON schema (ms)", lambda r: _num(",.2f")(r["json_step_ms"])),
+    ("x none", lambda r: _num(".2f")(r["ratio"])),
+    ("medians, none / schema (ms)", _medians),
+    ("answers that validate", lambda r: f"{r['valid']} / {r['answers']}"),
+]
 COLUMNS = {"batching": BATCHING_COLUMNS, "structured": STRUCTURED_COLUMNS, "structured-gpu": STRUCTURED_COLUMNS, "speculative": SPECULATIVE_COLUMNS, "tp": TP_COLUMNS, "serve": SERVE_COLUMNS, "serve-gpu": SERVE_COLUMNS, "main-job": MAIN_JOB_COLUMNS, "mixed": MIXED_COLUMNS, "mixed-cpu": MIXED_COLUMNS,
            "long-prompt": LONG_PROMPT_COLUMNS,
            "cpu": WORKLOAD_COLUMNS, "gpu-workload": WORKLOAD_COLUMNS + GPU_EXTRA,
