@@ -296,8 +296,9 @@ def add_speculate(p) -> None:
                    help="guess up to K tokens a step from earlier text and verify them in one "
                         "pass (v17 and later; default: 0, off)")
     p.add_argument("--acceptance", choices=ACCEPTANCE, default=ACCEPTANCE[0],
-                   help="with --speculate: exact keeps the tokens of a run without it, "
-                        "rejection only their distribution (default: exact)")
+                   help="with --speculate: exact keeps the tokens of a run without it (in "
+                        "float32; in bfloat16 a near-tie may differ), rejection only their "
+                        "distribution (default: exact)")
     p.add_argument("--proposer", default=None, metavar="ngram|PATH|self:N",
                    help="with --speculate, what guesses: ngram, prompt lookup in the request's "
                         "own text (default); PATH, a draft model (a directory or .gguf file, as "

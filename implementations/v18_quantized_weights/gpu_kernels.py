@@ -48,6 +48,12 @@ sweeps behind them, are next to each one below.
   walking all of K; at 8-32 rows the time was flat (10.5-20.7 us), the latency of one program's
   walk. Hence the split of K over programs when tiles are few (matmul_split): reasoned from
   that, NOT yet measured, like the tiles (the tile sweep did not finish in the first call).
+- On an H100 (2026-12-05, docs/probes/int8_matmul_tiles.py) the tiles, the split and two other
+  int8 kernels (the weights loaded K-major and cast straight to bf16; the weights as the dot's
+  first operand) all stay 1.2-1.6x bf16 cuBLAS at 64-256 rows: a small matrix takes 10-17 us
+  against cuBLAS's 8-11 (a pipelined wgmma kernel's latency, not the bytes, bounds both), and
+  the LM head at 256 rows is compute-bound (186 us at best against 145). Hence v18 on a GPU pays
+  at large batches what it buys at small ones (docs/benchmarks.md, the quantized decode step).
 - Dequantizing into a bf16 scratch matrix and then cuBLAS was not measured either (same sweep);
   it cannot beat bf16 cuBLAS (it reads the integers, writes a bf16 copy that cuBLAS then reads:
   more bytes than bf16 alone), so the fused matmul is the path that can, once its grid fills the
@@ -88,9 +94,12 @@ GEMV_PLANS = {"few": (4, {8: 1024, 4: 1024}, {8: 4096, 4: 2048}),
               "many": (8, {8: 512, 4: 1024}, {8: 2048, 4: 2048})}
 GEMV_MANY_ROWS = 16384
 SUM_BLOCK = 1024
-# matmul tiles by rows: (BLOCK_M, BLOCK_N, num_warps, num_stages). Not yet tuned: the tile sweep
-# of the first GPU call did not finish (see the module docstring).
-MATMUL_TILES = ((32, (32, 64, 4, 4)), (64, (64, 64, 4, 4)), (1 << 62, (128, 128, 8, 3)))
+# matmul tiles by rows: (BLOCK_M, BLOCK_N, num_warps, num_stages). Swept on an H100 for int8
+# (docs/probes/int8_matmul_tiles.py, a step's Qwen3-0.6B matrices): at 65-128 rows 128 x 64 tiles
+# of 4 warps take 1.58 ms against 1.94 for 128 x 128 of 8; at 64 and 256 rows the plans here were
+# the best of the module's tiles. Every int8 tile stays 1.2-1.6x bf16 cuBLAS at 64-256 rows.
+MATMUL_TILES = ((32, (32, 64, 4, 4)), (64, (64, 64, 4, 4)), (128, (128, 64, 4, 4)),
+                (1 << 62, (128, 128, 8, 3)))
 # The matmul splits K when its tiles are fewer than SPLIT_BELOW x the SMs (down and o, at 1,024
 # rows, made only 16 programs of 128 x 128), into chunks of at least MATMUL_MIN_CHUNK columns.
 SPLIT_BELOW = 0.5

@@ -233,8 +233,8 @@ def run_decode(args) -> int:
                                                           device, dtype, bandwidth)
                 row.update(anchor_columns(anchored[batch, context]))
             rows.append(row)
-    report("decode", args, {"model": model_info(config), "bandwidth": bandwidth, "rows": rows},
-           device)
+    report("decode-quantized" if args.quantize else "decode", args,
+           {"model": model_info(config), "bandwidth": bandwidth, "rows": rows}, device)
     return failed(rows)
 
 
@@ -325,7 +325,8 @@ def run_speculative(args) -> int:
     payload, device = measure(args, log)
     lines, held = check_lines(payload["rows"])
     payload["checks"] = lines
-    report("speculative", args, payload, device)
+    report("speculative-gpu" if device.startswith("cuda") else "speculative", args, payload,
+           device)
     print("\n".join(lines))
     return 0 if held else 1
 

@@ -11,13 +11,13 @@ import shutil
 from pathlib import Path
 
 from .floor import physical_floor
-from .report import markdown_table
+from .report import DECODE_KINDS, markdown_table
 from .workloads import QWEN25_05B, nano_vllm_workload
 
 REPO = Path(__file__).resolve().parents[2]
 KINDS = ("main-job", "long-prompt", "cpu", "gpu-workload", "mixed", "mixed-cpu", "decode",
-         "anchors", "kernel", "tp", "serve", "serve-gpu", "batching", "speculative", "structured",
-         "structured-gpu")
+         "decode-quantized", "anchors", "kernel", "tp", "serve", "serve-gpu", "batching",
+         "speculative", "speculative-gpu", "structured", "structured-gpu")
 TITLES = {
     "main-job": "CPU main job: torchlet generate's default version against Hugging Face generate",
     "long-prompt": "CPU long prompt: torchlet generate's default version against Hugging Face "
@@ -27,6 +27,7 @@ TITLES = {
     "mixed": "Mixed traffic: requests decoding while long prompts arrive (chunked prefill)",
     "mixed-cpu": "Mixed traffic on the CPU, the small CPU model (chunked prefill)",
     "decode": "Decode step: batch x context",
+    "decode-quantized": "Decode step with quantized weights (v18) against v16's, batch x context",
     "anchors": "Anchors of a decode step: its matmuls alone, a gpt-fast-style step, the floor",
     "kernel": "Paged decode attention kernel against torch SDPA",
     "tp": "Tensor parallelism: what each rank holds (v16)",
@@ -34,6 +35,8 @@ TITLES = {
     "serve-gpu": "torchlet serve on the GPU under a Poisson stream of requests",
     "batching": "What batching buys a server: the same requests one after another, then at once",
     "speculative": "Speculative decoding (v17): k guessed tokens a step against none",
+    "speculative-gpu": "Speculative decoding (v17) on the GPU: k guessed tokens a step against "
+                       "none",
     "structured": "Structured output (v19): a JSON schema on every request against none",
     "structured-gpu": "Structured output (v19) on the GPU: a JSON schema on every request "
                       "against none",
@@ -46,6 +49,7 @@ HOW_TO = {
     "mixed": "torchlet bench mixed --versions v14,v15",
     "mixed-cpu": "torchlet bench mixed --versions v14,v15 --device cpu",
     "decode": "torchlet bench decode",
+    "decode-quantized": "torchlet bench decode --versions v16,v18 --quantize int8 --no-anchors",
     "anchors": "torchlet bench anchors",
     "kernel": "torchlet bench kernel",
     "tp": "torchlet bench tp",
@@ -54,6 +58,7 @@ HOW_TO = {
                  "writes one)",
     "batching": "torchlet bench batching --device cpu",
     "speculative": "torchlet bench speculative",
+    "speculative-gpu": "torchlet bench speculative --device cuda --model SmolLM2's GGUF file",
     "structured": "torchlet bench structured",
     "structured-gpu": "torchlet bench structured --device cuda --model DIR "
                       "(docs/probes/serve_model_dir.py writes one)",
@@ -203,6 +208,17 @@ NOTES["speculative"] = (
     "model. A self-draft's layers were trained to feed the layers after them, not the LM head, "
     "so how often its guesses are kept is this measurement, not a given; and each of a draft's "
     "proposals is a generate call on its own engine, which the verifying pass waits for.")
+NOTES["speculative-gpu"] = NOTES["speculative"] + (
+    " On the GPU: the default model's GGUF file named by `--model` (carried there in two "
+    "halves: no model can be downloaded), bfloat16, CUDA graphs and overlap on. There exact "
+    "acceptance keeps the tokens of k=0 only where a verifying pass computes each row's logits "
+    "as a decode step computes them, bit for bit, and in bfloat16 it does not: a pass of k + 1 "
+    "rows a request runs other kernels than a decode step's one row (v13's gemv serves one row "
+    "only, cuBLAS picks its kernel by the number of rows), whose sums round differently, so a "
+    "greedy near-tie can go the other way. The check under the table counts where it did.")
+NOTES["decode-quantized"] = NOTES["decode"] + (
+    " v18's rows are built with `--quantize`'s format, quantized at load from the same random "
+    "weights; v16's read them in the run's dtype.")
 NOTES["mixed-cpu"] = NOTES["mixed"]
 NOTES["serve-gpu"] = (SERVE_NOTE + "On the GPU, `--model` is a "
                       "Qwen2.5-0.5B-shaped model with `bench gpu-workload`'s random weights and "
@@ -273,7 +289,7 @@ def section(kind: str, result: dict | None, assets: str) -> list[str]:
         note += " " + PREFIX_NOTE
     if any(r.get("wall_s_runs") for r in result["rows"]):
         note += " " + RUNS_NOTE
-    if kind == "decode" and any("matmuls_ms" in r for r in result["rows"]):
+    if kind in DECODE_KINDS and any("matmuls_ms" in r for r in result["rows"]):
         note += " " + DECODE_ANCHORS_NOTE
     out += ["", note, "", markdown_table(kind, result["rows"]), ""]
     if kind == "main-job":
@@ -282,7 +298,7 @@ def section(kind: str, result: dict | None, assets: str) -> list[str]:
     if kind == "long-prompt":
         from .targets import long_prompt_lines
         out += [*long_prompt_lines(result), ""]
-    if kind == "decode":
+    if kind in DECODE_KINDS:
         out += top_kernel_lines(result["rows"])
     if result.get("checks"):
         out += [*result["checks"], ""]

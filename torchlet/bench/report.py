@@ -196,10 +196,15 @@ STRUCTURED_COLUMNS = [
     ("medians, none / schema (ms)", _medians),
     ("answers that validate", lambda r: f"{r['valid']} / {r['answers']}"),
 ]
-COLUMNS = {"batching": BATCHING_COLUMNS, "structured": STRUCTURED_COLUMNS, "structured-gpu": STRUCTURED_COLUMNS, "speculative": SPECULATIVE_COLUMNS, "tp": TP_COLUMNS, "serve": SERVE_COLUMNS, "serve-gpu": SERVE_COLUMNS, "main-job": MAIN_JOB_COLUMNS, "mixed": MIXED_COLUMNS, "mixed-cpu": MIXED_COLUMNS,
-           "long-prompt": LONG_PROMPT_COLUMNS,
+DECODE_KINDS = ("decode", "decode-quantized")  # one bench and table; the second quantizes
+COLUMNS = {"batching": BATCHING_COLUMNS, "structured": STRUCTURED_COLUMNS,
+           "structured-gpu": STRUCTURED_COLUMNS, "speculative": SPECULATIVE_COLUMNS,
+           "speculative-gpu": SPECULATIVE_COLUMNS, "tp": TP_COLUMNS, "serve": SERVE_COLUMNS,
+           "serve-gpu": SERVE_COLUMNS, "main-job": MAIN_JOB_COLUMNS, "mixed": MIXED_COLUMNS,
+           "mixed-cpu": MIXED_COLUMNS, "long-prompt": LONG_PROMPT_COLUMNS,
            "cpu": WORKLOAD_COLUMNS, "gpu-workload": WORKLOAD_COLUMNS + GPU_EXTRA,
-           "decode": DECODE_COLUMNS, "kernel": KERNEL_COLUMNS, "anchors": ANCHORS_COLUMNS}
+           "decode": DECODE_COLUMNS, "decode-quantized": DECODE_COLUMNS,
+           "kernel": KERNEL_COLUMNS, "anchors": ANCHORS_COLUMNS}
 
 
 def _hits(row):
@@ -230,7 +235,7 @@ def columns(kind: str, rows: list[dict]) -> list:
     if any(r.get("wall_s_runs") for r in rows):
         chosen.insert(next(i for i, (h, _) in enumerate(chosen) if h == "wall s") + 1,
                       RUNS_COLUMN)
-    if any("matmuls_ms" in r or "anchors_error" in r for r in rows) and kind == "decode":
+    if any("matmuls_ms" in r or "anchors_error" in r for r in rows) and kind in DECODE_KINDS:
         chosen += DECODE_ANCHOR_COLUMNS
     if any(r.get("prefix_queried_tokens") is not None for r in rows):
         chosen += PREFIX_COLUMNS
@@ -392,7 +397,7 @@ def chart(kind: str, payload: dict, path: Path) -> None:
         ax.invert_yaxis()
         ax.set_xlabel("decode step with a JSON schema on every request, over none (lower is "
                       "better)")
-    elif kind == "speculative":
+    elif kind in ("speculative", "speculative-gpu"):
         fig, ax = plt.subplots(figsize=(8, 0.3 * len(rows) + 1.6))
         names = [f"{r['workload']} B={r['batch']} k={r['k']}"
                  + (f" {r['acceptance']} {r.get('proposer', 'ngram')}" if r["acceptance"] else "")
@@ -424,7 +429,7 @@ def chart(kind: str, payload: dict, path: Path) -> None:
         ax.set_xlabel("seconds to the first token, median of the rounds, min to max "
                       "(lower is better)")
         fig.suptitle(payload["workload"]["describe"], fontsize=7, wrap=True)
-    elif kind == "decode":
+    elif kind in DECODE_KINDS:
         fig, ax = plt.subplots(figsize=(7, 4.5))
         # A line per version and batch: colour by batch, the newest version solid.
         versions = sorted({r["version"] for r in rows}, reverse=True)

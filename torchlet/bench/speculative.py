@@ -162,7 +162,8 @@ def measure(args, log) -> tuple[dict, str]:
     job = {"name": "speculative", "version": version.name, "model": model_name, "device": device,
            "dtype": dtype_name, "max_new_tokens": n, "batches": batches, "ks": ks,
            "proposers": proposers,
-           "describe": f"{version.name} ({mode}) on {model_name}, {dtype_name} on {device}, "
+           "describe": f"{version.name}{f' ({mode})' if mode else ''} on {model_name}, "
+                       f"{dtype_name} on {device}, "
                        f"{threads}; greedy, {n} new tokens a request (eos "
                        f"ignored); workloads copy (a list or code to repeat) and chat (plain "
                        f"questions), their first B prompts at batch B; proposers "
