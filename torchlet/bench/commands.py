@@ -148,7 +148,7 @@ def run_gpu_workload(args) -> int:
         from .anchors import workload_anchor_lines
         payload["anchors"] = anchors
         print("\n".join(workload_anchor_lines(anchors, rows)))
-    report("gpu-workload", args, payload, device)
+    report("gpu-workload-quantized" if args.quantize else "gpu-workload", args, payload, device)
     return 0
 
 

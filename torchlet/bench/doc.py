@@ -15,15 +15,17 @@ from .report import DECODE_KINDS, markdown_table
 from .workloads import QWEN25_05B, nano_vllm_workload
 
 REPO = Path(__file__).resolve().parents[2]
-KINDS = ("main-job", "long-prompt", "cpu", "gpu-workload", "mixed", "mixed-cpu", "decode",
-         "decode-quantized", "anchors", "kernel", "tp", "serve", "serve-gpu", "batching",
-         "speculative", "speculative-gpu", "structured", "structured-gpu")
+KINDS = ("main-job", "long-prompt", "cpu", "gpu-workload", "gpu-workload-quantized", "mixed",
+         "mixed-cpu", "decode", "decode-quantized", "anchors", "kernel", "tp", "serve", "serve-gpu",
+         "batching", "speculative", "speculative-gpu", "structured", "structured-gpu")
 TITLES = {
     "main-job": "CPU main job: torchlet generate's default version against Hugging Face generate",
     "long-prompt": "CPU long prompt: torchlet generate's default version against Hugging Face "
                    "generate, to the first token",
     "cpu": "CPU: what each version buys",
     "gpu-workload": "GPU: nano-vllm's workload on a Qwen2.5-0.5B-shaped model",
+    "gpu-workload-quantized": "GPU: nano-vllm's workload with quantized weights (v18) against "
+                              "v16's",
     "mixed": "Mixed traffic: requests decoding while long prompts arrive (chunked prefill)",
     "mixed-cpu": "Mixed traffic on the CPU, the small CPU model (chunked prefill)",
     "decode": "Decode step: batch x context",
@@ -46,6 +48,7 @@ HOW_TO = {
     "long-prompt": "torchlet bench long-prompt --threads 1",
     "cpu": "torchlet bench cpu",
     "gpu-workload": "torchlet bench gpu-workload --hf-baseline",
+    "gpu-workload-quantized": "torchlet bench gpu-workload --versions v16,v18 --quantize int8",
     "mixed": "torchlet bench mixed --versions v14,v15",
     "mixed-cpu": "torchlet bench mixed --versions v14,v15 --device cpu",
     "decode": "torchlet bench decode",
@@ -217,6 +220,9 @@ NOTES["speculative-gpu"] = NOTES["speculative"] + (
     "only, cuBLAS picks its kernel by the number of rows), whose sums round differently, so a "
     "greedy near-tie can go the other way. The check under the table counts where it did.")
 NOTES["decode-quantized"] = NOTES["decode"] + (
+    " v18's rows are built with `--quantize`'s format, quantized at load from the same random "
+    "weights; v16's read them in the run's dtype.")
+NOTES["gpu-workload-quantized"] = NOTES["gpu-workload"] + (
     " v18's rows are built with `--quantize`'s format, quantized at load from the same random "
     "weights; v16's read them in the run's dtype.")
 NOTES["mixed-cpu"] = NOTES["mixed"]

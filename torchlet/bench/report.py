@@ -203,6 +203,7 @@ COLUMNS = {"batching": BATCHING_COLUMNS, "structured": STRUCTURED_COLUMNS,
            "serve-gpu": SERVE_COLUMNS, "main-job": MAIN_JOB_COLUMNS, "mixed": MIXED_COLUMNS,
            "mixed-cpu": MIXED_COLUMNS, "long-prompt": LONG_PROMPT_COLUMNS,
            "cpu": WORKLOAD_COLUMNS, "gpu-workload": WORKLOAD_COLUMNS + GPU_EXTRA,
+           "gpu-workload-quantized": WORKLOAD_COLUMNS + GPU_EXTRA,
            "decode": DECODE_COLUMNS, "decode-quantized": DECODE_COLUMNS,
            "kernel": KERNEL_COLUMNS, "anchors": ANCHORS_COLUMNS}
 
@@ -316,7 +317,7 @@ def chart(kind: str, payload: dict, path: Path) -> None:
     import matplotlib.pyplot as plt
 
     rows = [r for r in payload["rows"] if "error" not in r]
-    if kind in ("cpu", "gpu-workload"):
+    if kind in ("cpu", "gpu-workload", "gpu-workload-quantized"):
         fig, axes = plt.subplots(1, 2, figsize=(11, 0.45 * len(rows) + 1.8))
         names = [r["version"] + ("" if r.get("mode") == "step" else f" ({r.get('mode')})")
                  for r in rows]
