@@ -132,14 +132,14 @@ class Matcher:
         self.words = bitmask_words(spelled)  # xgrammar's row; the model's may be longer
 
     def fill(self, bitmask: torch.Tensor) -> None:
-        if bitmask.shape[-1] == self.words:  # no padding
-            self.xgr.fill_next_token_bitmask(bitmask.view(1, -1))
-            return
-        self.xgr.fill_next_token_bitmask(bitmask[:self.words].view(1, -1))
-        words = bitmask.numpy()  # a host row; numpy's slicing costs a fifth of a tensor op's
+        # through numpy views of the host row: xgrammar takes any DLPack array, and a numpy
+        # view costs a fraction of a tensor's (1.4 against 3.3 us a fill on this CPU)
+        words = bitmask.numpy()
+        self.xgr.fill_next_token_bitmask(words[:self.words].reshape(1, -1))
         if self.spelled % 32:  # xgrammar sets the last word's bits past its vocabulary
             words[self.words - 1] &= (1 << self.spelled % 32) - 1
-        words[self.words:] = 0
+        if len(words) > self.words:
+            words[self.words:] = 0
 
     def accept(self, token: int) -> bool:
         return int(token) < self.spelled and bool(self.xgr.accept_token(int(token)))

@@ -1,8 +1,9 @@
 """What a verifying pass costs (v17), against a plain decode step of the same version with
 speculative_tokens=0, at batch 1 and 8, context 128 (or --context N): the bench's verify-cost
 measure, which needs no trained weights (acceptance does; `torchlet bench speculative` measures
-that on the default model). Random weights of the Qwen2.5-0.5B shape in bf16 on a GPU, of the
-CPU benchmark model in float32 with --cpu.
+that on the default model). Random weights of the Qwen2.5-0.5B shape in bf16 on a GPU (of
+SmolLM2-135M's with --smollm2, the model bench speculative runs), of the CPU benchmark model in
+float32 with --cpu.
 
 Each engine's requests take a prompt of `context` random tokens; a proposer that always guesses
 k tokens (the last one repeated) runs STEPS steps after WARMUP, timed from outside, every request
@@ -11,7 +12,7 @@ keeps. Also the n-gram proposer's own cost: one propose() of 8 guesses over 8 se
 `context` tokens, against the plain step. On a GPU, then, batch 1's step at k = 0 and at k = 4
 under the torch profiler: its kernels' time against its wall time, and its top kernels.
 
-    PYTHONPATH=. python docs/probes/verify_cost.py [--context N] [--cpu] [--no-graphs]
+    PYTHONPATH=. python docs/probes/verify_cost.py [--context N] [--cpu] [--smollm2] [--no-graphs]
 """
 import argparse
 import os
@@ -20,6 +21,9 @@ import time
 parser = argparse.ArgumentParser()
 parser.add_argument("--context", type=int, default=128)
 parser.add_argument("--cpu", action="store_true")
+parser.add_argument("--smollm2", action="store_true",
+                    help="random weights of SmolLM2-135M's shape (the default model, which bench "
+                         "speculative runs) instead of Qwen2.5-0.5B's")
 parser.add_argument("--no-graphs", action="store_true",
                     help="use_graphs=False: a verifying pass is a slice pass, its LM head and "
                          "draws eager (what torchlet generate runs on a CPU)")
@@ -31,13 +35,17 @@ import torch  # noqa: E402
 
 import implementations  # noqa: E402
 from torchlet.bench.workloads import CPU_MODEL, QWEN25_05B, random_checkpoint  # noqa: E402
-from torchlet.contract import SPECULATIVE, GenerationParams  # noqa: E402
+from torchlet.contract import SPECULATIVE, GenerationParams, ModelConfig  # noqa: E402
 
 STEPS, WARMUP = 40, 10
 device, dtype = ("cpu", torch.float32) if args.cpu else ("cuda", torch.bfloat16)
 if args.cpu:
     torch.set_num_threads(1)
-config = CPU_MODEL if args.cpu else QWEN25_05B
+SMOLLM2_135M = ModelConfig(  # its converted GGUF's config.json
+    vocab_size=49152, hidden_size=576, intermediate_size=1536, num_layers=30, num_heads=9,
+    num_kv_heads=3, head_dim=64, max_position=8192, rope_theta=100000.0, rms_eps=1e-5,
+    tie_embeddings=True, family="llama")
+config = SMOLLM2_135M if args.smollm2 else CPU_MODEL if args.cpu else QWEN25_05B
 version = [v for v in implementations.discover() if SPECULATIVE in v.capabilities][-1]
 checkpoint = random_checkpoint(config, 0, device=device, dtype=dtype)
 

@@ -22,7 +22,7 @@ V19 = ("v19",)
 
 MUTANTS = [
     Mutant("grammar-padding-bits-left-as-they-were", PROPERTY, (
-        Edit(HARNESS, "        words[self.words:] = 0\n", ""),),
+        Edit(HARNESS, "            words[self.words:] = 0\n", "            pass\n"),),
         (PADDING,), (), "a matcher leaves the bits past the tokenizer's ids as the block held "
                         "them: a model's padding ids allowed wherever a row started allowing "
                         "all"),
@@ -36,6 +36,11 @@ MUTANTS = [
              "tokenizer, vocab_size=vocab_size,"),),
         (PADDING,), (), "xgrammar told the model's vocabulary: its padding ids are special "
                         "tokens to it, the same masks, each accept ~17x slower"),
+    Mutant("v19-unconstrained-row-left-unwritten", PROPERTY, (
+        Edit(GRAMMAR, "                bitmask[i] = ALL\n                continue\n",
+             "                continue\n"),),
+        (GOLDEN,), V19, "an unconstrained request's row of a step's masks is left as the block's "
+                        "memory held it: its neighbour's draw masked by whatever was there"),
     Mutant("v19-mask-after-the-draw", PROPERTY, (
         Edit(SAMPLER,
              "            return super().draw_lanes(MASKED[variant], self.grammar.masked(logits, "
