@@ -6,12 +6,13 @@ step reads every weight for one row; here it reads them once for up to k + 1 tok
 
 The promise is exactness: with acceptance="exact" a guess is kept exactly when it equals the
 token the engine draws at its position, and since a seeded draw depends on (seed, position,
-token) alone (v11), every request's tokens are those of speculative_tokens=0, greedy or sampled, as far as the
-pass computes a row's logits as a one-row decode step does. In float32 (the specs', and a CPU's
-default) they agree; in bfloat16 they round apart (a pass of k + 1 rows a request runs other
-matrix kernels than a step of one row), and a greedy near-tie can go the other way: on the copy
-prompt at batch 1, 52 of 64 tokens equal k=0's, on a CPU and on an H100 alike (bench
-speculative, docs/benchmarks.md). Kernels whose sums do not depend on the rows would keep it.
+token) alone (v11), every request's tokens are those of speculative_tokens=0, greedy or
+sampled, as far as the pass computes a row's logits as a one-row decode step does. In float32
+(the specs', and a CPU's default) they agree; in bfloat16 they round apart (a pass of k + 1
+rows a request runs other matrix kernels than a step of one row), and a greedy near-tie can go
+the other way: on the copy prompt at batch 1, 52 of 64 tokens equal k=0's, on a CPU and on an
+H100 alike (bench speculative, docs/benchmarks.md). Kernels whose sums do not depend on the
+rows would keep it.
 acceptance="rejection" is the textbook rule, which keeps the distribution but not the tokens.
 
 Swaps the proposer (proposer.py, a new part: NgramProposer, prompt lookup in the request's own
