@@ -11,7 +11,7 @@ import shutil
 from pathlib import Path
 
 from .floor import physical_floor
-from .report import DECODE_KINDS, markdown_table
+from .report import base_kind, markdown_table
 from .workloads import QWEN25_05B, nano_vllm_workload
 
 REPO = Path(__file__).resolve().parents[2]
@@ -219,12 +219,11 @@ NOTES["speculative-gpu"] = NOTES["speculative"] + (
     "rows a request runs other kernels than a decode step's one row (v13's gemv serves one row "
     "only, cuBLAS picks its kernel by the number of rows), whose sums round differently, so a "
     "greedy near-tie can go the other way. The check under the table counts where it did.")
-NOTES["decode-quantized"] = NOTES["decode"] + (
-    " v18's rows are built with `--quantize`'s format, quantized at load from the same random "
-    "weights; v16's read them in the run's dtype.")
-NOTES["gpu-workload-quantized"] = NOTES["gpu-workload"] + (
-    " v18's rows are built with `--quantize`'s format, quantized at load from the same random "
-    "weights; v16's read them in the run's dtype.")
+# what a run with --quantize adds to its bench's note
+QUANTIZED_NOTE = (" v18's rows are built with `--quantize`'s format, quantized at load from the "
+                  "same random weights; v16's read them in the run's dtype.")
+NOTES["decode-quantized"] = NOTES["decode"] + QUANTIZED_NOTE
+NOTES["gpu-workload-quantized"] = NOTES["gpu-workload"] + QUANTIZED_NOTE
 NOTES["mixed-cpu"] = NOTES["mixed"]
 NOTES["serve-gpu"] = (SERVE_NOTE + "On the GPU, `--model` is a "
                       "Qwen2.5-0.5B-shaped model with `bench gpu-workload`'s random weights and "
@@ -295,7 +294,7 @@ def section(kind: str, result: dict | None, assets: str) -> list[str]:
         note += " " + PREFIX_NOTE
     if any(r.get("wall_s_runs") for r in result["rows"]):
         note += " " + RUNS_NOTE
-    if kind in DECODE_KINDS and any("matmuls_ms" in r for r in result["rows"]):
+    if base_kind(kind) == "decode" and any("matmuls_ms" in r for r in result["rows"]):
         note += " " + DECODE_ANCHORS_NOTE
     out += ["", note, "", markdown_table(kind, result["rows"]), ""]
     if kind == "main-job":
@@ -304,7 +303,7 @@ def section(kind: str, result: dict | None, assets: str) -> list[str]:
     if kind == "long-prompt":
         from .targets import long_prompt_lines
         out += [*long_prompt_lines(result), ""]
-    if kind in DECODE_KINDS:
+    if base_kind(kind) == "decode":
         out += top_kernel_lines(result["rows"])
     if result.get("checks"):
         out += [*result["checks"], ""]

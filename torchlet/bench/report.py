@@ -196,16 +196,22 @@ STRUCTURED_COLUMNS = [
     ("medians, none / schema (ms)", _medians),
     ("answers that validate", lambda r: f"{r['valid']} / {r['answers']}"),
 ]
-DECODE_KINDS = ("decode", "decode-quantized")  # one bench and table; the second quantizes
 COLUMNS = {"batching": BATCHING_COLUMNS, "structured": STRUCTURED_COLUMNS,
-           "structured-gpu": STRUCTURED_COLUMNS, "speculative": SPECULATIVE_COLUMNS,
-           "speculative-gpu": SPECULATIVE_COLUMNS, "tp": TP_COLUMNS, "serve": SERVE_COLUMNS,
-           "serve-gpu": SERVE_COLUMNS, "main-job": MAIN_JOB_COLUMNS, "mixed": MIXED_COLUMNS,
-           "mixed-cpu": MIXED_COLUMNS, "long-prompt": LONG_PROMPT_COLUMNS,
-           "cpu": WORKLOAD_COLUMNS, "gpu-workload": WORKLOAD_COLUMNS + GPU_EXTRA,
-           "gpu-workload-quantized": WORKLOAD_COLUMNS + GPU_EXTRA,
-           "decode": DECODE_COLUMNS, "decode-quantized": DECODE_COLUMNS,
+           "speculative": SPECULATIVE_COLUMNS, "tp": TP_COLUMNS, "serve": SERVE_COLUMNS,
+           "main-job": MAIN_JOB_COLUMNS, "mixed": MIXED_COLUMNS,
+           "long-prompt": LONG_PROMPT_COLUMNS, "cpu": WORKLOAD_COLUMNS,
+           "gpu-workload": WORKLOAD_COLUMNS + GPU_EXTRA, "decode": DECODE_COLUMNS,
            "kernel": KERNEL_COLUMNS, "anchors": ANCHORS_COLUMNS}
+# A kind that is another bench's run on other hardware or weights: a section of its own on the
+# page, the table and chart of the kind it varies.
+VARIANT_OF = {"mixed-cpu": "mixed", "serve-gpu": "serve", "structured-gpu": "structured",
+              "speculative-gpu": "speculative", "decode-quantized": "decode",
+              "gpu-workload-quantized": "gpu-workload"}
+
+
+def base_kind(kind: str) -> str:
+    """The kind whose table and chart `kind` shares (itself, unless it is a variant)."""
+    return VARIANT_OF.get(kind, kind)
 
 
 def _hits(row):
@@ -229,6 +235,7 @@ RUNS_COLUMN = ("wall s of each run", lambda r: ", ".join(f"{w:.2f}" for w in r["
 
 
 def columns(kind: str, rows: list[dict]) -> list:
+    kind = base_kind(kind)
     if kind == "tp":  # a workload's run, or decode steps timed
         return TP_COLUMNS + (TP_WORKLOAD_COLUMNS if any("wall_s" in r for r in rows)
                              else TP_STEP_COLUMNS)
@@ -236,7 +243,7 @@ def columns(kind: str, rows: list[dict]) -> list:
     if any(r.get("wall_s_runs") for r in rows):
         chosen.insert(next(i for i, (h, _) in enumerate(chosen) if h == "wall s") + 1,
                       RUNS_COLUMN)
-    if any("matmuls_ms" in r or "anchors_error" in r for r in rows) and kind in DECODE_KINDS:
+    if any("matmuls_ms" in r or "anchors_error" in r for r in rows) and kind == "decode":
         chosen += DECODE_ANCHOR_COLUMNS
     if any(r.get("prefix_queried_tokens") is not None for r in rows):
         chosen += PREFIX_COLUMNS
@@ -317,7 +324,8 @@ def chart(kind: str, payload: dict, path: Path) -> None:
     import matplotlib.pyplot as plt
 
     rows = [r for r in payload["rows"] if "error" not in r]
-    if kind in ("cpu", "gpu-workload", "gpu-workload-quantized"):
+    kind = base_kind(kind)  # the file is `path`; the drawing is the base kind's
+    if kind in ("cpu", "gpu-workload"):
         fig, axes = plt.subplots(1, 2, figsize=(11, 0.45 * len(rows) + 1.8))
         names = [r["version"] + ("" if r.get("mode") == "step" else f" ({r.get('mode')})")
                  for r in rows]
@@ -341,7 +349,7 @@ def chart(kind: str, payload: dict, path: Path) -> None:
                 ax.annotate(f" {v:,.0f}" if v else " n/a", (v or 0, y), va="center",
                             fontsize=8, annotation_clip=False)
         fig.suptitle(f"{payload.get('workload', {}).get('describe', kind)}", fontsize=9)
-    elif kind in ("mixed", "mixed-cpu"):
+    elif kind == "mixed":
         fig, axes = plt.subplots(1, 2, figsize=(11, 0.45 * len(rows) + 1.8))
         names = [r["version"] for r in rows]
         for ax, key, label in ((axes[0], "itl_p99_ms", "decodes' p99 inter-token latency, ms"),
@@ -362,7 +370,7 @@ def chart(kind: str, payload: dict, path: Path) -> None:
         ax.set_xlabel("MiB a rank holds")
         ax.legend(fontsize=8)
         fig.suptitle(payload["workload"]["describe"], fontsize=7, wrap=True)
-    elif kind in ("serve", "serve-gpu"):
+    elif kind == "serve":
         fig, axes = plt.subplots(1, 2, figsize=(10, 3.6))
         # the rates side by side, as labels: "inf" (all at once) has no place on a number line
         at = range(len(rows))
@@ -390,7 +398,7 @@ def chart(kind: str, payload: dict, path: Path) -> None:
         ax.set_xlabel(f"seconds for {r['requests']} requests of {r['tokens']} tokens "
                       f"(lower is better)")
         fig.suptitle(payload.get("server", ""), fontsize=7, wrap=True)
-    elif kind in ("structured", "structured-gpu"):
+    elif kind == "structured":
         fig, ax = plt.subplots(figsize=(6, 0.4 * len(rows) + 1.4))
         names = [f"batch {r['batch']}" for r in rows]
         ax.barh(names, [r["ratio"] for r in rows], color="tab:blue")
@@ -398,7 +406,7 @@ def chart(kind: str, payload: dict, path: Path) -> None:
         ax.invert_yaxis()
         ax.set_xlabel("decode step with a JSON schema on every request, over none (lower is "
                       "better)")
-    elif kind in ("speculative", "speculative-gpu"):
+    elif kind == "speculative":
         fig, ax = plt.subplots(figsize=(8, 0.3 * len(rows) + 1.6))
         names = [f"{r['workload']} B={r['batch']} k={r['k']}"
                  + (f" {r['acceptance']} {r.get('proposer', 'ngram')}" if r["acceptance"] else "")
@@ -430,7 +438,7 @@ def chart(kind: str, payload: dict, path: Path) -> None:
         ax.set_xlabel("seconds to the first token, median of the rounds, min to max "
                       "(lower is better)")
         fig.suptitle(payload["workload"]["describe"], fontsize=7, wrap=True)
-    elif kind in DECODE_KINDS:
+    elif kind == "decode":
         fig, ax = plt.subplots(figsize=(7, 4.5))
         # A line per version and batch: colour by batch, the newest version solid.
         versions = sorted({r["version"] for r in rows}, reverse=True)
