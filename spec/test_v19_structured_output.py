@@ -35,8 +35,8 @@ graphs of its own (the "masked" variants, greedy and sampling), one more set a b
 tensor parallelism each rank gets the compiled grammar (it pickles) and keeps its own matchers
 over the same tokens. `torchlet bench structured` measures the cost: the fills are hidden
 while a step's host work stays within the GPU's step; past that the step waits for them. On an
-H100 (docs/benchmarks.md, "on the GPU"): 1.03x at batch 1, 1.32x at 8, 3.44x at 64, where a
-step's masks cost the host more than the GPU's 1.26 ms step (docs/perf-notes.md).
+H100 (docs/benchmarks.md, "on the GPU"): 1.03x at batch 1, 1.26x at 8, 2.39x at 64, where a
+step's host work outlasts the GPU's 1.26 ms step (docs/perf-notes.md).
 """
 from __future__ import annotations
 
