@@ -65,19 +65,20 @@ class GrammarMasks:
         # whole block first wrote a constrained row twice: most of masks()'s time at batch 64
         # and 151,936 ids)
         bitmask = self.block(len(requests))
+        # the block's numpy view: its row writes and its any() cost a fraction of torch's (the
+        # any 0.05 against 0.6 ms at batch 64 and 151,936 ids on this CPU)
+        words = bitmask.numpy()
         for i, request in enumerate(requests):
             if request.params.grammar is None:
-                bitmask[i] = ALL
+                words[i] = ALL
                 continue
             try:
                 self.caught_up(request).fill(bitmask[i])
             except Exception as error:  # noqa: BLE001  (its grammar's own failure: it alone ends)
-                bitmask[i] = ALL
+                words[i] = ALL
                 request.fail(error)
-        # numpy's any over the host block: a tenth of torch's (int32 rows, 0.05 against 0.6 ms
-        # at batch 64 and 151,936 ids on this CPU)
-        for i in np.flatnonzero(~bitmask.numpy().any(axis=1)).tolist():
-            bitmask[i] = ALL
+        for i in np.flatnonzero(~words.any(axis=1)).tolist():
+            words[i] = ALL
             self.cannot_go_on(requests[i], self.tracked[requests[i].id].matcher)
         return bitmask
 

@@ -37,7 +37,7 @@ MUTANTS = [
         (PADDING,), (), "xgrammar told the model's vocabulary: its padding ids are special "
                         "tokens to it, the same masks, each accept ~17x slower"),
     Mutant("v19-unconstrained-row-left-unwritten", PROPERTY, (
-        Edit(GRAMMAR, "                bitmask[i] = ALL\n                continue\n",
+        Edit(GRAMMAR, "                words[i] = ALL\n                continue\n",
              "                continue\n"),),
         (GOLDEN,), V19, "an unconstrained request's row of a step's masks is left as the block's "
                         "memory held it: its neighbour's draw masked by whatever was there"),
