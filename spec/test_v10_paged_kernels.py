@@ -144,6 +144,32 @@ def test_split_contexts_of_every_length_against_their_chunks_give_the_reference(
         assert_close(attend(paged, batch), expected(batch), f"contexts {lens}")
 
 
+@pytest.mark.parametrize("target", TARGETS)
+def test_with_a_fixed_chunk_each_rows_result_is_the_same_bits_alone_and_in_any_batch(paged,
+                                                                                    target):
+    """fixed_chunk cuts every context at the same places whatever the batch: a row alone (one
+    pair, which the shape's plan would split finely) gives the very bits it gives among many
+    rows (which the plan would not split) and beside a wider table; and the reference's values.
+    Without the fixed chunk these plans cut the 700-token context at other places."""
+    lens = [700, 300, 1, 513] + [40] * 60
+    batch = ref.paged_batch(target, torch.Generator().manual_seed(5), lens, block_size=16,
+                            kv_heads=2, group=2, head_dim=4, pad_blocks=8)
+    chunk = 200  # rounded up to whole tiles by the kernel
+    together = paged.paged_decode_attention(batch.q, batch.k_cache, batch.v_cache,
+                                            batch.block_tables, batch.context_lens, batch.scale,
+                                            fixed_chunk=chunk)
+    assert_close(together, expected(batch), "fixed-chunk attention")
+    for b in range(4):
+        pages = -(-lens[b] // 16)
+        for width in (pages, pages + 30):
+            table = torch.zeros(1, width, dtype=torch.int32, device=batch.q.device)
+            table[0, :pages] = batch.block_tables[b, :pages]
+            alone = paged.paged_decode_attention(batch.q[b:b + 1], batch.k_cache, batch.v_cache,
+                                                 table, batch.context_lens[b:b + 1],
+                                                 batch.scale, fixed_chunk=chunk)
+            assert torch.equal(alone[0], together[b]), f"row {b}, table of {width} pages"
+
+
 def test_decode_attention_refuses_bad_tables_and_head_counts(paged):
     q, cache = torch.randn(1, 4, 8), torch.zeros(3, 4, 2, 8)
     tables, lens = torch.tensor([[1, 2]], dtype=torch.int32), torch.tensor([5], dtype=torch.int32)
@@ -153,6 +179,8 @@ def test_decode_attention_refuses_bad_tables_and_head_counts(paged):
         paged.paged_decode_attention(torch.randn(1, 3, 8), cache, cache.clone(), tables, lens, 1.0)
     with pytest.raises(ValueError, match="head_dim"):
         paged.paged_decode_attention(torch.randn(1, 4, 6), cache, cache.clone(), tables, lens, 1.0)
+    with pytest.raises(ValueError, match="fixed_chunk must"):
+        paged.paged_decode_attention(q, cache, cache.clone(), tables, lens, 1.0, fixed_chunk=-1)
 
 
 # --- store ---------------------------------------------------------------------------------

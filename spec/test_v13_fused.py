@@ -159,15 +159,16 @@ def test_swiglu_packed_is_silu_of_the_first_half_times_the_second(fused, target,
 @engine_settings()
 @given(n=st.one_of(st.sampled_from([1, 1152]), st.integers(1, 300)),
        k=st.one_of(st.sampled_from([1, 896, 4864]), st.integers(1, 600)), bias=st.booleans(),
-       swiglu=st.booleans(), seed=seeds)
+       swiglu=st.booleans(), rows=st.integers(1, 3), seed=seeds)
 def test_gemv_is_the_row_times_the_weights_transposed_plus_the_bias(gemv, target, n, k, bias,
-                                                                     swiglu, seed):
+                                                                     swiglu, rows, seed):
     """With swiglu the row is [gate | up] and the product is silu(gate) * up's, rounded to the
     model dtype where swiglu_packed rounds it before a GEMM (the reference rounds there too, so
     the tolerance is the product's). A long k is split over programs: on the CPU a k over 256,
-    on a GPU over 1,024."""
+    on a GPU over 1,024. Given several rows, each row's result is the very bits it gets alone
+    (what a batch-invariant product needs)."""
     gen = torch.Generator().manual_seed(seed)
-    x = target.randn(gen, 1, 2 * k if swiglu else k, scale=2.0)
+    x = target.randn(gen, rows, 2 * k if swiglu else k, scale=2.0)
     w = target.randn(gen, n, k, scale=k ** -0.5)
     b = target.randn(gen, n) if bias else None
     if swiglu:
@@ -177,7 +178,10 @@ def test_gemv_is_the_row_times_the_weights_transposed_plus_the_bias(gemv, target
     else:
         a = x.double()
     want = a @ w.double().T + (b.double() if bias else 0.0)
-    assert_close(gemv.gemv(x, w, b, swiglu=swiglu), want, "gemv")
+    out = gemv.gemv(x, w, b, swiglu=swiglu)
+    assert_close(out, want, "gemv")
+    for i in range(rows):
+        assert torch.equal(out[i:i + 1], gemv.gemv(x[i:i + 1], w, b, swiglu=swiglu)), f"row {i}"
 
 
 def context_batch(target: Target, seed: int, requests, kv_heads: int, group: int, head_dim: int,
@@ -238,6 +242,32 @@ def test_a_slice_late_in_a_long_context_gives_each_row_the_softmax_over_its_cont
 
 
 @pytest.mark.spec(part="model", kernels=True)
+@pytest.mark.parametrize("target", TARGETS)
+def test_with_a_fixed_chunk_a_requests_rows_are_the_same_bits_alone_and_beside_others(
+        context_kernel, target):
+    """fixed_chunk cuts every context at the same places whatever the pass: a request's rows
+    alone (few rows over a long context, which the shape's plan splits) are the very bits they
+    are beside a long prompt's rows and a longer context (which change the plan); and the
+    reference's values."""
+    requests = [(3, 600), (1, 40), (300, 900)]  # alone, 128-token chunks; together, 256
+    batch, q, rows, slots = context_batch(target, 31, requests, 3, 2, 8, 16)
+    chunk = 256
+    together = context_kernel.context_attention(
+        q, batch.k_cache, batch.v_cache, indptr(rows, q.device), torch.cat(slots),
+        indptr([len(s) for s in slots], q.device), max(len(s) for s in slots), batch.scale,
+        fixed_chunk=chunk)
+    assert_close(together, ref.context_attention(q, batch.k_cache, batch.v_cache, rows, slots,
+                                                 batch.scale), "fixed-chunk context attention")
+    starts = [0, 3, 4]
+    for r in range(2):
+        mine = q[starts[r]:starts[r] + rows[r]]
+        alone = context_kernel.context_attention(
+            mine, batch.k_cache, batch.v_cache, indptr(rows[r:r + 1], q.device), slots[r],
+            indptr([len(slots[r])], q.device), len(slots[r]), batch.scale, fixed_chunk=chunk)
+        assert torch.equal(alone, together[starts[r]:starts[r] + rows[r]]), f"request {r}"
+
+
+@pytest.mark.spec(part="model", kernels=True)
 def test_the_fused_kernels_refuse_bad_input_with_a_message_that_says_why(impl, fused, gemv,
                                                                         context_kernel):
     cos, sin = impl.package.kernels.rope_cos_sin(torch.arange(2), 8, 10000.0)
@@ -251,8 +281,7 @@ def test_the_fused_kernels_refuse_bad_input_with_a_message_that_says_why(impl, f
         fused.swiglu_packed(torch.randn(2, 7))
     with pytest.raises(ValueError, match="float32|dtype"):
         fused.swiglu_packed(torch.ones(2, 8, dtype=torch.int64))
-    for args, message in (((torch.randn(2, 4), torch.randn(3, 4)), "one row"),
-                          ((torch.randn(1, 4), torch.randn(3, 5)), "columns"),
+    for args, message in (((torch.randn(1, 4), torch.randn(3, 5)), "columns"),
                           ((torch.randn(1, 4), torch.randn(3, 4), None, True), "gate \\| up"),
                           ((torch.randn(1, 4), torch.randn(3, 4), torch.randn(4)), "bias must"),
                           ((torch.randn(1, 4), torch.randn(4, 3).t()), "contiguous")):
@@ -265,7 +294,8 @@ def test_the_fused_kernels_refuse_bad_input_with_a_message_that_says_why(impl, f
     for change, message in ((dict(q=q[:, :3]), "share"), (dict(q=q.half()), "cache is|k_cache is"),
                             (dict(context_slots=slots[0].int()), "context_slots must"),
                             (dict(row_indptr=indptr([3, 0], "cpu")), "requests \\+ 1"),
-                            (dict(q=q.transpose(1, 2)), "contiguous last")):
+                            (dict(q=q.transpose(1, 2)), "contiguous last"),
+                            (dict(fixed_chunk=-1), "fixed_chunk must")):
         with pytest.raises(ValueError, match=message):
             context_kernel.context_attention(**{**good, **change})
 

@@ -162,6 +162,7 @@ class Runner:
         # the reason is the quantized weights' only: a float checkpoint's v18 or v19 was picked
         # for a capability the flags need (sampling, structured output)
         if (self.weights and self.weights != "float weights" and args.impl is None
+                and self.serving.get("weights") != "float"  # --batch-invariant's floats
                 and not self.device.startswith("cuda")):
             self.weights += f" ({QUANTIZED_WHY})"
         self.dtype = resolve_dtype(args.dtype, self.device)

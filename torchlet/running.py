@@ -125,10 +125,17 @@ def for_floats(version, args, device: str, checkpoint, need=()):
 
 def quantize_options(args, version) -> dict:
     """--quantize int8|int4 as the version's weights option ({} without it); a version without
-    the quantized_weights capability (named with --impl) is refused in one line."""
+    the quantized_weights capability (named with --impl) is refused in one line. With
+    --batch-invariant, whose products read float matrices, a version that reads quantized blocks
+    holds them as floats (weights="float"), and --quantize is refused."""
     from torchlet.contract import QUANTIZED_WEIGHTS, TorchletError
 
     fmt = getattr(args, "quantize", None)
+    if getattr(args, "batch_invariant", False):
+        if fmt:
+            raise TorchletError(f"--batch-invariant multiplies float matrices: leave out "
+                                f"--quantize {fmt}")
+        return {"weights": "float"} if QUANTIZED_WEIGHTS in version.capabilities else {}
     if not fmt:
         return {}
     if QUANTIZED_WEIGHTS not in version.capabilities:
@@ -152,6 +159,9 @@ def weights_label(version, checkpoint, options: dict) -> str:
     if QUANTIZED_WEIGHTS not in version.capabilities:
         return ""
     fmt = options.get("weights")
+    if fmt == "float":
+        return "weights dequantized to floats at load" if holds_blocks(checkpoint) else \
+            "float weights"
     if fmt:
         return f"weights {fmt}, quantized at load"
     if not holds_blocks(checkpoint):
@@ -221,29 +231,39 @@ def speculation_needs(args) -> tuple[str, ...]:
 
 
 def speculation_options(args, version) -> dict:
-    """--speculate K and --acceptance as the version's build options ({} for K = 0; the
-    proposer is load_proposer's, once the model is loaded). Refused in one line: a negative K,
-    --acceptance rejection or --proposer without --speculate (they would be ignored), a version
-    without the speculative capability (one named with --impl), and a self:N that is no
-    number of layers."""
+    """--speculate K, --acceptance and --batch-invariant as the version's build options (for
+    K = 0 batch_invariant alone, or {}; the proposer is load_proposer's, once the model is
+    loaded). Refused in one line: a negative K, --acceptance rejection or --proposer without
+    --speculate (they would be ignored), a version without the speculative capability (one
+    named with --impl, for --speculate or --batch-invariant), and a self:N that is no number
+    of layers."""
     from torchlet.contract import SPECULATIVE, TorchletError
 
     k = args.speculate
     if k < 0:
         raise TorchletError(f"--speculate must be at least 0, got {k}")
+    invariant = {"batch_invariant": True} if args.batch_invariant else {}
+    if invariant and SPECULATIVE not in version.capabilities:
+        raise TorchletError(f"{version.name} has no batch-invariant mode: --batch-invariant needs "
+                            f"v17 or later")
+    if invariant and not resolve_device(args.device).startswith("cuda") \
+            and not getattr(args, "triton_interpret", False):
+        raise TorchletError("--batch-invariant runs on the Triton kernels: on a GPU (on a CPU "
+                            "only under --triton-interpret, float32, minutes a token of the "
+                            "default model)")
     if k == 0:
         for flag, value, default in (("--acceptance", args.acceptance, ACCEPTANCE[0]),
                                      ("--proposer", args.proposer, None)):
             if value != default:
                 raise TorchletError(f"{flag} {value} needs --speculate above 0: without it "
                                     f"nothing is guessed")
-        return {}
+        return invariant
     self_draft_layers(args.proposer or NGRAM)  # a mistyped self:N, before the model loads
     if SPECULATIVE not in version.capabilities:
         raise TorchletError(f"{version.name} does not speculate: --speculate {k} needs a version "
                             f"with the {SPECULATIVE} capability (v17 and later), or leave --impl "
                             f"out")
-    return {"speculative_tokens": k, "acceptance": args.acceptance}
+    return {"speculative_tokens": k, "acceptance": args.acceptance} | invariant
 
 
 def self_draft_layers(text: str, flag: str = "--proposer") -> int | None:
@@ -297,8 +317,12 @@ def add_speculate(p) -> None:
                         "pass (v17 and later; default: 0, off)")
     p.add_argument("--acceptance", choices=ACCEPTANCE, default=ACCEPTANCE[0],
                    help="with --speculate: exact keeps the tokens of a run without it (in "
-                        "float32; in bfloat16 a near-tie may differ), rejection only their "
-                        "distribution (default: exact)")
+                        "float32, or with --batch-invariant; in bfloat16 a near-tie may "
+                        "differ), rejection only their distribution (default: exact)")
+    p.add_argument("--batch-invariant", action="store_true",
+                   help="every row's numbers the same bits in any batch (v17 and later, on a "
+                        "GPU): --speculate's exact tokens in bfloat16 too, a request's tokens "
+                        "the same alone or among others; slower steps")
     p.add_argument("--proposer", default=None, metavar="ngram|PATH|self:N",
                    help="with --speculate, what guesses: ngram, prompt lookup in the request's "
                         "own text (default); PATH, a draft model (a directory or .gguf file, as "

@@ -13,6 +13,7 @@ keeps. Also the n-gram proposer's own cost: one propose() of 8 guesses over 8 se
 under the torch profiler: its kernels' time against its wall time, and its top kernels.
 
     PYTHONPATH=. python docs/probes/verify_cost.py [--context N] [--cpu] [--smollm2] [--no-graphs]
+        [--batch-invariant]
 """
 import argparse
 import os
@@ -27,6 +28,9 @@ parser.add_argument("--smollm2", action="store_true",
 parser.add_argument("--no-graphs", action="store_true",
                     help="use_graphs=False: a verifying pass is a slice pass, its LM head and "
                          "draws eager (what torchlet generate runs on a CPU)")
+parser.add_argument("--batch-invariant", action="store_true",
+                    help="every engine (k = 0's too) built with batch_invariant=True: what v17's "
+                         "exact-in-bfloat16 mode costs a step and a pass")
 args = parser.parse_args()
 if args.cpu:
     os.environ["TRITON_INTERPRET"] = "0"  # the layers read it per call: their PyTorch path
@@ -68,7 +72,7 @@ def warmed(batch: int, k: int):
     new = (STEPS + WARMUP) * (k + 1) + 8
     engine = version.build(checkpoint, device=device, dtype=dtype, speculative_tokens=k,
                            proposer=Always(), max_lanes=max(batch, 8), prefix_cache=False,
-                           use_graphs=not args.no_graphs,
+                           use_graphs=not args.no_graphs, batch_invariant=args.batch_invariant,
                            max_model_len=args.context + new + 16)
     g = torch.Generator().manual_seed(batch)
     for _ in range(batch):

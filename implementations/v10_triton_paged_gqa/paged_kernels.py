@@ -198,21 +198,35 @@ def _plan_splits(work: int, max_context: int, sms: int,
     return triton.cdiv(max_context, chunk), chunk
 
 
+def _plan_fixed(max_context: int, chunk: int) -> tuple[int, int]:
+    """(splits, chunk tokens) where every context is cut at the same places, chunk tokens
+    (whole tiles) apart, whatever the batch: a row's sums then do not depend on the rows beside
+    it (the combine's tile is fixed too, see _paged_decode_op)."""
+    chunk = triton.cdiv(chunk, BLOCK_N) * BLOCK_N
+    return max(1, triton.cdiv(max_context, chunk)), chunk
+
+
 @kernel_op(f"{_NS}::paged_decode_attention")
 def _paged_decode_op(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                      block_tables: torch.Tensor, context_lens: torch.Tensor,
-                     scale: float) -> torch.Tensor:
+                     scale: float, fixed_chunk: int = 0) -> torch.Tensor:
     batch, heads, head_dim = q.shape
     _, block_size, kv_heads, _ = k_cache.shape
     out = torch.empty_like(q)
     if batch == 0:
         return out
     group = heads // kv_heads
-    sms = _num_sms(q.device)
-    splits, chunk = _plan_splits(batch * kv_heads, block_tables.shape[1] * block_size, sms)
     block_g, block_d = _pad(group), _pad(head_dim)
-    # The combine's [S, G, D] tile of partials: all the splits at once where they fit.
-    block_s = min(triton.next_power_of_2(splits), max(1, COMBINE_FLOATS // (block_g * block_d)))
+    # The combine's [S, G, D] tile of partials: all the splits at once where they fit; with a
+    # fixed chunk, the most that fit, so the tile (and the order of its sums) is the same for
+    # every batch and table width.
+    block_s = max(1, COMBINE_FLOATS // (block_g * block_d))
+    max_context = block_tables.shape[1] * block_size
+    if fixed_chunk:
+        splits, chunk = _plan_fixed(max_context, fixed_chunk)
+    else:
+        splits, chunk = _plan_splits(batch * kv_heads, max_context, _num_sms(q.device))
+        block_s = min(triton.next_power_of_2(splits), block_s)
     part = out  # the SPLIT=False kernel writes no partials
     if splits > 1:
         # torch.empty launches nothing and is capture-safe: a graph keeps its own scratch.
@@ -269,11 +283,13 @@ def check_queries(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
 
 def paged_decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                            block_tables: torch.Tensor, context_lens: torch.Tensor,
-                           scale: float) -> torch.Tensor:
+                           scale: float, fixed_chunk: int = 0) -> torch.Tensor:
     """One new token per request: q [B, heads, head_dim] attends over the first context_lens[b]
     tokens that block_tables [B, max_blocks] (int32, padded with the null block 0) names.
     Query head h reads KV head h // (heads / kv_heads). -> [B, heads, head_dim]; a row with
-    context 0 gives zeros."""
+    context 0 gives zeros. fixed_chunk: 0 splits contexts as the batch's shape fills the GPU
+    best (_plan_splits); a number of tokens cuts every context every that many tokens (rounded
+    up to whole tiles), so a row's result is the same bits in any batch."""
     check_queries(q, k_cache, v_cache, "B")
     batch = q.shape[0]
     for name, t in (("block_tables", block_tables), ("context_lens", context_lens)):
@@ -285,7 +301,9 @@ def paged_decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
           f"{tuple(block_tables.shape)}")
     check(context_lens.shape == (batch,) and context_lens.is_contiguous(),
           f"context_lens must be a contiguous [B={batch}], got {tuple(context_lens.shape)}")
-    return _paged_decode_op(q, k_cache, v_cache, block_tables, context_lens, float(scale))
+    check(fixed_chunk >= 0, f"fixed_chunk must be 0 or a number of tokens, got {fixed_chunk}")
+    return _paged_decode_op(q, k_cache, v_cache, block_tables, context_lens, float(scale),
+                            int(fixed_chunk))
 
 
 # --- store ---------------------------------------------------------------------------------

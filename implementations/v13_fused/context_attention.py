@@ -120,7 +120,7 @@ def _context_attention_kernel(
 def _context_attention_op(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                           row_indptr: torch.Tensor, context_slots: torch.Tensor,
                           context_indptr: torch.Tensor, max_context: int,
-                          scale: float) -> torch.Tensor:
+                          scale: float, fixed_chunk: int = 0) -> torch.Tensor:
     tokens, heads, head_dim = q.shape
     out = torch.empty_like(q)
     requests = row_indptr.shape[0] - 1
@@ -135,9 +135,12 @@ def _context_attention_op(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch
     rows_per_program = block_m // group
     # Shapes only, no device read: every request has at most min(tokens, max_context) rows, and
     # the live programs number about kv_heads x tokens / rows_per_program.
-    splits, chunk = paged_kernels._plan_splits(
-        kv_heads * triton.cdiv(tokens, rows_per_program), max_context,
-        paged_kernels._num_sms(q.device), PROGRAMS_PER_SM)
+    if fixed_chunk:  # cut where v10's fixed plan cuts, whatever the rows (see context_attention)
+        splits, chunk = paged_kernels._plan_fixed(max_context, fixed_chunk)
+    else:
+        splits, chunk = paged_kernels._plan_splits(
+            kv_heads * triton.cdiv(tokens, rows_per_program), max_context,
+            paged_kernels._num_sms(q.device), PROGRAMS_PER_SM)
     part = seen = out  # the SPLIT=False kernel writes neither
     if splits > 1:
         # torch.empty launches nothing: scratch for v10's partial rows, and each row's key count.
@@ -170,7 +173,7 @@ fake_of(_context_attention_op)(paged_kernels.shaped_like_q)
 def context_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                       row_indptr: torch.Tensor, context_slots: torch.Tensor,
                       context_indptr: torch.Tensor, max_context: int,
-                      scale: float) -> torch.Tensor:
+                      scale: float, fixed_chunk: int = 0) -> torch.Tensor:
     """Ragged rows of several requests, q [T, heads, head_dim]: request r's rows are
     row_indptr[r] .. row_indptr[r + 1], and its context's slots (flat cache rows, block *
     block_size + offset, in position order) are context_slots[context_indptr[r] ..
@@ -178,7 +181,10 @@ def context_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Ten
     K/V. max_context (a host int) bounds every context length: with the row count it sizes the
     grid and decides whether to split the contexts over programs, so no host read is needed.
     Query head h reads KV head h // (heads / kv_heads). -> [T, heads, head_dim]. The indptrs
-    and slots are not checked against each other or the cache on the device."""
+    and slots are not checked against each other or the cache on the device. fixed_chunk: as
+    v10's paged_decode_attention takes it (0: split as the shape fills the GPU; else every
+    context cut every that many tokens, so that a row's result does not depend on the rows
+    beside it or on max_context)."""
     paged_kernels.check_queries(q, k_cache, v_cache, "tokens")
     for name, t in (("row_indptr", row_indptr), ("context_slots", context_slots),
                     ("context_indptr", context_indptr)):
@@ -190,5 +196,6 @@ def context_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Ten
           f"row_indptr {tuple(row_indptr.shape)} and context_indptr "
           f"{tuple(context_indptr.shape)} must both be [requests + 1]")
     check(max_context >= 0, f"max_context must be >= 0, got {max_context}")
+    check(fixed_chunk >= 0, f"fixed_chunk must be 0 or a number of tokens, got {fixed_chunk}")
     return _context_attention_op(q, k_cache, v_cache, row_indptr, context_slots, context_indptr,
-                                 int(max_context), float(scale))
+                                 int(max_context), float(scale), int(fixed_chunk))

@@ -1,5 +1,8 @@
 """A batch-1 decode step's projections as one Triton kernel each (gemv): one row x [1, k] times
-a weight matrix [n, k] that the step reads once.
+a weight matrix [n, k] that the step reads once. Given more rows, each row gets programs of its
+own, which sum it exactly as they sum a lone row: a row's result is the same bits whatever rows
+come with it (the rows' programs are launched side by side, so they meet the same weight tiles
+in the L2 cache; a later version's batch-invariant mode runs every product so).
 
 At one row a projection does two flops per weight it reads, so its time is the time to read the
 weights, and at this model's sizes (a few MB a matrix) most of that is the time to get every SM
@@ -45,8 +48,10 @@ _NS = __name__.replace(".", "_")
 def _gemv_kernel(x_ptr, w_ptr, bias_ptr, out_ptr, n, k, chunk, SWIGLU: tl.constexpr,
                  HAS_BIAS: tl.constexpr, SPLIT: tl.constexpr, BLOCK_N: tl.constexpr,
                  BLOCK_K: tl.constexpr):
-    rows = tl.program_id(0).to(tl.int64) * BLOCK_N + tl.arange(0, BLOCK_N)  # weight rows
-    lo = tl.program_id(1) * chunk  # this program's share of the k columns
+    row = tl.program_id(0).to(tl.int64)  # the input row; its programs next to each other
+    rows = tl.program_id(1).to(tl.int64) * BLOCK_N + tl.arange(0, BLOCK_N)  # weight rows
+    lo = tl.program_id(2) * chunk  # this program's share of the k columns
+    x_ptr += row * (2 * k if SWIGLU else k)
     hi = tl.minimum(lo + chunk, k)
     acc = tl.zeros((BLOCK_N,), dtype=tl.float32)
     for start in range(lo, hi, BLOCK_K):
@@ -64,23 +69,24 @@ def _gemv_kernel(x_ptr, w_ptr, bias_ptr, out_ptr, n, k, chunk, SWIGLU: tl.conste
                     mask=(rows[:, None] < n) & live[None, :], other=0.0)
         acc += tl.sum(w.to(tl.float32) * a[None, :], axis=1)
     if SPLIT > 1:  # a partial sum, in float32, to this share's row of the workspace
-        tl.store(out_ptr + tl.program_id(1) * n + rows, acc, mask=rows < n)
+        tl.store(out_ptr + (tl.program_id(2) * tl.num_programs(0) + row) * n + rows, acc,
+                 mask=rows < n)
     else:
         if HAS_BIAS:
             acc += tl.load(bias_ptr + rows, mask=rows < n, other=0.0).to(tl.float32)
-        tl.store(out_ptr + rows, acc.to(out_ptr.dtype.element_ty), mask=rows < n)
+        tl.store(out_ptr + row * n + rows, acc.to(out_ptr.dtype.element_ty), mask=rows < n)
 
 
 @triton.jit
-def _sum_splits_kernel(part_ptr, bias_ptr, out_ptr, n, SPLIT: tl.constexpr,
+def _sum_splits_kernel(part_ptr, bias_ptr, out_ptr, n, total, SPLIT: tl.constexpr,
                        HAS_BIAS: tl.constexpr, BLOCK: tl.constexpr):
-    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    live = offs < n
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)  # of the rows' outputs, row-major
+    live = offs < total
     acc = tl.zeros((BLOCK,), dtype=tl.float32)
     for split in range(SPLIT):  # always in the same order: the same sums every call
-        acc += tl.load(part_ptr + split * n + offs, mask=live, other=0.0)
+        acc += tl.load(part_ptr + split * total + offs, mask=live, other=0.0)
     if HAS_BIAS:
-        acc += tl.load(bias_ptr + offs, mask=live, other=0.0).to(tl.float32)
+        acc += tl.load(bias_ptr + offs % n, mask=live, other=0.0).to(tl.float32)
     tl.store(out_ptr + offs, acc.to(out_ptr.dtype.element_ty), mask=live)
 
 
@@ -100,37 +106,38 @@ def plan(n: int, k: int, on_gpu: bool) -> tuple[int, int, int]:
 def _gemv_op(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
              swiglu: bool) -> torch.Tensor:
     n, k = weight.shape
-    out = x.new_empty(1, n)
-    if n == 0:
+    m = x.shape[0]
+    out = x.new_empty(m, n)
+    if n == 0 or m == 0:
         return out
     block_n, block_k, split = plan(n, k, x.is_cuda)
     chunk = triton.cdiv(triton.cdiv(k, split), block_k) * block_k
     split = triton.cdiv(k, chunk)
-    part = out if split == 1 else torch.empty(split, n, device=x.device, dtype=torch.float32)
+    part = out if split == 1 else torch.empty(split, m, n, device=x.device, dtype=torch.float32)
     bias_or_any = bias if bias is not None else weight
-    _gemv_kernel[(triton.cdiv(n, block_n), split)](
+    _gemv_kernel[(m, triton.cdiv(n, block_n), split)](
         x, weight, bias_or_any, part, n, k, chunk, SWIGLU=swiglu, HAS_BIAS=bias is not None,
         SPLIT=split, BLOCK_N=block_n, BLOCK_K=block_k)
     if split > 1:
-        _sum_splits_kernel[(triton.cdiv(n, SUM_BLOCK),)](
-            part, bias_or_any, out, n, SPLIT=split, HAS_BIAS=bias is not None, BLOCK=SUM_BLOCK)
+        _sum_splits_kernel[(triton.cdiv(m * n, SUM_BLOCK),)](
+            part, bias_or_any, out, n, m * n, SPLIT=split, HAS_BIAS=bias is not None, BLOCK=SUM_BLOCK)
     return out
 
 
 @fake_of(_gemv_op)
 def _(x, weight, bias, swiglu):
-    return x.new_empty(1, weight.shape[0])
+    return x.new_empty(x.shape[0], weight.shape[0])
 
 
 def gemv(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None,
          swiglu: bool = False) -> torch.Tensor:
-    """x [1, k] @ weight [n, k].T (+ bias [n]) -> [1, n]. With swiglu, x is [1, 2k] = [gate | up]
-    and the product is silu(gate) * up @ weight.T."""
+    """x [m, k] @ weight [n, k].T (+ bias [n]) -> [m, n], each row summed as a lone row is
+    (one row is what a decode step gives it; more, a batch-invariant product). With swiglu, x is
+    [m, 2k], rows [gate | up], and the product is silu(gate) * up @ weight.T."""
     check_tensor("x", x)
     check_tensor("weight", weight, like=x)
     check(x.dim() == 2 and weight.dim() == 2,
           f"x and weight must be matrices, got shapes {tuple(x.shape)} and {tuple(weight.shape)}")
-    check(x.shape[0] == 1, f"gemv takes one row, got {x.shape[0]}")
     width = weight.shape[1] * (2 if swiglu else 1)
     check(x.shape[1] == width, f"x has {x.shape[1]} columns but the weight's rows need {width}"
                                + (" ([gate | up])" if swiglu else ""))
@@ -138,4 +145,4 @@ def gemv(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None
         check_tensor("bias", bias, like=x)
         check(bias.shape == (weight.shape[0],),
               f"bias must be [{weight.shape[0]}], got {tuple(bias.shape)}")
-    return _gemv_op(x, weight, bias, bool(swiglu))
+    return _gemv_op(x.contiguous(), weight, bias, bool(swiglu))  # the kernel steps rows by k

@@ -96,7 +96,7 @@ class FusedOps(TritonOps):
         down, bias = w["mlp.down_proj.weight"], w.get("mlp.down_proj.bias")
         if self.takes_gemv(gate_up, down):
             return gemv.gemv(gate_up, down, bias, swiglu=True)
-        return torch.nn.functional.linear(self.swiglu_packed(gate_up), down, bias)
+        return self.project(self.swiglu_packed(gate_up), down, bias)
 
     def takes_gemv(self, x: torch.Tensor, weight: torch.Tensor) -> bool:
         """Whether x @ weight.T runs the gemv kernel: on the kernels, for one row (a batch-1
@@ -136,6 +136,8 @@ class PackedContext(NamedTuple):
 class FusedContextAttention(ContextAttention):
     """v12's memory, a prefill's attention over the cache one kernel a layer."""
 
+    fixed_chunk = 0  # context_attention's: 0, the contexts split as the pass's shape fills the GPU
+
     def attend_context(self, qg: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                        indptr: torch.Tensor, context) -> torch.Tensor:
         """Every request's rows over its context in one kernel that reads the cache by slots
@@ -155,7 +157,7 @@ class FusedContextAttention(ContextAttention):
         t, kv_heads, group, d = qg.shape
         out = context_attention.context_attention(
             qg.reshape(t, kv_heads * group, d), k_cache, v_cache, rows, slots, starts,
-            max_context, d ** -0.5)
+            max_context, d ** -0.5, self.fixed_chunk)
         return out.view(qg.shape)
 
 

@@ -11,8 +11,8 @@ sampled, as far as the pass computes a row's logits as a one-row decode step doe
 (the specs', and a CPU's default) they agree; in bfloat16 they round apart (a pass of k + 1
 rows a request runs other matrix kernels than a step of one row), and a greedy near-tie can go
 the other way: on the copy prompt at batch 1, 52 of 64 tokens equal k=0's, on a CPU and on an
-H100 alike (bench speculative, docs/benchmarks.md). Kernels whose sums do not depend on the
-rows would keep it.
+H100 alike (bench speculative, docs/benchmarks.md). batch_invariant=True (model.py), on both
+sides, runs kernels whose sums do not depend on the rows, and keeps them in any dtype.
 acceptance="rejection" is the textbook rule, which keeps the distribution but not the tokens.
 
 Swaps the proposer (proposer.py, a new part: NgramProposer, prompt lookup in the request's own
@@ -22,8 +22,10 @@ K/V memory (kv.py: SpeculativeKV, whose rows grow by the guesses and roll back t
 ones), the sampler (sampler.py: SpeculativeSampler, which decides what is kept), the policy
 (policy.py: SpeculationPolicy, how many tokens a step guesses), the scheduler (scheduler.py:
 SpeculativeScheduler, whose batch carries that number and which hands a request its tokens),
-the runner (runner.py: SpeculativeRunner, the verifying pass) and the loop (loop.py:
-SpeculativeEngine, which runs a step that guesses in order). With speculative_tokens=0 (the
+the runner (runner.py: SpeculativeRunner, the verifying pass), the loop (loop.py:
+SpeculativeEngine, which runs a step that guesses in order) and the model (model.py:
+InvariantModel, v16's, whose build option batch_invariant makes every row's numbers the same in
+any batch, so that exact acceptance is exact in bfloat16 too). With speculative_tokens=0 (the
 default) it is v16."""
 from torchlet.contract import SPECULATIVE
 
@@ -37,6 +39,7 @@ from ..v16_tensor_parallel import (BlockPool, FusedOps, GraphRunner, KERNELS, Po
                                    paged_attention, paged_kernels, shard_checkpoint)
 from .kv import RollbackPool, SpeculativeKV
 from .loop import SpeculativeEngine
+from .model import FIXED_CHUNK, InvariantAttention, InvariantModel, InvariantOps
 from .policy import SpeculationPolicy
 from .proposer import DraftProposer, NgramProposer, Proposer
 from .request import SpeculativeRequest
@@ -45,15 +48,16 @@ from .sampler import SpeculativeSampler
 from .scheduler import SpeculativeBatch, SpeculativeScheduler
 
 CAPABILITIES = PREVIOUS + (SPECULATIVE,)
-PARTS = BEFORE.replace("v17", kv=SpeculativeKV, sampler=SpeculativeSampler,
+PARTS = BEFORE.replace("v17", model=InvariantModel, kv=SpeculativeKV, sampler=SpeculativeSampler,
                        proposer=Proposer, runner=SpeculativeRunner,
                        request=SpeculativeRequest, policy=SpeculationPolicy,
                        scheduler=SpeculativeScheduler, loop=SpeculativeEngine)
 OPTIONS = PARTS.options
 build = PARTS.build
 
-__all__ = ["CAPABILITIES", "KERNELS", "OPTIONS", "PARTS", "BlockPool", "DraftProposer", "FusedOps",
-           "GraphRunner",
+__all__ = ["CAPABILITIES", "FIXED_CHUNK", "KERNELS", "OPTIONS", "PARTS", "BlockPool",
+           "DraftProposer", "FusedOps", "GraphRunner", "InvariantAttention", "InvariantModel",
+           "InvariantOps",
            "default_buckets", "NgramProposer",
            "Proposer",
            "PoolExhausted", "PrefixBlockPool", "PrefixKV", "RollbackPool", "Shard",

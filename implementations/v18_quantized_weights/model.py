@@ -22,7 +22,7 @@ import torch.distributed as dist
 
 from torchlet.contract import BuildError, BuildOption, Checkpoint, QuantizedTensor, dequantized
 
-from ..v17_speculative_decoding import FusedOps, ShardedModel, ShardedWeights, layers
+from ..v17_speculative_decoding import FusedOps, InvariantModel, ShardedWeights, layers
 from . import cpu_kernels, qlinear
 from .quantize import quantize
 
@@ -166,13 +166,14 @@ class CpuAttention(layers.Memory):  # layers.Memory: v13's FusedContextAttention
         self.functions = (cpu_kernels.store_kv, cpu_kernels.paged_decode_attention)
 
 
-class QuantizedModel(ShardedModel):
-    """The model part: v16's, its checkpoint's matrices first made what the weights option asks
+class QuantizedModel(InvariantModel):
+    """The model part: v17's, its checkpoint's matrices first made what the weights option asks
     (auto: as stored), its ops QuantizedOps where any matrix is quantized, and its memory
     CpuAttention where they run the C++ layers. With quantized matrices it runs on one rank:
-    splitting a quantized matrix across ranks is not written."""
+    splitting a quantized matrix across ranks is not written, nor is v17's batch_invariant mode
+    (the quantized products choose their kernels by the row count)."""
 
-    OPTIONS = (
+    OPTIONS = InvariantModel.OPTIONS + (
         BuildOption("weights", str, "auto", "how the matrices are held: auto (as the checkpoint "
                     "stores them), float, gguf (the checkpoint's own quantized blocks, required), "
                     "int8 (per output channel) or int4 (groups of group_size columns)"),
@@ -184,10 +185,13 @@ class QuantizedModel(ShardedModel):
     def assemble(cls, a):
         a.checkpoint = held_as(a.checkpoint, a.options["weights"], a.options["group_size"])
         if not holds_quantized(a.checkpoint):
-            return super().assemble(a)  # float matrices: v16's model, v17's engine
+            return super().assemble(a)  # float matrices: v17's model and engine
         if dist.is_initialized() and dist.get_world_size() > 1:
             raise BuildError("quantized weights run on one rank: build with weights='float' for "
                              "tensor parallelism")
+        if a.options["batch_invariant"]:
+            raise BuildError("batch_invariant is written for float matrices: build with "
+                             "weights='float'")
         decoder = super().assemble(a)
         decoder.ops = QuantizedOps().for_device(a.device, a.dtype)
         if decoder.ops.cpu_layers:

@@ -25,6 +25,8 @@ HEAD_DIM = (f"{PARITY}::test_a_checkpoint_whose_head_dim_is_not_hidden_over_head
 QWEN3 = f"{PAGE}::test_with_its_kernels_a_qwen3_checkpoint_gives_the_oracles_tokens"
 QK_NORM = f"{PAGE}::test_with_qwen3s_norms_rope_split_norms_each_q_and_k_head_then_turns_it"
 GEMV = f"{PAGE}::test_gemv_is_the_row_times_the_weights_transposed_plus_the_bias"
+FIXED_CONTEXT = (f"{PAGE}::test_with_a_fixed_chunk_a_requests_rows_are_the_same_bits_alone_and_"
+                 "beside_others")
 DECODE_GEMV = f"{PAGE}::test_with_its_kernels_a_batch_1_decode_step_multiplies_in_gemv_launches"
 TWINS = (f"{PARITY}::test_two_checkpoints_of_one_shape_built_in_one_process_each_give_their_own_"
          "tokens")
@@ -119,4 +121,15 @@ MUTANTS = [
              "            return gemv.gemv(self.swiglu_packed(gate_up), down, bias)"),),
         (DECODE_GEMV,), ("v13",),
         "SwiGLU runs in a launch of its own before the down projection's gemv: the same numbers"),
+    Mutant("v13-gemv-rows-read-the-first-row", "fusion", (
+        Edit(GEMV_KERNEL, "    x_ptr += row * (2 * k if SWIGLU else k)\n", ""),),
+        (GEMV,), ("v13",), "every row's programs multiply the first row"),
+    Mutant("v13-gemv-rows-share-one-partial-row", "fusion", (
+        Edit(GEMV_KERNEL, "tl.store(out_ptr + (tl.program_id(2) * tl.num_programs(0) + row) * n + rows, acc,",
+             "tl.store(out_ptr + tl.program_id(2) * tl.num_programs(0) * n + rows, acc,"),),
+        (GEMV,), ("v13",), "with k split, every row's partial sums go to the first row's place"),
+    Mutant("v13-context-fixed-chunk-ignored", "fusion", (
+        Edit(CONTEXT_KERNEL, "    if fixed_chunk:  # cut where", "    if False:  # cut where"),),
+        (FIXED_CONTEXT,), ("v13",),
+        "a fixed chunk is ignored: a prefill's contexts are cut as the pass's shape plans"),
 ]

@@ -32,6 +32,10 @@ NGRAM = (f"{PAGE}::test_the_ngram_proposer_guesses_what_followed_the_latest_matc
          f"ngram")
 
 PROPERTY = "speculative decoding"
+INVARIANT = "batch invariance"
+MODEL = "v17_speculative_decoding/model.py"
+SAME_BITS = ("spec/test_v17_batch_invariant.py::test_a_requests_logits_are_the_same_bits_alone_"
+             "and_in_a_speculating_batch")
 V17 = ("v17",)
 
 MUTANTS = [
@@ -154,4 +158,18 @@ MUTANTS = [
              "        for start in range(0, length - n):"),),
         (NGRAM,), V17,
         "prompt lookup takes the earliest occurrence (and may match the tail itself)"),
+    Mutant("v17-invariant-lm-head-a-gemm", INVARIANT, (
+        Edit(MODEL, "        return self.project(hidden, weights.lm_head)",
+             "        return super().lm_head(weights, hidden)"),),
+        (SAME_BITS,), V17, "batch_invariant leaves the LM head to cuBLAS's GEMM, tiled by rows"),
+    Mutant("v17-invariant-products-gemv-at-one-row-only", INVARIANT, (
+        Edit(MODEL, "        return self.on_triton\n", "        return self.on_triton and x.shape[0] == 1\n"),),
+        (SAME_BITS,), V17, "batch_invariant runs the gemv at one row only, as v13 does"),
+    Mutant("v17-invariant-decode-attention-split-by-shape", INVARIANT, (
+        Edit(MODEL, "partial(paged_kernels.paged_decode_attention, fixed_chunk=FIXED_CHUNK)",
+             "partial(paged_kernels.paged_decode_attention, fixed_chunk=0)"),),
+        (SAME_BITS,), V17, "batch_invariant's decode attention splits contexts by the batch"),
+    Mutant("v17-invariant-prefill-attention-split-by-shape", INVARIANT, (
+        Edit(MODEL, "    fixed_chunk = FIXED_CHUNK\n", "    fixed_chunk = 0\n"),),
+        (SAME_BITS,), V17, "batch_invariant's prefill attention splits contexts by the pass"),
 ]

@@ -6,6 +6,8 @@ KERNELS = "v10_triton_paged_gqa/paged_kernels.py"
 PAGE = "spec/test_v10_paged_kernels.py"
 MANY = f"{PAGE}::test_a_padding_row_with_context_zero_gives_zeros"
 EDGES = f"{PAGE}::test_split_contexts_of_every_length_against_their_chunks_give_the_reference"
+FIXED = (f"{PAGE}::test_with_a_fixed_chunk_each_rows_result_is_the_same_bits_alone_and_in_any_"
+         "batch")
 
 MUTANTS = [
     Mutant("v10-split-combine-drops-the-last-chunk", "split decode attention", (
@@ -20,4 +22,10 @@ MUTANTS = [
         Edit(KERNELS, "        big_acc = big_acc * rescale[:, None] + tl.sum(w[:, :, None] * acc_s, axis=0)",
              "        big_acc = big_acc + tl.sum(w[:, :, None] * acc_s, axis=0)"),),
         (MANY, EDGES), ("v10",), "the combine adds a chunk's sum without rescaling the ones before"),
+    Mutant("v10-fixed-chunk-ignored", "split decode attention", (
+        Edit(KERNELS, "    if fixed_chunk:\n        splits, chunk = _plan_fixed(max_context, fixed_chunk)",
+             "    if False:\n        splits, chunk = _plan_fixed(max_context, fixed_chunk)"),),
+        (FIXED,), ("v10",),
+        "a fixed chunk is ignored: contexts are cut as the batch's shape plans, so a row's bits "
+        "depend on the rows beside it"),
 ]

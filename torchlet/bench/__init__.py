@@ -229,6 +229,9 @@ def add_commands(subparsers) -> None:
                    help="auto: float32 on CPU, bfloat16 on CUDA (as torchlet generate)")
     p.add_argument("--threads", type=int, default=None,
                    help="torch threads (default: as torchlet generate picks them)")
+    p.add_argument("--batch-invariant", action="store_true",
+                   help="build every engine (k=0's too) with v17's batch_invariant, whose rows "
+                        "are the same bits in any batch (on the Triton kernels: a GPU)")
     p.add_argument("--out", default="bench-results", help="where speculative.json and .png go")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     p.set_defaults(run=_lazy("run_speculative"), bench_parser=p)

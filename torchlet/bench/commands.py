@@ -325,8 +325,8 @@ def run_speculative(args) -> int:
     payload, device = measure(args, log)
     lines, held = check_lines(payload["rows"])
     payload["checks"] = lines
-    report("speculative-gpu" if device.startswith("cuda") else "speculative", args, payload,
-           device)
+    kind = "speculative-gpu" if device.startswith("cuda") else "speculative"
+    report(kind + ("-invariant" if args.batch_invariant else ""), args, payload, device)
     print("\n".join(lines))
     return 0 if held else 1
 

@@ -17,7 +17,8 @@ from .workloads import QWEN25_05B, nano_vllm_workload
 REPO = Path(__file__).resolve().parents[2]
 KINDS = ("main-job", "long-prompt", "cpu", "gpu-workload", "gpu-workload-quantized", "mixed",
          "mixed-cpu", "decode", "decode-quantized", "anchors", "kernel", "tp", "serve", "serve-gpu",
-         "batching", "speculative", "speculative-gpu", "structured", "structured-gpu")
+         "batching", "speculative", "speculative-gpu", "speculative-gpu-invariant", "structured",
+         "structured-gpu")
 TITLES = {
     "main-job": "CPU main job: torchlet generate's default version against Hugging Face generate",
     "long-prompt": "CPU long prompt: torchlet generate's default version against Hugging Face "
@@ -39,6 +40,8 @@ TITLES = {
     "speculative": "Speculative decoding (v17): k guessed tokens a step against none",
     "speculative-gpu": "Speculative decoding (v17) on the GPU: k guessed tokens a step against "
                        "none",
+    "speculative-gpu-invariant": "Speculative decoding (v17) on the GPU, batch-invariant: "
+                                 "exact in bfloat16",
     "structured": "Structured output (v19): a JSON schema on every request against none",
     "structured-gpu": "Structured output (v19) on the GPU: a JSON schema on every request "
                       "against none",
@@ -62,6 +65,8 @@ HOW_TO = {
     "batching": "torchlet bench batching --device cpu",
     "speculative": "torchlet bench speculative",
     "speculative-gpu": "torchlet bench speculative --device cuda --model SmolLM2's GGUF file",
+    "speculative-gpu-invariant": "torchlet bench speculative --device cuda --model SmolLM2's GGUF "
+                                 "file --batch-invariant",
     "structured": "torchlet bench structured",
     "structured-gpu": "torchlet bench structured --device cuda --model DIR "
                       "(docs/probes/serve_model_dir.py writes one)",
@@ -218,7 +223,15 @@ NOTES["speculative-gpu"] = NOTES["speculative"] + (
     "as a decode step computes them, bit for bit, and in bfloat16 it does not: a pass of k + 1 "
     "rows a request runs other kernels than a decode step's one row (v13's gemv serves one row "
     "only, cuBLAS picks its kernel by the number of rows), whose sums round differently, so a "
-    "greedy near-tie can go the other way. The check under the table counts where it did.")
+    "greedy near-tie can go the other way. The check under the table counts where it did; "
+    "the batch-invariant section below runs the same with `--batch-invariant`.")
+NOTES["speculative-gpu-invariant"] = NOTES["speculative"] + (
+    " On the GPU as above, every engine (k=0's too) built with batch_invariant=True (v17's "
+    "model.py): every product, the LM head's too, is v13's gemv, which sums each row as a lone "
+    "row, and the attention cuts every context every 256 tokens whatever the batch, so a "
+    "verifying pass computes each row's logits bit for bit as a decode step does, and exact "
+    "acceptance keeps k=0's tokens in bfloat16. Its k=0 row is slower than the section above's "
+    "k=0: that is the mode's cost.")
 # what a run with --quantize adds to its bench's note
 QUANTIZED_NOTE = (" v18's rows are built with `--quantize`'s format, quantized at load from the "
                   "same random weights; v16's read them in the run's dtype.")

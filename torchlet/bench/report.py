@@ -205,8 +205,8 @@ COLUMNS = {"batching": BATCHING_COLUMNS, "structured": STRUCTURED_COLUMNS,
 # A kind that is another bench's run on other hardware or weights: a section of its own on the
 # page, the table and chart of the kind it varies.
 VARIANT_OF = {"mixed-cpu": "mixed", "serve-gpu": "serve", "structured-gpu": "structured",
-              "speculative-gpu": "speculative", "decode-quantized": "decode",
-              "gpu-workload-quantized": "gpu-workload"}
+              "speculative-gpu": "speculative", "speculative-gpu-invariant": "speculative",
+              "decode-quantized": "decode", "gpu-workload-quantized": "gpu-workload"}
 
 
 def base_kind(kind: str) -> str:

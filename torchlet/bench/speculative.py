@@ -127,6 +127,9 @@ def measure(args, log) -> tuple[dict, str]:
 
     batches, ks, proposers = check_args(args)
     device = resolve_device(args.device)
+    if args.batch_invariant and not device.startswith("cuda"):
+        raise TorchletError("--batch-invariant runs on the Triton kernels, which bench speculative "
+                            "runs on a GPU only: add --device cuda")
     threads = set_threads(args.threads)
     version = pick_version(args.impl, args.impl_root, device, need=SPECULATIVE)
     if SPECULATIVE not in version.capabilities:
@@ -141,13 +144,14 @@ def measure(args, log) -> tuple[dict, str]:
     # each proposer's build option, loaded once (a self-draft shares the target's tensors)
     chosen = {name: load_proposer(name, checkpoint, "--proposers")[0] for name in proposers}
     engines = {}
+    invariant = {"batch_invariant": True} if args.batch_invariant else {}
     with kernels_off(device, interpret=False):  # a CPU runs the PyTorch path, as generate does
         for k, acceptance, proposer in builds(ks, proposers):
             options = {"speculative_tokens": k} | ({"acceptance": acceptance,
                                                     "proposer": chosen[proposer]} if k else {})
             engines[k, acceptance, proposer] = engine = build_sized(
                 version, checkpoint, device=device, dtype=dtype, max_model_len=longest,
-                max_running=max(batches), **serving, **options)
+                max_running=max(batches), **serving, **options, **invariant)
             warm_up(engine, workloads[0], stepwise=True)
         rows = []
         for workload in workloads:
@@ -157,7 +161,8 @@ def measure(args, log) -> tuple[dict, str]:
                 row = run_steps(engine, workload, device, not args.quiet, tokens=True)
                 runs[key] = (row, stats_between(before, engine.speculation_stats()))
             rows += cell_rows(workload, runs, log)
-    mode = run_mode(version, device, serving, False).removeprefix(", ")
+    mode = run_mode(version, device, serving, False).removeprefix(", ") \
+        + (", batch-invariant" if invariant else "")
     dtype_name = str(dtype).removeprefix("torch.")
     job = {"name": "speculative", "version": version.name, "model": model_name, "device": device,
            "dtype": dtype_name, "max_new_tokens": n, "batches": batches, "ks": ks,
