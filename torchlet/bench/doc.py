@@ -201,8 +201,13 @@ NOTES["structured-gpu"] = (
 NOTES["speculative"] = (
     "One process, one version built once for k=0 (speculative_tokens=0: v16's engine, no "
     "verifying pass) and once for each other k and acceptance, the engines in turn at each cell "
-    "after one untimed warm-up each; every engine runs the cells in the same order, so a prompt "
-    "an earlier cell left in the prefix cache is there for all of them. A cell: the workload's "
+    "after one untimed warm-up each; every engine runs the cells in the same order. Before its "
+    "timed run of a cell an engine prefills the cell's prompts twice, a token each, untimed: the "
+    "timed run then finds them in the prefix cache as the second time did, so its prompt passes "
+    "have shapes already seen, and no graph of a new shape (v15's slice graphs, captured at a "
+    "shape's first pass) is captured while it is timed; no token is decoded there, so the "
+    "speculation policy, which judges verifying passes, starts the timed run as it left the "
+    "last one. A cell: the workload's "
     "first B prompts added at once and stepped to their end, greedy, eos ignored. tok/s: the "
     "cell's tokens over its wall time, one run; x k=0: over the same cell's k=0 row. tokens / "
     "verify pass: speculation_stats()'s tokens over verify_passes during the cell, a pass's "
@@ -230,8 +235,8 @@ NOTES["speculative-gpu-invariant"] = NOTES["speculative"] + (
     "model.py): every product, the LM head's too, is v13's gemv, which sums each row as a lone "
     "row, and the attention cuts every context every 256 tokens whatever the batch, so a "
     "verifying pass computes each row's logits bit for bit as a decode step does, and exact "
-    "acceptance keeps k=0's tokens in bfloat16. Its k=0 row is slower than the section above's "
-    "k=0: that is the mode's cost.")
+    "acceptance keeps k=0's tokens in bfloat16. Its k=0 rows against the section above's k=0 "
+    "rows are the mode's cost.")
 # what a run with --quantize adds to its bench's note
 QUANTIZED_NOTE = (" v18's rows are built with `--quantize`'s format, quantized at load from the "
                   "same random weights; v16's read them in the run's dtype.")
