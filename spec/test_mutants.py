@@ -53,7 +53,8 @@ def test_every_mutant_is_listed_in_the_table_with_its_property_and_version():
 
 
 # The design card's five properties, the block allocator, bad-input atomicity, v11's seeded
-# sampling, v12's prefix cache, v08's preemption, v17's speculative decoding, v18's
+# sampling, v12's prefix cache, v08's preemption, v17's speculative decoding and its batch
+# invariance, v18's
 # quantized weights and v19's structured output; the host work of a step's outputs; the docs site's pictures (harness
 # mutants: they edit torchlet/docs/draw.py); and the server's (torchlet serve) tokens,
 # cancellation, refusals and the engine state it reports (harness mutants of torchlet/serve/);
@@ -64,7 +65,8 @@ PROPERTIES = ("token parity", "no history recompute", "lane stability", "graph r
               "seeded sampling", "prefix cache", "rotation once per pass", "fusion",
               "split decode attention", "overlap", "preemption", "chunked prefill", "slice graphs",
               "picture content", "served tokens", "served cancellation", "served refusals",
-              "served engine state", "tensor parallelism", "speculative decoding", "anchors",
+              "served engine state", "tensor parallelism", "speculative decoding",
+              "batch invariance", "anchors",
               "quantized weights", "structured output", "host work per step", "part seams", "version layout", "spec collection")
 
 

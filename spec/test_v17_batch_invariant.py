@@ -12,7 +12,7 @@ step does. In float32 they agree closely enough; in bfloat16 a pass of k + 1 row
 runs other kernels than a one-row step (cuBLAS's GEMMs by the row count, attention split by the
 batch's shape), and a near-tie flips: 52 of 64 tokens on the copy prompt (docs/benchmarks.md).
 
-Core principle, seen from outside: a request's logits are the same bits alone and in a batch,
+Core principle: seen from outside, a request's logits are the same bits alone and in a batch,
 with speculation and without. The LM head's output rows are read from the dispatched gemv op:
 every row a request computes alone at k = 0 is, bit for bit, among the rows of a batch that
 speculates. On a CPU (float32, the interpreter) this and the dispatched ops (no aten product,
