@@ -249,8 +249,8 @@ def test_with_a_fixed_chunk_a_requests_rows_are_the_same_bits_alone_and_beside_o
     alone (few rows over a long context, which the shape's plan splits) are the very bits they
     are beside a long prompt's rows and a longer context (which change the plan); and the
     reference's values."""
-    requests = [(3, 600), (1, 40), (300, 900)]  # alone, 128-token chunks; together, 256
-    batch, q, rows, slots = context_batch(target, 31, requests, 3, 2, 8, 16)
+    requests = [(3, 600), (1, 40), (120, 1300)]  # on a CPU: alone, 128-token chunks; together, 256
+    batch, q, rows, slots = context_batch(target, 31, requests, 3, 4, 8, 16)
     chunk = 256
     together = context_kernel.context_attention(
         q, batch.k_cache, batch.v_cache, indptr(rows, q.device), torch.cat(slots),

@@ -78,12 +78,12 @@ def watched(impl, prompts, k: int, params=None, **options):
 
 @pytest.mark.spec(kernel_path=True)  # the mode exists only on the kernels: there, on a CPU
 def test_a_requests_logits_are_the_same_bits_alone_and_in_a_speculating_batch(impl):
-    """Request A alone at k = 0, then A beside two others at k = 2 (n-gram guesses over
+    """Request A alone at k = 0, then A beside another at k = 2 (n-gram guesses over
     repetitive prompts, so passes keep guesses and reject some): every LM-head row A computed
     alone is among the batch's rows bit for bit, so every token A drew alone it draws again;
     every product ran the gemv (no aten product) and every attention op was told the fixed
     chunk; the batch's passes did verify guesses."""
-    prompts = [list(p) for p, _ in repetitive_cases()] + [[5, 9, 2, 7, 11, 3]]
+    prompts = [list(p) for p, _ in repetitive_cases()]
     alone, solo, _ = watched(impl, prompts[:1], 0)
     together, batch, engine = watched(impl, prompts, 2)
     assert together[0] == alone[0]
