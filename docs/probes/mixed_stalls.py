@@ -18,7 +18,7 @@ import torch
 import triton
 
 import implementations
-from torchlet import cli
+from torchlet import running
 from torchlet.bench import mixed
 from torchlet.bench.run import ModelSpec, build_options
 from torchlet.bench.workloads import CPU_MODEL, QWEN25_05B
@@ -54,7 +54,7 @@ def run(version, checkpoint, args, device, dtype):
     options[budget.name] = args.budget if chunked else args.long_len + args.decoders + args.long_prompts
     engine = version.build(checkpoint, device=device, dtype=dtype, **options)
     shorts, longs = mixed.workload(args, checkpoint.config.vocab_size)
-    with cli.kernels_off(device, interpret=False):
+    with running.kernels_off(device, interpret=False):
         warm = [tuple((t + 1) % checkpoint.config.vocab_size for t in longs[0])]
         mixed.drive(engine, shorts[:1], warm, mixed.argparse_like(args, decode_tokens=4), device)
         fns = jit_functions()
