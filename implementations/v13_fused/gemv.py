@@ -120,7 +120,8 @@ def _gemv_op(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
         SPLIT=split, BLOCK_N=block_n, BLOCK_K=block_k)
     if split > 1:
         _sum_splits_kernel[(triton.cdiv(m * n, SUM_BLOCK),)](
-            part, bias_or_any, out, n, m * n, SPLIT=split, HAS_BIAS=bias is not None, BLOCK=SUM_BLOCK)
+            part, bias_or_any, out, n, m * n, SPLIT=split, HAS_BIAS=bias is not None,
+            BLOCK=SUM_BLOCK)
     return out
 
 
