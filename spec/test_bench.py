@@ -577,6 +577,15 @@ def test_bench_speculative_prints_rows_for_each_proposer_and_checks_every_exact_
                                f"{drafted[2]['speedup']:.2f}x k=0's tok/s."]
 
 
+def test_bench_speculative_refuses_batch_invariant_on_a_cpu_in_one_line(capsys):
+    """Its engines run a CPU's PyTorch path, where batch_invariant cannot run: refused before
+    any model loads, in one line."""
+    code = main(["bench", "speculative", "--device", "cpu", "--batch-invariant", "--quiet"])
+    err = capsys.readouterr().err.strip()
+    assert code == 1 and err == ("torchlet: error: --batch-invariant runs on the Triton kernels, "
+                                 "which bench speculative runs on a GPU only: add --device cuda")
+
+
 def test_the_speculative_check_shows_an_exact_row_that_changed_a_token():
     from torchlet.bench.speculative import check_lines
 

@@ -118,3 +118,27 @@ def test_each_proposer_mistake_is_one_line_before_the_model_loads(capsys, comman
     code, out, err = run(capsys, command, *prompt, "--impl", "v17", "--model", str(TINY), *flags)
     line = assert_one_line(code, err.encode(), "torchlet: error")
     assert line.startswith(f"torchlet: error: {message}") and out == ""
+
+
+INVARIANT_MISTAKES = {  # --batch-invariant (v17's batch_invariant), refused before the model loads
+    "a version without it": (("--impl", "v16", "--batch-invariant"),
+                             "v16_tensor_parallel has no batch-invariant mode: --batch-invariant "
+                             "needs v17 or later"),
+    "a CPU without the interpreter": (("--impl", "v17", "--batch-invariant"),
+                                      "--batch-invariant runs on the Triton kernels: on a GPU"),
+    "beside --quantize": (("--impl", "v18", "--batch-invariant", "--triton-interpret",
+                           "--quantize", "int8"),
+                          "--batch-invariant multiplies float matrices: leave out --quantize "
+                          "int8"),
+}
+
+
+@pytest.mark.parametrize("command", ["generate", "chat", "serve"])
+@pytest.mark.parametrize("mistake", INVARIANT_MISTAKES, ids=list(INVARIANT_MISTAKES))
+def test_each_batch_invariant_mistake_is_one_line_before_the_model_loads(capsys, command,
+                                                                         mistake):
+    flags, message = INVARIANT_MISTAKES[mistake]
+    prompt = ["hi"] if command == "generate" else []
+    code, out, err = run(capsys, command, *prompt, "--model", str(TINY), *flags)
+    line = assert_one_line(code, err.encode(), "torchlet: error")
+    assert line.startswith(f"torchlet: error: {message}") and out == ""
