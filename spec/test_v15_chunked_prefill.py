@@ -38,8 +38,9 @@ prompt's full blocks are shared with the prefix cache only once its last slice i
 step that spends its budget on slices computes fewer prompt rows than v14's whole prefill would,
 so the last request's first token comes later (the price of the running requests' steady pace).
 A slice pass replays a graph per bucket (rows, requests, context bound, each padded up to a power
-of two), so a bucket's first pass stalls its step for the capture (on the H200 about 0.1 s), and padding
-rows are computed for nothing.
+of two), so a bucket's first pass stalls its step for the capture (on the H200 about 0.1 s for
+the first bucket, whose pass runs once before it is captured; on an H100 20-60 ms for a later
+one, captured straight), and padding rows are computed for nothing.
 """
 from __future__ import annotations
 
@@ -589,3 +590,28 @@ def test_on_cuda_a_replayed_slice_step_launches_a_graph_not_the_layers_kernels(i
             zip(launched[True][1:], launched[False][1:]), 1):
         assert graphs == 1 and eager_graphs == 0, f"slice {k}: {calls}"
         assert 4 * kernels <= eager, f"slice {k}: {kernels} kernels replayed, {eager} eager"
+
+
+@pytest.mark.gpu
+@pytest.mark.spec(part="runner")
+def test_on_cuda_only_the_first_slice_bucket_runs_its_pass_before_capturing_it(impl):
+    """float32 on CUDA, BUCKET_PASSES' three passes: the first bucket's capture runs its pass
+    once first (recorded: the check for host reads, and the libraries' first calls), then the
+    capture; the second bucket, the same code on other shapes, is captured straight, so its
+    step dispatches the pass once and stalls the step for less (a capture comes mid-serving;
+    docs/perf-notes.md); the third pass replays the first bucket's graph and dispatches no
+    attention. Counted from the context attention ops each step dispatches, a layer each a
+    pass. Each request's first token is the oracle's."""
+    engine = impl.build(CKPT, device="cuda", block_size=BLOCK, max_running=4,
+                        max_step_tokens=20, overlap=False)
+    layers = CKPT.config.num_layers
+    passes = []
+    for k, lengths in enumerate((BUCKET_PASSES[0], BUCKET_PASSES[2], BUCKET_PASSES[1])):
+        cases = first_tokens(lengths, (0, 2, 1)[k])
+        ids = [engine.add_request(list(p), GenerationParams(max_new_tokens=1)) for p, _ in cases]
+        with SliceBuckets() as watch:
+            engine.step()
+        assert not engine.has_unfinished(), f"lengths {lengths} took more than one step"
+        passes.append(len(watch.seen) / layers)
+        assert [engine.output(i).tokens for i in ids] == [[t] for _, t in cases], lengths
+    assert passes == [2, 1, 0], passes

@@ -351,18 +351,21 @@ class CudaGraph:
     """torch.cuda.CUDAGraph around fn: warm-up on a side stream, capture, replay."""
 
     def __init__(self, fn: Callable, static_inputs: Sequence[torch.Tensor], constants=(),
-                 pool=None, warmup: int = 3):
+                 pool=None, warmup: int = 3, check: bool = True):
         self.static_inputs = tuple(static_inputs)
         self._pinned = _Pinned(self.static_inputs, tensors_in(constants))
         self.pool = pool
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())
         # Warm-up lets lazy initialisation (cuBLAS handles, autotuning, allocator growth) happen
-        # outside the capture; the first round runs under the recorder to check the contract
-        # with the same errors as on CPU, instead of an opaque CUDA capture error.
+        # outside the capture; with check, the first round runs under the recorder to check the
+        # contract with the same errors as on CPU, instead of an opaque CUDA capture error.
         with torch.cuda.stream(side), torch.no_grad():
-            _record(fn, self.static_inputs, self._pinned.external)
-            for _ in range(max(warmup - 1, 0)):
+            runs = warmup
+            if check:
+                _record(fn, self.static_inputs, self._pinned.external)
+                runs = max(runs - 1, 0)
+            for _ in range(runs):
                 fn(*self.static_inputs)
         torch.cuda.current_stream().wait_stream(side)
         self._graph = torch.cuda.CUDAGraph()
@@ -379,10 +382,12 @@ class CudaGraph:
 
 
 def capture(fn: Callable, static_inputs: Sequence[torch.Tensor], *, constants=(), pool=None,
-            warmup: int = 3):
+            warmup: int = 3, check: bool = True):
     """Capture fn(*static_inputs) as a graph on the inputs' device. `constants` holds the other
     tensors fn reads (any nesting of dicts, lists and dataclasses); `pool` (CUDA only) is a
-    torch.cuda.graph_pool_handle() to share memory with other graphs."""
+    torch.cuda.graph_pool_handle() to share memory with other graphs. On CUDA, `warmup` runs
+    before the capture, the first of them recorded and checked unless check is False (a caller
+    that captured the same code before and pays for each run); on CPU the graph is the record."""
     static_inputs = tuple(static_inputs)
     if not static_inputs or not all(isinstance(t, torch.Tensor) for t in static_inputs):
         raise GraphCaptureError("static_inputs must be a non-empty sequence of tensors")
@@ -391,5 +396,5 @@ def capture(fn: Callable, static_inputs: Sequence[torch.Tensor], *, constants=()
         raise GraphCaptureError(
             f"static inputs live on several devices: {sorted(map(str, devices))}")
     if devices.pop().type == "cuda":
-        return CudaGraph(fn, static_inputs, constants, pool=pool, warmup=warmup)
+        return CudaGraph(fn, static_inputs, constants, pool=pool, warmup=warmup, check=check)
     return CpuGraph(fn, static_inputs, constants)

@@ -116,11 +116,14 @@ class SliceGraphs:
         def slice_pass(ids, positions, mapping, row_ptr, context_ptr, slots):
             return self.cached_pass(ids, positions, row_ptr, mapping,
                                     PackedContext(slots, context_ptr, bound))
+        first = not self.graphs
         with torch.inference_mode():
-            # One warm-up run, the recorded one that checks the pass for host reads: a capture
-            # happens mid-serving, at a bucket's first pass, and each more run costs its time.
+            # A capture happens mid-serving, at a bucket's first pass, and every run before it
+            # stalls that step longer. The first bucket's pass runs once first, recorded, which
+            # checks it for host reads and initializes the libraries; a later bucket runs the
+            # same code on other shapes and is captured straight (docs/perf-notes.md).
             graph = graphs.capture(slice_pass, self.views(device_flat, key),
                                    constants=self.constants, pool=self.pool,
-                                   warmup=1)
+                                   warmup=int(first), check=first)
         self.graphs[key] = (device_flat, graph)
         return graph
