@@ -3,8 +3,9 @@ loads them as the checkpoint stores them (a GGUF file's Q8_0/Q4_0/Q4_1 blocks) o
 float ones (quantize.py), and the ops read them in their products (qlinear.py). Everything else
 (norms, RoPE, attention, the K/V cache, the passes and graphs) is v17's.
 
-Where the integers meet the model: every projection goes through FusedOps.project, the MLP's
-down product and the LM head through their own lines (overridden here to take project), and the
+Where the integers meet the model: every projection goes through FusedOps.project (the MLP's
+down product too, v13's gemv taking float matrices only: takes_gemv), the LM head through its
+own line (overridden here to take project), and the
 embedding is a lookup that dequantizes only the rows it reads (QuantizedEmbedding).
 
 On a CPU in float32 the layers between the products are C++ ops too (QuantizedOps.cpu_layers
@@ -28,7 +29,6 @@ from .quantize import quantize
 
 FORMATS = ("auto", "float", "gguf", "int8", "int4")
 PACKED = ShardedWeights.PACKED  # v13's stacks: q/k/v into one matrix, gate/up into another
-GATE_UP = next((name for name in PACKED if "gate" in name), None)  # None: gate/up unstacked
 QKV = next((name for name in PACKED if "qkv" in name), None)  # None: q/k/v unstacked
 EMBED = "model.embed_tokens.weight"
 
@@ -121,14 +121,10 @@ class QuantizedOps(FusedOps):
             return qlinear.linear(x, weight, bias)
         return super().project(x, weight, bias)
 
-    def mlp(self, x, w):
-        """v13's MLP; with a quantized down, SwiGLU's output goes through project (v13's gemv
-        reads float weights only)."""
-        down = w.get("mlp.down_proj.weight")
-        if not isinstance(down, QuantizedTensor) or f"{GATE_UP}.weight" not in w:
-            return super().mlp(x, w)
-        gate_up = self.project(x, w[f"{GATE_UP}.weight"], w.get(f"{GATE_UP}.bias"))
-        return self.project(self.swiglu_packed(gate_up), down, w.get("mlp.down_proj.bias"))
+    def takes_gemv(self, x, weight) -> bool:
+        """v13's rule, for float matrices: v13's gemv reads no integers, so a quantized down
+        takes v13's other branch, SwiGLU's output through project."""
+        return not isinstance(weight, QuantizedTensor) and super().takes_gemv(x, weight)
 
     def lm_head(self, weights, hidden: torch.Tensor) -> torch.Tensor:
         if isinstance(weights.lm_head, QuantizedTensor):
