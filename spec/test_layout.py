@@ -154,8 +154,12 @@ def in_tree(cls: type) -> bool:
 #   prefill). Its functions are one pair chosen once, in v08's constructor, by whether the ops run
 #   Triton; a third pair is chosen by the constructor of a link that holds it (v18's
 #   CpuAttention), short of v08's rule asking later versions' ops for theirs.
+# - the K/V memory gains v20's moving lanes on top of four ideas (v05's lanes, v08's blocks, v12's
+#   cached prefixes, v17's roll-back). Which lane a request holds is this part's state alone
+#   (lane_of, request.lane), so the move belongs in it; a wrapper part would forward every member
+#   of its Protocol, and a move made from the runner would have a second part write the lanes.
 # Every other part's chain is at most four deep.
-FIVE_DEEP = {"GQAOps", "LaneRunner", "CacheEngine", "PagedAttention"}
+FIVE_DEEP = {"GQAOps", "LaneRunner", "CacheEngine", "PagedAttention", "LaneKV"}
 DEEPEST, DEPTH = 5, 4
 
 

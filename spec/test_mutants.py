@@ -67,7 +67,7 @@ PROPERTIES = ("token parity", "no history recompute", "lane stability", "graph r
               "picture content", "served tokens", "served cancellation", "served refusals",
               "served engine state", "tensor parallelism", "speculative decoding",
               "batch invariance", "anchors",
-              "quantized weights", "structured output", "host work per step", "part seams", "version layout", "spec collection")
+              "quantized weights", "structured output", "live lanes", "host work per step", "part seams", "version layout", "spec collection")
 
 
 def test_every_named_property_has_at_least_three_mutants():

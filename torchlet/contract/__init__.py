@@ -66,7 +66,7 @@ from .recipe import (BLOCK_SIZE, MAX_LEN, MAX_RUNNING, MAX_STEP_TOKENS, NUM_BLOC
                      PAGED_DECODE_ATTENTION, PART_NAMES, ROLES, Assembly, BuildOption, Recipe,
                      Served, check_build, check_device, fake_of, kernel_op)
 from .values import (ALL_CAPABILITIES, CHUNKED_PREFILL, CONTINUOUS_BATCHING, DECODE_LANES, FUSED,
-                     GENERATE, GRAPH_REPLAY, KV_CACHE, MAX_TEMPERATURE, MIN_TEMPERATURE, OVERLAP,
+                     GENERATE, GRAPH_REPLAY, KV_CACHE, LIVE_LANES, MAX_TEMPERATURE, MIN_TEMPERATURE, OVERLAP,
                      PAGED_KV, PREFIX_CACHE, QUANTIZED_WEIGHTS, RAGGED_BATCH, REQUEST_STATES, SAMPLING, SPECULATIVE,
                      SPLIT_GQA, STATIC_BUFFERS, STRUCTURED_OUTPUT, TENSOR_PARALLEL, TRITON_BASICS, TRITON_PAGED, BuildError,
                      Checkpoint, CheckpointError, FinishReason, GenerationParams, ModelConfig,

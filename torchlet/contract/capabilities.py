@@ -8,7 +8,7 @@ from typing import Any, Iterable, Iterator, Mapping, Protocol, runtime_checkable
 
 import torch
 
-from .values import (QUANTIZED_WEIGHTS, STRUCTURED_OUTPUT, CHUNKED_PREFILL, CONTINUOUS_BATCHING, DECODE_LANES, GENERATE, GRAPH_REPLAY,
+from .values import (LIVE_LANES, QUANTIZED_WEIGHTS, STRUCTURED_OUTPUT, CHUNKED_PREFILL, CONTINUOUS_BATCHING, DECODE_LANES, GENERATE, GRAPH_REPLAY,
                      KV_CACHE, OVERLAP, PAGED_KV, PREFIX_CACHE, RAGGED_BATCH, REQUEST_STATES,
                      SAMPLING, SPECULATIVE, STATIC_BUFFERS, TENSOR_PARALLEL, GenerationParams, ModelConfig,
                      RequestOutput)
@@ -214,7 +214,7 @@ class ContinuousBatchingAPI(Protocol):
 class DecodeLanesAPI(Protocol):
     """Capability `decode_lanes` (v05): build(ckpt, max_lanes=N, poison_inactive_lanes=False,
     max_model_len=None). A request takes the lowest free lane when it is prefilled and keeps it
-    until the step it finishes; every decode pass runs the lanes, idle or not."""
+    until the step it finishes (from live_lanes, v20, it may move to a lower one); every decode pass runs the lanes, idle or not."""
 
     num_lanes: int
 
@@ -422,6 +422,17 @@ class StructuredOutputAPI(Protocol):
     before. Adds no method: the specs observe the tokens drawn and the logits' masks."""
 
 
+@runtime_checkable
+class LiveLanesAPI(Protocol):
+    """Capability `live_lanes` (v20): a running request's lane may change. Before a pass feeds
+    its requests' lanes (a decode step, a verifying pass), if v07's bucket for the highest lane
+    in use is larger than the bucket for the number of requests holding lanes, the requests in
+    the lanes at or past that number move into the free lanes below it (the lowest first), so
+    the pass runs the smallest bucket that holds them; a request's K/V stays in its blocks.
+    lane_of() names the lane a request holds now; a newcomer still takes the lowest free lane.
+    Outputs are v19's. Adds no method: the specs observe the rows each pass feeds and stores."""
+
+
 # Capability -> the Protocol its engines satisfy. Capabilities missing here promise nothing an
 # engine exposes (see above).
 API_OF: dict[str, type] = {
@@ -442,6 +453,7 @@ API_OF: dict[str, type] = {
     SPECULATIVE: SpeculativeAPI,
     QUANTIZED_WEIGHTS: QuantizedWeightsAPI,
     STRUCTURED_OUTPUT: StructuredOutputAPI,
+    LIVE_LANES: LiveLanesAPI,
 }
 
 

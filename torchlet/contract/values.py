@@ -36,12 +36,13 @@ TENSOR_PARALLEL = "tensor_parallel"     # v16: the model sharded over the ranks 
 SPECULATIVE = "speculative"             # v17: k guessed tokens verified in one pass, the rejected rolled back
 QUANTIZED_WEIGHTS = "quantized_weights"  # v18: weights kept as grouped integers, products read them so
 STRUCTURED_OUTPUT = "structured_output"  # v19: a request's grammar masks its draws (GenerationParams.grammar)
+LIVE_LANES = "live_lanes"               # v20: a request's lane may move down; a step runs the live lanes
 
 ALL_CAPABILITIES = (
     GENERATE, RAGGED_BATCH, SPLIT_GQA, KV_CACHE, REQUEST_STATES, CONTINUOUS_BATCHING,
     DECODE_LANES, STATIC_BUFFERS, GRAPH_REPLAY, PAGED_KV, TRITON_BASICS, TRITON_PAGED, SAMPLING,
     PREFIX_CACHE, FUSED, OVERLAP, CHUNKED_PREFILL, TENSOR_PARALLEL, SPECULATIVE,
-    QUANTIZED_WEIGHTS, STRUCTURED_OUTPUT,
+    QUANTIZED_WEIGHTS, STRUCTURED_OUTPUT, LIVE_LANES,
 )
 
 

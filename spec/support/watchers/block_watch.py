@@ -25,7 +25,10 @@ a full block of one known prefix. block_tables() (a report) only tells which of 
 slots a prefill's first stored row starts from; every slot it names is checked against the
 stores.
 
-Which lane is a request's comes from `lane_of()`: the lane-stability specs observe that one.
+Which lane carries a decoding request is found from what the pass read: the lane fed its last
+token at its position, whose table reaches the slots its earlier tokens were stored at (from v20
+a request may move to a lower lane before a decode pass). lane_of() after the step must name
+that lane for a request still running.
 """
 from __future__ import annotations
 
@@ -162,7 +165,6 @@ class BlockWatch:
         e = self.engine
         sequences = {i: o.prompt + o.tokens for i in self.ids
                      if (o := e.output(i)).state is not RequestState.FINISHED}
-        lanes = {i: e.lane_of(i) for i in sequences}
         ran = e.last_step_stats()
         with StepLog(self.buffers, self.vocab) as log:
             outputs = e.step()
@@ -174,7 +176,7 @@ class BlockWatch:
         for s in log.stores:
             self.caches.setdefault(storage(s.target), s.target)
         if stats.decode_ids:
-            self._check_decode(log, stats.decode_ids, sequences, lanes)
+            self._check_decode(log, stats.decode_ids, sequences)
         self._check_prefill(log, stats.prefill_ids, sequences)
         for i in list(self.slots):
             if e.output(i).state is not RequestState.RUNNING:  # finished or preempted
@@ -192,7 +194,31 @@ class BlockWatch:
     def blocks_of(self, slots: list[int]) -> list[int]:
         return [slots[p] // self.block_size for p in range(0, len(slots), self.block_size)]
 
-    def _check_decode(self, log, decode_ids, sequences, lanes):
+    def _observed_lanes(self, read, decode_ids, sequences) -> dict[int, int]:
+        """Request -> the lane of the decode pass that carried it: fed its last token at its
+        position, with its context, through a table that reaches the slots its tokens were
+        stored at. lane_of() after the step names the same lane for a request still running."""
+        found: dict[int, int] = {}
+        for i in decode_ids:
+            seq, now = sequences[i], self.engine.lane_of(i)
+            n = len(seq)
+            # lane_of's lane first: two requests whose every stored token is shared (the prefix
+            # cache) read the same slots, and only their new tokens' slots tell them apart
+            free = sorted(set(range(self.num_lanes)) - set(found.values()), key=lambda s: s != now)
+            for lane in free:
+                row = read["block_tables"][lane]
+                if (read["context_lens"][lane], read["token_ids"][lane],
+                        read["positions"][lane]) == (n, seq[-1], n - 1) \
+                        and [self.slot(row, p) for p in range(n - 1)] == self.slots.get(i):
+                    found[i] = lane
+                    break
+            assert i in found, (f"no lane of the decode pass fed request {i}'s token {seq[-1]} at "
+                                f"position {n - 1} through the slots it was stored at")
+            assert now in (None, found[i]), \
+                f"request {i} decoded in lane {found[i]}, yet lane_of() says {now}"
+        return found
+
+    def _check_decode(self, log, decode_ids, sequences):
         self.decode_steps += 1
         unread = set(self.buffers) - set(log.read)
         assert not unread, f"the decode pass never read decode_buffers()' {sorted(unread)}"
@@ -202,8 +228,7 @@ class BlockWatch:
         assert any(inputs <= marks for marks in log.logits_from), (
             f"no logits of this step were computed from decode_buffers()' {sorted(inputs)}")
         read = {name: t.tolist() for name, t in log.read.items()}
-        live = {lanes[i]: i for i in decode_ids}
-        assert len(live) == len(decode_ids), f"decoding requests share a lane: {lanes}"
+        live = {lane: i for i, lane in self._observed_lanes(read, decode_ids, sequences).items()}
         self.decoded = sum(n > 0 for n in read["context_lens"])
         bucket = len(decode_stores[0].slots)
         assert max(live) < bucket, f"lane {max(live)} decodes, but the stores cover {bucket} lanes"
