@@ -47,7 +47,7 @@ from __future__ import annotations
 from .capabilities import (API_OF, ChunkedPrefillAPI, ContinuousBatchingAPI, DecodeLanesAPI,
                            GenerateAPI, GraphReplayAPI, KVCacheAPI, Layers, OverlapAPI, PagedKVAPI,
                            PrefixCacheAPI, QuantizedWeightsAPI, RaggedBatchAPI, RequestStatesAPI, Sampler, SamplingAPI,
-                           SpeculativeAPI, SplitGQALayers, StaticBuffersAPI, StructuredOutputAPI, TensorParallelAPI, lacking,
+                           SpeculativeAPI, LiveLanesAPI, SplitGQALayers, StaticBuffersAPI, StructuredOutputAPI, TensorParallelAPI, lacking,
                            members,
                            missing_members)
 from .parts import (COMPUTING, PROTOCOLS, BudgetPolicyPart, CacheLoopPart, CacheRunnerPart,
