@@ -50,8 +50,8 @@ from spec.support.watchers.kernel_calls import AtenCalls
 from spec.support.watchers.lanes import LaneTracker
 from spec.support.watchers.meter import TokenMeter
 from spec.support.models.fixtures import tiny_checkpoint
-from torchlet.contract import (DECODE_LANES, GRAPH_REPLAY, LIVE_LANES, PAGED_KV,
-                               GenerationParams, RequestState)
+from torchlet.contract import (DECODE_LANES, GRAPH_REPLAY, PAGED_KV, GenerationParams,
+                               RequestState)
 
 pytestmark = pytest.mark.spec(needs=DECODE_LANES)
 
@@ -86,8 +86,6 @@ class LaneWatch:
         self.lanes = lane_tracker(engine, impl) if observe else None
         self.ids: list[int] = []
         self.held: dict[int, int] = {}   # running request -> lane, as of the last step
-        # From v20 a running request may move to a lower lane (spec/test_v20_live_lanes.py)
-        self.stable = LIVE_LANES not in impl.capabilities
 
     def run(self, schedule, meter: TokenMeter | None = None) -> list[int]:
         prompt_of = {}
@@ -117,7 +115,7 @@ class LaneWatch:
             else:
                 assert lane is None, f"request {i} is not running but holds lane {lane}"
         assert len(set(held.values())) == len(held), f"running requests share a lane: {held}"
-        for i in held.keys() & self.held.keys() if self.stable else ():
+        for i in held.keys() & self.held.keys():
             assert held[i] == self.held[i], f"request {i} moved: lane {self.held[i]} -> {held[i]}"
         free = sorted(set(range(n)) - set(self.held.values()))  # as the step began
         for i, lowest in zip(stats.prefill_ids, free):
@@ -125,7 +123,7 @@ class LaneWatch:
                 assert held[i] == lowest, f"newcomer {i} took lane {held[i]}, not {lowest}"
         if meter:
             prefill_rows = sum(len(prompt_of[i]) for i in stats.prefill_ids)
-            in_use = max(self.held.values(), default=0) + 1 if self.stable else len(self.held)
+            in_use = max(self.held.values(), default=0) + 1
             self.check_passes(meter.passes()[passes_before:], stats, prefill_rows, in_use)
         self.held = held
 
@@ -154,7 +152,7 @@ def assert_decode_lanes(impl, fed: int, lanes: int, in_use: int):
 
 # --- under random arrival schedules -------------------------------------------------------------
 
-@pytest.mark.spec(engine_parts=True, one_step_per_call=True, until=LIVE_LANES)
+@pytest.mark.spec(engine_parts=True, one_step_per_call=True)
 @given(schedule=sts.arrival_schedules(VOCAB, max_len=MAX_LEN), lanes=st.integers(1, 4))
 @engine_settings()
 def test_for_any_arrival_schedule_a_request_keeps_one_unshared_lane_newcomers_taking_the_lowest(
@@ -277,9 +275,8 @@ def test_a_pass_computes_the_rotations_cos_and_sin_once_for_all_its_layers(impl)
 
 
 def test_idle_lanes_carry_garbage_when_poisoned_yet_the_active_logits_are_unchanged(impl):
-    """Driven through the kv_cache API: lane 1 idle among 4 while a, c and d decode (three live
-    requests need four lanes whether or not they move, v20)."""
-    prompts = {"a": PROMPT, "b": [9, 8, 7], "c": [4, 4, 4, 4, 4], "d": [6, 1, 6]}
+    """Driven through the kv_cache API: lanes 1 and 3 idle among 4 while a and c decode."""
+    prompts = {"a": PROMPT, "b": [9, 8, 7], "c": [4, 4, 4, 4, 4]}
     clean, dirty = (impl.build(CKPT, dtype=torch.float64, max_lanes=4,
                                poison_inactive_lanes=p) for p in (False, True))
     first = [engine.prefill(list(prompts), list(prompts.values())) for engine in (clean, dirty)]

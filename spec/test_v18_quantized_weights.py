@@ -170,7 +170,6 @@ def test_a_decode_step_reads_a_fraction_of_the_float_bytes(impl, kind):
     assert all_q <= 0.5 * all_f, (all_q, all_f)
 
 
-@pytest.mark.spec(first_with=("QuantizedModel",))  # a later version takes its engine from this one
 def test_on_a_float_checkpoint_it_runs_the_previous_versions_ops_one_for_one(impl):
     """What lets the earlier pages skip this version (spec/support/collection/rule.py): with
     weights="auto" on a float checkpoint, a prompt and two decode steps dispatch the ops of the

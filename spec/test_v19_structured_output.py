@@ -153,7 +153,6 @@ def run(engine, requests):
 # --- without a grammar, v18 ------------------------------------------------------------------
 
 
-@pytest.mark.spec(first_with=("GrammarSampler",))  # a later version takes its engine from this one
 def test_without_a_grammar_it_runs_the_previous_versions_ops_one_for_one(impl):
     """What lets the earlier pages skip this version (spec/support/collection/rule.py): a
     request without a grammar, a prompt and three draws, dispatches the ops of the version

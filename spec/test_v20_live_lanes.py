@@ -24,7 +24,11 @@ under the block watch (spec/support/watchers/block_watch.py), the lane that carr
 token through a table that reaches the slots its earlier tokens were stored at, stores its new
 K/V in its own last block (its K/V never moves), leaves idle lanes on the null block, and is the
 lane lane_of() names. Seeded requests that move keep drawing with their own settings, and with
-speculation on the verifying passes keep the oracle's tokens too.
+speculation on the verifying passes keep the oracle's tokens too. Where no lane moves, v20
+dispatches v19's ops one for one (checked here), so the earlier pages skip it
+(spec/support/collection/rule.py) and this page covers the moves: beside prompt slices, the
+prefix cache and preemptions, with overlap, under a grammar's redraws (settle reads the launch's
+logits by lane) and in speculation's verifying passes.
 
 Files to compare: implementations/v20_live_lanes/kv.py (grow, compact) against
 implementations/v05_decode_lanes/kv.py (free_lane) and implementations/v07_cuda_graph/runner.py
@@ -35,7 +39,9 @@ Tradeoff left visible: a move costs the sampler's settings written again for eac
 (small copies the host waits for), so v20 moves rows only where that shrinks the pass, not
 whenever a lane frees, and a batch between two buckets still pads to the larger (130 requests
 run v07's 256-lane graph). `torchlet bench gpu-workload` measures what the smaller passes buy
-(docs/benchmarks.md).
+(docs/benchmarks.md): on an H100, 2.73 s -> 2.46 s. Not run here: moves under tensor parallelism,
+where each rank's K/V part moves its requests by the same rule over the same state (v16 keeps
+the ranks' parts in step), so the ranks should agree; the GPU spec runs one device.
 """
 from __future__ import annotations
 
@@ -44,12 +50,14 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
+from spec.support.collection import exports, trees
 from spec.support.collection.hypothesis_profiles import engine_settings
 from spec.support.models.fixtures import tiny_checkpoint
 from spec.support.oracles import sampling_oracle as oracle
 from spec.support.oracles.prompts import screened
 from spec.support.watchers.block_watch import BlockWatch
 from spec.support.watchers.meter import TokenMeter
+from spec.support.watchers.op_trace import op_trace
 from torchlet.contract import LIVE_LANES, GenerationParams
 
 pytestmark = pytest.mark.spec(needs=LIVE_LANES)
@@ -190,6 +198,82 @@ def test_requests_left_in_high_lanes_move_down_and_the_pass_shrinks_with_them(im
     assert watch.decode_rows == [4] + [2] * 10
     assert sum(engine.graph_stats()[2].values()) - ran == 10  # the 2-lane graph, every time
     assert [list(engine.output(i).tokens) for i in ids] == [t for *_, t in made]
+
+
+@pytest.mark.spec(engine_parts=True)
+@given(schedule=schedules(), lanes=st.integers(2, 5), budget=st.sampled_from([None, 6, 12]),
+       cache=st.booleans(), tight=st.booleans())
+@engine_settings()
+def test_moves_beside_slices_a_prefix_cache_and_preemption_keep_every_lane_and_block_right(
+        impl, schedule, lanes, budget, cache, tight):
+    """The engine's other ideas while requests move: prompts cut into slices of a token budget
+    (v15: a request holds its lane while its prompt is computed over several steps), shared
+    prefix blocks (v12) and, on a pool too small for every lane's request, preemptions (v08).
+    In order, under the block watch: every lane the decode pass ran is found from what it read,
+    feeds its request's newest token through its own blocks, and is the lane lane_of() names;
+    the tokens are the oracle's."""
+    blocks = {"num_blocks": 2 + 3 * lanes} if tight else {}
+    engine = impl.build(CKPT, dtype=F64, max_lanes=lanes, block_size=BLOCK, overlap=False,
+                        prefix_cache=cache, max_step_tokens=budget, poison_free_blocks=True,
+                        **blocks)
+    watch = BlockWatch(engine, VOCAB, poisoned=True, slices=True)
+    made = [(gap, *cut(cases()[c], n)) for gap, c, n in schedule]
+    ids = watch.run([m[:3] for m in made])
+    assert [list(engine.output(i).tokens) for i in ids] == [m[3] for m in made]
+
+
+@pytest.mark.spec(first_with=("LiveKV",))  # a later version takes its lanes from this one
+def test_where_no_lane_moves_it_runs_the_previous_versions_ops_one_for_one(impl):
+    """What lets the earlier pages skip this version (spec/support/collection/rule.py): requests
+    that finish together, or whose freed lane leaves the bucket as it was (3 live requests of 4
+    lanes need 4 either way), dispatch the ops of the version before it, in order, with the
+    same shapes, and get its tokens; sampled too."""
+    source = exports.moves_source(impl)
+    before = next(v for v in trees.versions(exports.tree_of(impl)) if v.name == source)
+    prompts = [list(p) for p, _ in screened(FIXTURE)]
+    seeded = GenerationParams(max_new_tokens=2, seed=3, temperature=0.8)  # ends with the rest
+
+    def trace(version):
+        engine = version.build(CKPT, max_lanes=4)
+        lanes = []
+
+        def steps():
+            ids = [engine.add_request(p, GenerationParams(max_new_tokens=n))
+                   for p, n in zip(prompts, (4, 2, 4, 4))]
+            ids.append(engine.add_request(prompts[0], seeded))
+            while engine.has_unfinished():
+                engine.step()
+                lanes.append([engine.lane_of(i) for i in ids])
+            return [engine.output(i).tokens for i in ids]
+        return op_trace(steps), lanes
+
+    (ops, tokens), lanes = trace(impl)
+    assert (ops, tokens) == trace(before)[0]
+    assert lanes[1][:4] == [0, None, 2, 3] and lanes[2][4] == 1  # a hole, then a newcomer in it
+    for k in range(5):  # and no request ever moved
+        assert len({step[k] for step in lanes} - {None}) == 1, [step[k] for step in lanes]
+
+
+def test_constrained_requests_that_move_keep_their_grammars_draws(impl):
+    """Structured output (v19) with overlap: a decode launched ahead draws unmasked and the
+    constrained rows are drawn again from its logits by lane once the host has read the step.
+    Two constrained requests (greedy and seeded) start in lanes 2 and 3 beside two short
+    unconstrained ones; they move to lanes 0 and 1 while launches are in flight and still take
+    the oracle's draws over the tokens their grammar allows."""
+    from spec.test_v19_structured_output import CKPT as QWEN, NEIGHBOUR, PROMPT, golden, grammar
+    from spec.test_v19_structured_output import params_for
+    engine = impl.build(QWEN, max_lanes=4)
+    modes = ("greedy", "seeded")
+    ids = [engine.add_request(list(NEIGHBOUR), GenerationParams(max_new_tokens=n)) for n in (1, 2)]
+    ids += [engine.add_request(list(PROMPT), params_for(m, grammar("schema"))) for m in modes]
+    lanes = []
+    while engine.has_unfinished():
+        engine.step()
+        lanes.append([engine.lane_of(i) for i in ids[2:]])
+    assert lanes[0] == [2, 3] and [0, 1] in lanes
+    for i, mode in zip(ids[2:], modes):
+        gold, _ = golden("schema", mode)
+        assert list(engine.output(i).tokens[:len(gold)]) == gold
 
 
 class Guesses:

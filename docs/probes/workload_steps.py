@@ -1,6 +1,9 @@
 """nano-vllm's workload on one version, step by step: each step's prefill and decode rows and its
-wall time (the first 40 steps), then the decode steps' times by batch size. Built as
-`torchlet bench gpu-workload` builds it, after the same warm-up."""
+wall time (the first 40 steps, or none with --quiet), then the decode steps' times by batch
+size, and the decode graphs' replays by bucket (graph_stats, warm-up included). Built as
+`torchlet bench gpu-workload` builds it, after the same warm-up.
+
+    PYTHONPATH=. python docs/probes/workload_steps.py [VERSION] [--quiet]"""
 import collections
 import sys
 import time
@@ -13,7 +16,8 @@ from torchlet.bench.workloads import QWEN25_05B, nano_vllm_workload, random_chec
 
 device, dtype = "cuda", torch.bfloat16
 ckpt = random_checkpoint(QWEN25_05B, 0, device=device, dtype=dtype)
-version = implementations.load(sys.argv[1] if len(sys.argv) > 1 else "v13_fused")
+names = [a for a in sys.argv[1:] if not a.startswith("--")]
+version = implementations.load(names[0] if names else "v13_fused")
 engine = version.build(ckpt, device=device, dtype=dtype, max_lanes=256,
                        max_step_tokens=16384, max_model_len=2011, num_blocks=17423)
 workload = nano_vllm_workload()
@@ -31,7 +35,7 @@ while engine.has_unfinished():
     steps.append((stats.num_prefill_tokens, stats.num_decode_tokens,
                   (time.perf_counter() - before) * 1e3))
 print(f"wall {time.perf_counter() - start:.3f} s")
-for i, (prefill, decode, ms) in enumerate(steps[:40]):
+for i, (prefill, decode, ms) in enumerate(steps[:0 if "--quiet" in sys.argv else 40]):
     print(f"step {i}: {prefill} prefill rows, {decode} decode rows, {ms:.1f} ms")
 by_batch = collections.defaultdict(list)
 for prefill, decode, ms in steps:
@@ -40,3 +44,5 @@ for prefill, decode, ms in steps:
 for batch, times in sorted(by_batch.items()):
     print(f"decode rows {batch}-{batch + 31}: {len(times)} steps, median "
           f"{sorted(times)[len(times) // 2]:.2f} ms")
+replays = {b: c["replays"] for b, c in engine.graph_stats().items() if c["replays"]}
+print("decode graph replays by bucket:", ", ".join(f"{b}: {n}" for b, n in replays.items()))

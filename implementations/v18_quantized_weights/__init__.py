@@ -17,8 +17,7 @@ from torchlet.contract import QUANTIZED_WEIGHTS
 
 from ..v17_speculative_decoding import CAPABILITIES as PREVIOUS
 from ..v17_speculative_decoding import PARTS as BEFORE
-from ..v17_speculative_decoding import (FIXED_CHUNK, KERNELS, BlockPool, DraftProposer,
-                                        GraphRunner,
+from ..v17_speculative_decoding import (KERNELS, BlockPool, DraftProposer, GraphRunner,
                                         NgramProposer, PoolExhausted, PrefixBlockPool, PrefixKV,
                                         Proposer, RollbackPool, Shard, ShardedModel, SliceGraphs,
                                         SpeculationPolicy, SpeculativeBatch, SpeculativeEngine,
@@ -36,7 +35,7 @@ PARTS = BEFORE.replace("v18", model=QuantizedModel)
 OPTIONS = PARTS.options
 build = PARTS.build
 
-__all__ = ["CAPABILITIES", "FIXED_CHUNK", "KERNELS", "OPTIONS", "PARTS", "BlockPool", "DraftProposer",
+__all__ = ["CAPABILITIES", "KERNELS", "OPTIONS", "PARTS", "BlockPool", "DraftProposer",
            "GraphRunner", "NgramProposer", "PoolExhausted", "PrefixBlockPool", "PrefixKV",
            "Proposer", "QuantizedEmbedding", "QuantizedModel", "QuantizedOps", "QuantizedWeights",
            "RollbackPool", "Shard", "ShardedModel", "SliceGraphs", "SpeculationPolicy",

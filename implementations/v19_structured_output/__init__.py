@@ -16,8 +16,7 @@ from torchlet.contract import STRUCTURED_OUTPUT
 
 from ..v18_quantized_weights import CAPABILITIES as PREVIOUS
 from ..v18_quantized_weights import PARTS as BEFORE
-from ..v18_quantized_weights import (FIXED_CHUNK, KERNELS, BlockPool, DraftProposer,
-                                     GraphRunner, NgramProposer,
+from ..v18_quantized_weights import (KERNELS, BlockPool, DraftProposer, GraphRunner, NgramProposer,
                                      PoolExhausted, PrefixBlockPool, PrefixKV, Proposer,
                                      QuantizedEmbedding, QuantizedModel, QuantizedOps,
                                      QuantizedWeights, RollbackPool, Shard, ShardedModel,
@@ -36,7 +35,7 @@ PARTS = BEFORE.replace("v19", grammar=GrammarMasks, sampler=GrammarSampler)
 OPTIONS = PARTS.options
 build = PARTS.build
 
-__all__ = ["CAPABILITIES", "FIXED_CHUNK", "KERNELS", "OPTIONS", "PARTS", "BlockPool", "DraftProposer",
+__all__ = ["CAPABILITIES", "KERNELS", "OPTIONS", "PARTS", "BlockPool", "DraftProposer",
            "GrammarMasks", "GrammarSampler", "GraphRunner", "NgramProposer", "PoolExhausted",
            "PrefixBlockPool", "PrefixKV", "Proposer", "QuantizedEmbedding", "QuantizedModel",
            "QuantizedOps", "QuantizedWeights", "RollbackPool", "Shard", "ShardedModel",

@@ -14,7 +14,7 @@ from torchlet.contract import LIVE_LANES
 
 from ..v19_structured_output import CAPABILITIES as PREVIOUS
 from ..v19_structured_output import PARTS as BEFORE
-from ..v19_structured_output import (FIXED_CHUNK, KERNELS, BlockPool, DraftProposer, GrammarMasks,
+from ..v19_structured_output import (KERNELS, BlockPool, DraftProposer, GrammarMasks,
                                      GrammarSampler, GraphRunner, NgramProposer, PoolExhausted,
                                      PrefixBlockPool, PrefixKV, Proposer, QuantizedEmbedding,
                                      QuantizedModel, QuantizedOps, QuantizedWeights, RollbackPool,
@@ -34,7 +34,7 @@ PARTS = BEFORE.replace("v20", kv=LiveKV, sampler=LiveSampler)
 OPTIONS = PARTS.options
 build = PARTS.build
 
-__all__ = ["CAPABILITIES", "FIXED_CHUNK", "KERNELS", "OPTIONS", "PARTS", "BlockPool",
+__all__ = ["CAPABILITIES", "KERNELS", "OPTIONS", "PARTS", "BlockPool",
            "DraftProposer", "GrammarMasks", "GrammarSampler", "GraphRunner", "LiveKV",
            "LiveSampler", "NgramProposer", "PoolExhausted", "PrefixBlockPool", "PrefixKV",
            "Proposer", "QuantizedEmbedding", "QuantizedModel", "QuantizedOps",

@@ -13,6 +13,9 @@ ANY = (f"{PAGE}::test_for_any_arrival_schedule_each_decode_pass_runs_the_smalles
 MOVED = f"{PAGE}::test_requests_left_in_high_lanes_move_down_and_the_pass_shrinks_with_them"
 GUESSING = f"{PAGE}::test_moved_requests_verifying_guesses_keep_the_oracles_samples"
 REJECTION = f"{PAGE}::test_under_rejection_a_moved_request_keeps_the_tokens_it_keeps_alone"
+SLICES = (f"{PAGE}::test_moves_beside_slices_a_prefix_cache_and_preemption_keep_every_lane_and_"
+          f"block_right")
+GRAMMAR = f"{PAGE}::test_constrained_requests_that_move_keep_their_grammars_draws"
 
 PROPERTY = "live lanes"
 V20 = ("v20",)
@@ -21,7 +24,7 @@ FOLLOW = "        self.follow(requests)\n"
 MUTANTS = [
     Mutant("v20-lanes-never-move", PROPERTY, (
         Edit(KV, "            self.compact()\n", "            pass\n"),),
-        (ANY, MOVED), V20, "no request ever moves: a pass covers the highest lane in use, as "
+        (MOVED, ANY), V20, "no request ever moves: a pass covers the highest lane in use, as "
                            "v07's did"),
     Mutant("v20-moves-only-when-all-lanes-are-held", PROPERTY, (
         Edit(KV, "        if lanes and self.bucket(max(lanes) + 1) > self.bucket(len(lanes)):\n",
@@ -31,7 +34,7 @@ MUTANTS = [
     Mutant("v20-moved-into-held-lanes", PROPERTY, (
         Edit(KV, "        holes = (lane for lane in range(live) if lane not in taken)\n",
              "        holes = iter(range(live))\n"),),
-        (ANY, MOVED), V20, "requests move into the lowest lanes whether or not someone holds "
+        (ANY, SLICES), V20, "requests move into the lowest lanes whether or not someone holds "
                            "them: two requests share a lane"),
     Mutant("v20-one-move-a-pass", PROPERTY, (
         Edit(KV, "        for request, lane in zip(above, holes, strict=False):\n",
@@ -39,7 +42,7 @@ MUTANTS = [
         (MOVED,), V20, "one request moves a pass: the pass shrinks a step late, or several"),
     Mutant("v20-moved-settings-not-written", PROPERTY, (
         Edit(SAMPLER, "        if moved:\n            self.bind(moved)\n", "        pass\n"),),
-        (MOVED, GUESSING), V20, "a moved request draws with the settings its new lane's last "
+        (GRAMMAR, MOVED), V20, "a moved request draws with the settings its new lane's last "
                                 "holder left there"),
     Mutant("v20-verify-reads-stale-settings", PROPERTY, (
         Edit(SAMPLER, "    def accept(self, logits: torch.Tensor, requests: Sequence,\n"

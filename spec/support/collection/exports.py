@@ -18,7 +18,8 @@ from pathlib import Path
 import torch
 
 from spec.support.collection import trees
-from torchlet.contract import QUANTIZED_WEIGHTS, STRUCTURED_OUTPUT, TRITON_BASICS, TRITON_PAGED
+from torchlet.contract import (LIVE_LANES, QUANTIZED_WEIGHTS, STRUCTURED_OUTPUT, TRITON_BASICS,
+                               TRITON_PAGED)
 
 KERNELS_ALONE = (TRITON_BASICS, TRITON_PAGED)  # capabilities whose idea is Triton kernels alone
 # capabilities whose idea is how the weights are held alone: on a float checkpoint (every
@@ -28,6 +29,10 @@ WEIGHTS_ALONE = (QUANTIZED_WEIGHTS,)
 # requests without, such a version dispatches its predecessor's ops one for one, which its own
 # page checks
 ASKED_ALONE = (STRUCTURED_OUTPUT,)
+# capabilities whose idea acts only where a lane frees below a held one and a pass could then
+# run a smaller bucket (v20: the requests above move down): where no lane moves, such a version
+# dispatches its predecessor's ops one for one, which its own page checks
+MOVES_ALONE = (LIVE_LANES,)
 
 
 def tree_of(impl) -> Path:
@@ -65,6 +70,14 @@ def asked_source(impl) -> str | None:
     """The version whose ops impl runs for a request that does not ask for impl's idea, where
     that idea reaches only the requests asking for it (v19: a grammar); None elsewhere."""
     if impl.capabilities[-1] not in ASKED_ALONE:
+        return None
+    return predecessor(impl)
+
+
+def moves_source(impl) -> str | None:
+    """The version whose ops impl runs where no lane moves, where impl's idea acts only where
+    lanes move (v20); None elsewhere."""
+    if impl.capabilities[-1] not in MOVES_ALONE:
         return None
     return predecessor(impl)
 

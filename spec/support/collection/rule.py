@@ -27,6 +27,8 @@ function's `spec(until=...)` adds to its module's `spec(needs=...)`. Its argumen
 - a version whose idea reaches only the requests that ask for it (v19's grammar,
   exports.ASKED_ALONE) runs its own capability's specs only: a request without a grammar runs
   its predecessor's ops one for one (its page checks that), so the others ran where those do.
+  Likewise a version whose idea acts only where lanes move (v20, exports.MOVES_ALONE): where no
+  lane moves it runs its predecessor's ops one for one, and its page covers the moves.
 - `kernel_path=True`: tests a version's own code that runs only where its layers run kernels
   (v15's slice graphs): on CPU under the interpreter; skipped on a GPU, where a GPU spec covers
   it.
@@ -178,6 +180,12 @@ def decide(spec: Spec, impl, page: str) -> Decision:
         return Decision("SKIP", f"{impl.name}'s idea reaches only the requests that ask for it: "
                                 f"without, it runs {source}'s ops one for one (its page checks "
                                 f"this), and this spec ran where {source}'s do")
+    source = exports.moves_source(impl)
+    if source is not None and spec.needs != impl.capabilities[-1] and not spec.quantized:
+        return Decision("SKIP", f"{impl.name}'s idea acts only where a lane frees below a held "
+                                f"one: where no lane moves it runs {source}'s ops one for one "
+                                f"(its page checks this, and covers the moves), and this spec "
+                                f"ran where {source}'s do")
     if spec.one_step_per_call and OVERLAP in impl.capabilities:
         return Decision("SKIP", ONE_STEP)
     if spec.engine_parts:
