@@ -212,7 +212,9 @@ def test_moves_beside_slices_a_prefix_cache_and_preemption_keep_every_lane_and_b
     In order, under the block watch: every lane the decode pass ran is found from what it read,
     feeds its request's newest token through its own blocks, and is the lane lane_of() names;
     the tokens are the oracle's."""
-    blocks = {"num_blocks": 2 + 3 * lanes} if tight else {}
+    longest = -(-max(len(p) + 8 for p, _, _ in cases()) // BLOCK)  # blocks the longest needs
+    # tight: room for the longest request and two blocks a lane, so they preempt each other
+    blocks = {"num_blocks": 1 + longest + 2 * lanes} if tight else {}
     engine = impl.build(CKPT, dtype=F64, max_lanes=lanes, block_size=BLOCK, overlap=False,
                         prefix_cache=cache, max_step_tokens=budget, poison_free_blocks=True,
                         **blocks)
