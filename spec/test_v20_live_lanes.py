@@ -167,8 +167,11 @@ def schedules(draw):
 def test_for_any_arrival_schedule_each_decode_pass_runs_the_smallest_bucket_holding_the_live_requests(
         impl, schedule, lanes, overlap):
     """In order the block watch checks every lane the pass ran as well (its request found from
-    what the pass read); with overlap the pass watched is the decode a step launches ahead."""
-    engine = build(impl, lanes, overlap=overlap, poison_free_blocks=True)
+    what the pass read); with overlap the pass watched is the decode a step launches ahead.
+    Idle lanes carry garbage (poison_inactive_lanes), freed blocks NaN: a moved request that
+    read a lane or a block not its own would show it."""
+    engine = build(impl, lanes, overlap=overlap, poison_free_blocks=True,
+                   poison_inactive_lanes=True)
     watch = None if overlap else BlockWatch(engine, VOCAB, poisoned=True)
     made = [(gap, *cut(cases()[c], n)) for gap, c, n in schedule]
     tokens = RowWatch(engine, lanes, watch).run([m[:3] for m in made])
