@@ -3,7 +3,11 @@ wall time (the first 40 steps, or none with --quiet), then the decode steps' tim
 size, and the decode graphs' replays by bucket (graph_stats, warm-up included). Built as
 `torchlet bench gpu-workload` builds it, after the same warm-up.
 
-    PYTHONPATH=. python docs/probes/workload_steps.py [VERSION] [--quiet]"""
+With --bucket-step N (v20 and later), the decode graphs' buckets are v07's doubling ones up to
+N lanes, then one every N lanes, in the runner and in v20's move rule alike: an experiment,
+the buckets patched into the two modules that read them, not an option of any version.
+
+    PYTHONPATH=. python docs/probes/workload_steps.py [VERSION] [--quiet] [--bucket-step N]"""
 import collections
 import sys
 import time
@@ -16,7 +20,18 @@ from torchlet.bench.workloads import QWEN25_05B, nano_vllm_workload, random_chec
 
 device, dtype = "cuda", torch.bfloat16
 ckpt = random_checkpoint(QWEN25_05B, 0, device=device, dtype=dtype)
-names = [a for a in sys.argv[1:] if not a.startswith("--")]
+step = int(sys.argv[sys.argv.index("--bucket-step") + 1]) if "--bucket-step" in sys.argv else 0
+names = [a for a in sys.argv[1:] if not a.startswith("--") and a != str(step)]
+if step:
+    from implementations.v07_cuda_graph import runner as graph_runner
+    from implementations.v20_live_lanes import kv as live_kv
+    doubling = graph_runner.default_buckets
+
+    def finer(lanes: int) -> tuple[int, ...]:
+        small = doubling(min(step, lanes))
+        return small + tuple(range(small[-1] + step, lanes, step)) + \
+            ((lanes,) if lanes > small[-1] else ())
+    graph_runner.default_buckets = live_kv.default_buckets = finer
 version = implementations.load(names[0] if names else "v13_fused")
 engine = version.build(ckpt, device=device, dtype=dtype, max_lanes=256,
                        max_step_tokens=16384, max_model_len=2011, num_blocks=17423)
