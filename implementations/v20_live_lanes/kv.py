@@ -38,14 +38,13 @@ class LiveKV(SpeculativeKV):
     def bucket(self, lanes: int) -> int:
         return next(b for b in self.buckets if b >= lanes)
 
-    def compact(self) -> list:
+    def compact(self) -> None:
         """Move every request whose lane is at or past the number of requests holding lanes
-        into the free lanes below that number, the lowest lane first: the requests that moved
-        (their K/V stays in their blocks)."""
+        into the free lanes below that number, the lowest lane first (its K/V stays in its
+        blocks; the sampler finds the move itself, sampler.py)."""
         live = len(self.held)
         above = sorted((r for r in self.held.values() if r.lane >= live), key=lambda r: r.lane)
         taken = {r.lane for r in self.held.values()}
         holes = (lane for lane in range(live) if lane not in taken)
         for request, lane in zip(above, holes, strict=False):
             request.lane = lane
-        return above
