@@ -2,8 +2,8 @@
 
 What it introduces: `graphs.capture(fn, static_inputs, constants=...)`, which runs fn once and
 records it as a graph, and `graph.replay()`, which re-runs that graph over the same tensors; a
-`GraphRunner` that keeps one graph per batch-size bucket (1, 2, 4, 8, ...), pads a batch up to its
-bucket, captures each bucket once and only replays afterwards. On a GPU the graph is a
+`GraphRunner` that keeps one graph per batch-size bucket (1, 2, 4, ... 32, then every 32 lanes),
+pads a batch up to its bucket, captures each bucket once and only replays afterwards. On a GPU the graph is a
 torch.cuda.CUDAGraph; on a CPU it is a stand-in that records the aten ops (TorchDispatchMode) and
 replays that tape.
 Why: after v06 the decode step reads fixed buffers at fixed addresses, but it still pays Python and
@@ -19,7 +19,8 @@ Files: implementations/v07_cuda_graph/graphs.py (capture) and runner.py (GraphRu
 functions here come from the v00 layers (implementations/v00_full_recompute/model.py).
 Tradeoff left visible: a batch of 3 runs the bucket-4 graph, so the padding lane is computed and
 thrown away; one graph per bucket costs capture time and (on CUDA) memory, which the buckets share
-through one pool. CPU replay is bit-equal to eager; CUDA replay is held to GPU_TOLERANCE.
+through one pool. Past 32 lanes the buckets step by 32 rather than double (a batch of 130 runs 160
+rows, not 256): four more graphs at 256 lanes, for at most 31 padded rows a step. CPU replay is bit-equal to eager; CUDA replay is held to GPU_TOLERANCE.
 """
 import random
 
@@ -158,6 +159,26 @@ def test_a_replay_never_calls_the_captured_function_and_graphs_off_call_it_every
     for n in (8, 1):
         off.run(n)
     assert len(calls) == warm + 2
+
+
+def test_past_32_lanes_a_batch_runs_the_next_multiple_of_32_rows_not_the_next_power_of_two(impl):
+    """v07's buckets for 256 lanes, seen from the step function: the rows of the view each run
+    hands it (the CPU stand-in records by running fn, so a bucket's first run calls it), and
+    every batch's rows of the result."""
+    buckets = impl.package.default_buckets(256)
+    assert buckets == (1, 2, 4, 8, 16, 32, 64, 96, 128, 160, 192, 224, 256)
+    assert impl.package.default_buckets(100)[-3:] == (64, 96, 100)
+    seen = []
+
+    def step(t):
+        seen.append(t.shape[0])
+        return t * 2
+    runner = impl.package.GraphRunner(step, (torch.arange(256.0),), buckets=buckets)
+    batches = (3, 33, 64, 65, 130, 200, 225)
+    for n in batches:
+        assert torch.equal(runner.run(n)[:n], torch.arange(float(n)) * 2)
+    # each bucket's rows in the order its batch first came (a capture may call fn more than once)
+    assert list(dict.fromkeys(seen)) == [4, 64, 96, 160, 224, 256]
 
 
 def test_a_batch_is_padded_up_to_the_smallest_bucket_that_holds_it(impl):

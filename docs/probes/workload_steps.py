@@ -6,8 +6,11 @@ size, and the decode graphs' replays by bucket (graph_stats, warm-up included). 
 With --bucket-step N (v20 and later), the decode graphs' buckets are v07's doubling ones up to
 N lanes, then one every N lanes, in the runner and in v20's move rule alike: an experiment,
 the buckets patched into the two modules that read them, not an option of any version.
+With --attention-chunk C, v10's decode attention cuts every context into chunks of C tokens at
+every batch (its split below one program per SM, patched in; docs/probes/paged_decode_ragged.py).
 
-    PYTHONPATH=. python docs/probes/workload_steps.py [VERSION] [--quiet] [--bucket-step N]"""
+    PYTHONPATH=. python docs/probes/workload_steps.py [VERSION] [--quiet] [--bucket-step N]
+        [--attention-chunk C]"""
 import collections
 import sys
 import time
@@ -20,8 +23,23 @@ from torchlet.bench.workloads import QWEN25_05B, nano_vllm_workload, random_chec
 
 device, dtype = "cuda", torch.bfloat16
 ckpt = random_checkpoint(QWEN25_05B, 0, device=device, dtype=dtype)
-step = int(sys.argv[sys.argv.index("--bucket-step") + 1]) if "--bucket-step" in sys.argv else 0
-names = [a for a in sys.argv[1:] if not a.startswith("--") and a != str(step)]
+
+
+def option(name: str) -> int:
+    return int(sys.argv[sys.argv.index(name) + 1]) if name in sys.argv else 0
+
+
+step, chunk = option("--bucket-step"), option("--attention-chunk")
+names = [a for a in sys.argv[1:] if not a.startswith("--") and a not in (str(step), str(chunk))]
+if chunk:
+    paged = implementations.load("v10_triton_paged_gqa").package.paged_kernels
+    plan = paged._plan_splits
+
+    def chunked(work, max_context, sms, per_sm=None):
+        if per_sm is None and work >= sms:  # decode only: v13's prefill passes its per_sm
+            return paged._plan_fixed(max_context, chunk)
+        return plan(work, max_context, sms, per_sm)
+    paged._plan_splits = chunked
 if step:
     from implementations.v07_cuda_graph import runner as graph_runner
     from implementations.v20_live_lanes import kv as live_kv

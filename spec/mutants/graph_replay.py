@@ -88,6 +88,18 @@ MUTANTS = [
         (f"{CAPTURE}::test_runner_captures_each_bucket_once_and_only_replays_in_steady_state",
          EQUAL_LOGITS), ("v07",),
         "the runner replays the smallest graph captured so far, whatever the batch"),
+    Mutant("v07-buckets-double-past-32", "graph replay", (
+        Edit(RUNNER, "        b = b * 2 if b < BUCKET_STEP else b + BUCKET_STEP",
+             "        b = b * 2"),),
+        (f"{CAPTURE}::test_past_32_lanes_a_batch_runs_the_next_multiple_of_32_rows_not_the_next_"
+         f"power_of_two",), ("v07",),
+        "the buckets double all the way up: a batch of 130 runs 256 rows"),
+    Mutant("v07-buckets-step-from-the-start", "graph replay", (
+        Edit(RUNNER, "        b = b * 2 if b < BUCKET_STEP else b + BUCKET_STEP",
+             "        b = b + BUCKET_STEP if b > 1 else BUCKET_STEP"),),
+        (f"{CAPTURE}::test_past_32_lanes_a_batch_runs_the_next_multiple_of_32_rows_not_the_next_"
+         f"power_of_two",), ("v07",),
+        "no bucket between 1 and 32: a batch of 3 runs 32 rows"),
     Mutant("v05-decode-step-casts-its-logits", "graph replay", (
         Edit("v05_decode_lanes/runner.py",
              "        return self.model.lm_head(self.weights, hidden)\n",
