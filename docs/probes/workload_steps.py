@@ -3,9 +3,9 @@ wall time (the first 40 steps, or none with --quiet), then the decode steps' tim
 size, and the decode graphs' replays by bucket (graph_stats, warm-up included). Built as
 `torchlet bench gpu-workload` builds it, after the same warm-up.
 
-With --bucket-step N (v20 and later), the decode graphs' buckets are v07's doubling ones up to
-N lanes, then one every N lanes, in the runner and in v20's move rule alike: an experiment,
-the buckets patched into the two modules that read them, not an option of any version.
+With --bucket-step N, v07's decode buckets double up to N lanes, then step by N (v07's
+BUCKET_STEP, 32, patched for an experiment; 256 gives the doubling buckets of before 2026-12-06),
+in the runner and in v20's move rule alike, which both read default_buckets.
 With --attention-chunk C, v10's decode attention cuts every context into chunks of C tokens at
 every batch (its split below one program per SM, patched in; docs/probes/paged_decode_ragged.py).
 
@@ -42,14 +42,7 @@ if chunk:
     paged._plan_splits = chunked
 if step:
     from implementations.v07_cuda_graph import runner as graph_runner
-    from implementations.v20_live_lanes import kv as live_kv
-    doubling = graph_runner.default_buckets
-
-    def finer(lanes: int) -> tuple[int, ...]:
-        small = doubling(min(step, lanes))
-        return small + tuple(range(small[-1] + step, lanes, step)) + \
-            ((lanes,) if lanes > small[-1] else ())
-    graph_runner.default_buckets = live_kv.default_buckets = finer
+    graph_runner.BUCKET_STEP = step  # default_buckets reads it at each call
 version = implementations.load(names[0] if names else "v13_fused")
 engine = version.build(ckpt, device=device, dtype=dtype, max_lanes=256,
                        max_step_tokens=16384, max_model_len=2011, num_blocks=17423)
