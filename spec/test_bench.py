@@ -192,6 +192,23 @@ def test_report_takes_every_figure_from_the_json_next_to_its_command(cpu_run, tm
     assert (tmp_path / "docs" / "benchmarks" / "cpu.png").exists()
 
 
+def test_the_targets_section_names_the_card_and_commit_of_every_run_it_reads():
+    """The targets are set for an H200; the committed runs they read may come from another card,
+    and the section says which, run by run (docs/benchmarks.md's last section)."""
+    from pathlib import Path
+
+    from torchlet.bench.doc import targets_section
+    committed = Path(__file__).parent.parent / "docs" / "benchmarks"
+    results = {k: json.loads((committed / f"{k}.json").read_text())
+               for k in ("gpu-workload", "decode", "kernel")}
+    results["gpu-workload"]["environment"]["gpu"] = "NVIDIA H100 80GB HBM3"
+    text = "\n".join(targets_section(results))
+    assert "Targets on the H200" not in text
+    for kind, result in results.items():
+        env = result["environment"]
+        assert f"{kind} on {env['gpu']} ({env['commit']})" in text
+
+
 def test_decode_microbenchmark_times_only_pure_decode_steps(tmp_path):
     stepwise = next(v.name for v in implementations.discover() if hasattr(v.package, "build")
                     and v.option_for(MAX_STEP_TOKENS) is not None)

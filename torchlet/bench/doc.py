@@ -368,9 +368,17 @@ def floor_section() -> list[str]:
 
 
 def targets_section(results: dict[str, dict]) -> list[str]:
+    """The targets' verdicts, under a line naming the GPU each run they read came from (the
+    targets are set for an H200; a run on another card says so here)."""
     from .targets import verdicts
     lines = verdicts(results)
-    return ["## Targets on the H200 (the newest version in each run)", "", *lines, ""]
+    cards = [f"{kind} on {r.get('environment', {}).get('gpu') or 'a CPU'} "
+             f"({r.get('environment', {}).get('commit', '?')})"
+             for kind, r in results.items()
+             if kind in ("gpu-workload", "kernel", "decode", "anchors") and r]
+    where = ["Runs read: " + "; ".join(cards) + "."] if cards else []
+    return ["## Targets set for the H200 (the newest version in each run)", "", *where, "",
+            *lines, ""]
 
 
 def write_doc(results: Path, doc: Path | None = None) -> Path:
