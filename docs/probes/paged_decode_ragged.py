@@ -4,6 +4,8 @@ tokens, so one program per request x KV head leaves the SMs that hold short cont
 the longest ones finish. Variants: v10's plan as it is, and every context cut into chunks of C
 tokens at every batch (the split v10 takes below one program per SM, patched in for the probe),
 timed in a CUDA graph of 20 calls; each variant's output checked against the plan as it is.
+On an H100 (2026-12-06) the same cut in the workload itself (workload_steps.py --attention-chunk)
+made it slower: docs/perf-notes.md.
 Uniform cells (256 x 1,024, 64 x 4,096) beside them. GPU only.
 
     PYTHONPATH=. python3 docs/probes/paged_decode_ragged.py"""
@@ -25,7 +27,7 @@ def case(contexts, kv_heads=2, group=7, head_dim=64, block=16, seed=0):
     k = torch.randn(sum(used) + 1, block, kv_heads, head_dim, device=device, dtype=dtype,
                     generator=gen)
     order = (torch.randperm(sum(used), device=device, generator=gen) + 1).int()
-    tables = torch.zeros(batch, WIDTH, dtype=torch.int32, device=device)
+    tables = torch.zeros(batch, max(WIDTH, *used), dtype=torch.int32, device=device)
     at = 0
     for b, n in enumerate(used):
         tables[b, :n] = order[at:at + n]
@@ -54,8 +56,6 @@ def main():
         paged._plan_splits = plan(chunk)
         cells = []
         for name, (q, k, v, tables, lens) in cases.items():
-            if name == "64 x 4,096":
-                tables = torch.cat([tables, tables], 1)[:, :256]  # 4,096 tokens of room
             out = paged.paged_decode_attention(q, k, v, tables, lens, 0.125)
             if chunk == 0:
                 expected[name] = out
