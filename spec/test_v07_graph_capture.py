@@ -3,9 +3,9 @@
 What it introduces: `graphs.capture(fn, static_inputs, constants=...)`, which runs fn once and
 records it as a graph, and `graph.replay()`, which re-runs that graph over the same tensors; a
 `GraphRunner` that keeps one graph per batch-size bucket (1, 2, 4, ... 32, then every 32 lanes),
-pads a batch up to its bucket, captures each bucket once and only replays afterwards. On a GPU the graph is a
-torch.cuda.CUDAGraph; on a CPU it is a stand-in that records the aten ops (TorchDispatchMode) and
-replays that tape.
+pads a batch up to its bucket, captures each bucket once and only replays afterwards. On a GPU
+the graph is a torch.cuda.CUDAGraph; on a CPU it is a stand-in that records the aten ops
+(TorchDispatchMode) and replays that tape.
 Why: after v06 the decode step reads fixed buffers at fixed addresses, but it still pays Python and
 kernel-launch overhead for every op at every step. A graph pays it once, at capture.
 Core principle: a graph remembers addresses and Python values, not your intentions. So: update
@@ -20,7 +20,8 @@ functions here come from the v00 layers (implementations/v00_full_recompute/mode
 Tradeoff left visible: a batch of 3 runs the bucket-4 graph, so the padding lane is computed and
 thrown away; one graph per bucket costs capture time and (on CUDA) memory, which the buckets share
 through one pool. Past 32 lanes the buckets step by 32 rather than double (a batch of 130 runs 160
-rows, not 256): four more graphs at 256 lanes, for at most 31 padded rows a step. CPU replay is bit-equal to eager; CUDA replay is held to GPU_TOLERANCE.
+rows, not 256): four more graphs at 256 lanes, for at most 31 padded rows a step. CPU replay is
+bit-equal to eager; CUDA replay is held to GPU_TOLERANCE.
 """
 import random
 

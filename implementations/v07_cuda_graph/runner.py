@@ -5,8 +5,8 @@ draw included, so a replay returns logits and each lane's token. Prefill stays e
 dynamic; the graph reads v06's static inputs.
 
 A step needs the lanes 0 .. (highest lane in use); the bucket is the smallest of 1, 2, 4, ... 32,
-then every 32 lanes, up to the lane count, that covers them. Lanes are handed out lowest first, so few running requests
-replay a small graph. GraphRunner keeps the graphs, one per bucket, each captured by graphs.py's
+then every 32 lanes, up to the lane count, that covers them. Lanes are handed out lowest first,
+so few running requests replay a small graph. GraphRunner keeps the graphs, one per bucket, each captured by graphs.py's
 capture; GraphedRunner is the runner part that replays them."""
 from __future__ import annotations
 
@@ -24,8 +24,8 @@ from .graphs import GraphCaptureError, capture
 # Past this many lanes the buckets grow by it, not double: a batch of 130 pads to 160, not 256.
 # Each bucket is one more graph to capture (0.1-0.6 s on an H200 at the first decode step), and
 # the steps of a batch between two buckets run the larger one's rows: on nano-vllm's workload
-# (docs/perf-notes.md) doubling past 32 ran 15% more rows than steps of 32, and a step of 32
-# ran the workload 2.3% faster on an H100.
+# (docs/perf-notes.md) doubling past 32 ran 15% more rows than steps of 32 (with v20's moves),
+# and steps of 32 ran it 1.1% faster on an H100 (three runs each, alternated).
 BUCKET_STEP = 32
 
 
