@@ -24,8 +24,9 @@ from .graphs import GraphCaptureError, capture
 # Past this many lanes the buckets grow by it, not double: a batch of 130 pads to 160, not 256.
 # Each bucket is one more graph to capture (0.1-0.6 s on an H200 at the first decode step), and
 # the steps of a batch between two buckets run the larger one's rows: on nano-vllm's workload
-# (docs/perf-notes.md) doubling past 32 ran 15% more rows than steps of 32 (with v20's moves),
-# and steps of 32 ran it 1.1% faster on an H100 (three runs each, alternated).
+# (docs/perf-notes.md), with the live requests moved down into the lowest lanes, doubling past
+# 32 ran 15% more rows than steps of 32, and steps of 32 ran it 1.1% faster on an H100 (three
+# runs each, alternated).
 BUCKET_STEP = 32
 
 
