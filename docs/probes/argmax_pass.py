@@ -5,6 +5,8 @@ walking its columns. Each checked against torch.argmax on random data (ties reso
 index, as torch's do), timed in a CUDA graph of 20 calls over 4 rotating inputs. GPU only.
 
     PYTHONPATH=. python3 docs/probes/argmax_pass.py"""
+import itertools
+
 import torch
 import triton
 import triton.language as tl
@@ -80,7 +82,7 @@ def main():
         for name, fn in variants.items():
             for x in xs:
                 assert torch.equal(fn(x).long(), x.argmax(-1)), (name, rows)
-            turn = iter(range(10 ** 9))
+            turn = itertools.count()  # each captured call reads the next input
             us = chain_ms(lambda: fn(xs[next(turn) % 4]), 20, replays=5) * 1e3
             cells.append(f"{name} {us:.1f}")
         print(f"B={rows} ({rows * VOCAB * 2 / 1e6:.1f} MB), us a call: " + " | ".join(cells))

@@ -6,8 +6,8 @@ dynamic; the graph reads v06's static inputs.
 
 A step needs the lanes 0 .. (highest lane in use); the bucket is the smallest of 1, 2, 4, ... 32,
 then every 32 lanes, up to the lane count, that covers them. Lanes are handed out lowest first,
-so few running requests replay a small graph. GraphRunner keeps the graphs, one per bucket, each captured by graphs.py's
-capture; GraphedRunner is the runner part that replays them."""
+so few running requests replay a small graph. GraphRunner keeps the graphs, one per bucket, each
+captured by graphs.py's capture; GraphedRunner is the runner part that replays them."""
 from __future__ import annotations
 
 from functools import partial

@@ -372,10 +372,10 @@ def targets_section(results: dict[str, dict]) -> list[str]:
     targets are set for an H200; a run on another card says so here)."""
     from .targets import verdicts
     lines = verdicts(results)
-    cards = [f"{kind} on {r.get('environment', {}).get('gpu') or 'a CPU'} "
-             f"({r.get('environment', {}).get('commit', '?')})"
-             for kind, r in results.items()
-             if kind in ("gpu-workload", "kernel", "decode", "anchors") and r]
+    envs = {kind: r.get("environment", {}) for kind, r in results.items()
+            if kind in ("gpu-workload", "kernel", "decode", "anchors") and r}
+    cards = [f"{kind} on {env.get('gpu') or 'a CPU'} ({env.get('commit', '?')})"
+             for kind, env in envs.items()]
     where = ["Runs read: " + "; ".join(cards) + "."] if cards else []
     return ["## Targets set for the H200 (the newest version in each run)", "", *where, "",
             *lines, ""]
