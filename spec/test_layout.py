@@ -185,8 +185,9 @@ def test_every_version_declares_its_recipe_and_builds_through_it():
 # reader follows from growing back (38 calls since v13's ops project o themselves). Issue 44 raised the files by 3, and only because one file
 # became two, each its part's (the test below): v08's kv.py gave PagedInputs to inputs.py, its
 # scheduler.py PagedAdmission to policy.py, and v14's engine.py became inputs.py and loop.py. The
-# step runs the same code; a reader opens each part by its name.
-STEP_FILES, STEP_HOPS = 21, 38
+# step runs the same code; a reader opens each part by its name. Issue 48 added one call: v11's
+# sampler draws its greedy tokens through the model's ops (v13's one-pass argmax).
+STEP_FILES, STEP_HOPS = 21, 39
 
 
 def test_a_v14_decode_step_runs_code_from_few_files_and_calls_across_versions_rarely():

@@ -9,14 +9,17 @@ requests (context_attention), which reads each request's context from the paged 
 slots, its causal mask aligned to the bottom right when a cached prefix comes first; without
 Triton, v12's gathers and one fused call per request (v02's causal_attention). At one row (a
 batch-1 decode step) each layer's products are gemv kernels, cuBLAS's GEMMs elsewhere; down's
-gemv reads [gate | up] and forms SwiGLU itself.
+gemv reads [gate | up] and forms SwiGLU itself. The greedy draw's argmax is argmax_rows, one read
+of the logits (chunks of each row over programs, then a pick), which the sampler reaches through
+the model's ops.
 
 Why v12 needs it: a decode step is a chain of small launches. v12 runs seven GEMMs a layer, three
 of them over the same normed rows and two over the next, then one RoPE kernel for q and another
 for k; and every prefill gathers each request's context out of the cache and attends to it in a
 call of its own, in every layer. At one row cuBLAS reads a layer's small matrices at a fraction of
 the bandwidth (4.2-4.7 us for 1.6-2.1 MB on the H200), and down runs as two launches after
-SwiGLU's own.
+SwiGLU's own. torch's argmax over a 151,936-wide row gives the row one block: 54 us for 256 rows
+on an H100, where chunks over programs take 31 (docs/perf-notes.md).
 
 Core principle: fusion changes how many kernels run, never what they compute. The packed path's
 logits equal v12's (float64, on the tiny fixtures, with and without a cached prefix) and its
@@ -26,7 +29,8 @@ the dispatched ops: a decode pass multiplies by four matrices a layer where v12 
 seven, at one row in four gemv launches and no swiglu_packed; and a prefill runs one attention
 op a layer (one per request and layer without Triton), no softmax, and gathers no context.
 gemv equals a float64 product within its dtype's tolerance, with and without SwiGLU, with k split
-over programs and not.
+over programs and not. argmax_rows equals torch's argmax, a tie's first index and a NaN included,
+and a greedy engine's every draw runs it and no aten argmax.
 
 Files to compare: implementations/v13_fused/{model.py, fused_kernels.py, gemv.py} against
 implementations/v09_triton_basics/{model.py, kernels.py}; implementations/v13_fused/context_attention.py
@@ -50,7 +54,8 @@ import os
 
 import pytest
 import torch
-from hypothesis import given
+from torch.utils._python_dispatch import TorchDispatchMode
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 import implementations
@@ -139,6 +144,32 @@ def test_with_qwen3s_norms_rope_split_norms_each_q_and_k_head_then_turns_it(
     assert_close(k, ref.rope(ref.rms_norm(heads[:, n_q:n_q + n_kv], k_norm, eps), positions,
                              10000.0), "k")
     assert torch.equal(v, heads[:, n_q + n_kv:]), "v must be copied as it is"
+
+
+@pytest.mark.spec(part="model", kernels=True)
+@pytest.mark.parametrize("target", TARGETS)
+@engine_settings()
+@given(rows=st.integers(1, 3), vocab=st.one_of(st.sampled_from([1, 2047, 2048, 2049, 6000]),
+                                               st.integers(1, 6000)),
+       tied=st.lists(st.integers(0, 10**6), max_size=3), nan=st.integers(-1, 10**6), seed=seeds)
+@example(rows=2, vocab=6000, tied=[700, 3], nan=-1, seed=0)            # a tie inside one chunk
+@example(rows=2, vocab=6000, tied=[5999, 2500, 10], nan=-1, seed=0)    # a tie across chunks
+@example(rows=1, vocab=2049, tied=[2048], nan=-1, seed=0)              # the largest alone, last
+@example(rows=3, vocab=6000, tied=[100, 4100], nan=4096, seed=0)       # a NaN past the tie
+def test_argmax_rows_is_each_rows_first_largest_index_a_nan_counted_largest(
+        fused, target, rows, vocab, tied, nan, seed):
+    """torch's argmax over the last dim: each row's largest value at the `tied` columns (so the
+    first of them must win), and where `nan` >= 0 a NaN in the last row, which torch counts as
+    the largest value."""
+    gen = torch.Generator().manual_seed(seed)
+    logits = target.randn(gen, rows, vocab, scale=3.0)
+    for col in tied:
+        logits[:, col % vocab] = 99.0
+    if nan >= 0:
+        logits[-1, nan % vocab] = float("nan")
+    got = fused.argmax_rows(logits)
+    assert got.dtype == torch.int64 and got.shape == (rows,)
+    assert torch.equal(got, logits.argmax(dim=-1)), (got, logits.argmax(dim=-1))
 
 
 @pytest.mark.spec(part="model", kernels=True)
@@ -281,6 +312,11 @@ def test_the_fused_kernels_refuse_bad_input_with_a_message_that_says_why(impl, f
         fused.swiglu_packed(torch.randn(2, 7))
     with pytest.raises(ValueError, match="float32|dtype"):
         fused.swiglu_packed(torch.ones(2, 8, dtype=torch.int64))
+    for logits, message in ((torch.randn(2, 0), "vocab >= 1"), (torch.randn(4), "rows, vocab"),
+                            (torch.ones(2, 3, dtype=torch.int64), "float32"),
+                            (torch.randn(6, 2).t(), "columns must be contiguous")):
+        with pytest.raises(ValueError, match=message):
+            fused.argmax_rows(logits)
     for args, message in (((torch.randn(1, 4), torch.randn(3, 5)), "columns"),
                           ((torch.randn(1, 4), torch.randn(3, 4), None, True), "gate \\| up"),
                           ((torch.randn(1, 4), torch.randn(3, 4), torch.randn(4)), "bias must"),
@@ -312,6 +348,7 @@ def test_under_fake_tensors_each_fused_op_promises_what_it_returns(impl, fused, 
     batch, q, rows, slots = context_batch(here, 2, [(3, 2), (1, 0)], 2, 2, 8, 4)
     calls = {"rope_split": lambda t: fused.rope_split(t["qkv"], t["cos"], t["sin"], 4, 2),
              "swiglu_packed": lambda t: (fused.swiglu_packed(t["gate_up"]),),
+             "argmax_rows": lambda t: (fused.argmax_rows(t["gate_up"]),),
              "gemv": lambda t: (gemv.gemv(t["gate_up"][:1], t["down"], t["bias"], swiglu=True),),
              "context_attention": lambda t: (context_kernel.context_attention(
                  t["q"], t["k_cache"], t["v_cache"], t["rows"], t["slots"], t["contexts"], 5,
@@ -443,6 +480,42 @@ def test_with_its_kernels_a_batch_1_decode_step_multiplies_in_gemv_launches(impl
     assert prefill.ops == ["aten"] * (4 * c.num_layers + 1)
     assert decode.ops == ["gemv"] * 4 * c.num_layers + ["aten"]
     assert kernels.counts["swiglu_packed"] == 0, dict(kernels.counts)
+
+
+@interpreted
+def test_with_its_kernels_greedy_tokens_are_drawn_by_argmax_rows_and_no_aten_argmax_runs(
+        impl, fused):
+    """The greedy draw reads the logits once through the fused argmax, in the prefill's eager
+    draw and in every decode step (a replayed graph's ops included); torch's argmax never runs.
+    Each call hands back the first largest index of the rows it was given, and those are the
+    tokens the requests get."""
+    engine = impl.build(tiny_checkpoint("tiny_qwen2"))
+    ids = [engine.add_request(p, GenerationParams(max_new_tokens=3)) for p in PROMPTS[:2]]
+    with AtenCalls() as aten, ArgmaxRows(fused) as drawn:
+        while engine.has_unfinished():
+            engine.step()
+    assert aten.counts["argmax"] == 0, dict(aten.counts)
+    assert drawn.calls >= 3, drawn.calls  # a prefill's draw and two decode steps at least
+    assert all(torch.equal(got, rows.argmax(dim=-1)) for rows, got in drawn.seen)
+    tokens = [t for _, got in drawn.seen for t in got.tolist()]
+    for i in ids:
+        got = list(engine.output(i).tokens)
+        assert len(got) == 3 and all(t in tokens for t in got), (got, tokens)
+
+
+class ArgmaxRows(TorchDispatchMode):
+    """Every argmax_rows call of one fused kernels module: the logits it read, what it gave."""
+
+    def __init__(self, module):
+        super().__init__()
+        self.namespace, self.seen, self.calls = module.__name__.replace(".", "_"), [], 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        if getattr(func, "namespace", None) == self.namespace and func._opname == "argmax_rows":
+            self.calls += 1
+            self.seen.append((args[0].clone(), out.clone()))
+        return out
 
 
 def prefill_calls(impl, prompts, *modules):

@@ -100,6 +100,10 @@ class TritonOps(PassOps):
             return kernels.swiglu(gate, up)
         return torch.nn.functional.silu(gate) * up
 
+    # Each row's index of its largest logit, the greedy draw: torch's here (v09 writes no kernel
+    # for it). A sampler draws greedy tokens through it, so ops with a kernel for it swap it in.
+    argmax = staticmethod(partial(torch.argmax, dim=-1))
+
     def mlp(self, x: torch.Tensor, w: Mapping[str, torch.Tensor]) -> torch.Tensor:
         """down(swiglu(gate(x), up(x)))."""
         return self.linear(self.swiglu(self.linear(x, w, "mlp.gate_proj"),

@@ -43,12 +43,15 @@ class SeededSampler:
     variants = ("sample", "greedy")  # the graphs a decode step may replay
     SERVES = ("sampling_buffers",)  # the sampling capability, served on the engine
 
-    def __init__(self, num_lanes: int, device):
+    def __init__(self, num_lanes: int, device, *, argmax=None):
         self.settings = DecodeBuffers(num_lanes, device, SETTINGS)
+        # The greedy draw: the model's ops' argmax (a kernel where they have one), torch's
+        # where the sampler is built alone.
+        self.argmax = argmax or (lambda logits: logits.argmax(dim=-1))
 
     @classmethod
     def assemble(cls, a) -> "SeededSampler":
-        return cls(a.kv.num_lanes, a.device)
+        return cls(a.kv.num_lanes, a.device, argmax=a.model.ops.argmax)
 
     def prepare(self, params: GenerationParams) -> GenerationParams:
         """A request without a seed is given one when it arrives, so even its recompute after a
@@ -80,7 +83,7 @@ class SeededSampler:
         samples."""
         lanes = torch.tensor([r.lane for r in requests], dtype=torch.long)
         if not bool((self.settings.host["temperature"][lanes] > 0).any()):
-            return logits.argmax(dim=-1)
+            return self.argmax(logits)
         settings = [self.settings.host[name][lanes].to(logits.device) for name in SETTINGS]
         position = torch.tensor([len(r.sequence) for r in requests], dtype=torch.long,
                                 device=logits.device)
@@ -100,7 +103,7 @@ class SeededSampler:
         """Inside the captured step: each lane's draw at `positions`, or the argmax for the
         greedy graphs."""
         if variant == "greedy":
-            return logits.argmax(dim=-1)
+            return self.argmax(logits)
         return sample(logits, *settings, positions)
 
     def sampling_buffers(self) -> dict[str, torch.Tensor]:

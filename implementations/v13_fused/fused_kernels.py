@@ -8,6 +8,10 @@ and do what v09 did with its pieces after three (or two) GEMMs:
   on the heads in a launch of its own for each: a head's values are all in the program already.
 - swiglu_packed: a row of gate_up = [gate | up] becomes silu(gate) * up, as v09's swiglu.
 
+And one kernel pair over the LM head's output: argmax_rows, the greedy draw's argmax in one read
+of the logits, where torch's reduction over a 151,936-wide row takes about twice as long (54 us
+against 31 at 256 rows on an H100, docs/perf-notes.md).
+
 Same arithmetic as v09's kernels (float32 inside, the model dtype at the same rounding points), so
 the tokens equal v12's. Checks and custom ops as in v09 (kernels.py): one op per launch.
 """
@@ -166,3 +170,76 @@ def swiglu_packed(gate_up: torch.Tensor) -> torch.Tensor:
     check(gate_up.dim() == 2 and gate_up.shape[1] % 2 == 0,
           f"gate_up must be [rows, 2 * width], got shape {tuple(gate_up.shape)}")
     return _swiglu_packed_op(gate_up)
+
+
+# --- the greedy draw: each row's argmax in one read of the logits -----------------------------
+
+# Columns one program scans: a 151,936-token vocabulary is 75 programs a row, so that even one
+# row spreads over the SMs (torch's reduction gives a row one block; at batch 1 that is one SM).
+ARGMAX_CHUNK = 2048
+
+
+@triton.jit
+def _argmax_chunks_kernel(x_ptr, best_ptr, at_ptr, n_cols, x_stride, chunks,
+                          BLOCK: tl.constexpr):
+    # One chunk of one row to its (largest value, first column holding it).
+    row = tl.program_id(0).to(tl.int64)
+    chunk = tl.program_id(1)
+    cols = chunk * BLOCK + tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + row * x_stride + cols, mask=cols < n_cols,
+                other=float("-inf")).to(tl.float32)
+    # A NaN compares false with everything, so a max would skip it; torch's argmax takes it as
+    # the largest value: count it as +inf.
+    x = tl.where(x != x, float("inf"), x)
+    best = tl.max(x, axis=0)
+    # The first column holding it, said outright: tl.max's own index may land on any of a tie.
+    at = tl.min(tl.where(x == best, cols, n_cols), axis=0)
+    tl.store(best_ptr + row * chunks + chunk, best)
+    tl.store(at_ptr + row * chunks + chunk, at.to(tl.int64))
+
+
+@triton.jit
+def _argmax_pick_kernel(best_ptr, at_ptr, out_ptr, chunks, BLOCK_C: tl.constexpr):
+    # The first chunk holding the row's largest value, and its first column: the row's first
+    # largest value, the index torch's argmax returns for a tie.
+    row = tl.program_id(0).to(tl.int64)
+    c = tl.arange(0, BLOCK_C)
+    live = c < chunks
+    best = tl.load(best_ptr + row * chunks + c, mask=live, other=float("-inf"))
+    top = tl.max(best, axis=0)
+    which = tl.min(tl.where(live & (best == top), c, BLOCK_C), axis=0)
+    tl.store(out_ptr + row, tl.load(at_ptr + row * chunks + which))
+
+
+@kernel_op(f"{_NS}::argmax_rows")
+def _argmax_rows_op(logits: torch.Tensor) -> torch.Tensor:
+    rows, n_cols = logits.shape
+    out = torch.empty(rows, dtype=torch.int64, device=logits.device)
+    if rows == 0:
+        return out
+    chunks = triton.cdiv(n_cols, ARGMAX_CHUNK)
+    # torch.empty launches nothing: each chunk's (largest value, its column), read by the pick.
+    best = torch.empty(rows, chunks, dtype=torch.float32, device=logits.device)
+    at = torch.empty(rows, chunks, dtype=torch.int64, device=logits.device)
+    _argmax_chunks_kernel[(rows, chunks)](logits, best, at, n_cols, logits.stride(0), chunks,
+                                          BLOCK=ARGMAX_CHUNK)
+    _argmax_pick_kernel[(rows,)](best, at, out, chunks, BLOCK_C=triton.next_power_of_2(chunks))
+    return out
+
+
+@fake_of(_argmax_rows_op)
+def _(logits):
+    return logits.new_empty(logits.shape[0], dtype=torch.int64)
+
+
+def argmax_rows(logits: torch.Tensor) -> torch.Tensor:
+    """logits [rows, vocab] -> each row's index of its largest value [rows] (int64), the first
+    one where several tie, a NaN counted as the largest: torch's argmax over the last dim."""
+    check(logits.dtype in kernels.DTYPES,
+          f"logits must be float32, float16 or bfloat16, got {logits.dtype}")
+    check(logits.dim() == 2 and logits.shape[1] >= 1,
+          f"logits must be [rows, vocab] with vocab >= 1, got shape {tuple(logits.shape)}")
+    # Rows may lie apart (a view of every row's last position), columns side by side.
+    check(logits.stride(1) == 1 or logits.shape[1] == 1,
+          f"logits' columns must be contiguous (strides {logits.stride()})")
+    return _argmax_rows_op(logits)

@@ -116,6 +116,13 @@ class FusedOps(TritonOps):
         return self.project(out.reshape(out.shape[0], -1), w["self_attn.o_proj.weight"],
                             w.get("self_attn.o_proj.bias"))
 
+    def argmax(self, logits: torch.Tensor) -> torch.Tensor:
+        """The greedy draw's argmax in one read of the logits (argmax_rows: chunks of a row
+        over programs, then a pick), where torch's reduction gives a row one block."""
+        if self.on_triton:
+            return fused_kernels.argmax_rows(logits)
+        return super().argmax(logits)
+
     def swiglu_packed(self, gate_up: torch.Tensor) -> torch.Tensor:
         """silu(gate) * up of each row [gate | up]: one kernel, or the same maths in PyTorch on
         the halves."""

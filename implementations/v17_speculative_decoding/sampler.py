@@ -33,16 +33,16 @@ class SpeculativeSampler(SeededSampler):
                     "'rejection' (the textbook rule: the same distribution, other tokens)"),
     )
 
-    def __init__(self, num_lanes: int, device, acceptance: str = "exact"):
+    def __init__(self, num_lanes: int, device, acceptance: str = "exact", *, argmax=None):
         if acceptance not in ACCEPTANCE:
             raise BuildError(f"acceptance must be one of {', '.join(ACCEPTANCE)}, "
                              f"got {acceptance!r}")
-        super().__init__(num_lanes, device)
+        super().__init__(num_lanes, device, argmax=argmax)
         self.acceptance = acceptance
 
     @classmethod
     def assemble(cls, a) -> "SpeculativeSampler":
-        return cls(a.kv.num_lanes, a.device, a.options["acceptance"])
+        return cls(a.kv.num_lanes, a.device, a.options["acceptance"], argmax=a.model.ops.argmax)
 
     def settle(self, requests: Sequence, logits: torch.Tensor,
                drawn: torch.Tensor) -> torch.Tensor:
@@ -80,7 +80,7 @@ class SpeculativeSampler(SeededSampler):
             # all on it): the argmax alone, since the filters' sorts and the hashes over the
             # whole vocabulary would cost a CPU more than the pass saves (v11's draw says so)
             return [keep_agreeing(g, row) for g, row in
-                    zip(guesses, split(logits.argmax(dim=-1).tolist(), counts))]
+                    zip(guesses, split(self.argmax(logits).tolist(), counts))]
         settings = [t.to(logits.device) for t in host]
         position = positions.to(logits.device)
         own = draw.sample(logits, *settings, position).tolist()  # the engine's own draws

@@ -32,8 +32,9 @@ def constrained(requests: Sequence) -> bool:
 class GrammarSampler(SpeculativeSampler):
     constrains = True  # check_request takes a grammar
     variants = SpeculativeSampler.variants + tuple(MASKED)
-    def __init__(self, num_lanes: int, device, acceptance: str = "exact", grammar=None):
-        super().__init__(num_lanes, device, acceptance)
+    def __init__(self, num_lanes: int, device, acceptance: str = "exact", grammar=None, *,
+                 argmax=None):
+        super().__init__(num_lanes, device, acceptance, argmax=argmax)
         self.grammar = grammar
         # A lane's mask, read by the masked graphs: every token until a step fills it.
         self.bitmask = torch.full((num_lanes, grammar.words), ALL, dtype=torch.int32,
@@ -41,7 +42,8 @@ class GrammarSampler(SpeculativeSampler):
 
     @classmethod
     def assemble(cls, a) -> "GrammarSampler":
-        return cls(a.kv.num_lanes, a.device, a.options["acceptance"], a.grammar)
+        return cls(a.kv.num_lanes, a.device, a.options["acceptance"], a.grammar,
+                   argmax=a.model.ops.argmax)
 
     def draw(self, logits: torch.Tensor, requests: Sequence) -> torch.Tensor:
         """v11's eager draws (a prefill's first tokens), each row masked by its request's

@@ -28,6 +28,10 @@ GEMV = f"{PAGE}::test_gemv_is_the_row_times_the_weights_transposed_plus_the_bias
 FIXED_CONTEXT = (f"{PAGE}::test_with_a_fixed_chunk_a_requests_rows_are_the_same_bits_alone_and_"
                  "beside_others")
 DECODE_GEMV = f"{PAGE}::test_with_its_kernels_a_batch_1_decode_step_multiplies_in_gemv_launches"
+ARGMAX = f"{PAGE}::test_argmax_rows_is_each_rows_first_largest_index_a_nan_counted_largest"
+GREEDY = (f"{PAGE}::test_with_its_kernels_greedy_tokens_are_drawn_by_argmax_rows_and_no_aten_"
+          "argmax_runs")
+SAMPLER = "v11_sampling/sampler.py"
 TWINS = (f"{PARITY}::test_two_checkpoints_of_one_shape_built_in_one_process_each_give_their_own_"
          "tokens")
 
@@ -132,4 +136,28 @@ MUTANTS = [
         Edit(CONTEXT_KERNEL, "    if fixed_chunk:  # cut where", "    if False:  # cut where"),),
         (FIXED_CONTEXT,), ("v13",),
         "a fixed chunk is ignored: a prefill's contexts are cut as the pass's shape plans"),
+    Mutant("v13-argmax-last-of-a-tie-in-a-chunk", "fusion", (
+        Edit(KERNELS, "    at = tl.min(tl.where(x == best, cols, n_cols), axis=0)",
+             "    at = tl.max(tl.where(x == best, cols, -1), axis=0)"),),
+        (ARGMAX,), ("v13",), "where a chunk holds the largest value twice, the later column wins"),
+    Mutant("v13-argmax-last-chunk-of-a-tie", "fusion", (
+        Edit(KERNELS, "    which = tl.min(tl.where(live & (best == top), c, BLOCK_C), axis=0)",
+             "    which = tl.max(tl.where(live & (best == top), c, -1), axis=0)"),),
+        (ARGMAX,), ("v13",), "where two chunks hold the largest value, the later chunk's wins"),
+    Mutant("v13-argmax-partial-last-chunk-unread", "fusion", (
+        Edit(KERNELS, "    chunks = triton.cdiv(n_cols, ARGMAX_CHUNK)",
+             "    chunks = max(1, n_cols // ARGMAX_CHUNK)"),),
+        (ARGMAX,), ("v13",), "the columns past the last whole chunk are never read"),
+    Mutant("v13-argmax-skips-a-nan", "fusion", (
+        Edit(KERNELS, '    x = tl.where(x != x, float("inf"), x)\n', ""),),
+        (ARGMAX,), ("v13",), "a NaN logit is passed over where torch's argmax picks it"),
+    Mutant("v13-greedy-draw-by-torch", "fusion", (
+        Edit(MODEL, "        if self.on_triton:\n            return fused_kernels.argmax_rows(logits)",
+             "        if False:\n            return fused_kernels.argmax_rows(logits)"),),
+        (GREEDY,), ("v13",), "the ops' argmax is torch's: the same tokens, a slower read"),
+    Mutant("v11-greedy-graphs-bypass-the-ops-argmax", "fusion", (
+        Edit(SAMPLER, '        if variant == "greedy":\n            return self.argmax(logits)',
+             '        if variant == "greedy":\n            return logits.argmax(dim=-1)'),),
+        (GREEDY,), ("v13",),
+        "the captured greedy step takes torch's argmax, whatever the model's ops offer"),
 ]

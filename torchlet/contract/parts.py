@@ -133,9 +133,12 @@ class LaneModelPart(CachedModelPart, Protocol):
 
 
 class KernelOps(Protocol):
-    """v09: what a runner may ask of the model's ops."""
+    """v09: what a runner and a sampler may ask of the model's ops."""
 
     on_triton: bool               # whether the layers run their kernels (else the PyTorch path)
+
+    def argmax(self, logits: torch.Tensor) -> torch.Tensor:
+        """Each row's index of its largest logit: what a sampler's greedy draw asks."""
 
 
 class KernelModelPart(LaneModelPart, Protocol):
