@@ -40,7 +40,10 @@ so the last request's first token comes later (the price of the running requests
 A slice pass replays a graph per bucket (rows, requests, context bound, each padded up to a power
 of two), so a bucket's first pass stalls its step for the capture (on the H200 about 0.1 s for
 the first bucket, whose pass runs once before it is captured; on an H100 20-60 ms for a later
-one, captured straight), and padding rows are computed for nothing.
+one, captured straight), and padding rows are computed for nothing. A bucket that a captured
+graph covers rides the smallest such graph until its third pass, so a shape that comes once (a
+prompt's last slice) pays padding rows instead of a stall, and one that keeps coming pays both
+twice before it has its own graph.
 """
 from __future__ import annotations
 
@@ -434,8 +437,10 @@ def test_a_budget_below_the_running_decodes_or_zero_is_refused_and_a_long_prompt
 # path runs under the interpreter (the `kernel_path` mark), in float32, the kernels' CPU dtype.
 
 
-# What a replayed slice step still runs eagerly: the rows that draw, then the LM head on them.
-TAIL = {"last_rows", "lm_head"}
+# What a replayed slice step still runs eagerly: the rows that draw, then the LM head on them,
+# and the greedy draw's argmax, which the sampler asks of the model's ops (v13's kernel, whose
+# input check is `check`).
+TAIL = {"last_rows", "lm_head", "FusedOps.argmax", "argmax_rows", "check"}
 
 
 def on_kernels(impl, **options):
@@ -563,6 +568,40 @@ def test_slice_graphs_of_every_request_bucket_replay_and_give_the_oracles_tokens
         assert [engine.output(i).tokens for i in ids] == [[t] for _, t in cases], lengths
     # Two buckets for three passes: the second pass replayed the first's graph.
     assert len(buckets) == 2 and {requests for _, requests in buckets} == {4, 8}, buckets
+
+
+# Passes of whole prompts, four lanes and a budget of 40 rows, in order, with the bucket each
+# runs in and whether its step captures: 30 rows (bucket 32 rows x 4 requests, the first: no
+# graph covers it); 9 rows, whose own bucket (16 x 4) has no graph, so it rides the 32-row one;
+# four requests of 9 rows (16 x 8 with the padding request: the 32 x 4 graph has no room for
+# that request, so it is captured); 9 rows again, now riding the smallest cover, 16 x 8; 9 rows
+# a third time, where 16 x 4 is captured; and once more, replaying it.
+COVERED_PASSES = (((30,), (32, 4), True), ((9,), (32, 4), False), ((2, 2, 2, 3), (16, 8), True),
+                  ((9,), (16, 8), False), ((9,), (16, 4), True), ((9,), (16, 4), False))
+
+
+@pytest.mark.spec(kernel_path=True, part="runner", first_with="SliceGraphs")
+def test_a_slice_bucket_rides_the_smallest_captured_graph_that_covers_it_until_its_third_pass(
+        impl):
+    """A capture stalls its step, so a bucket with no graph whose pass fits a captured one (rows,
+    a padding request beside them, context bound) replays the smallest such graph until its
+    third pass captures its own. Read from outside: the rows and requests of the context
+    attention each step dispatches (the bucket the pass ran in), and whether the step entered
+    the model's code beyond the draw (a capture does; a replay enters none). Each request's
+    first token is the oracle's, in whichever graph its pass ran."""
+    engine = on_kernels(impl, max_running=4, max_step_tokens=40, overlap=False)
+    for k, (lengths, bucket, captures) in enumerate(COVERED_PASSES):
+        cases = first_tokens(lengths, 20 + k)
+        ids = [engine.add_request(list(p), GenerationParams(max_new_tokens=1)) for p, _ in cases]
+        with SliceBuckets() as buckets, ModelWatch(impl) as watch:
+            engine.step()
+        assert not engine.has_unfinished(), f"pass {k}: lengths {lengths} took more than a step"
+        assert set(buckets.seen) == {bucket}, f"pass {k}: ran in {set(buckets.seen)}, not {bucket}"
+        entered = set(watch.model_calls) - TAIL
+        assert bool(entered) == captures, (
+            f"pass {k}: {'no capture' if captures else 'a capture'} expected, entered "
+            f"{sorted(entered)}")
+        assert [engine.output(i).tokens for i in ids] == [[t] for _, t in cases], lengths
 
 
 @pytest.mark.gpu

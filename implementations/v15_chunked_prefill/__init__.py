@@ -17,7 +17,9 @@ Its runner does one thing more, and why: on a GPU an eager slice step is host-bo
 running requests' next tokens waited on launches, not on the slice's work. Where the decode
 step replays graphs and the layers run their kernels, a slice pass of up to 2,048 rows replays
 a graph too (slices.py: SliceGraphs, a graph per bucket of rows, requests and context bound, in
-the runner), handing v13's memory its contexts packed as tensors the graph holds (PackedContext)."""
+the runner), handing v13's memory its contexts packed as tensors the graph holds (PackedContext);
+a bucket that a captured graph covers rides it, padded, until its third pass, since a capture
+stalls its step several times as long as a padded pass."""
 from torchlet.contract import CHUNKED_PREFILL
 
 from ..v14_overlap import CAPABILITIES as PREVIOUS

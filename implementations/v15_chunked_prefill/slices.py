@@ -14,10 +14,18 @@ from shapes and a bound on the contexts), so it can be captured, once per shape 
 A pass of more than MAX_ROWS rows runs eagerly (below).
 Each bucket's graph holds its own inputs, one flat int64 tensor on the device written by one
 copy a step: [token ids | positions | store slots | row indptr | context indptr | context
-slots]. Graphs capture at the first pass of their bucket; all share one memory pool, apart from
-the decode step's graphs (a decode launched ahead still holds its output while a slice runs)."""
+slots]. All share one memory pool, apart from the decode step's graphs (a decode launched ahead
+still holds its output while a slice runs).
+
+A capture stalls its step (20-60 ms on an H100, against a 4-8 ms step), so a bucket is not
+captured at its first pass where a graph already captured covers it (as many rows or more, room
+for the padding request, a context bound as long): the pass replays the smallest such graph,
+padded further, and its bucket is captured only at its CAPTURE_AT-th pass. A shape that comes
+once (a prompt's last slice) costs padding rows, not a stall; one that keeps coming gets its own
+graph. Only a bucket that nothing captured covers stalls at its first pass."""
 from __future__ import annotations
 
+from collections import Counter
 from typing import Sequence
 
 import numpy as np
@@ -31,6 +39,10 @@ SMALLEST_ROWS, SMALLEST_REQUESTS, SMALLEST_CONTEXT = 16, 4, 256
 # of it would hold that many rows' activations and cost a capture per shape for nothing. The
 # nano-vllm workload's prefill steps (up to 16,384 rows) stay as v14 runs them.
 MAX_ROWS = 2048
+# A bucket's pass at which it is captured where a larger graph covers its earlier passes: the
+# padding a covered pass computes (at most the covering graph's rows) costs less than a capture
+# for a pass or two, more for every pass after (a 512-row pass is 4-8 ms of GPU work).
+CAPTURE_AT = 3
 # Each input starts at a multiple of this many int64s in the flat buffer: Triton specializes a
 # kernel on its pointers' 16-byte alignment, and a view at an odd offset would compile anew.
 ALIGN = 16
@@ -49,6 +61,7 @@ class SliceGraphs:
     def __init__(self, kv, device: torch.device, cached_pass, constants: tuple):
         self.kv, self.device, self.cached_pass, self.constants = kv, device, cached_pass, constants
         self.graphs: dict[tuple[int, int, int], tuple] = {}
+        self.passes: Counter[tuple[int, int, int]] = Counter()  # passes of each bucket so far
         self.pool = torch.cuda.graph_pool_handle() if device.type == "cuda" else None
 
     @staticmethod
@@ -60,6 +73,27 @@ class SliceGraphs:
         return (num_rows, bucket(requests + (pad > 0), SMALLEST_REQUESTS),
                 bucket(max(longest, pad), SMALLEST_CONTEXT))
 
+    @staticmethod
+    def covers(key: tuple[int, int, int], rows: int, requests: int, longest: int) -> bool:
+        """Whether the graph of bucket `key` can run a pass of `rows` rows over `requests`
+        requests whose longest context is `longest`: the rows fit, a padding request fits beside
+        them where rows are padded, and every context (the padding request's too) fits the
+        bound."""
+        num_rows, num_requests, bound = key
+        pad = num_rows - rows
+        return pad >= 0 and num_requests >= requests + (pad > 0) and bound >= max(longest, pad)
+
+    def bucket_for(self, rows: int, requests: int, longest: int) -> tuple[int, int, int]:
+        """The bucket a pass runs in: its own where captured, or at its CAPTURE_AT-th pass
+        (captured then), or where no captured graph covers it (captured at once); else the
+        smallest captured bucket that covers it."""
+        own = self.key(rows, requests, longest)
+        self.passes[own] += 1
+        if own in self.graphs or self.passes[own] >= CAPTURE_AT:
+            return own
+        covering = [k for k in self.graphs if self.covers(k, rows, requests, longest)]
+        return min(covering, default=own)
+
     def forward_rows(self, requests: Sequence, ends: Sequence[int]):
         """v12's forward_rows through the bucket's graph: hidden [T, hidden] (a view of the
         graph's output, which its next replay overwrites) and the pass's row indptr."""
@@ -68,7 +102,7 @@ class SliceGraphs:
         contexts = [kv.slots(r.id, 0, end) for r, end in zip(requests, ends)]
         rows = [end - start for start, end in zip(starts, ends)]
         total = sum(rows)
-        key = self.key(total, len(requests), max(ends))
+        key = self.bucket_for(total, len(requests), max(ends))
         flat = np.zeros(self.size(key), np.int64)
         ids, positions, mapping, row_ptr, context_ptr, slots = self.views(flat, key)
         ids[:total] = [t for r, a, b in zip(requests, starts, ends) for t in r.sequence[a:b]]

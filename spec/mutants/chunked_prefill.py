@@ -26,6 +26,8 @@ WHOLE = (f"{PAGE}::test_a_step_computes_its_whole_budget_or_all_the_rows_there_a
 AT_ONCE = f"{PAGE}::test_a_prompt_waiting_is_sliced_at_once_and_no_request_waits_behind_it"
 BUCKETS = (f"{PAGE}::test_slice_graphs_of_every_request_bucket_replay_and_give_the_oracles_"
            f"tokens")
+COVERED = (f"{PAGE}::test_a_slice_bucket_rides_the_smallest_captured_graph_that_covers_it_until_"
+           f"its_third_pass")
 
 PROPERTY = "chunked prefill"
 V15 = ("v15",)
@@ -148,4 +150,24 @@ MUTANTS = [
         (REPLAYED,), V15,
         "every slice pass captures its graph again (running the model's code and more): none "
         "replays"),
+    Mutant("v15-slice-bucket-never-rides-a-cover", "slice graphs", (
+        Edit(SLICES, "        return min(covering, default=own)", "        return own"),),
+        (COVERED,), V15,
+        "every new bucket is captured at its first pass, though a captured graph covers it: a "
+        "stall where padding would do"),
+    Mutant("v15-slice-bucket-rides-a-cover-forever", "slice graphs", (
+        Edit(SLICES, "        if own in self.graphs or self.passes[own] >= CAPTURE_AT:",
+             "        if own in self.graphs:"),),
+        (COVERED,), V15,
+        "a covered bucket is never captured: a shape that keeps coming pays its padding rows "
+        "at every pass"),
+    Mutant("v15-slice-bucket-rides-the-largest-cover", "slice graphs", (
+        Edit(SLICES, "        return min(covering, default=own)",
+             "        return max(covering, default=own)"),),
+        (COVERED,), V15, "a covered pass rides the largest captured graph, not the smallest"),
+    Mutant("v15-slice-cover-without-room-for-the-padding-request", "slice graphs", (
+        Edit(SLICES, "num_requests >= requests + (pad > 0) and",
+             "num_requests >= requests and"),),
+        (COVERED,), V15,
+        "a graph with no request left for the padding rows counts as a cover"),
 ]
