@@ -12,6 +12,8 @@ decoding requests' tokens from the first long prompt's arrival on.
 """
 from __future__ import annotations
 
+import contextlib
+import gc
 import time
 
 import torch
@@ -107,8 +109,10 @@ def measure(args, log) -> tuple[dict, str]:
             if made != 4 + len(warm) * args.long_tokens:  # the warm-up ran short: it warms nothing
                 raise RuntimeError(f"{v.name}'s warm-up made {made} tokens, not "
                                    f"{4 + len(warm) * args.long_tokens}")
+            with frozen_heap():
+                measured = drive(engine, shorts, longs, args, device)
             row = {"version": v.name, "budget": options.get(getattr(budget, "name", ""), None),
-                   **drive(engine, shorts, longs, args, device)}
+                   **measured}
         rows.append(row)
         del engine
         if device.startswith("cuda"):
@@ -117,8 +121,26 @@ def measure(args, log) -> tuple[dict, str]:
                 f"{args.decode_tokens} tokens each; from their first tokens on, "
                 f"{args.long_prompts} prompts of {args.long_len} tokens ({args.long_tokens} new "
                 f"tokens each) arrive, one every {args.every} steps; budget of a chunked-prefill "
-                f"version {args.budget} rows a step, others fit a whole prompt in a step")
+                f"version {args.budget} rows a step, others fit a whole prompt in a step; each "
+                f"version warmed up first, its timed run after a full garbage collection, with "
+                f"every object alive then frozen")
     return {"workload": {"describe": describe}, "rows": rows}, device
+
+
+@contextlib.contextmanager
+def frozen_heap():
+    """The timed run inside, with what earlier work left collected first and every object alive
+    then (the engines built so far, the warm-up's survivors) frozen: a full collection during
+    the run scans only what the run made. Without it, v15's run after v14's in one process met
+    a gen-2 collection of some 110 ms (`python docs/probes/mixed_gc.py v14_overlap
+    v15_chunked_prefill` on a CPU), near the whole of v15's ITL maximum on an H100 (102.75 ms;
+    27.9 ms run alone)."""
+    gc.collect()
+    gc.freeze()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
 
 
 def argparse_like(args, **changes):
