@@ -504,6 +504,40 @@ def test_mixed_times_each_version_after_a_full_collection_with_the_heap_frozen(t
     assert gc.get_freeze_count() == 0
 
 
+def test_a_workload_bench_times_each_version_after_a_full_collection_with_the_heap_frozen(
+        tmp_path, monkeypatch):
+    """bench cpu in one process (as gpu-workload runs each version, through run_job): each
+    version's timed run, streamed or stepped, starts after a full collection made since its
+    warm-up ended, with the objects alive then frozen through it; nothing is frozen after. Read
+    from the collector's own counts around the warm-up and the timed run."""
+    import gc
+
+    from torchlet.bench import run
+
+    seen = []
+
+    def counted(fn, label):
+        def watched(*args, **kwargs):
+            seen.append((label, "start", gc.get_freeze_count(), gc.get_stats()[2]["collections"]))
+            out = fn(*args, **kwargs)
+            seen.append((label, "end", gc.get_freeze_count(), gc.get_stats()[2]["collections"]))
+            return out
+        return watched
+
+    for name in ("warm_up", "run_steps", "run_stream"):
+        monkeypatch.setattr(run, name, counted(getattr(run, name), name))
+    assert main(["bench", "cpu", "--versions", ",".join(two_versions()), "--requests", "2",
+                 "--in-process", "--quiet", "--out", str(tmp_path)]) == 0
+    assert [(label, when) for label, when, *_ in seen] == [
+        ("warm_up", "start"), ("warm_up", "end"), ("run_stream", "start"), ("run_stream", "end"),
+        ("warm_up", "start"), ("warm_up", "end"), ("run_steps", "start"), ("run_steps", "end")]
+    for version in range(2):
+        _, warm_end, timed_start, timed_end = seen[4 * version:4 * version + 4]
+        assert timed_start[3] > warm_end[3], f"no full collection before the timed run: {seen}"
+        assert timed_start[2] > warm_end[2] and timed_end[2] > 0, seen
+    assert gc.get_freeze_count() == 0
+
+
 def test_tp_reports_each_ranks_bytes_and_the_step_of_rank_0(tmp_path):
     """TP=1 only here (a rank is a process; v16's page runs 2 ranks and reads shards
     there): one row, the model's weights and its K/V pool, and a step time."""

@@ -12,8 +12,6 @@ decoding requests' tokens from the first long prompt's arrival on.
 """
 from __future__ import annotations
 
-import contextlib
-import gc
 import time
 
 import torch
@@ -22,7 +20,7 @@ from torchlet import running
 from torchlet.contract import CHUNKED_PREFILL, REQUEST_STATES, GenerationParams
 
 from .flags import device_of, dtype_of, select_versions, shape_of
-from .run import ModelSpec, build_options, load_version
+from .run import ModelSpec, build_options, frozen_heap, load_version
 
 
 def percentile(values: list[float], q: float) -> float | None:
@@ -125,22 +123,6 @@ def measure(args, log) -> tuple[dict, str]:
                 f"version warmed up first, its timed run after a full garbage collection, with "
                 f"every object alive then frozen")
     return {"workload": {"describe": describe}, "rows": rows}, device
-
-
-@contextlib.contextmanager
-def frozen_heap():
-    """The timed run inside, with what earlier work left collected first and every object alive
-    then (the engines built so far, the warm-up's survivors) frozen: a full collection during
-    the run scans only what the run made. Without it, v15's run after v14's in one process met
-    a gen-2 collection of some 110 ms (`python docs/probes/mixed_gc.py v14_overlap
-    v15_chunked_prefill` on a CPU), near the whole of v15's ITL maximum on an H100 (102.75 ms;
-    27.9 ms run alone)."""
-    gc.collect()
-    gc.freeze()
-    try:
-        yield
-    finally:
-        gc.unfreeze()
 
 
 def argparse_like(args, **changes):
