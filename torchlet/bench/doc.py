@@ -79,6 +79,9 @@ SERVE_NOTE = ("The server runs in a child process (`torchlet serve`, its banner:
               "seconds from the first send to the last token. The same requests at every rate, "
               "after the first 8 sent once at once and not measured (a server's first prompts "
               "compile its kernels; runs before 2026-12-03 09:20 UTC had no such warm-up). ")
+# How the benches that run a workload through run.py time it (frozen_heap), said once.
+FROZEN = ("Each timed run starts after a full garbage collection, with every object alive then "
+          "frozen (runs before 2026-12-06 05:20 UTC were not)")
 NOTES = {
     "main-job": "One process: Hugging Face's model built from the same checkpoint tensors, and "
                 "each version built and streamed as `torchlet generate` does. After one untimed "
@@ -107,16 +110,14 @@ NOTES = {
            "server's TTFT includes the queue. Steps of a `stream` run are forward passes, one per "
            "token. Triton versions run their layers' PyTorch path (`Triton kernels off`), as `torchlet "
            "generate` runs them on a CPU: the interpreter is for the specs. Each version is built "
-           "with its defaults (v07's CPU graph stand-in on, v14's overlap on). Each timed run "
-           "starts after a full garbage collection, with every object alive then frozen (runs "
-           "before 2026-12-06 05:20 UTC were not). Peak memory: {memory}.",
+           "with its defaults (v07's CPU graph stand-in on, v14's overlap on). " + FROZEN + ". "
+           "Peak memory: {memory}.",
     "gpu-workload": "All 256 requests are queued at time 0 after a one-request warm-up; eos is "
                     "ignored, so every request makes exactly the tokens it asks for. % of floor = "
                     "floor / wall time. The HF baseline runs length-sorted, left-padded batches of "
-                    "64 and counts only the tokens the requests asked for. Each timed run "
-                    "starts after a full garbage collection, with every object alive then frozen "
-                    "(runs before 2026-12-06 05:20 UTC were not: on a CPU, nano-vllm's run met one "
-                    "gen-2 collection of 82-86 ms, docs/perf-notes.md). Peak memory: {memory}.",
+                    "64 and counts only the tokens the requests asked for. " + FROZEN[:-1] +
+                    ": on a CPU, nano-vllm's run met one gen-2 collection of 82-86 ms, "
+                    "docs/perf-notes.md). Peak memory: {memory}.",
     "mixed": "One process, one model; each version built with max_running for every request, "
              "the chunked-prefill one (v15) with the budget the command gives as its "
              "max_step_tokens, the others with room for a whole long prompt in one step (which "
@@ -126,9 +127,7 @@ NOTES = {
              "each has its first token, the long prompts arrive one every few steps. A step's "
              "time is taken when step() returns its tokens. ITL: the gaps between a decoding "
              "request's tokens from the first long prompt's arrival on; TTFT: a long prompt's "
-             "arrival to its first token. Percentiles are nearest-rank. Each timed run starts "
-             "after a full garbage collection, with every object alive then frozen (runs before "
-             "2026-12-06 05:20 UTC were not).",
+             "arrival to its first token. Percentiles are nearest-rank. " + FROZEN + ".",
     "decode": "Each cell prefills B requests of `context` tokens, then times pure decode steps "
               "(the step stats are checked: no prefill row, all B requests decoding). Bytes per "
               "step = every weight once + B x context x KV bytes per token; GPU ms/step is kernel "

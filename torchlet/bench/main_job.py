@@ -26,7 +26,7 @@ from torchlet.running import (QUANTIZE, for_floats, kernels_off, pick_version, q
 
 from .contender import Contender
 from .drive import progress_bar
-from .run import prefix_stats
+from .run import frozen_heap, prefix_stats
 
 HF = "HF transformers generate"
 
@@ -187,13 +187,11 @@ def interleave(contenders, failed: dict, rounds: int, n: int, bar, log,
     runs = {c.name: [] for c in contenders}
     cpu = {c.name: [] for c in contenders}
     before = {}
-    gc.collect()
-    gc.freeze()  # what exists now is never collected during the rounds: each collect below
-    try:         # then scans only what the runs made, not every object of the process
+    # What exists now is never collected during the rounds: each collect below then scans only
+    # what the runs made, not every object of the process.
+    with frozen_heap():
         for round_ in range(rounds + 1):
             run_round(contenders, failed, runs, cpu, before, round_, n, bar, log, warmup)
-    finally:
-        gc.unfreeze()
     return runs, cpu, before
 
 
