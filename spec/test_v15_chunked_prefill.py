@@ -20,7 +20,9 @@ the rows after the ones its request stored before, a step's stored prefill rows 
 lanes never exceed the budget, and every running decode gets its row in every step. Nor does a
 step compute less than it could: min(budget, rows available), so no request waits while rows of
 the step are left, and a waiting prompt is sliced rather than held back whole. Slice graphs give
-the oracle's tokens in every request bucket four lanes can fill.
+the oracle's tokens in every request bucket four lanes can fill. The step whose slice ends a
+prompt picks the rows that draw with an index made on the device, and on CUDA makes no call that
+waits for the GPU (the host keeps launching the decode ahead).
 
 Files to compare: implementations/v15_chunked_prefill/{policy.py, scheduler.py} (TokenBudget;
 ChunkedScheduler, SlicedBatch) against implementations/v08_paged_gqa_py/{policy.py, scheduler.py}
@@ -57,6 +59,7 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_leaves
 
 from spec.support.oracles import sampling_oracle as oracle
 from spec.support.watchers.block_watch import BlockWatch, StepLog
@@ -427,6 +430,122 @@ def test_a_budget_below_the_running_decodes_or_zero_is_refused_and_a_long_prompt
     rid = engine.add_request(list(prompt), GREEDY)
     while engine.has_unfinished():
         engine.step()
+    assert engine.output(rid).tokens == list(expected)
+
+
+# --- a slice that ends a prompt waits for nothing --------------------------------------------
+# The rows that draw are picked from the pass's hidden rows. On a GPU an index made from a host
+# list is copied from pageable memory, and that copy waits for the GPU to finish the pass: the
+# host stalls where it would be launching the next decode (4 ms a finishing slice on an H100,
+# docs/perf-notes.md).
+
+
+class PassIndices(TorchDispatchMode):
+    """Every index op over a [rows, hidden] tensor a step dispatches (the pass's hidden rows
+    among them): its row count, and whether the index it took came from a host list: lifted
+    from one (aten.lift_fresh, what indexing with a Python list, or torch.tensor on one,
+    dispatches first), or computed from such a tensor."""
+
+    def __init__(self, hidden: int):
+        super().__init__()
+        self.hidden, self.lifted, self.picks = hidden, [], []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        if func in (torch.ops.aten.index.Tensor, torch.ops.aten.index_select.default) \
+                and args[0].dim() == 2 and args[0].shape[1] == self.hidden:
+            index = args[1] if func is torch.ops.aten.index.Tensor else [args[2]]
+            self.picks.append((args[0].shape[0], any(self.from_host(i) for i in index)))
+        if func is torch.ops.aten.lift_fresh.default or any(map(self.from_host,
+                                                                tree_leaves((args, kwargs)))):
+            self.lifted.extend(o for o in tree_leaves(out) if isinstance(o, torch.Tensor))
+        return out
+
+    def from_host(self, t) -> bool:
+        """Lifted from a host list, or computed from such a tensor."""
+        return any(t is x for x in self.lifted)
+
+
+@pytest.mark.spec(part="runner")
+def test_a_slice_that_ends_a_prompt_picks_the_row_that_draws_by_an_index_made_on_the_device(impl):
+    """A request decodes while a long prompt is computed in slices of 7 rows (a budget of 8):
+    the step whose slice ends the prompt picks rows from the pass's hidden rows, and no step
+    picks them with an index that was a host list. Both requests get the oracle's tokens."""
+    engine = build(impl, max_running=2, max_step_tokens=8)
+    (short, short_tokens), (prompt, expected) = short_cases()[0], long_cases()[0]
+    first = engine.add_request(list(short), GenerationParams(max_new_tokens=4 * NEW,
+                                                             ignore_eos=True))
+    engine.step()
+    rid = engine.add_request(list(prompt), GREEDY)
+    picked = []  # a step's picks from its pass's hidden rows: whether each index was lifted
+    while not engine.output(rid).tokens:
+        with PassIndices(CKPT.config.hidden_size) as seen:
+            engine.step()
+        stats = engine.last_step_stats()
+        assert stats.num_prefill_tokens == 7 or engine.output(rid).tokens, stats
+        picked.append([lifted for rows, lifted in seen.picks if rows == stats.num_prefill_tokens])
+    assert len(picked) == -(-len(prompt) // 7), "the prompt was not cut into slices of 7 rows"
+    assert picked[-1], "the slice that ends the prompt picked no row from its pass"
+    assert not any(map(any, picked)), f"each slice's picks, lifted from a host list or not: {picked}"
+    while engine.has_unfinished():
+        engine.step()
+    assert engine.output(first).tokens[:NEW] == list(short_tokens)
+    assert engine.output(rid).tokens == list(expected)
+
+
+@contextlib.contextmanager
+def synchronizing_calls():
+    """The calls CUDA's sync debug mode counts as synchronizing while inside, each as the
+    implementations' frames that made it (the mode warns from C++, naming no Python line)."""
+    import traceback
+    import warnings
+
+    calls = []
+
+    def seen(message, *_):
+        if "called a synchronizing" in str(message):
+            calls.append([f"{f.filename.split('implementations/')[-1]}:{f.lineno} {f.name}"
+                          for f in traceback.extract_stack() if "implementations/" in f.filename])
+
+    torch.cuda.set_sync_debug_mode("warn")
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("always")
+            warnings.showwarning = seen
+            yield calls
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+
+
+@pytest.mark.gpu
+@pytest.mark.spec(part="runner")
+def test_on_cuda_a_step_whose_slice_ends_a_prompt_beside_a_decode_makes_no_synchronizing_call(impl):
+    """float32 on CUDA, the next decode launched ahead: a request decodes while a long prompt is
+    computed in slices. No step of the prompt's, the one whose slice ends it included, makes a
+    call that CUDA's sync debug mode counts as synchronizing (a warm-up prompt of the same
+    length first, so that every slice bucket is captured before). Both get the oracle's tokens."""
+    engine = impl.build(CKPT, device="cuda", block_size=BLOCK, max_running=2, max_step_tokens=8,
+                        prefix_cache=False)
+    (short, short_tokens), (prompt, expected) = short_cases()[0], long_cases()[0]
+    warm = engine.add_request([(t + 1) % VOCAB for t in prompt], GenerationParams(max_new_tokens=2))
+    while engine.has_unfinished():
+        engine.step()
+    first = engine.add_request(list(short), GenerationParams(max_new_tokens=4 * NEW,
+                                                             ignore_eos=True))
+    engine.step()
+    rid = engine.add_request(list(prompt), GREEDY)
+    syncs = []  # (step, the implementation's frames that made the call) of each sync counted
+    step = 0
+    while not engine.output(rid).tokens:
+        torch.cuda.synchronize()
+        with synchronizing_calls() as calls:
+            engine.step()
+        syncs += [(step, frames) for frames in calls]
+        step += 1
+    assert not syncs, syncs
+    while engine.has_unfinished():
+        engine.step()
+    assert engine.output(first).tokens[:NEW] == list(short_tokens)
     assert engine.output(rid).tokens == list(expected)
 
 

@@ -50,9 +50,7 @@ def main():
         options[budget] = (args.budget if CHUNKED_PREFILL in version.capabilities
                            else args.long_len + args.decoders + args.long_prompts)
         engine = version.build(checkpoint, device="cpu", dtype=torch.float32, **options)
-        warm = [tuple((t + 1) % config.vocab_size for t in longs[0])]
-        mixed.drive(engine, shorts[:1], warm,
-                    mixed.argparse_like(args, decode_tokens=4, every=1), "cpu")
+        mixed.warm_up(engine, args, shorts, longs, config.vocab_size, "cpu")
         with frozen_heap() if wanted.frozen else contextlib.nullcontext():
             tracked = len(gc.get_objects())
             pauses.clear()

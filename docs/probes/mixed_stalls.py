@@ -5,7 +5,10 @@ specialization key), then the slowest steps. Built and warmed up as `torchlet be
 kernel's integer arguments do_not_specialize first (does a stall go with it?); `--kernels N` the
 kernel count and kernel time of N steps (torch.profiler, from step `--kernels-from`); `--profile` a
 cProfile of each step, and prints the merged profile of the slow steps (those at or above
-`--slow-quantile` of step time, no compile among them). A step's time includes the
+`--slow-quantile` of step time, no compile among them); `--trace 32,247` the cProfile of those
+steps, each alone; `--alloc-stacks` the implementations' frames behind each segment the CUDA
+caching allocator allocates or frees (each step's allocator counters are listed with the slowest
+steps). The run is timed inside the bench's frozen heap. A step's time includes the
 add_request of a prompt arriving before it, as the bench's inter-token latency does; on a CPU, tiny shapes (a check of
 the script: the Triton layers run their PyTorch path, so nothing compiles)."""
 import argparse
@@ -13,6 +16,7 @@ import cProfile
 import pstats
 import sys
 import time
+from collections import Counter
 
 import torch
 import triton
@@ -20,7 +24,7 @@ import triton
 import implementations
 from torchlet import running
 from torchlet.bench import mixed
-from torchlet.bench.run import ModelSpec, build_options
+from torchlet.bench.run import ModelSpec, build_options, frozen_heap
 from torchlet.bench.workloads import CPU_MODEL, QWEN25_05B
 from torchlet.contract import CHUNKED_PREFILL, GenerationParams
 
@@ -47,6 +51,32 @@ def variants(fns):
     return out
 
 
+def allocator_counts(device) -> dict:
+    """The CUDA caching allocator's counters a stall may come from: a cudaMalloc retried after
+    freeing the cache (a whole-device sync), device allocations and frees (cudaMalloc, cudaFree),
+    and its syncs of every stream."""
+    if device != "cuda":
+        return {}
+    stats = torch.cuda.memory_stats()
+    return {k: stats.get(k, 0) for k in ("num_alloc_retries", "num_device_alloc",
+                                          "num_device_free", "num_sync_all_streams")}
+
+
+def segment_stacks(last: int = 400) -> None:
+    """The caching allocator's segment allocations and frees among its last recorded actions
+    (torch.cuda.memory._record_memory_history, on with --alloc-stacks): size, and the
+    implementations' frames that asked for it."""
+    for trace in torch.cuda.memory._snapshot()["device_traces"]:
+        for entry in trace[-last:]:
+            if entry["action"] in ("segment_alloc", "segment_free", "oom"):
+                frames = [f"{f['filename'].split('implementations/')[-1]}:{f['line']} {f['name']}"
+                          for f in entry.get("frames", []) if "implementations/" in f["filename"]]
+                print(f"    {entry['action']} {entry['size'] / 2**20:.1f} MiB <- "
+                      f"{' <- '.join(frames[:6]) or '?'}")
+    torch.cuda.memory._record_memory_history(None)  # a fresh record for the next step
+    torch.cuda.memory._record_memory_history(stacks="python", max_entries=100000)
+
+
 def run(version, checkpoint, args, device, dtype):
     options = build_options(version, {"max_running": args.decoders + args.long_prompts})
     budget = version.option_for("max_step_tokens")
@@ -55,13 +85,7 @@ def run(version, checkpoint, args, device, dtype):
     engine = version.build(checkpoint, device=device, dtype=dtype, **options)
     shorts, longs = mixed.workload(args, checkpoint.config.vocab_size)
     with running.kernels_off(device, interpret=False):
-        warm = [tuple((t + 1) % checkpoint.config.vocab_size for t in longs[0])]
-        # As the bench warms up: the long prompt arrives at the second step (every=1), while the
-        # short request still decodes; arriving every `every` steps it came after the short one
-        # had finished, and the warm-up ended without it (its slices' graphs then captured in
-        # the measured run, as they are not in the bench's).
-        mixed.drive(engine, shorts[:1], warm,
-                    mixed.argparse_like(args, decode_tokens=4, every=1), device)
+        mixed.warm_up(engine, args, shorts, longs, checkpoint.config.vocab_size, device)
         fns = jit_functions()
         before = variants(fns)
         decode = GenerationParams(max_new_tokens=args.decode_tokens, ignore_eos=True)
@@ -69,18 +93,23 @@ def run(version, checkpoint, args, device, dtype):
         decoders = [engine.add_request(list(p), decode) for p in shorts]
         got = {i: 0 for i in decoders}
         steps, left, step = [], list(longs), 0
+        frozen = frozen_heap()  # as the bench times its run: no gen-2 collection of old objects
+        frozen.__enter__()
+        if args.alloc_stacks and device == "cuda":
+            torch.cuda.memory._record_memory_history(stacks="python", max_entries=100000)
         while engine.has_unfinished():
             arrived, add_ms = False, 0.0
             if left and all(got.values()) and step % args.every == 0:
                 t = time.perf_counter()
                 engine.add_request(list(left.pop(0)), long_params)
                 add_ms, arrived = (time.perf_counter() - t) * 1e3, True
-            profile = cProfile.Profile() if args.profile else None
+            profile = cProfile.Profile() if args.profile or step in args.trace else None
             kernels = None
             if args.kernels and step >= args.kernels_from and step < args.kernels_from + args.kernels:
                 kernels = torch.profiler.profile(activities=[
                     torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA])
                 kernels.__enter__()
+            held = allocator_counts(device)
             t = time.perf_counter()
             if profile:
                 profile.enable()
@@ -102,8 +131,16 @@ def run(version, checkpoint, args, device, dtype):
             for o in outs:
                 if o.request_id in got:
                     got[o.request_id] = len(o.tokens)
-            steps.append((dt + add_ms, step, arrived, len(outs), new, profile, add_ms))
+            held = {k: v - held[k] for k, v in allocator_counts(device).items() if v != held[k]}
+            if held and args.alloc_stacks:
+                print(f"  step {step}: {dt:.2f} ms, allocator {held}")
+                segment_stacks()
+            steps.append((dt + add_ms, step, arrived, len(outs), new, profile, add_ms, held))
+            if step in args.trace:
+                print(f"-- step {step}: {dt:.2f} ms, {len(outs)} outputs, arrival={arrived}")
+                pstats.Stats(profile).sort_stats("tottime").print_stats(12)
             step += 1
+        frozen.__exit__(None, None, None)
     times = sorted(s[0] for s in steps)
     print(f"{version.name}: {len(steps)} steps, median {times[len(times) // 2]:.2f} ms, "
           f"p99 {times[int(0.99 * len(times))]:.2f} ms, max {times[-1]:.2f} ms, "
@@ -116,10 +153,11 @@ def run(version, checkpoint, args, device, dtype):
             print(f"  {label} steps: {len(ts)}, median {ts[len(ts) // 2]:.2f} ms, p90 "
                   f"{ts[int(0.9 * len(ts))]:.2f}, max {ts[-1]:.2f}; add_request median "
                   f"{adds[len(adds) // 2]:.2f} ms")
-    for dt, i, arrived, outs, new, _, add_ms in sorted(steps, key=lambda s: -s[0])[:args.show]:
+    for dt, i, arrived, outs, new, _, add_ms, held in sorted(steps, key=lambda s: -s[0])[:args.show]:
         what = "; ".join(f"{n} {sorted(map(str, k))[:1]}" for n, k in new.items())
         print(f"  step {i:4d} {dt:8.2f} ms (add_request {add_ms:.2f}) arrival={arrived} "
-              f"outputs={outs} compiled: {what or '-'}")
+              f"outputs={outs} compiled: {what or '-'} allocator: {held or '-'}")
+    print(f"  allocator over the run: {dict(sum((Counter(s[7]) for s in steps), Counter()))}")
     if args.profile:
         median = times[len(times) // 2]
         slow = times[int(args.slow_quantile * len(times))]
@@ -154,6 +192,11 @@ def main():
     p.add_argument("--kernels-from", type=int, default=40)
     p.add_argument("--slow-quantile", type=float, default=0.95,
                    help="--profile merges the steps at or above this quantile of step time")
+    p.add_argument("--trace", type=lambda v: {int(x) for x in v.split(",")}, default=set(),
+                   help="steps (comma-separated) whose own cProfile is printed, one by one")
+    p.add_argument("--alloc-stacks", action="store_true",
+                   help="at each step where the CUDA allocator allocates or frees a segment, the "
+                        "frames that asked for it")
     p.add_argument("--show", type=int, default=12, help="how many of the slowest steps to list")
     args = p.parse_args()
     cuda = torch.cuda.is_available()

@@ -48,9 +48,7 @@ def main():
     options["max_step_tokens"] = args.budget
     engine = VERSION.build(checkpoint, device="cpu", dtype=torch.float32, **options)
     shorts, longs = mixed.workload(args, config.vocab_size)
-    warm = [tuple((t + 1) % config.vocab_size for t in longs[0])]
-    mixed.drive(engine, shorts[:1], warm, mixed.argparse_like(args, decode_tokens=4, every=1),
-                "cpu")  # the bench's warm-up, as torchlet/bench/mixed.py runs it
+    mixed.warm_up(engine, args, shorts, longs, config.vocab_size, "cpu")  # as the bench warms up
     captured = {key for key, *_ in passes}
     print(f"warm-up: {len(passes)} slice passes, buckets {sorted(captured)}")
     passes.clear()

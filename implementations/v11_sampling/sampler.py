@@ -74,8 +74,12 @@ class SeededSampler:
                 request.fail(error)
                 for name, value in GREEDY_ROW.items():
                     host_np[name][request.lane] = value
+            # From pinned memory without waiting (a blocking copy waits for the GPU's queue):
+            # the lane's host entries change only when a request binds it again, after this
+            # one's tokens were read back behind this copy, and a later copy reads the newer
+            # values, the ones the lane should hold.
             for name in SETTINGS:
-                device[name][request.lane].copy_(host[name][request.lane])
+                device[name][request.lane].copy_(host[name][request.lane], non_blocking=True)
 
     def draw(self, logits: torch.Tensor, requests: Sequence) -> torch.Tensor:
         """Eager draws for rows outside the graph (prefill), each at its request's next

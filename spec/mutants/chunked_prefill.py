@@ -28,6 +28,8 @@ BUCKETS = (f"{PAGE}::test_slice_graphs_of_every_request_bucket_replay_and_give_t
            f"tokens")
 COVERED = (f"{PAGE}::test_a_slice_bucket_rides_the_smallest_captured_graph_that_covers_it_until_"
            f"its_third_pass")
+PICKED = (f"{PAGE}::test_a_slice_that_ends_a_prompt_picks_the_row_that_draws_by_an_index_made_on_"
+          f"the_device[v15_chunked_prefill]")
 
 PROPERTY = "chunked prefill"
 V15 = ("v15",)
@@ -170,4 +172,10 @@ MUTANTS = [
              "num_requests >= requests and"),),
         (COVERED,), V15,
         "a graph with no request left for the padding rows counts as a cover"),
+    Mutant("v15-finished-rows-picked-by-a-host-list", PROPERTY, (
+        Edit(RUNNER, "        rows = torch.stack([last[i] for i in done]) if done else last[:0]\n",
+             "        rows = last[done]\n"),),
+        (PICKED,), V15,
+        "the rows that draw are picked with an index made from a host list: on a GPU its copy "
+        "from pageable memory waits for the slice pass; the same tokens"),
 ]

@@ -95,18 +95,7 @@ def measure(args, log) -> tuple[dict, str]:
             f"{args.long_len} tokens arriving every {args.every} steps; options {options}")
         # On a CPU, Triton layers run their PyTorch path: timing the interpreter would time it.
         with running.kernels_off(device, interpret=False):
-            # The warm-up's long prompt makes every kind of step the run makes, late slices of a
-            # long context included (a kernel's first call at a shape compiles it: 1 s on the
-            # H200 inside the measured run otherwise); ids shifted by one, so that a prefix
-            # cache finds none of the run's prompts. It arrives at the second step (every=1),
-            # while the short request still decodes: arriving every `every` steps, it came after
-            # the short one had finished, and the warm-up ended without it.
-            warm = [tuple((t + 1) % config.vocab_size for t in longs[0])] if longs else []
-            made = drive(engine, shorts[:1], warm, argparse_like(args, decode_tokens=4, every=1),
-                         device)["output_tokens"]
-            if made != 4 + len(warm) * args.long_tokens:  # the warm-up ran short: it warms nothing
-                raise RuntimeError(f"{v.name}'s warm-up made {made} tokens, not "
-                                   f"{4 + len(warm) * args.long_tokens}")
+            warm_up(engine, args, shorts, longs, config.vocab_size, device, v.name)
             with frozen_heap():
                 measured = drive(engine, shorts, longs, args, device)
             row = {"version": v.name, "budget": options.get(getattr(budget, "name", ""), None),
@@ -123,6 +112,27 @@ def measure(args, log) -> tuple[dict, str]:
                 f"version warmed up first, its timed run after a full garbage collection, with "
                 f"every object alive then frozen")
     return {"workload": {"describe": describe}, "rows": rows}, device
+
+
+def warm_up(engine, args, shorts, longs, vocab: int, device: str, name: str = "") -> None:
+    """Run the engine through every kind of step the timed run makes, on prompts whose ids are
+    shifted by one (so that a prefix cache finds none of the run's): all the short requests,
+    and one long prompt arriving at the second step (every=1; arriving every `every` steps it
+    came after the short ones had finished, and the warm-up ended without it). A kernel's first
+    call at a shape compiles it (1 s on the H200 inside the timed run otherwise), and CUDA
+    loads a kernel's module at its first launch: so the short requests are as many as the
+    run's (past 16 rows torch's index_select launches another kernel), and they decode until a
+    few steps past the prompt's last slice (a slice of the budget less their rows), so that a
+    slice ending a prompt beside the decodes is warm too (its first run in the timed window
+    was a 25 ms step on an H100, docs/perf-notes.md)."""
+    shifted = [tuple((t + 1) % vocab for t in p) for p in [*shorts, *longs[:1]]]
+    warm_shorts, warm_longs = shifted[:len(shorts)], shifted[len(shorts):]
+    slices = -(-args.long_len // max(1, args.budget - len(shorts)))
+    warm_args = argparse_like(args, decode_tokens=4 + slices * len(warm_longs), every=1)
+    made = drive(engine, warm_shorts, warm_longs, warm_args, device)["output_tokens"]
+    wanted = len(shorts) * warm_args.decode_tokens + len(warm_longs) * args.long_tokens
+    if made != wanted:  # the warm-up ran short: it warms nothing
+        raise RuntimeError(f"{name}'s warm-up made {made} tokens, not {wanted}")
 
 
 def argparse_like(args, **changes):
