@@ -51,11 +51,11 @@ KERNELS = {"rms_norm", "add_rms_norm", "apply_rope", "swiglu"}
 
 def per_token_kernels(impl):
     """The kernel modules a prefill and a decode step run, and the kernels: v09's four, where a
-    version that fuses (v13) runs its own in place of RoPE's and SwiGLU's, and its one-pass
-    argmax for the greedy draw."""
+    version that fuses (v13) runs its own in place of RoPE's and SwiGLU's (its RoPE storing the
+    new K/V too), and its one-pass argmax for the greedy draw."""
     if FUSED in impl.capabilities:
         return ((impl.package.kernels, impl.package.fused_kernels),
-                {"rms_norm", "add_rms_norm", "rope_split", "swiglu_packed", "argmax_rows"})
+                {"rms_norm", "add_rms_norm", "rope_split_store", "swiglu_packed", "argmax_rows"})
     return (impl.package.kernels,), KERNELS
 
 

@@ -39,7 +39,7 @@ from spec.support.models.fixtures import tiny_checkpoint
 from spec.support.oracles.prompts import screened
 from spec.support.watchers.replay_watch import ModelWatch
 from spec.support.oracles.tolerances import tolerance
-from torchlet.contract import TRITON_PAGED, GenerationParams
+from torchlet.contract import FUSED, TRITON_PAGED, GenerationParams
 
 # On CPU the kernels run only under the interpreter; without it the engine runs PyTorch layers.
 pytestmark = pytest.mark.spec(needs=TRITON_PAGED)
@@ -64,20 +64,32 @@ def decode_logits(engine, steps: int) -> list[torch.Tensor]:
     return logits
 
 
+def store_op(impl) -> tuple[list, str]:
+    """Where a pass stores its new K/V: v10's store_kv, or from v13 (which fuses) the kernel that
+    splits the heads, storing them as it goes."""
+    if FUSED in impl.capabilities:
+        return [impl.package.fused_kernels], "rope_split_store"
+    return [], "store_kv"
+
+
 @interpreted
 def test_the_decode_step_stores_and_attends_with_the_paged_kernels_under_replay(impl):
     engine = impl.build(tiny_checkpoint(FIXTURE))
     layers = engine.config.num_layers
     paged = impl.package.paged_kernels
+    fused, store = store_op(impl)
     prompt = prompts()[0]
     with KernelCalls(paged) as prefill:
         engine.prefill(["r"], [prompt])
-    assert prefill.names() == {"store_kv"}  # prefill attention is still PyTorch
+    # a prefill's attention is still PyTorch (until v13's, a kernel of its own module)
+    assert prefill.names() == ({"store_kv"} if not fused else set())
     sequence = prompt + [5]
     for _ in range(3):  # capture, then replays
-        with KernelCalls(paged) as decode, ModelWatch(impl) as watch:
+        with KernelCalls(paged, *fused) as decode, ModelWatch(impl) as watch:
             engine.decode(["r"], [sequence])
-        assert decode.counts == {"store_kv": layers, "paged_decode_attention": layers}
+        assert {n: decode.counts[n] for n in (store, "paged_decode_attention")} == \
+            {store: layers, "paged_decode_attention": layers}
+        assert decode.counts["store_kv"] == (layers if not fused else 0)
         sequence = sequence + [5]
     assert not watch.model_calls, f"the last step ran the model's code: {watch.model_calls[:3]}"
     assert sum(s["replays"] for s in engine.graph_stats().values()) >= 2

@@ -149,6 +149,38 @@ def test_with_qwen3s_norms_rope_split_norms_each_q_and_k_head_then_turns_it(
 @pytest.mark.spec(part="model", kernels=True)
 @pytest.mark.parametrize("target", TARGETS)
 @engine_settings()
+@given(data=st.data(), n_kv=st.integers(1, 3), group=st.integers(1, 3),
+       half=st.sampled_from([1, 8, 32]), block_size=st.sampled_from([1, 3, 16]),
+       norms=st.booleans(), seed=seeds)
+def test_rope_split_with_a_store_writes_the_caches_as_store_kv_writes_its_k_and_v(
+        impl, fused, target, data, n_kv, group, half, block_size, norms, seed):
+    """With store=(k_cache, v_cache, slot_mapping) the same launch writes each token's k and v
+    into its slot, the same bits as v10's store_kv(k, v, ...) writes there, a slot of -1
+    nothing, every other slot untouched; q, k and v are what rope_split returns without it."""
+    n_q, capacity = n_kv * group, 3 * block_size
+    slots = data.draw(st.lists(st.one_of(st.integers(0, capacity - 1), st.just(-1)),
+                               min_size=1, max_size=5)
+                      .filter(lambda s: len({x for x in s if x >= 0}) == sum(x >= 0 for x in s)),
+                      label="slot_mapping")
+    qkv, positions = kernel_inputs(target, seed, len(slots), n_q, n_kv, half)
+    gen = torch.Generator().manual_seed(seed + 1)
+    qk_norms = (target.randn(gen, 2 * half), target.randn(gen, 2 * half)) if norms else ()
+    cos, sin = impl.package.kernels.rope_cos_sin(positions, 2 * half, 10000.0)
+    k_cache = target.randn(gen, 3, block_size, n_kv, 2 * half)
+    v_cache = target.randn(gen, 3, block_size, n_kv, 2 * half)
+    want_k, want_v = k_cache.clone(), v_cache.clone()
+    slot_mapping = torch.tensor(slots, dtype=torch.int64, device=target.device)
+    q, k, v = fused.rope_split(qkv, cos, sin, n_q, n_kv, *qk_norms)
+    impl.package.paged_kernels.store_kv(k, v, want_k, want_v, slot_mapping)
+    got = fused.rope_split(qkv, cos, sin, n_q, n_kv, *qk_norms,
+                           store=(k_cache, v_cache, slot_mapping))
+    assert torch.equal(k_cache, want_k) and torch.equal(v_cache, want_v), slots
+    assert all(torch.equal(a, b) for a, b in zip(got, (q, k, v)))
+
+
+@pytest.mark.spec(part="model", kernels=True)
+@pytest.mark.parametrize("target", TARGETS)
+@engine_settings()
 @given(rows=st.integers(1, 3), vocab=st.one_of(st.sampled_from([1, 2047, 2048, 2049, 6000]),
                                                st.integers(1, 6000)),
        tied=st.lists(st.integers(0, 10**6), max_size=3), nan=st.integers(-1, 10**6), seed=seeds)
@@ -308,6 +340,14 @@ def test_the_fused_kernels_refuse_bad_input_with_a_message_that_says_why(impl, f
         fused.rope_split(torch.randn(2, 47), cos, sin, 4, 1)
     with pytest.raises(ValueError, match="cos"):
         fused.rope_split(torch.randn(2, 48), cos[:1].contiguous(), sin, 4, 1)
+    cache, slots = torch.zeros(2, 4, 1, 8), torch.tensor([0, 5])
+    for store, message in (((cache, cache.clone(), slots.int()), "slot_mapping must"),
+                           ((cache, cache.clone(), slots[:1]), "slot_mapping must"),
+                           ((torch.zeros(2, 4, 2, 8),) * 2 + (slots,), "cache heads"),
+                           ((cache.double(), cache.double(), slots), "k_cache is"),
+                           ((cache, cache.clone()), "k_cache, v_cache, slot_mapping")):
+        with pytest.raises(ValueError, match=message):
+            fused.rope_split(torch.randn(2, 48), cos, sin, 4, 1, store=store)
     with pytest.raises(ValueError, match="2 \\* width"):
         fused.swiglu_packed(torch.randn(2, 7))
     with pytest.raises(ValueError, match="float32|dtype"):
@@ -347,6 +387,9 @@ def test_under_fake_tensors_each_fused_op_promises_what_it_returns(impl, fused, 
     gate_up = here.randn(torch.Generator().manual_seed(1), 3, 10)
     batch, q, rows, slots = context_batch(here, 2, [(3, 2), (1, 0)], 2, 2, 8, 4)
     calls = {"rope_split": lambda t: fused.rope_split(t["qkv"], t["cos"], t["sin"], 4, 2),
+             "rope_split_store": lambda t: fused.rope_split(
+                 t["qkv"], t["cos"], t["sin"], 4, 2,
+                 store=(t["k_cache"], t["v_cache"], t["slots"][:3])),
              "swiglu_packed": lambda t: (fused.swiglu_packed(t["gate_up"]),),
              "argmax_rows": lambda t: (fused.argmax_rows(t["gate_up"]),),
              "gemv": lambda t: (gemv.gemv(t["gate_up"][:1], t["down"], t["bias"], swiglu=True),),
@@ -416,8 +459,30 @@ def test_with_its_kernels_a_qwen3_checkpoint_gives_the_oracles_tokens(impl):
     engine = impl.build(tiny_checkpoint(QWEN3), block_size=4, use_graphs=False)
     with KernelCalls(impl.package.fused_kernels) as calls:
         out = engine.generate([list(p) for p, _ in cases], params)
-    assert calls.counts["rope_split"] > 0
+    assert calls.counts["rope_split_store"] > 0
     assert out == [r.tokens[:6] for _, r in cases]
+
+
+@interpreted
+def test_with_its_kernels_every_layer_stores_its_new_k_v_in_rope_split_and_no_store_kv_runs(
+        impl, fused):
+    """A prefill, a prefill after a cached prefix, and decode steps, graphs off: in every pass
+    each layer's new K/V reach their slots through rope_split_store, one launch where
+    rope_split and v10's store_kv ran two, and store_kv never runs. The tokens are the
+    oracle's (what the kernel writes is read back by every later step's attention)."""
+    cases = screened("tiny_llama", SHAPE_PROMPTS)[:2]
+    engine = impl.build(tiny_checkpoint("tiny_llama"), block_size=4, use_graphs=False)
+    layers = tiny_checkpoint("tiny_llama").config.num_layers
+    params = GenerationParams(max_new_tokens=4)
+    for _ in range(2):  # the second run finds its prompts' leading blocks cached
+        ids = [engine.add_request(list(p), params) for p, _ in cases]
+        while engine.has_unfinished():
+            with KernelCalls(fused, impl.package.paged_kernels) as calls:
+                engine.step()
+            assert calls.counts["store_kv"] == 0 and calls.counts["rope_split"] == 0, calls.counts
+            assert calls.counts["rope_split_store"] % layers == 0 < calls.counts["rope_split_store"]
+        assert [engine.output(i).tokens for i in ids] == [r.tokens[:4] for _, r in cases]
+    assert engine.prefix_cache_stats()["hit_tokens"] > 0
 
 
 class GemmOutputs(AtenCalls):

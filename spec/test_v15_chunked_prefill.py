@@ -569,15 +569,16 @@ def on_kernels(impl, **options):
 
 class SliceStores(TorchDispatchMode):
     """The slots of every K/V store a step dispatches outside its decode pass (whose slots are
-    decode_buffers()' slot_mapping): the slice passes' stores, replayed ones included."""
+    decode_buffers()' slot_mapping): the slice passes' stores, replayed ones included. A store
+    is v10's store_kv or, from v13, rope_split storing as it splits (its last argument)."""
 
     def __init__(self, decode_slots: torch.Tensor):
         super().__init__()
         self.decode_slots, self.slots = decode_slots, []
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        if func._opname == "store_kv" and args[4] is not self.decode_slots:
-            self.slots.extend(args[4].tolist())
+        if func._opname in ("store_kv", "rope_split_store") and args[-1] is not self.decode_slots:
+            self.slots.extend(args[-1].tolist())
         return func(*args, **(kwargs or {}))
 
 

@@ -128,6 +128,10 @@ class PagedAttention:
     # and on kernels where a later memory has them, None here.
     pytorch = (store_kv, paged_decode_attention)
     kernels = None
+    # Whether, with the kernels, the ops' head split stores the new K/V itself (their
+    # qkv_heads_stored, one launch where the split and the store were two): a later memory
+    # whose ops can says so.
+    kernel_split_stores = False
 
     def __init__(self, model):
         self.model = model
@@ -135,6 +139,19 @@ class PagedAttention:
         # the memory has them and the model's ops run theirs (on_triton); else PyTorch's.
         use_kernels = self.kernels is not None and model.ops.on_triton
         self.functions = self.kernels if use_kernels else self.pytorch
+        self.split_stores = use_kernels and self.kernel_split_stores
+
+    def project_kv(self, h: torch.Tensor, positions: torch.Tensor, w, config, k_cache, v_cache,
+                   slot_mapping: torch.Tensor):
+        """What every pass does first in a layer: the ops' phases 1-4 (qkv_heads), then the new
+        K/V stored, row i's into slot slot_mapping[i] (by the split itself where it can).
+        -> (qg, k, v)."""
+        ops = self.model.ops
+        if self.split_stores:
+            return ops.qkv_heads_stored(h, positions, w, config, (k_cache, v_cache, slot_mapping))
+        qg, k, v = ops.qkv_heads(h, positions, w, config)
+        self.functions[0](k, v, k_cache, v_cache, slot_mapping)
+        return qg, k, v
 
     def forward_decode(self, weights, token_ids: torch.Tensor, positions: torch.Tensor,
                        block_tables: torch.Tensor, context_lens: torch.Tensor,
@@ -145,12 +162,11 @@ class PagedAttention:
         zeros). Hidden [B, hidden]."""
         config, ops = weights.config, self.model.ops
         scale = config.head_dim ** -0.5
-        store_kv, paged_decode_attention = self.functions
+        paged_decode_attention = self.functions[1]
 
         def attend(h, i):
             w, (k_cache, v_cache) = weights.layers[i], kv[i]
-            qg, k, v = ops.qkv_heads(h, positions, w, config)
-            store_kv(k, v, k_cache, v_cache, slot_mapping)
+            qg, _, _ = self.project_kv(h, positions, w, config, k_cache, v_cache, slot_mapping)
             q = qg.reshape(qg.shape[0], config.num_heads, config.head_dim)
             return ops.output_projection(paged_decode_attention(
                 q, k_cache, v_cache, block_tables, context_lens, scale), w)
@@ -162,12 +178,10 @@ class PagedAttention:
         and each request attends causally over its own rows. Hidden [T, hidden]."""
         config, model, ops = weights.config, self.model, self.model.ops
         positions = model.row_positions(indptr)
-        store_kv = self.functions[0]
 
         def attend(h, i):
             w, (k_cache, v_cache) = weights.layers[i], kv[i]
-            qg, k, v = ops.qkv_heads(h, positions, w, config)
-            store_kv(k, v, k_cache, v_cache, slot_mapping)
+            qg, k, v = self.project_kv(h, positions, w, config, k_cache, v_cache, slot_mapping)
             return ops.output_projection(model.attend_per_request(qg, k, v, indptr), w)
         return ops.forward_layers(weights, weights.embed[token_ids], attend)
 

@@ -255,7 +255,7 @@ def shaped_like_q(q, *_):
 fake_of(_paged_decode_op)(shaped_like_q)
 
 
-def _check_cache(k_cache: torch.Tensor, v_cache: torch.Tensor, dtype, device) -> None:
+def check_cache(k_cache: torch.Tensor, v_cache: torch.Tensor, dtype, device) -> None:
     check(k_cache.dim() == 4 and k_cache.shape == v_cache.shape,
           f"k_cache {tuple(k_cache.shape)} and v_cache {tuple(v_cache.shape)} must both be "
           f"[num_blocks, block_size, num_kv_heads, head_dim]")
@@ -273,7 +273,7 @@ def check_queries(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
     check(q.dim() == 3 and q.stride(-1) == 1,
           f"q must be [{rows}, heads, head_dim] with a contiguous last dimension, got shape "
           f"{tuple(q.shape)} strides {q.stride()}")
-    _check_cache(k_cache, v_cache, q.dtype, q.device)
+    check_cache(k_cache, v_cache, q.dtype, q.device)
     heads, head_dim, kv_heads = q.shape[1], q.shape[2], k_cache.shape[2]
     check(k_cache.shape[3] == head_dim,
           f"cache head_dim {k_cache.shape[3]} differs from q's {head_dim}")
@@ -350,7 +350,7 @@ def store_kv(k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor, v_cache: t
           f"k {tuple(k.shape)} {k.dtype} and v {tuple(v.shape)} {v.dtype} must both be "
           f"[N, kv_heads, head_dim] of one dtype")
     check(k.stride(-1) == 1 and v.stride(-1) == 1, "k and v need a contiguous last dimension")
-    _check_cache(k_cache, v_cache, k.dtype, k.device)
+    check_cache(k_cache, v_cache, k.dtype, k.device)
     check(k_cache.shape[2:] == k.shape[1:],
           f"cache heads x head_dim {tuple(k_cache.shape[2:])} differ from k's {tuple(k.shape[1:])}")
     check(slot_mapping.dtype == torch.int64 and slot_mapping.shape == (k.shape[0],)

@@ -24,12 +24,10 @@ class ContextAttention(TritonPagedAttention):
         context[r] holds the slots of request r's every token up to its last row (the cached
         prefix, then its rows), in position order. Hidden [T, hidden]."""
         config, ops = weights.config, self.model.ops
-        store_kv = self.functions[0]
 
         def attend(h, i):
             w, (k_cache, v_cache) = weights.layers[i], kv[i]
-            qg, k, v = ops.qkv_heads(h, positions, w, config)
-            store_kv(k, v, k_cache, v_cache, slot_mapping)
+            qg, _, _ = self.project_kv(h, positions, w, config, k_cache, v_cache, slot_mapping)
             return ops.output_projection(
                 self.attend_context(qg, k_cache, v_cache, indptr, context), w)
         return ops.forward_layers(weights, weights.embed[token_ids], attend)

@@ -23,7 +23,7 @@ import triton.language as tl
 
 from torchlet.contract import fake_of, kernel_op
 
-from ..v12_prefix_cache import kernels
+from ..v12_prefix_cache import kernels, paged_kernels
 
 ELEMENTWISE_BLOCK, check = kernels.ELEMENTWISE_BLOCK, kernels.check
 check_tensor = kernels.check_tensor
@@ -35,8 +35,9 @@ _NS = __name__.replace(".", "_")
 
 @triton.jit
 def _rope_split_kernel(qkv_ptr, cos_ptr, sin_ptr, q_norm_ptr, k_norm_ptr, q_ptr, k_ptr, v_ptr,
-                       n_q, n_kv, half, eps, HAS_NORM: tl.constexpr, BLOCK_H: tl.constexpr,
-                       BLOCK_HALF: tl.constexpr):
+                       k_cache_ptr, v_cache_ptr, slots_ptr, block_size, cache_sblock, cache_stok,
+                       cache_shead, n_q, n_kv, half, eps, HAS_NORM: tl.constexpr,
+                       STORE: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_HALF: tl.constexpr):
     token = tl.program_id(0).to(tl.int64)
     heads = tl.program_id(1) * BLOCK_H + tl.arange(0, BLOCK_H)  # over q, then k, then v heads
     cols = tl.arange(0, BLOCK_HALF)
@@ -77,12 +78,24 @@ def _rope_split_kernel(qkv_ptr, cos_ptr, sin_ptr, q_norm_ptr, k_norm_ptr, q_ptr,
     is_v = ~(is_q | is_k)
     tl.store(v_ptr + v_off, out1, mask=mask & is_v)
     tl.store(v_ptr + v_off + half, out2, mask=mask & is_v)
+    if STORE:
+        # The token's K/V into its cache slot too, as v10's store_kv writes it (slot -1, a
+        # padding row, writes nothing): that kernel's launch a layer saved. The slot is read
+        # once per head row: a scalar mask does not broadcast in the interpreter.
+        slot = tl.load(slots_ptr + token + heads * 0)[:, None]
+        kv_head = tl.where(is_k, heads[:, None] - n_q, heads[:, None] - n_q - n_kv)
+        dst = ((slot // block_size) * cache_sblock + (slot % block_size) * cache_stok
+               + kv_head * cache_shead + cols[None, :])
+        stored = mask & (slot >= 0)
+        tl.store(k_cache_ptr + dst, out1, mask=stored & is_k)
+        tl.store(k_cache_ptr + dst + half, out2, mask=stored & is_k)
+        tl.store(v_cache_ptr + dst, out1, mask=stored & is_v)
+        tl.store(v_cache_ptr + dst + half, out2, mask=stored & is_v)
 
 
-@kernel_op(f"{_NS}::rope_split")
-def _rope_split_op(qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, n_q: int, n_kv: int,
-                   q_norm: torch.Tensor | None, k_norm: torch.Tensor | None, eps: float
-                   ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def _rope_split(qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, n_q: int, n_kv: int,
+                q_norm: torch.Tensor | None, k_norm: torch.Tensor | None, eps: float,
+                store: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None):
     tokens = qkv.shape[0]
     head_dim = qkv.shape[1] // (n_q + 2 * n_kv)
     q = qkv.new_empty(tokens, n_q, head_dim)
@@ -93,27 +106,54 @@ def _rope_split_op(qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, n_q:
     n_heads = n_q + 2 * n_kv
     block_h = min(triton.next_power_of_2(n_heads), 16)
     has_norm = q_norm is not None
+    # Without a store, the cache pointers are any tensors and its layout numbers unused.
+    k_cache, v_cache, slots = store if store is not None else (k, v, qkv)
+    layout = (k_cache.shape[1], *k_cache.stride()[:3]) if store is not None else (1, 0, 0, 0)
     _rope_split_kernel[(tokens, triton.cdiv(n_heads, block_h))](
-        qkv, cos, sin, q_norm if has_norm else qkv, k_norm if has_norm else qkv, q, k, v, n_q,
-        n_kv, head_dim // 2, eps, HAS_NORM=has_norm,
+        qkv, cos, sin, q_norm if has_norm else qkv, k_norm if has_norm else qkv, q, k, v,
+        k_cache, v_cache, slots, *layout, n_q, n_kv, head_dim // 2, eps,
+        HAS_NORM=has_norm, STORE=store is not None,
         BLOCK_H=block_h, BLOCK_HALF=triton.next_power_of_2(head_dim // 2))
     return q, k, v
 
 
-@fake_of(_rope_split_op)
-def _(qkv, cos, sin, n_q, n_kv, q_norm, k_norm, eps):
+@kernel_op(f"{_NS}::rope_split")
+def _rope_split_op(qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, n_q: int, n_kv: int,
+                   q_norm: torch.Tensor | None, k_norm: torch.Tensor | None, eps: float
+                   ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    return _rope_split(qkv, cos, sin, n_q, n_kv, q_norm, k_norm, eps)
+
+
+@kernel_op(f"{_NS}::rope_split_store", ("k_cache", "v_cache"))
+def _rope_split_store_op(qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, n_q: int,
+                         n_kv: int, q_norm: torch.Tensor | None, k_norm: torch.Tensor | None,
+                         eps: float, k_cache: torch.Tensor, v_cache: torch.Tensor,
+                         slot_mapping: torch.Tensor
+                         ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    return _rope_split(qkv, cos, sin, n_q, n_kv, q_norm, k_norm, eps,
+                       (k_cache, v_cache, slot_mapping))
+
+
+def _heads_like(qkv, cos, sin, n_q, n_kv, *_):
     head_dim = qkv.shape[1] // (n_q + 2 * n_kv)
     return (qkv.new_empty(qkv.shape[0], n_q, head_dim), qkv.new_empty(qkv.shape[0], n_kv, head_dim),
             qkv.new_empty(qkv.shape[0], n_kv, head_dim))
 
 
+fake_of(_rope_split_op)(_heads_like)
+fake_of(_rope_split_store_op)(_heads_like)
+
+
 def rope_split(qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, n_q: int, n_kv: int,
                q_norm: torch.Tensor | None = None, k_norm: torch.Tensor | None = None,
-               eps: float = 1e-6):
+               eps: float = 1e-6, store: tuple[torch.Tensor, ...] | None = None):
     """qkv [tokens, (n_q + 2 n_kv) * head_dim] -> q [tokens, n_q, head_dim] and k [tokens, n_kv,
     head_dim] turned by the angles whose cos and sin [tokens, head_dim / 2] (float32) v09's
     rope_cos_sin gives, and v [tokens, n_kv, head_dim] as it is. With q_norm and k_norm
-    ([head_dim] each, Qwen3's), each q and k head is RMS-normed (eps) before it turns."""
+    ([head_dim] each, Qwen3's), each q and k head is RMS-normed (eps) before it turns. With
+    store = (k_cache, v_cache, slot_mapping), each token's k and v are also written into the
+    paged caches at its slot, as v10's store_kv(k, v, k_cache, v_cache, slot_mapping) writes
+    them (-1 writes nothing), by the same launch."""
     check_tensor("qkv", qkv)
     check(qkv.dim() == 2, f"qkv must be [tokens, columns], got shape {tuple(qkv.shape)}")
     check(n_q > 0 and n_kv > 0 and qkv.shape[1] % (n_q + 2 * n_kv) == 0,
@@ -131,7 +171,21 @@ def rope_split(qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, n_q: int
             check_tensor(name, t, like=qkv)
             check(t.shape == (head_dim,), f"{name} must be [head_dim={head_dim}], got "
                                           f"{tuple(t.shape)}")
-    return _rope_split_op(qkv, cos, sin, int(n_q), int(n_kv), q_norm, k_norm, float(eps))
+    if store is None:
+        return _rope_split_op(qkv, cos, sin, int(n_q), int(n_kv), q_norm, k_norm, float(eps))
+    check(len(store) == 3, f"store must be (k_cache, v_cache, slot_mapping), got {len(store)} "
+                           f"items")
+    k_cache, v_cache, slot_mapping = store
+    paged_kernels.check_cache(k_cache, v_cache, qkv.dtype, qkv.device)
+    check(k_cache.shape[2:] == (n_kv, head_dim),
+          f"cache heads x head_dim {tuple(k_cache.shape[2:])} differ from the row's "
+          f"{(n_kv, head_dim)}")
+    check(slot_mapping.dtype == torch.int64 and slot_mapping.shape == (qkv.shape[0],)
+          and slot_mapping.is_contiguous() and slot_mapping.device == qkv.device,
+          f"slot_mapping must be a contiguous int64 [tokens={qkv.shape[0]}] on {qkv.device}, "
+          f"got {slot_mapping.dtype} {tuple(slot_mapping.shape)} on {slot_mapping.device}")
+    return _rope_split_store_op(qkv, cos, sin, int(n_q), int(n_kv), q_norm, k_norm, float(eps),
+                                k_cache, v_cache, slot_mapping)
 
 
 # --- SwiGLU over [gate | up] ---------------------------------------------------------------

@@ -1,10 +1,12 @@
-"""The decoder with fewer, larger kernels. Three places in a layer read one input and launch
+"""The decoder with fewer, larger kernels. Four places in a layer read one input and launch
 several kernels where one would do:
 
 - q, k and v are three GEMMs over the same normed rows: here one GEMM over their weights stacked
   ([q | k | v] rows, packed once at load), whose output row is [q heads | k heads | v heads];
 - RoPE then ran one kernel for q and one for k: here one kernel (rope_split) turns q and k and
   lays out v, straight from the packed row;
+- the K/V store then read k and v back to copy them into their cache slots: here rope_split
+  writes them there too (the memory's passes ask the ops' qkv_heads_stored, kernel_split_stores);
 - gate and up are two GEMMs over the same rows: here one over [gate | up], and SwiGLU reads both
   halves of its output row (swiglu_packed).
 
@@ -32,7 +34,7 @@ import torch
 
 from torchlet.contract import Checkpoint, ModelConfig
 
-from ..v12_prefix_cache import ContextAttention, PagedDecoder, TritonOps
+from ..v12_prefix_cache import ContextAttention, PagedDecoder, TritonOps, paged_kernels
 from . import context_attention, fused_kernels, gemv
 
 __all__ = ["FusedContextAttention", "FusedOps", "PackedContext", "PackedWeights", "layers"]
@@ -80,11 +82,29 @@ class FusedOps(TritonOps):
             kv_width = (qkv.shape[-1] - q_width) // 2
             return self.heads(*qkv.split([q_width, kv_width, kv_width], dim=-1), positions, w,
                               config)
+        return self.rope_heads(qkv, positions, w, config)
+
+    def qkv_heads_stored(self, x: torch.Tensor, positions: torch.Tensor,
+                         w: Mapping[str, torch.Tensor], config: ModelConfig, store: tuple):
+        """qkv_heads on the kernels, each row's new K/V also written into the paged caches:
+        store = (k_cache, v_cache, slot_mapping), as v10's store_kv takes them. Over packed
+        weights rope_split writes them as it splits the heads (the memory's passes ask this
+        where FusedContextAttention says so); HF-named tensors, v10's store after v12's phases."""
+        if f"{QKV}.weight" not in w:
+            qg, k, v = self.qkv_heads(x, positions, w, config)
+            paged_kernels.store_kv(k, v, *store)
+            return qg, k, v
+        qkv = self.project(x, w[f"{QKV}.weight"], w.get(f"{QKV}.bias"))
+        return self.rope_heads(qkv, positions, w, config, store)
+
+    def rope_heads(self, qkv: torch.Tensor, positions: torch.Tensor,
+                    w: Mapping[str, torch.Tensor], config: ModelConfig, store=None):
+        """Phases 2-4 of a packed row in one kernel (rope_split), storing K/V where asked."""
         cos, sin = self.kernel_cos_sin(positions, config.head_dim, config.rope_theta)
         norms = ((w["self_attn.q_norm.weight"], w["self_attn.k_norm.weight"]) if config.qk_norm
                  else (None, None))
         q, k, v = fused_kernels.rope_split(qkv, cos, sin, config.num_heads, config.num_kv_heads,
-                                           *norms, config.rms_eps)
+                                           *norms, config.rms_eps, store=store)
         return self.group_queries(q, config.num_kv_heads), k, v
 
     def mlp(self, x: torch.Tensor, w: Mapping[str, torch.Tensor]) -> torch.Tensor:
@@ -141,9 +161,12 @@ class PackedContext(NamedTuple):
 
 
 class FusedContextAttention(ContextAttention):
-    """v12's memory, a prefill's attention over the cache one kernel a layer."""
+    """v12's memory, a prefill's attention over the cache one kernel a layer, and with the
+    kernels each layer's new K/V stored by the kernel that splits the heads."""
 
     fixed_chunk = 0  # context_attention's: 0, the contexts split as the pass's shape fills the GPU
+
+    kernel_split_stores = True  # FusedOps.qkv_heads_stored: rope_split writes the new K/V
 
     def attend_context(self, qg: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                        indptr: torch.Tensor, context) -> torch.Tensor:

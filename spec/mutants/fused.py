@@ -28,6 +28,10 @@ GEMV = f"{PAGE}::test_gemv_is_the_row_times_the_weights_transposed_plus_the_bias
 FIXED_CONTEXT = (f"{PAGE}::test_with_a_fixed_chunk_a_requests_rows_are_the_same_bits_alone_and_"
                  "beside_others")
 DECODE_GEMV = f"{PAGE}::test_with_its_kernels_a_batch_1_decode_step_multiplies_in_gemv_launches"
+STORED = (f"{PAGE}::test_rope_split_with_a_store_writes_the_caches_as_store_kv_writes_its_k_and_v"
+          "[v13_fused-cpu-float32]")
+STORED_IN_PASSES = (f"{PAGE}::test_with_its_kernels_every_layer_stores_its_new_k_v_in_rope_split_"
+                    "and_no_store_kv_runs")
 ARGMAX = f"{PAGE}::test_argmax_rows_is_each_rows_first_largest_index_a_nan_counted_largest"
 GREEDY = (f"{PAGE}::test_with_its_kernels_greedy_tokens_are_drawn_by_argmax_rows_and_no_aten_"
           "argmax_runs")
@@ -160,4 +164,24 @@ MUTANTS = [
              '        if variant == "greedy":\n            return logits.argmax(dim=-1)'),),
         (GREEDY,), ("v13",),
         "the captured greedy step takes torch's argmax, whatever the model's ops offer"),
+    Mutant("v13-stored-k-in-the-v-cache", "fusion", (
+        Edit(KERNELS, "        tl.store(k_cache_ptr + dst, out1, mask=stored & is_k)\n"
+                      "        tl.store(k_cache_ptr + dst + half, out2, mask=stored & is_k)\n"
+                      "        tl.store(v_cache_ptr + dst, out1, mask=stored & is_v)\n"
+                      "        tl.store(v_cache_ptr + dst + half, out2, mask=stored & is_v)\n",
+             "        tl.store(v_cache_ptr + dst, out1, mask=stored & is_k)\n"
+             "        tl.store(v_cache_ptr + dst + half, out2, mask=stored & is_k)\n"
+             "        tl.store(k_cache_ptr + dst, out1, mask=stored & is_v)\n"
+             "        tl.store(k_cache_ptr + dst + half, out2, mask=stored & is_v)\n"),),
+        (STORED,), ("v13",), "rope_split's store writes k into the V cache and v into the K cache"),
+    Mutant("v13-stored-k-before-its-turn", "fusion", (
+        Edit(KERNELS, "        tl.store(k_cache_ptr + dst, out1, mask=stored & is_k)\n",
+             "        tl.store(k_cache_ptr + dst, x1, mask=stored & is_k)\n"),),
+        (STORED,), ("v13",),
+        "rope_split's store writes k's first half as it was before RoPE turned it"),
+    Mutant("v13-kv-stored-by-a-launch-of-its-own", "fusion", (
+        Edit(MODEL, "    kernel_split_stores = True", "    kernel_split_stores = False"),),
+        (STORED_IN_PASSES,), ("v13",),
+        "each layer's K/V stored by v10's store_kv after rope_split: the same caches, a launch "
+        "more"),
 ]
