@@ -3,8 +3,9 @@
 What it introduces: packed weights (each layer's q/k/v matrices stacked into one, and gate/up
 into one, at load) and the kernels that read the packed outputs: rope_split turns q and k by RoPE
 and lays out the heads of all three straight from the q/k/v GEMM's row (for Qwen3 it first
-RMS-norms each q and k head by q_norm and k_norm, the step v09 ran as rms_norm launches);
-swiglu_packed reads both halves of the gate/up GEMM's row. A prefill's attention is one kernel a layer for all its
+RMS-norms each q and k head by q_norm and k_norm, the step v09 ran as rms_norm launches), and
+in a pass also writes each new k and v into its cache slot, where v10's store_kv ran a launch of
+its own (rope_split_store); swiglu_packed reads both halves of the gate/up GEMM's row. A prefill's attention is one kernel a layer for all its
 requests (context_attention), which reads each request's context from the paged cache by its
 slots, its causal mask aligned to the bottom right when a cached prefix comes first; without
 Triton, v12's gathers and one fused call per request (v02's causal_attention). At one row (a
@@ -24,10 +25,12 @@ on an H100, where chunks over programs take 31 (docs/perf-notes.md).
 Core principle: fusion changes how many kernels run, never what they compute. The packed path's
 logits equal v12's (float64, on the tiny fixtures, with and without a cached prefix) and its
 tokens equal the oracle's (the shared golden specs); each kernel equals a float64 reference
-within its dtype's tolerance, v copied bit for bit. That the work really is fused is read from
+within its dtype's tolerance, v copied bit for bit, and the stored split leaves the caches the
+same bits store_kv leaves them. That the work really is fused is read from
 the dispatched ops: a decode pass multiplies by four matrices a layer where v12 multiplied by
-seven, at one row in four gemv launches and no swiglu_packed; and a prefill runs one attention
-op a layer (one per request and layer without Triton), no softmax, and gathers no context.
+seven, at one row in four gemv launches and no swiglu_packed; every pass stores its K/V in
+rope_split_store and runs no store_kv; and a prefill runs one attention op a layer (one per
+request and layer without Triton), no softmax, and gathers no context.
 gemv equals a float64 product within its dtype's tolerance, with and without SwiGLU, with k split
 over programs and not. argmax_rows equals torch's argmax, a tie's first index and a NaN included,
 and a greedy engine's every draw runs it and no aten argmax.

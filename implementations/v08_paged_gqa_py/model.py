@@ -16,7 +16,8 @@ A new memory layout, so a decoder of two parts from here on, each swapped on its
   a later memory may add kernels, or a prefill over a cached prefix). The memory holds its store and
   attention as data, the PyTorch pair and a later memory's kernels, and picks one pair once,
   when it is made (functions): a later memory swaps kernels in by holding them, no method of its
-  own.
+  own. Every pass starts a layer the same way (project_kv: the ops' heads, then the store); a
+  later memory whose ops' kernels can store as they split the heads says so, as data too.
 PagedDecoder is v02's decoder (the phases' fused causal attention, the ragged bookkeeping) that
 composes the two, held as named members (`ops`, `memory`): the passes a runner calls are its
 memory's (forward_decode, forward_prefill), named on the decoder; a pass a later memory adds is
