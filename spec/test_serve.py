@@ -475,7 +475,7 @@ def test_a_prompt_being_tokenized_does_not_hold_up_another_clients_request(
                                    json={**body, "messages": user("HOLD on")})
                 assert held.entered.wait(30), "the held prompt never reached the tokenizer"
                 quick = http.post("/v1/chat/completions",
-                                  json={**body, "messages": user("hi")}, timeout=10)
+                                  json={**body, "messages": user("hi")}, timeout=5)
                 assert quick.status_code == 200 and not slow.done()
                 held.release.set()
                 assert slow.result().status_code == 200
@@ -636,8 +636,9 @@ def test_a_serve_flag_it_cannot_serve_with_is_refused_in_one_line_before_the_mod
 def test_the_torchlet_serve_command_answers_curl_and_the_openai_client_and_exits_0_on_sigterm(
         root, checkpoint, tokenizer, model):
     """The README's way: `torchlet serve --model DIR`, the version it picks by default, a
-    plain JSON POST (what curl sends) and the openai client; SIGTERM ends it with status 0,
-    the page's open feed closed."""
+    plain JSON POST (what curl sends) and the openai client; /metrics reports the objects alive
+    at start-up frozen out of the garbage collector; SIGTERM ends it with status 0, the page's
+    open feed closed."""
     default = implementations.discover(root)
     if not any(REQUEST_STATES in v.capabilities for v in default):
         pytest.skip(f"no version under {root} has the step API")
@@ -669,6 +670,11 @@ def test_the_torchlet_serve_command_answers_curl_and_the_openai_client_and_exits
             if any(SAMPLING in v.capabilities for v in default):
                 assert SAMPLING in version.capabilities
             assert f"[{version.name} on cpu" in "".join(server.log)  # the banner says which
+            # everything alive at start-up frozen out of the collector's scans (the interpreter's
+            # own count, scraped): a full collection mid-serving scans only what serving made
+            frozen = re.search(r"^torchlet_gc_frozen_objects (\S+)$", http.get("/metrics").text,
+                               re.M)
+            assert frozen and float(frozen[1]) > 10_000, frozen
             snapshots = feed(http)
             next(snapshots)
             server.proc.send_signal(signal.SIGTERM)

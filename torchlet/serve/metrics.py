@@ -8,6 +8,7 @@ specs, the benchmark) do not share their numbers."""
 from __future__ import annotations
 
 import collections
+import gc
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
@@ -87,6 +88,10 @@ class _Gauges:
         g.add_metric(["running"], len(s["running"]))
         g.add_metric(["waiting"], len(s["waiting"]))
         yield g
+        yield GaugeMetricFamily("torchlet_gc_frozen_objects",
+                                "objects frozen out of Python's garbage collector when the server "
+                                "started (all alive then), which no collection scans",
+                                value=gc.get_freeze_count())
         yield GaugeMetricFamily("torchlet_tokens_per_second",
                                 "tokens generated per second over the last few seconds",
                                 value=s["tokens_per_second"])
