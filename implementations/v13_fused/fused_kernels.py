@@ -230,7 +230,6 @@ def swiglu_packed(gate_up: torch.Tensor) -> torch.Tensor:
 
 # Columns one program scans: a 151,936-token vocabulary is 75 programs a row, so that even one
 # row spreads over the SMs (torch's reduction gives a row one block; at batch 1 that is one SM).
-# A row of at most this many columns is one chunk, and its pick is the chunk's own: one launch.
 ARGMAX_CHUNK = 2048
 
 
@@ -275,10 +274,6 @@ def _argmax_rows_op(logits: torch.Tensor) -> torch.Tensor:
     chunks = triton.cdiv(n_cols, ARGMAX_CHUNK)
     # torch.empty launches nothing: each chunk's (largest value, its column), read by the pick.
     best = torch.empty(rows, chunks, dtype=torch.float32, device=logits.device)
-    if chunks == 1:  # a row in one chunk: its first largest column is the answer, one launch
-        _argmax_chunks_kernel[(rows, 1)](logits, best, out, n_cols, logits.stride(0), 1,
-                                         BLOCK=triton.next_power_of_2(n_cols))
-        return out
     at = torch.empty(rows, chunks, dtype=torch.int64, device=logits.device)
     _argmax_chunks_kernel[(rows, chunks)](logits, best, at, n_cols, logits.stride(0), chunks,
                                           BLOCK=ARGMAX_CHUNK)

@@ -184,9 +184,4 @@ MUTANTS = [
         (STORED_IN_PASSES,), ("v13",),
         "each layer's K/V stored by v10's store_kv after rope_split: the same caches, a launch "
         "more"),
-    Mutant("v13-argmax-one-chunk-reads-half-the-row", "fusion", (
-        Edit(KERNELS, "BLOCK=triton.next_power_of_2(n_cols))",
-             "BLOCK=max(1, triton.next_power_of_2(n_cols) // 2))"),),
-        (ARGMAX,), ("v13",),
-        "a row that fits one chunk is scanned over half the block: its last columns never win"),
 ]
