@@ -7,7 +7,11 @@
 # run `torchlet bench report` (set each JSON's environment.commit first where the device's git
 # metadata is stale).
 set -o pipefail
-case "$1" in A|B) ;; *) echo "usage: bash docs/probes/issue48_targets.sh A|B" >&2; exit 2 ;; esac
+# `... AB` (about 8 minutes on an H100): the gpu specs, a step's kernels, then the decode step and
+# the workload of the tree before a change (`.base`, a copy of its implementations/, carried
+# with the wheels: `git archive REV implementations | tar -x -C .base --strip-components=1`)
+# and after it, alternated, twice: the A/B docs/gpu.md quotes.
+case "$1" in A|B|AB) ;; *) echo "usage: bash docs/probes/issue48_targets.sh A|B|AB" >&2; exit 2 ;; esac
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
     --target /tmp/site .whl/*.whl || exit 1
 export PYTHONPATH=/tmp/site:. PYTHONUNBUFFERED=1
@@ -58,5 +62,26 @@ B)
     stamp
     timeout 60 torchlet bench kernel --model-shape qwen3-0.6b --batches 64,256 \
         --contexts 1024,4096 --quiet --out $R/kernel-qwen3 2>&1 | grep -E "^[0-9 ]+  "; keep
+    stamp ;;
+AB)
+    [ -d .base ] || { echo "AB needs .base (carry it)" >&2; exit 2; }
+    stamp
+    CI=1 timeout 240 python3 -m pytest -m gpu spec/ -q -rs -p no:cacheprovider -n 8 \
+        --ignore=spec/test_chat.py --ignore=spec/test_serve.py \
+        --ignore=spec/test_serve_browser.py --ignore=spec/test_serve_structured.py \
+        > $OUT/specs.log 2>&1; grep -E "^(FAILED|ERROR)" $OUT/specs.log; tail -1 $OUT/specs.log
+    stamp
+    timeout 90 python3 docs/probes/step_kernels.py > $OUT/step_kernels.log 2>&1
+    grep -E "^v20|^ +[0-9.]+ us" $OUT/step_kernels.log | head -14
+    for T in .base implementations .base implementations; do
+        timeout 60 torchlet bench decode --versions v20 --batches 1,256 --contexts 128,1024 \
+            --no-anchors --impl-root $T --quiet --out $R/decode-$T 2>&1 | grep -E "^v20" \
+            | sed "s|^|$T |"; keep
+    done
+    stamp
+    for T in .base implementations .base implementations; do
+        timeout 90 torchlet bench gpu-workload --versions v20 --impl-root $T --quiet \
+            --out $R/workload-$T 2>&1 | grep -E "^v20|decode steps" | sed "s|^|$T |"; keep
+    done
     stamp ;;
 esac
