@@ -23,6 +23,16 @@ R=/tmp/results
 mkdir -p $R
 keep() { tar -cf $OUT/results.tar -C $R . ; }
 stamp() { date -u +%H:%M:%S; }
+gpu_specs() {  # the modules that need openai or pexpect hold no gpu spec
+    CI=1 timeout 240 python3 -m pytest -m gpu spec/ -q -rs -p no:cacheprovider -n 8 \
+        --ignore=spec/test_chat.py --ignore=spec/test_serve.py \
+        --ignore=spec/test_serve_browser.py --ignore=spec/test_serve_structured.py \
+        > $OUT/specs.log 2>&1; grep -E "^(FAILED|ERROR)" $OUT/specs.log; tail -1 $OUT/specs.log
+}
+step_kernels() {  # the kernels of one step at batch 1 x 128 and 256 x 1,024, by device time
+    timeout 90 python3 docs/probes/step_kernels.py > $OUT/step_kernels.log 2>&1
+    grep -E "^v20|^ +[0-9.]+ us" $OUT/step_kernels.log | head -24
+}
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 case "$1" in
 A)
@@ -45,15 +55,9 @@ A)
     stamp ;;
 B)
     stamp
-    # the modules that need openai or pexpect hold no gpu spec
-    CI=1 timeout 240 python3 -m pytest -m gpu spec/ -q -rs -p no:cacheprovider -n 8 \
-        --ignore=spec/test_chat.py --ignore=spec/test_serve.py \
-        --ignore=spec/test_serve_browser.py --ignore=spec/test_serve_structured.py \
-        > $OUT/specs.log 2>&1; grep -E "^(FAILED|ERROR)" $OUT/specs.log; tail -1 $OUT/specs.log
+    gpu_specs
     stamp
-    # the kernels of one step at batch 1 x 128 and 256 x 1,024, by device time
-    timeout 90 python3 docs/probes/step_kernels.py > $OUT/step_kernels.log 2>&1
-    grep -E "^v20|^ +[0-9.]+ us" $OUT/step_kernels.log | head -24
+    step_kernels
     stamp
     # v15's slowest steps under bench mixed's load and warm-up, and their host profile
     timeout 100 python3 docs/probes/mixed_stalls.py v15_chunked_prefill --show 8 --profile \
@@ -66,13 +70,9 @@ B)
 AB)
     [ -d .base ] || { echo "AB needs .base (carry it)" >&2; exit 2; }
     stamp
-    CI=1 timeout 240 python3 -m pytest -m gpu spec/ -q -rs -p no:cacheprovider -n 8 \
-        --ignore=spec/test_chat.py --ignore=spec/test_serve.py \
-        --ignore=spec/test_serve_browser.py --ignore=spec/test_serve_structured.py \
-        > $OUT/specs.log 2>&1; grep -E "^(FAILED|ERROR)" $OUT/specs.log; tail -1 $OUT/specs.log
+    gpu_specs
     stamp
-    timeout 90 python3 docs/probes/step_kernels.py > $OUT/step_kernels.log 2>&1
-    grep -E "^v20|^ +[0-9.]+ us" $OUT/step_kernels.log | head -14
+    step_kernels
     for T in .base implementations .base implementations; do
         timeout 60 torchlet bench decode --versions v20 --batches 1,256 --contexts 128,1024 \
             --no-anchors --impl-root $T --quiet --out $R/decode-$T 2>&1 | grep -E "^v20" \
