@@ -10,7 +10,9 @@ requests (context_attention), which reads each request's context from the paged 
 slots, its causal mask aligned to the bottom right when a cached prefix comes first; without
 Triton, v12's gathers and one fused call per request (v02's causal_attention). At one row (a
 batch-1 decode step) each layer's products are gemv kernels, cuBLAS's GEMMs elsewhere; down's
-gemv reads [gate | up] and forms SwiGLU itself. The greedy draw's argmax is argmax_rows, one read
+gemv reads [gate | up] and forms SwiGLU itself, the MLP's two norms run inside its two products
+(norm_gemv, gemv_add_norm), and the q/k/v gemv turns, splits and stores the heads itself
+(gemv_rope_split). The greedy draw's argmax is argmax_rows, one read
 of the logits (chunks of each row over programs, then a pick), which the sampler reaches through
 the model's ops.
 
@@ -28,11 +30,16 @@ tokens equal the oracle's (the shared golden specs); each kernel equals a float6
 within its dtype's tolerance, v copied bit for bit, and the stored split leaves the caches the
 same bits store_kv leaves them. That the work really is fused is read from
 the dispatched ops: a decode pass multiplies by four matrices a layer where v12 multiplied by
-seven, at one row in four gemv launches and no swiglu_packed; every pass stores its K/V in
+seven, at one row in four gemv launches and no swiglu_packed, the MLP's two norms inside its two
+products (norm_gemv, gemv_add_norm: one norm launch a step) and RoPE and the store inside the
+q/k/v one (gemv_rope_split_store, no rope_split_store); every pass stores its K/V in
 rope_split_store and runs no store_kv; and a prefill runs one attention op a layer (one per
 request and layer without Triton), no softmax, and gathers no context.
 gemv equals a float64 product within its dtype's tolerance, with and without SwiGLU, with k split
-over programs and not. argmax_rows equals torch's argmax, a tie's first index and a NaN included,
+over programs and not; norm_gemv and gemv_add_norm give the stream the bits of v09's
+add_rms_norm and the product or normed stream within tolerance of the reference;
+gemv_rope_split gives rope_split's q, k and v of the gemv within tolerance and stores the bits
+it returns. argmax_rows equals torch's argmax, a tie's first index and a NaN included,
 and a greedy engine's every draw runs it and no aten argmax.
 
 Files to compare: implementations/v13_fused/{model.py, fused_kernels.py, gemv.py} against
@@ -77,6 +84,7 @@ FIXTURES = ("tiny_qwen2", "tiny_llama")
 PROMPTS = [[17, 5, 300, 42, 99, 8, 250, 3, 9], [4, 4, 4, 4, 4], list(range(40, 61))]
 seeds = st.integers(0, 2**32 - 1)
 MATMULS = ("linear", "matmul", "mm", "addmm")
+GEMVS = ("gemv", "norm_gemv", "gemv_add_norm", "gemv_rope_split_store")  # one-row products
 
 
 @pytest.fixture(scope="module")
@@ -190,6 +198,7 @@ def test_rope_split_with_a_store_writes_the_caches_as_store_kv_writes_its_k_and_
 @example(rows=2, vocab=6000, tied=[700, 3], nan=-1, seed=0)            # a tie inside one chunk
 @example(rows=2, vocab=6000, tied=[5999, 2500, 10], nan=-1, seed=0)    # a tie across chunks
 @example(rows=1, vocab=2049, tied=[2048], nan=-1, seed=0)              # the largest alone, last
+@example(rows=2, vocab=1500, tied=[1499], nan=-1, seed=0)              # one chunk, its last column
 @example(rows=3, vocab=6000, tied=[100, 4100], nan=4096, seed=0)       # a NaN past the tie
 def test_argmax_rows_is_each_rows_first_largest_index_a_nan_counted_largest(
         fused, target, rows, vocab, tied, nan, seed):
@@ -248,6 +257,104 @@ def test_gemv_is_the_row_times_the_weights_transposed_plus_the_bias(gemv, target
     assert_close(out, want, "gemv")
     for i in range(rows):
         assert torch.equal(out[i:i + 1], gemv.gemv(x[i:i + 1], w, b, swiglu=swiglu)), f"row {i}"
+
+
+@pytest.mark.spec(part="model", kernels=True)
+@pytest.mark.parametrize("target", TARGETS)
+@engine_settings()
+@given(n=st.one_of(st.sampled_from([1, 1152]), st.integers(1, 300)),
+       k=st.one_of(st.sampled_from([1, 896]), st.integers(1, 600)), bias=st.booleans(),
+       rows=st.integers(1, 3), eps=st.sampled_from([1e-6, 1e-5]), seed=seeds)
+def test_norm_gemv_is_the_norm_of_the_stream_times_the_weights_and_gives_the_stream(
+        gemv, target, n, k, bias, rows, eps, seed):
+    """norm_gemv(x, residual, norm, eps, w, b) is (rms_norm(x + residual) @ w.T + b, x +
+    residual): the stream the very bits torch's add rounds (v09's add_rms_norm's), every row's
+    of it, however many programs share the row's weights; the product the float64 reference's
+    within its dtype's tolerance, the norm rounded to the dtype first as the layer rounds it.
+    Each row's results are the bits it gets alone."""
+    gen = torch.Generator().manual_seed(seed)
+    x, residual = target.randn(gen, rows, k, scale=2.0), target.randn(gen, rows, k, scale=2.0)
+    norm, w = target.randn(gen, k), target.randn(gen, n, k, scale=k ** -0.5)
+    b = target.randn(gen, n) if bias else None
+    out, stream = gemv.norm_gemv(x, residual, norm, eps, w, b)
+    assert torch.equal(stream, x + residual), "the stream"
+    h = ref.rms_norm(stream, norm, eps).to(x.dtype).double()
+    assert_close(out, h @ w.double().T + (b.double() if bias else 0.0), "norm_gemv")
+    for i in range(rows):
+        alone = gemv.norm_gemv(x[i:i + 1], residual[i:i + 1], norm, eps, w, b)
+        assert all(torch.equal(a, b_[i:i + 1]) for a, b_ in zip(alone, (out, stream))), i
+
+
+@pytest.mark.spec(part="model", kernels=True)
+@pytest.mark.parametrize("target", TARGETS)
+@engine_settings()
+@given(n=st.one_of(st.sampled_from([1, 896]), st.integers(1, 300)),
+       k=st.one_of(st.sampled_from([1, 4864]), st.integers(1, 600)), bias=st.booleans(),
+       swiglu=st.booleans(), rows=st.integers(1, 3), eps=st.sampled_from([1e-6, 1e-5]),
+       seed=seeds)
+def test_gemv_add_norm_adds_the_product_to_the_stream_and_norms_it(
+        impl, gemv, target, n, k, bias, swiglu, rows, eps, seed):
+    """gemv_add_norm(x, w, b, residual, norm, eps, swiglu) is add_rms_norm(gemv(x, w, b,
+    swiglu), residual, norm, eps): the stream the very bits of v09's add_rms_norm after gemv
+    (k's split partials added in gemv's order, on the CPU past 256 columns), the normed stream
+    within its dtype's tolerance of both that chain and the float64 reference."""
+    gen = torch.Generator().manual_seed(seed)
+    x = target.randn(gen, rows, 2 * k if swiglu else k, scale=2.0)
+    w, residual = target.randn(gen, n, k, scale=k ** -0.5), target.randn(gen, rows, n)
+    norm, b = target.randn(gen, n), target.randn(gen, n) if bias else None
+    normed, stream = gemv.gemv_add_norm(x, w, b, residual, norm, eps, swiglu=swiglu)
+    chain_normed, chain_stream = impl.package.kernels.add_rms_norm(
+        gemv.gemv(x, w, b, swiglu=swiglu), residual, norm, eps)
+    assert torch.equal(stream, chain_stream), "the stream"
+    assert_close(normed, chain_normed, "against the chain")
+    assert_close(normed, ref.rms_norm(chain_stream, norm, eps), "against the reference")
+
+
+@pytest.mark.spec(part="model", kernels=True)
+@pytest.mark.parametrize("target", TARGETS)
+@engine_settings()
+@given(data=st.data(), n_kv=st.integers(1, 3), group=st.integers(1, 4),
+       half=st.sampled_from([1, 4, 32]), k=st.one_of(st.sampled_from([1, 896]),
+                                                     st.integers(1, 300)),
+       bias=st.booleans(), block_size=st.sampled_from([1, 4, 16]), seed=seeds)
+def test_gemv_rope_split_is_rope_split_of_the_gemv_and_stores_as_it_stores(
+        impl, gemv, fused, target, data, n_kv, group, half, k, bias, block_size, seed):
+    """gemv_rope_split(x, w, b, cos, sin, n_q, n_kv, store) is rope_split(gemv(x, w, b), cos,
+    sin, n_q, n_kv, store=store) in one launch: q, k and v within the product's tolerance of
+    that chain and of the float64 reference (v copied from the product); each token's k and v
+    written into its slot as the very bits it returns, a slot of -1 nothing, every other slot
+    untouched."""
+    n_q, capacity = n_kv * group, 3 * block_size
+    slots = data.draw(st.lists(st.one_of(st.integers(0, capacity - 1), st.just(-1)),
+                               min_size=1, max_size=3)
+                      .filter(lambda s: len({x for x in s if x >= 0}) == sum(x >= 0 for x in s)),
+                      label="slot_mapping")
+    gen = torch.Generator().manual_seed(seed)
+    tokens, width = len(slots), (n_q + 2 * n_kv) * 2 * half
+    x, w = target.randn(gen, tokens, k), target.randn(gen, width, k, scale=k ** -0.5)
+    b = target.randn(gen, width) if bias else None
+    positions = torch.randint(0, 32768, (tokens,), generator=gen).to(target.device)
+    cos, sin = impl.package.kernels.rope_cos_sin(positions, 2 * half, 10000.0)
+    k_cache = target.randn(gen, 3, block_size, n_kv, 2 * half)
+    v_cache = target.randn(gen, 3, block_size, n_kv, 2 * half)
+    before = k_cache.clone(), v_cache.clone()
+    slot_mapping = torch.tensor(slots, dtype=torch.int64, device=target.device)
+    q, keys, values = gemv.gemv_rope_split(x, w, b, cos, sin, n_q, n_kv,
+                                           (k_cache, v_cache, slot_mapping))
+    chain = fused.rope_split(gemv.gemv(x, w, b), cos, sin, n_q, n_kv)
+    heads = (x.double() @ w.double().T + (b.double() if bias else 0.0)).view(
+        tokens, n_q + 2 * n_kv, 2 * half)
+    want = (ref.rope(heads[:, :n_q], positions, 10000.0),
+            ref.rope(heads[:, n_q:n_q + n_kv], positions, 10000.0), heads[:, n_q + n_kv:])
+    for name, got, theirs, exact in zip("qkv", (q, keys, values), chain, want):
+        assert_close(got, theirs, f"{name} against the chain")
+        assert_close(got, exact, f"{name} against the reference")
+    want_k, want_v = before
+    for i, slot in enumerate(slots):
+        if slot >= 0:
+            want_k.view(-1, n_kv, 2 * half)[slot] = keys[i]
+            want_v.view(-1, n_kv, 2 * half)[slot] = values[i]
+    assert torch.equal(k_cache, want_k) and torch.equal(v_cache, want_v), slots
 
 
 def context_batch(target: Target, seed: int, requests, kv_heads: int, group: int, head_dim: int,
@@ -366,6 +473,33 @@ def test_the_fused_kernels_refuse_bad_input_with_a_message_that_says_why(impl, f
                           ((torch.randn(1, 4), torch.randn(4, 3).t()), "contiguous")):
         with pytest.raises(ValueError, match=message):
             gemv.gemv(*args)
+    x, w, norm = torch.randn(2, 4), torch.randn(3, 4), torch.randn(4)
+    for args, message in (((x, x[:1], norm, 1e-6, w), "residual must be \\[2, 4\\]"),
+                          ((x, x, norm[:3], 1e-6, w), "norm_weight must be \\[4\\]"),
+                          ((x, x, norm, 1e-6, w[:0]), "at least one row"),
+                          ((x, x.half(), norm, 1e-6, w), "residual is"),
+                          ((x, x, norm, 1e-6, w[:, :3].contiguous()), "columns")):
+        with pytest.raises(ValueError, match=message):
+            gemv.norm_gemv(*args)
+    for args, message in (((x, w, None, x, norm[:3], 1e-6), "residual must be \\[2, 3\\]"),
+                          ((x, w, None, x[:, :3].contiguous(), norm, 1e-6),
+                           "norm_weight must be \\[3\\]"),
+                          ((x, w.T.contiguous(), None, x[:, :3].contiguous(), norm[:3], 1e-6),
+                           "columns"),
+                          ((x, w, None, x[:, :3].contiguous(), norm[:3], 1e-6, True),
+                           "gate \\| up")):
+        with pytest.raises(ValueError, match=message):
+            gemv.gemv_add_norm(*args)
+    x, w = torch.randn(2, 4), torch.randn(48, 4)
+    two_heads = (torch.zeros(2, 4, 2, 8),) * 2 + (slots,)
+    for args, message in (((x, w, None, cos, sin, 4, 1, two_heads), "cache heads"),
+                          ((x, w, None, cos[:1].contiguous(), sin, 4, 1, (cache,) * 2 + (slots,)),
+                           "cos"),
+                          ((x, w[:47], None, cos, sin, 4, 1, (cache, cache.clone(), slots)),
+                           "heads of one width"),
+                          ((x, w, None, cos, sin, 4, 1, None), "store must")):
+        with pytest.raises(ValueError, match=message):
+            gemv.gemv_rope_split(*args)
     batch, q, rows, slots = context_batch(Target("cpu", torch.float32), 0, [(3, 2)], 2, 2, 8, 4)
     good = dict(q=q, k_cache=batch.k_cache, v_cache=batch.v_cache, row_indptr=indptr(rows, "cpu"),
                 context_slots=slots[0], context_indptr=indptr([5], "cpu"), max_context=5,
@@ -396,12 +530,23 @@ def test_under_fake_tensors_each_fused_op_promises_what_it_returns(impl, fused, 
              "swiglu_packed": lambda t: (fused.swiglu_packed(t["gate_up"]),),
              "argmax_rows": lambda t: (fused.argmax_rows(t["gate_up"]),),
              "gemv": lambda t: (gemv.gemv(t["gate_up"][:1], t["down"], t["bias"], swiglu=True),),
+             "norm_gemv": lambda t: gemv.norm_gemv(t["down"][:2], t["res5"], t["down"][2], 1e-6,
+                                                   t["down"], t["bias"]),
+             "gemv_rope_split_store": lambda t: gemv.gemv_rope_split(
+                 t["res7"][:, :5].contiguous(), t["wqkv"], None, t["cos"], t["sin"], 4, 2,
+                 (t["k_cache"], t["v_cache"], t["slots"][:3])),
+             "gemv_add_norm": lambda t: gemv.gemv_add_norm(t["gate_up"], t["down"], None,
+                                                           t["res7"], t["bias"], 1e-6,
+                                                           swiglu=True),
              "context_attention": lambda t: (context_kernel.context_attention(
                  t["q"], t["k_cache"], t["v_cache"], t["rows"], t["slots"], t["contexts"], 5,
                  batch.scale),)}
     down, bias = here.randn(torch.Generator().manual_seed(2), 7, 5), here.randn(
         torch.Generator().manual_seed(3), 7)
     real = dict(qkv=qkv, cos=cos, sin=sin, gate_up=gate_up, down=down, bias=bias, q=q,
+                res5=here.randn(torch.Generator().manual_seed(4), 2, 5),
+                res7=here.randn(torch.Generator().manual_seed(5), 3, 7),
+                wqkv=here.randn(torch.Generator().manual_seed(6), 64, 5),
                 k_cache=batch.k_cache, v_cache=batch.v_cache, rows=indptr(rows, here.device),
                 slots=torch.cat(slots), contexts=indptr([5, 1], here.device))
     with FakeTensorMode(allow_non_fake_inputs=False) as mode:
@@ -480,10 +625,11 @@ def test_with_its_kernels_every_layer_stores_its_new_k_v_in_rope_split_and_no_st
     for _ in range(2):  # the second run finds its prompts' leading blocks cached
         ids = [engine.add_request(list(p), params) for p, _ in cases]
         while engine.has_unfinished():
-            with KernelCalls(fused, impl.package.paged_kernels) as calls:
+            with KernelCalls(fused, impl.package.paged_kernels, impl.package.gemv) as calls:
                 engine.step()
             assert calls.counts["store_kv"] == 0 and calls.counts["rope_split"] == 0, calls.counts
-            assert calls.counts["rope_split_store"] % layers == 0 < calls.counts["rope_split_store"]
+            stored = calls.counts["rope_split_store"] + calls.counts["gemv_rope_split_store"]
+            assert stored % layers == 0 < stored, dict(calls.counts)
         assert [engine.output(i).tokens for i in ids] == [r.tokens[:4] for _, r in cases]
     assert engine.prefix_cache_stats()["hit_tokens"] > 0
 
@@ -501,9 +647,12 @@ class GemmOutputs(AtenCalls):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         out = super().__torch_dispatch__(func, types, args, kwargs)
         aten = getattr(func, "namespace", None) == "aten"
-        if aten and func._opname in MATMULS or not aten and func._opname == "gemv":
-            self.widths.append(out.shape[-1])
-            self.ops.append("aten" if aten else "gemv")
+        if aten and func._opname in MATMULS or not aten and func._opname in GEMVS:
+            if func._opname == "gemv_rope_split_store":  # (q, k, v): the product's heads
+                self.widths.append(sum(t.shape[-2] * t.shape[-1] for t in out))
+            else:
+                self.widths.append((out[0] if isinstance(out, tuple) else out).shape[-1])
+            self.ops.append("aten" if aten else func._opname)
         return out
 
 
@@ -530,9 +679,14 @@ def test_a_decode_pass_multiplies_by_four_matrices_a_layer_where_v12_multiplied_
 @interpreted
 def test_with_its_kernels_a_batch_1_decode_step_multiplies_in_gemv_launches(impl, gemv, fused):
     """At one row every layer's product is a gemv, the down projection's reading [gate | up]
-    itself, so no swiglu_packed runs; the LM head, whose matrix has more rows than GEMV_MAX_N
-    allows for a real model (not for this one), stays a GEMM. A prompt's rows multiply in
-    GEMMs."""
+    itself, so no swiglu_packed runs, and the q/k/v gemv turning, splitting and storing the
+    heads itself (gemv_rope_split_store), so no rope_split_store runs; the LM head, whose
+    matrix has more rows than GEMV_MAX_N allows for a real model (not for this one), stays a
+    GEMM. The MLP's norms run inside its
+    products: [gate | up]'s forms the post-attention norm (norm_gemv), down's adds its product
+    to the stream and norms it for the next layer or the final norm (gemv_add_norm), so the
+    step runs one norm of its own (the first layer's input norm) and no add_rms_norm. A
+    prompt's rows multiply in GEMMs."""
     ckpt = tiny_checkpoint("tiny_qwen2")
     c = ckpt.config
     layer = [(c.num_heads + 2 * c.num_kv_heads) * c.head_dim, c.hidden_size,
@@ -542,12 +696,15 @@ def test_with_its_kernels_a_batch_1_decode_step_multiplies_in_gemv_launches(impl
     engine.add_request(PROMPTS[0], GenerationParams(max_new_tokens=4))
     with GemmOutputs() as prefill:
         engine.step()
-    with GemmOutputs() as decode, KernelCalls(fused) as kernels:
+    with GemmOutputs() as decode, KernelCalls(fused, impl.package.kernels) as kernels:
         engine.step()
     assert prefill.widths == decode.widths == layer * c.num_layers + [c.vocab_size]
     assert prefill.ops == ["aten"] * (4 * c.num_layers + 1)
-    assert decode.ops == ["gemv"] * 4 * c.num_layers + ["aten"]
-    assert kernels.counts["swiglu_packed"] == 0, dict(kernels.counts)
+    assert decode.ops == (["gemv_rope_split_store", "gemv", "norm_gemv", "gemv_add_norm"]
+                          * c.num_layers + ["aten"])
+    assert kernels.counts["swiglu_packed"] == kernels.counts["add_rms_norm"] == 0, kernels.counts
+    assert kernels.counts["rope_split_store"] == 0, dict(kernels.counts)
+    assert kernels.counts["rms_norm"] == 1, dict(kernels.counts)
 
 
 @interpreted

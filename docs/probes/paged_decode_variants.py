@@ -6,7 +6,9 @@ against the real op's first. What varies (issue 30: batch 64 x 4,096 at 58% of 4
   instead of gathered as [D, N];
 - the page size a compile-time constant (t // PAGE a shift), instead of an argument;
 - num_stages (software pipelining of the tile loads), num_warps, BLOCK_N, programs per SM.
-Prints one line per variant: us and % of 4.3 TB/s per case. GPU only."""
+Prints one line per variant: us and % of 4.3 TB/s per case. GPU only. `--qwen3`: Qwen3-0.6B's
+heads instead (GQA 16:8, head_dim 128), over tiles of 32 to 128 tokens (a 128 x 128 tile of K
+and one of V, pipelined over 3 stages, fill most of an SM's shared memory)."""
 import itertools
 import sys
 from pathlib import Path
@@ -23,6 +25,8 @@ from paged_decode_tune import case, graph_us  # noqa: E402  (its inputs and its 
 paged = implementations.load("v10_triton_paged_gqa").package.paged_kernels
 device, dtype = "cuda", torch.bfloat16
 CASES = [(1, 4096), (64, 1024), (64, 4096), (256, 1024), (256, 128)]
+QWEN3 = "--qwen3" in sys.argv
+HEADS = dict(kv_heads=8, group=2, head_dim=128) if QWEN3 else dict(kv_heads=2, group=7, head_dim=64)
 
 
 @triton.jit
@@ -123,18 +127,21 @@ def row(label, fn):
     for batch, context in CASES:
         args = inputs[batch, context]
         us = graph_us(lambda: fn(*args))
-        share = batch * context * 2 * 2 * 64 * 2 / (us * 1e-6) / 4.3e12 * 100
+        share = (batch * context * 2 * HEADS["kv_heads"] * HEADS["head_dim"] * 2
+                 / (us * 1e-6) / 4.3e12 * 100)
         cells.append(f"B{batch}x{context} {us:6.1f} us {share:3.0f}%")
     print(f"{label:44s} | " + " | ".join(cells), flush=True)
 
 
-inputs = {c: case(*c) for c in CASES}
+inputs = {c: case(*c, **HEADS) for c in CASES}
 defaults = (paged.BLOCK_N, paged.PROGRAMS_PER_SM)
 row("v10 as it is", lambda *a: paged.paged_decode_attention(*a, 0.125))
 grid = dict(block_n=(128, 256), warps=(4, 8), stages=(1, 2, 3), k_rows=(False, True),
             page_const=(False, True), per_sm=(2, 4))
 if "--quick" in sys.argv:
     grid.update(block_n=(128,), warps=(4,), k_rows=(False,))
+if QWEN3:
+    grid.update(block_n=(32, 64, 128), k_rows=(False,), page_const=(True,))
 for values in itertools.product(*grid.values()):
     options = dict(zip(grid, values))
     try:

@@ -11,8 +11,9 @@ h + mlp(norm(h)): every residual add is a pass over the stream, and the norm rig
 the sum again. Here each add happens inside the next norm (add_rms_norm returns the normalized
 sum and the sum): the attention output joins the stream in the post-attention norm, the MLP output
 in the next layer's input norm, and the last MLP output in the final norm. forward_layers holds
-that loop once, in place of v05's; the ragged, prefill and decode passes differ only in their
-attention.
+that loop once, in place of v05's, a layer's part after its attention one method (mlp_sublayer:
+two norms and the MLP, which ops with fused kernels can run as fewer launches); the ragged,
+prefill and decode passes differ only in their attention.
 
 The kernels take float32, float16 and bfloat16 on a GPU; on CPU only float32, and only under
 Triton's interpreter (TRITON_INTERPRET=1, set before triton is imported; it has no bf16). An
@@ -115,22 +116,25 @@ class TritonOps(PassOps):
         """Embedded rows x through every layer and the final norm as one pass (v05's: the
         rotation's angles once), each residual add fused into the norm after it. attend(h, i) is
         layer i's attention output on its normed input h."""
-        eps = weights.config.rms_eps
-        residual, out = x, None  # out: the last sublayer's output, not yet added to the stream
+        eps, layers = weights.config.rms_eps, weights.layers
+        # The norm each layer's MLP output meets: the next layer's input norm, the last the final.
+        after = [w["input_layernorm.weight"] for w in layers[1:]] + [weights.norm]
         with self.one_pass():
-            for i, w in enumerate(weights.layers):
-                if out is None:
-                    h = self.rms_norm(residual, w["input_layernorm.weight"], eps)
-                else:
-                    h, residual = self.add_rms_norm(out, residual, w["input_layernorm.weight"],
-                                                    eps)
-                h, residual = self.add_rms_norm(attend(h, i), residual,
-                                                w["post_attention_layernorm.weight"], eps)
-                out = self.mlp(h, w)
-            if out is None:
-                return self.rms_norm(residual, weights.norm, eps)
-            return self.add_rms_norm(out, residual, weights.norm, eps)[0]
+            h = self.rms_norm(x, layers[0]["input_layernorm.weight"] if layers else weights.norm,
+                              eps)
+            residual = x
+            for i, w in enumerate(layers):
+                h, residual = self.mlp_sublayer(attend(h, i), residual, w, after[i], eps)
+            return h
 
+    def mlp_sublayer(self, attended: torch.Tensor, residual: torch.Tensor,
+                     w: Mapping[str, torch.Tensor], norm_after: torch.Tensor, eps: float):
+        """A layer after its attention: the attention's output added to the stream and normed,
+        the MLP on that, and its output added to the stream and normed by norm_after (what
+        follows: the next layer's input norm, or the final one). -> (normed, stream)."""
+        h, residual = self.add_rms_norm(attended, residual, w["post_attention_layernorm.weight"],
+                                        eps)
+        return self.add_rms_norm(self.mlp(h, w), residual, norm_after, eps)
 
 layers = PagedDecoder()  # v08's decoder, composing this version's ops and memory
 layers.ops, layers.Memory = TritonOps(), PagedAttention

@@ -156,15 +156,8 @@ def rope_split(qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, n_q: int
     them (-1 writes nothing), by the same launch."""
     check_tensor("qkv", qkv)
     check(qkv.dim() == 2, f"qkv must be [tokens, columns], got shape {tuple(qkv.shape)}")
-    check(n_q > 0 and n_kv > 0 and qkv.shape[1] % (n_q + 2 * n_kv) == 0,
-          f"qkv's {qkv.shape[1]} columns are not {n_q} q + 2 x {n_kv} kv heads of one width")
+    check_split(qkv.shape[0], qkv.shape[1], qkv, cos, sin, n_q, n_kv, store)
     head_dim = qkv.shape[1] // (n_q + 2 * n_kv)
-    check(head_dim % 2 == 0, f"head_dim must be even, got {head_dim}")
-    for name, t in (("cos", cos), ("sin", sin)):
-        check(t.shape == (qkv.shape[0], head_dim // 2) and t.dtype == torch.float32
-              and t.is_contiguous() and t.device == qkv.device,
-              f"{name} must be contiguous float32 [tokens={qkv.shape[0]}, head_dim/2="
-              f"{head_dim // 2}] on {qkv.device}, got {t.dtype} {tuple(t.shape)} on {t.device}")
     check((q_norm is None) == (k_norm is None), "q_norm and k_norm go together")
     for name, t in (("q_norm", q_norm), ("k_norm", k_norm)):
         if t is not None:
@@ -173,19 +166,36 @@ def rope_split(qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, n_q: int
                                           f"{tuple(t.shape)}")
     if store is None:
         return _rope_split_op(qkv, cos, sin, int(n_q), int(n_kv), q_norm, k_norm, float(eps))
+    return _rope_split_store_op(qkv, cos, sin, int(n_q), int(n_kv), q_norm, k_norm, float(eps),
+                                *store)
+
+
+def check_split(tokens: int, columns: int, like: torch.Tensor, cos: torch.Tensor,
+                sin: torch.Tensor, n_q: int, n_kv: int, store: tuple | None) -> None:
+    """rope_split's checks of a row of `columns` [q heads | k heads | v heads] for each of
+    `tokens` (on like's device, of its dtype), their angles and the store: one line each."""
+    check(n_q > 0 and n_kv > 0 and columns % (n_q + 2 * n_kv) == 0,
+          f"qkv's {columns} columns are not {n_q} q + 2 x {n_kv} kv heads of one width")
+    head_dim = columns // (n_q + 2 * n_kv)
+    check(head_dim % 2 == 0, f"head_dim must be even, got {head_dim}")
+    for name, t in (("cos", cos), ("sin", sin)):
+        check(t.shape == (tokens, head_dim // 2) and t.dtype == torch.float32
+              and t.is_contiguous() and t.device == like.device,
+              f"{name} must be contiguous float32 [tokens={tokens}, head_dim/2="
+              f"{head_dim // 2}] on {like.device}, got {t.dtype} {tuple(t.shape)} on {t.device}")
+    if store is None:
+        return
     check(len(store) == 3, f"store must be (k_cache, v_cache, slot_mapping), got {len(store)} "
                            f"items")
     k_cache, v_cache, slot_mapping = store
-    paged_kernels.check_cache(k_cache, v_cache, qkv.dtype, qkv.device)
+    paged_kernels.check_cache(k_cache, v_cache, like.dtype, like.device)
     check(k_cache.shape[2:] == (n_kv, head_dim),
           f"cache heads x head_dim {tuple(k_cache.shape[2:])} differ from the row's "
           f"{(n_kv, head_dim)}")
-    check(slot_mapping.dtype == torch.int64 and slot_mapping.shape == (qkv.shape[0],)
-          and slot_mapping.is_contiguous() and slot_mapping.device == qkv.device,
-          f"slot_mapping must be a contiguous int64 [tokens={qkv.shape[0]}] on {qkv.device}, "
+    check(slot_mapping.dtype == torch.int64 and slot_mapping.shape == (tokens,)
+          and slot_mapping.is_contiguous() and slot_mapping.device == like.device,
+          f"slot_mapping must be a contiguous int64 [tokens={tokens}] on {like.device}, "
           f"got {slot_mapping.dtype} {tuple(slot_mapping.shape)} on {slot_mapping.device}")
-    return _rope_split_store_op(qkv, cos, sin, int(n_q), int(n_kv), q_norm, k_norm, float(eps),
-                                k_cache, v_cache, slot_mapping)
 
 
 # --- SwiGLU over [gate | up] ---------------------------------------------------------------
@@ -230,6 +240,7 @@ def swiglu_packed(gate_up: torch.Tensor) -> torch.Tensor:
 
 # Columns one program scans: a 151,936-token vocabulary is 75 programs a row, so that even one
 # row spreads over the SMs (torch's reduction gives a row one block; at batch 1 that is one SM).
+# A row of at most this many columns is one chunk, and its pick is the chunk's own: one launch.
 ARGMAX_CHUNK = 2048
 
 
@@ -274,6 +285,10 @@ def _argmax_rows_op(logits: torch.Tensor) -> torch.Tensor:
     chunks = triton.cdiv(n_cols, ARGMAX_CHUNK)
     # torch.empty launches nothing: each chunk's (largest value, its column), read by the pick.
     best = torch.empty(rows, chunks, dtype=torch.float32, device=logits.device)
+    if chunks == 1:  # a row in one chunk: its first largest column is the answer, one launch
+        _argmax_chunks_kernel[(rows, 1)](logits, best, out, n_cols, logits.stride(0), 1,
+                                         BLOCK=triton.next_power_of_2(n_cols))
+        return out
     at = torch.empty(rows, chunks, dtype=torch.int64, device=logits.device)
     _argmax_chunks_kernel[(rows, chunks)](logits, best, at, n_cols, logits.stride(0), chunks,
                                           BLOCK=ARGMAX_CHUNK)

@@ -17,6 +17,13 @@ own. With swiglu=True the kernel reads the gate/up GEMM's row [gate | up] itself
 silu(gate) * up as it goes, rounded where swiglu_packed rounds it: one launch and one trip
 through memory fewer a layer, the same numbers.
 
+A layer's MLP part meets two norms (v09's add_rms_norm after attention, and after the MLP), each
+a launch over one row of hidden_size values. norm_gemv forms the first inside the [gate | up]
+product: every program adds the attention's output to the stream and norms the row itself, then
+multiplies. gemv_add_norm is down's gemv whose partial sums a launch of one program a row adds
+up in gemv's order, adds to the stream and norms by the weight of what follows. Five launches
+(norm, gate/up, down, its split sums, norm) become two, the same numbers (FusedOps.mlp_sublayer).
+
 Where it is not used (FusedOps.takes_gemv): at more than one row, and for a matrix of more than
 GEMV_MAX_N weight rows (gate/up's 9,728, the LM head's 151,936), whose many tiles cuBLAS already
 reads about as fast (7.2 against 7.4 us for gate/up). At 4 and 16 rows the tensor-core variants
@@ -35,6 +42,7 @@ import triton.language as tl
 from torchlet.contract import fake_of, kernel_op
 
 from ..v12_prefix_cache import kernels
+from . import fused_kernels
 
 check, check_tensor = kernels.check, kernels.check_tensor
 
@@ -46,7 +54,7 @@ _NS = __name__.replace(".", "_")
 
 @triton.jit
 def _gemv_kernel(x_ptr, w_ptr, bias_ptr, out_ptr, n, k, chunk, SWIGLU: tl.constexpr,
-                 HAS_BIAS: tl.constexpr, SPLIT: tl.constexpr, BLOCK_N: tl.constexpr,
+                 HAS_BIAS: tl.constexpr, PARTIAL: tl.constexpr, BLOCK_N: tl.constexpr,
                  BLOCK_K: tl.constexpr):
     row = tl.program_id(0).to(tl.int64)  # the input row; its programs next to each other
     rows = tl.program_id(1).to(tl.int64) * BLOCK_N + tl.arange(0, BLOCK_N)  # weight rows
@@ -68,7 +76,7 @@ def _gemv_kernel(x_ptr, w_ptr, bias_ptr, out_ptr, n, k, chunk, SWIGLU: tl.conste
         w = tl.load(w_ptr + rows[:, None] * k + ks[None, :],
                     mask=(rows[:, None] < n) & live[None, :], other=0.0)
         acc += tl.sum(w.to(tl.float32) * a[None, :], axis=1)
-    if SPLIT > 1:  # a partial sum, in float32, to this share's row of the workspace
+    if PARTIAL:  # a partial sum, in float32, to this share's row of the workspace
         tl.store(out_ptr + (tl.program_id(2) * tl.num_programs(0) + row) * n + rows, acc,
                  mask=rows < n)
     else:
@@ -90,6 +98,122 @@ def _sum_splits_kernel(part_ptr, bias_ptr, out_ptr, n, total, SPLIT: tl.constexp
     tl.store(out_ptr + offs, acc.to(out_ptr.dtype.element_ty), mask=live)
 
 
+@triton.jit
+def _norm_gemv_kernel(x_ptr, res_ptr, norm_ptr, w_ptr, bias_ptr, out_ptr, res_out_ptr, n, k, eps,
+                      HAS_BIAS: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                      BLOCK_ROW: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
+    rows = tl.program_id(1).to(tl.int64) * BLOCK_N + tl.arange(0, BLOCK_N)  # weight rows
+    x_ptr += row * k
+    res_ptr += row * k
+    # Every program forms the stream x + residual and its mean square itself, as v09's
+    # add_rms_norm does (the row is hidden_size values, read from L2 after the first program),
+    # so that no launch before this one has to; the first program of the row writes the stream.
+    cols = tl.arange(0, BLOCK_ROW)
+    whole = cols < k
+    x = tl.load(x_ptr + cols, mask=whole, other=0.0)
+    s = (x.to(tl.float32) + tl.load(res_ptr + cols, mask=whole, other=0.0).to(tl.float32))
+    s = s.to(x.dtype)  # rounded where add_rms_norm rounds the stream
+    if tl.program_id(1) == 0:
+        tl.store(res_out_ptr + row * k + cols, s, mask=whole)
+    s32 = s.to(tl.float32)
+    rstd = tl.rsqrt(tl.sum(s32 * s32, axis=0) / k + eps)
+    acc = tl.zeros((BLOCK_N,), dtype=tl.float32)
+    for start in range(0, k, BLOCK_K):
+        ks = start + tl.arange(0, BLOCK_K)
+        live = ks < k
+        xs = tl.load(x_ptr + ks, mask=live, other=0.0)
+        ss = (xs.to(tl.float32) + tl.load(res_ptr + ks, mask=live, other=0.0).to(tl.float32))
+        normed = (ss.to(xs.dtype).to(tl.float32) * rstd).to(xs.dtype)
+        h = tl.load(norm_ptr + ks, mask=live, other=0.0) * normed  # the norm's output, rounded
+        w = tl.load(w_ptr + rows[:, None] * k + ks[None, :],
+                    mask=(rows[:, None] < n) & live[None, :], other=0.0)
+        acc += tl.sum(w.to(tl.float32) * h.to(tl.float32)[None, :], axis=1)
+    if HAS_BIAS:
+        acc += tl.load(bias_ptr + rows, mask=rows < n, other=0.0).to(tl.float32)
+    tl.store(out_ptr + row * n + rows, acc.to(out_ptr.dtype.element_ty), mask=rows < n)
+
+
+@triton.jit
+def _sum_add_norm_kernel(part_ptr, bias_ptr, res_ptr, norm_ptr, out_ptr, res_out_ptr, n, m, eps,
+                         SPLIT: tl.constexpr, HAS_BIAS: tl.constexpr, BLOCK: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)  # one program a row: the norm needs the whole row
+    cols = tl.arange(0, BLOCK)
+    live = cols < n
+    acc = tl.zeros((BLOCK,), dtype=tl.float32)
+    for split in range(SPLIT):  # in _sum_splits_kernel's order: the bits gemv gives
+        acc += tl.load(part_ptr + (split * m + row) * n + cols, mask=live, other=0.0)
+    if HAS_BIAS:
+        acc += tl.load(bias_ptr + cols, mask=live, other=0.0).to(tl.float32)
+    res = tl.load(res_ptr + row * n + cols, mask=live, other=0.0)
+    # Then v09's add_rms_norm of that product and the stream, its rounding points included.
+    s = (acc.to(res.dtype).to(tl.float32) + res.to(tl.float32)).to(res.dtype)
+    tl.store(res_out_ptr + row * n + cols, s, mask=live)
+    s32 = s.to(tl.float32)
+    normed = (s32 * tl.rsqrt(tl.sum(s32 * s32, axis=0) / n + eps)).to(res.dtype)
+    norm = tl.load(norm_ptr + cols, mask=live, other=0.0)
+    tl.store(out_ptr + row * n + cols, norm * normed, mask=live)
+
+
+@triton.jit
+def _gemv_rope_kernel(x_ptr, w_ptr, bias_ptr, cos_ptr, sin_ptr, q_ptr, k_ptr, v_ptr,
+                      k_cache_ptr, v_cache_ptr, slots_ptr, block_size, cache_sblock, cache_stok,
+                      cache_shead, k, n_q, n_kv, half, HAS_BIAS: tl.constexpr,
+                      BLOCK_P: tl.constexpr, BLOCK_K: tl.constexpr):
+    token = tl.program_id(0).to(tl.int64)
+    # A program's weight rows come in pairs, a head's columns c and c + half, the two that RoPE
+    # turns together: so the turn, and the store, happen where the products are summed.
+    pair = tl.program_id(1) * BLOCK_P + tl.arange(0, BLOCK_P)  # over q, then k, then v heads
+    live_p = pair < (n_q + 2 * n_kv) * half
+    head, c = pair // half, pair % half
+    r1 = (head * 2 * half + c).to(tl.int64)
+    r2 = r1 + half
+    acc1 = tl.zeros((BLOCK_P,), dtype=tl.float32)
+    acc2 = tl.zeros((BLOCK_P,), dtype=tl.float32)
+    for start in range(0, k, BLOCK_K):
+        ks = start + tl.arange(0, BLOCK_K)
+        live = ks < k
+        a = tl.load(x_ptr + token * k + ks, mask=live, other=0.0).to(tl.float32)
+        both = live_p[:, None] & live[None, :]
+        w1 = tl.load(w_ptr + r1[:, None] * k + ks[None, :], mask=both, other=0.0)
+        w2 = tl.load(w_ptr + r2[:, None] * k + ks[None, :], mask=both, other=0.0)
+        acc1 += tl.sum(w1.to(tl.float32) * a[None, :], axis=1)
+        acc2 += tl.sum(w2.to(tl.float32) * a[None, :], axis=1)
+    if HAS_BIAS:
+        acc1 += tl.load(bias_ptr + r1, mask=live_p, other=0.0).to(tl.float32)
+        acc2 += tl.load(bias_ptr + r2, mask=live_p, other=0.0).to(tl.float32)
+    x1 = acc1.to(q_ptr.dtype.element_ty)  # the product rounded as gemv rounds it, then
+    x2 = acc2.to(q_ptr.dtype.element_ty)  # rope_split's arithmetic on it
+    a1, b1 = x1.to(tl.float32), x2.to(tl.float32)
+    cos = tl.load(cos_ptr + token * half + c, mask=live_p, other=0.0)
+    sin = tl.load(sin_ptr + token * half + c, mask=live_p, other=0.0)
+    turned = head < n_q + n_kv  # q and k heads turn; v heads are copied as they are
+    out1 = tl.where(turned, (a1 * cos - b1 * sin).to(x1.dtype), x1)
+    out2 = tl.where(turned, (b1 * cos + a1 * sin).to(x1.dtype), x2)
+    width = 2 * half
+    is_q = live_p & (head < n_q)
+    is_k = live_p & (head >= n_q) & turned
+    is_v = live_p & ~turned
+    q_off = token * n_q * width + head * width + c
+    kv_head = tl.where(turned, head - n_q, head - n_q - n_kv)
+    kv_off = token * n_kv * width + kv_head * width + c
+    tl.store(q_ptr + q_off, out1, mask=is_q)
+    tl.store(q_ptr + q_off + half, out2, mask=is_q)
+    tl.store(k_ptr + kv_off, out1, mask=is_k)
+    tl.store(k_ptr + kv_off + half, out2, mask=is_k)
+    tl.store(v_ptr + kv_off, out1, mask=is_v)
+    tl.store(v_ptr + kv_off + half, out2, mask=is_v)
+    # The token's K/V into its cache slot, as rope_split's store writes it (slot -1, nothing);
+    # the slot read for each pair: a scalar mask does not broadcast in the interpreter.
+    slot = tl.load(slots_ptr + token + pair * 0)
+    dst = ((slot // block_size) * cache_sblock + (slot % block_size) * cache_stok
+           + kv_head * cache_shead + c)
+    tl.store(k_cache_ptr + dst, out1, mask=is_k & (slot >= 0))
+    tl.store(k_cache_ptr + dst + half, out2, mask=is_k & (slot >= 0))
+    tl.store(v_cache_ptr + dst, out1, mask=is_v & (slot >= 0))
+    tl.store(v_cache_ptr + dst + half, out2, mask=is_v & (slot >= 0))
+
+
 def plan(n: int, k: int, on_gpu: bool) -> tuple[int, int, int]:
     """(BLOCK_N weight rows and BLOCK_K columns a program reads at a time, programs k is split
     over). Measured on the H200 (docs/probes/gemv_variants.py, Qwen2.5-0.5B's shapes in
@@ -102,26 +226,36 @@ def plan(n: int, k: int, on_gpu: bool) -> tuple[int, int, int]:
     return 4, 512, triton.cdiv(k, 1024)
 
 
-@kernel_op(f"{_NS}::gemv")
-def _gemv_op(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
-             swiglu: bool) -> torch.Tensor:
+def _launch_products(x, weight, bias, swiglu: bool, out, partial: bool):
+    """The gemv programs of x @ weight.T into out, or into float32 partial sums, one row of
+    [split, m, n] per share of k, where k is split or `partial` asks for them (a launch after
+    reads them): -> (that workspace or None, split)."""
     n, k = weight.shape
-    m = x.shape[0]
-    out = x.new_empty(m, n)
-    if n == 0 or m == 0:
-        return out
     block_n, block_k, split = plan(n, k, x.is_cuda)
     chunk = triton.cdiv(triton.cdiv(k, split), block_k) * block_k
     split = triton.cdiv(k, chunk)
-    part = out if split == 1 else torch.empty(split, m, n, device=x.device, dtype=torch.float32)
-    bias_or_any = bias if bias is not None else weight
-    _gemv_kernel[(m, triton.cdiv(n, block_n), split)](
-        x, weight, bias_or_any, part, n, k, chunk, SWIGLU=swiglu, HAS_BIAS=bias is not None,
-        SPLIT=split, BLOCK_N=block_n, BLOCK_K=block_k)
-    if split > 1:
+    part = None
+    if partial or split > 1:
+        part = torch.empty(split, x.shape[0], n, device=x.device, dtype=torch.float32)
+    _gemv_kernel[(x.shape[0], triton.cdiv(n, block_n), split)](
+        x, weight, bias if bias is not None else weight, out if part is None else part, n, k,
+        chunk, SWIGLU=swiglu, HAS_BIAS=bias is not None, PARTIAL=part is not None,
+        BLOCK_N=block_n, BLOCK_K=block_k)
+    return part, split
+
+
+@kernel_op(f"{_NS}::gemv")
+def _gemv_op(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
+             swiglu: bool) -> torch.Tensor:
+    n, m = weight.shape[0], x.shape[0]
+    out = x.new_empty(m, n)
+    if n == 0 or m == 0:
+        return out
+    part, split = _launch_products(x, weight, bias, swiglu, out, partial=False)
+    if part is not None:
         _sum_splits_kernel[(triton.cdiv(m * n, SUM_BLOCK),)](
-            part, bias_or_any, out, n, m * n, SPLIT=split, HAS_BIAS=bias is not None,
-            BLOCK=SUM_BLOCK)
+            part, bias if bias is not None else weight, out, n, m * n, SPLIT=split,
+            HAS_BIAS=bias is not None, BLOCK=SUM_BLOCK)
     return out
 
 
@@ -135,6 +269,12 @@ def gemv(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None
     """x [m, k] @ weight [n, k].T (+ bias [n]) -> [m, n], each row summed as a lone row is
     (one row is what a decode step gives it; more, a batch-invariant product). With swiglu, x is
     [m, 2k], rows [gate | up], and the product is silu(gate) * up @ weight.T."""
+    _check_product(x, weight, bias, swiglu)
+    return _gemv_op(x.contiguous(), weight, bias, bool(swiglu))  # the kernel steps rows by k
+
+
+def _check_product(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
+                   swiglu: bool) -> None:
     check_tensor("x", x)
     check_tensor("weight", weight, like=x)
     check(x.dim() == 2 and weight.dim() == 2,
@@ -146,4 +286,130 @@ def gemv(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None
         check_tensor("bias", bias, like=x)
         check(bias.shape == (weight.shape[0],),
               f"bias must be [{weight.shape[0]}], got {tuple(bias.shape)}")
-    return _gemv_op(x.contiguous(), weight, bias, bool(swiglu))  # the kernel steps rows by k
+
+
+# --- the norms that meet a product: the MLP sublayer at one row in two launches ---------------
+
+@kernel_op(f"{_NS}::norm_gemv")
+def _norm_gemv_op(x: torch.Tensor, residual: torch.Tensor, norm_weight: torch.Tensor, eps: float,
+                  weight: torch.Tensor, bias: torch.Tensor | None
+                  ) -> tuple[torch.Tensor, torch.Tensor]:
+    (m, k), n = x.shape, weight.shape[0]
+    out, stream = x.new_empty(m, n), torch.empty_like(x)
+    if m:
+        block_n, block_k, _ = plan(n, k, x.is_cuda)  # no split: every program forms the norm
+        _norm_gemv_kernel[(m, triton.cdiv(n, block_n))](
+            x, residual, norm_weight, weight, bias if bias is not None else weight, out, stream,
+            n, k, eps, HAS_BIAS=bias is not None, BLOCK_N=block_n, BLOCK_K=block_k,
+            BLOCK_ROW=triton.next_power_of_2(k))
+    return out, stream
+
+
+@fake_of(_norm_gemv_op)
+def _(x, residual, norm_weight, eps, weight, bias):
+    return x.new_empty(x.shape[0], weight.shape[0]), torch.empty_like(x)
+
+
+@kernel_op(f"{_NS}::gemv_add_norm")
+def _gemv_add_norm_op(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
+                      swiglu: bool, residual: torch.Tensor, norm_weight: torch.Tensor,
+                      eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+    n, m = weight.shape[0], x.shape[0]
+    out, stream = torch.empty_like(residual), torch.empty_like(residual)
+    if m:
+        part, split = _launch_products(x, weight, bias, swiglu, out, partial=True)
+        block = triton.next_power_of_2(n)
+        _sum_add_norm_kernel[(m,)](
+            part, bias if bias is not None else weight, residual, norm_weight, out, stream, n, m,
+            eps, SPLIT=split, HAS_BIAS=bias is not None, BLOCK=block,
+            num_warps=min(max(block // 256, 1), 16))
+    return out, stream
+
+
+@fake_of(_gemv_add_norm_op)
+def _(x, weight, bias, swiglu, residual, norm_weight, eps):
+    return torch.empty_like(residual), torch.empty_like(residual)
+
+
+def _check_norm_of(name: str, t: torch.Tensor, norm_weight: torch.Tensor, x: torch.Tensor,
+                   width: int) -> None:
+    check_tensor(name, t, like=x)
+    check_tensor("norm_weight", norm_weight, like=x)
+    check(t.shape == (x.shape[0], width),
+          f"{name} must be [{x.shape[0]}, {width}] (a row of the stream for each row of x), "
+          f"got {tuple(t.shape)}")
+    check(norm_weight.shape == (width,),
+          f"norm_weight must be [{width}], got {tuple(norm_weight.shape)}")
+    check(1 <= width <= kernels.MAX_HIDDEN,
+          f"hidden size {width} outside [1, {kernels.MAX_HIDDEN}]: one program holds one row")
+
+
+def norm_gemv(x: torch.Tensor, residual: torch.Tensor, norm_weight: torch.Tensor, eps: float,
+              weight: torch.Tensor, bias: torch.Tensor | None = None
+              ) -> tuple[torch.Tensor, torch.Tensor]:
+    """(rms_norm(x + residual) @ weight.T (+ bias), x + residual): v09's add_rms_norm, then
+    gemv, in one launch whose programs each form the norm of the row they multiply (x,
+    residual [m, k]; weight [n, k], any number of rows). The stream rounded where add_rms_norm
+    rounds it, the norm's output too; k is not split over programs."""
+    _check_product(x, weight, bias, False)
+    check(weight.shape[0] >= 1, "weight must have at least one row (its first program writes "
+                                "the stream)")
+    _check_norm_of("residual", residual, norm_weight, x, x.shape[1])
+    return _norm_gemv_op(x, residual, norm_weight, float(eps), weight, bias)
+
+
+def gemv_add_norm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
+                  residual: torch.Tensor, norm_weight: torch.Tensor, eps: float,
+                  swiglu: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    """add_rms_norm(gemv(x, weight, bias, swiglu), residual, norm_weight, eps) -> (the normed
+    stream, the stream): the product's partial sums, then one launch a row that adds them up in
+    gemv's order, adds the product to the stream and norms it, where gemv's sums and v09's
+    add_rms_norm took a launch each."""
+    _check_product(x, weight, bias, swiglu)
+    _check_norm_of("residual", residual, norm_weight, x, weight.shape[0])
+    return _gemv_add_norm_op(x.contiguous(), weight, bias, bool(swiglu), residual, norm_weight,
+                             float(eps))
+
+
+# --- the q/k/v product, its RoPE and the K/V store in one launch ------------------------------
+
+@kernel_op(f"{_NS}::gemv_rope_split_store", ("k_cache", "v_cache"))
+def _gemv_rope_split_store_op(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
+                              cos: torch.Tensor, sin: torch.Tensor, n_q: int, n_kv: int,
+                              k_cache: torch.Tensor, v_cache: torch.Tensor,
+                              slot_mapping: torch.Tensor
+                              ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    (tokens, k), head_dim = x.shape, weight.shape[0] // (n_q + 2 * n_kv)
+    q = x.new_empty(tokens, n_q, head_dim)
+    keys, values = x.new_empty(tokens, n_kv, head_dim), x.new_empty(tokens, n_kv, head_dim)
+    if tokens:
+        pairs = (n_q + 2 * n_kv) * head_dim // 2
+        block_n, block_k, _ = plan(weight.shape[0], k, x.is_cuda)  # no split: the turn needs
+        block_p = max(1, block_n // 2)                            # a row's whole sums
+        _gemv_rope_kernel[(tokens, triton.cdiv(pairs, block_p))](
+            x, weight, bias if bias is not None else weight, cos, sin, q, keys, values,
+            k_cache, v_cache, slot_mapping, k_cache.shape[1], *k_cache.stride()[:3], k, n_q,
+            n_kv, head_dim // 2, HAS_BIAS=bias is not None, BLOCK_P=block_p, BLOCK_K=block_k)
+    return q, keys, values
+
+
+@fake_of(_gemv_rope_split_store_op)
+def _(x, weight, bias, cos, sin, n_q, n_kv, k_cache, v_cache, slot_mapping):
+    head_dim = weight.shape[0] // (n_q + 2 * n_kv)
+    return (x.new_empty(x.shape[0], n_q, head_dim), x.new_empty(x.shape[0], n_kv, head_dim),
+            x.new_empty(x.shape[0], n_kv, head_dim))
+
+
+def gemv_rope_split(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
+                    cos: torch.Tensor, sin: torch.Tensor, n_q: int, n_kv: int,
+                    store: tuple[torch.Tensor, torch.Tensor, torch.Tensor]):
+    """fused_kernels.rope_split(gemv(x, weight, bias), cos, sin, n_q, n_kv, store=store) in one
+    launch: each program sums the q/k/v product's rows of a head's columns c and c + half,
+    rounds them as gemv does, turns them (q and k heads) and writes q, k and v, and each
+    token's k and v into its cache slot (store = (k_cache, v_cache, slot_mapping)). -> (q, k,
+    v). Without Qwen3's per-head norms, which need a whole head in one program."""
+    _check_product(x, weight, bias, False)
+    check(store is not None, "store must be (k_cache, v_cache, slot_mapping): this launch stores")
+    fused_kernels.check_split(x.shape[0], weight.shape[0], x, cos, sin, n_q, n_kv, store)
+    return _gemv_rope_split_store_op(x.contiguous(), weight, bias, cos, sin, int(n_q), int(n_kv),
+                                     *store)

@@ -7,12 +7,18 @@ several kernels where one would do:
   lays out v, straight from the packed row;
 - the K/V store then read k and v back to copy them into their cache slots: here rope_split
   writes them there too (the memory's passes ask the ops' qkv_heads_stored, kernel_split_stores);
+  at one row the q/k/v gemv itself turns, splits and stores (gemv_rope_split), one launch for
+  the three;
 - gate and up are two GEMMs over the same rows: here one over [gate | up], and SwiGLU reads both
   halves of its output row (swiglu_packed).
 
 At one row (a batch-1 decode step) a product is a read of its weights, which cuBLAS's tiles do
-slowly for small matrices: there the projections run gemv kernels (gemv.py), and down's forms
-SwiGLU from the [gate | up] row itself, so swiglu_packed's launch goes too (project, takes_gemv).
+slowly for small matrices: there the projections run gemv kernels (gemv.py: project,
+takes_gemv), and the MLP's part of a layer, v09's two norms, the products and SwiGLU between
+them, five launches, runs as two (mlp_sublayer_fused): [gate | up]'s programs form the
+post-attention norm of the row they read, and down's gemv forms SwiGLU from the [gate | up] row
+itself, the launch that adds its split sums also adding the product to the stream and norming
+it for what follows.
 
 A prefill's attention was, for every request in every layer, two gathers of its context out of
 the cache, then one fused call (v02's causal_attention), a host wait for each request's span
@@ -89,13 +95,22 @@ class FusedOps(TritonOps):
         """qkv_heads on the kernels, each row's new K/V also written into the paged caches:
         store = (k_cache, v_cache, slot_mapping), as v10's store_kv takes them. Over packed
         weights rope_split writes them as it splits the heads (the memory's passes ask this
-        where FusedContextAttention says so); HF-named tensors, v10's store after v12's phases."""
+        where FusedContextAttention says so), and where the product takes the gemv, the gemv
+        itself turns and stores them (gemv_rope_split); HF-named tensors, v10's store after
+        v12's phases."""
         if f"{QKV}.weight" not in w:
             qg, k, v = self.qkv_heads(x, positions, w, config)
             paged_kernels.store_kv(k, v, *store)
             return qg, k, v
-        qkv = self.project(x, w[f"{QKV}.weight"], w.get(f"{QKV}.bias"))
-        return self.rope_heads(qkv, positions, w, config, store)
+        weight, bias = w[f"{QKV}.weight"], w.get(f"{QKV}.bias")
+        if self.takes_gemv(x, weight) and not config.qk_norm:
+            # One launch for the product, RoPE and the store (a Qwen3 head's norm needs the
+            # whole head in one program: there rope_split after the gemv).
+            cos, sin = self.kernel_cos_sin(positions, config.head_dim, config.rope_theta)
+            q, k, v = gemv.gemv_rope_split(x, weight, bias, cos, sin, config.num_heads,
+                                           config.num_kv_heads, store)
+            return self.group_queries(q, config.num_kv_heads), k, v
+        return self.rope_heads(self.project(x, weight, bias), positions, w, config, store)
 
     def rope_heads(self, qkv: torch.Tensor, positions: torch.Tensor,
                     w: Mapping[str, torch.Tensor], config: ModelConfig, store=None):
@@ -108,20 +123,58 @@ class FusedOps(TritonOps):
         return self.group_queries(q, config.num_kv_heads), k, v
 
     def mlp(self, x: torch.Tensor, w: Mapping[str, torch.Tensor]) -> torch.Tensor:
-        """down(swiglu(gate, up)) with gate and up from one GEMM; at one row, the down gemv forms
-        SwiGLU itself."""
+        """down(swiglu(gate, up)) with gate and up from one GEMM. (At one row on the kernels the
+        MLP runs inside mlp_sublayer_fused, where down's gemv forms SwiGLU itself.)"""
         if f"{GATE_UP}.weight" not in w:
             return super().mlp(x, w)
         gate_up = self.project(x, w[f"{GATE_UP}.weight"], w.get(f"{GATE_UP}.bias"))
-        down, bias = w["mlp.down_proj.weight"], w.get("mlp.down_proj.bias")
-        if self.takes_gemv(gate_up, down):
-            return gemv.gemv(gate_up, down, bias, swiglu=True)
-        return self.project(self.swiglu_packed(gate_up), down, bias)
+        return self.project(self.swiglu_packed(gate_up), w["mlp.down_proj.weight"],
+                            w.get("mlp.down_proj.bias"))
+
+    # Whether the MLP sublayer may fuse its norms into its products (run_kernels): ops whose
+    # MLP output must meet other ranks' before it joins the stream (partial sums) say False.
+    norms_fuse = True
+
+    def run_kernels(self) -> None:
+        """v09's, and mlp_sublayer bound to its fused path once (where these ops may fuse the
+        norms: norms_fuse), as v09 binds rope_qk, so a pass without the kernels runs v09's."""
+        super().run_kernels()
+        if self.norms_fuse:
+            self.mlp_sublayer = self.mlp_sublayer_fused
+
+    def mlp_sublayer_fused(self, attended: torch.Tensor, residual: torch.Tensor,
+                           w: Mapping[str, torch.Tensor], norm_after: torch.Tensor, eps: float):
+        """mlp_sublayer on the kernels: where the products take the gemv (fuses_norms), two
+        launches where v09's two norms and the MLP took five: the post-attention norm formed
+        inside the [gate | up] product's programs (norm_gemv), and down's split sums, the
+        residual add and the norm after it one launch (gemv_add_norm); elsewhere v09's."""
+        if not self.fuses_norms(attended, w):
+            return super().mlp_sublayer(attended, residual, w, norm_after, eps)
+        gate_up, residual = gemv.norm_gemv(attended, residual,
+                                           w["post_attention_layernorm.weight"], eps,
+                                           w[f"{GATE_UP}.weight"], w.get(f"{GATE_UP}.bias"))
+        return gemv.gemv_add_norm(gate_up, w["mlp.down_proj.weight"], w.get("mlp.down_proj.bias"),
+                                  residual, norm_after, eps, swiglu=True)
+
+    def fuses_norms(self, x: torch.Tensor, w: Mapping[str, torch.Tensor]) -> bool:
+        """Whether the MLP sublayer runs its norms inside the products: over packed [gate | up],
+        where down's product takes the gemv (one row) and the gemv reads [gate | up] too, at any
+        number of its rows (cuBLAS reads that matrix about as fast, the norm's launch saved)."""
+        gate_up = w.get(f"{GATE_UP}.weight")
+        return (gate_up is not None and self.gemv_reads(gate_up)
+                and self.takes_gemv(x, w["mlp.down_proj.weight"]))
 
     def takes_gemv(self, x: torch.Tensor, weight: torch.Tensor) -> bool:
         """Whether x @ weight.T runs the gemv kernel: on the kernels, for one row (a batch-1
-        decode step) and a matrix of at most GEMV_MAX_N weight rows (gemv.py says why)."""
-        return self.on_triton and x.shape[0] == 1 and weight.shape[0] <= gemv.GEMV_MAX_N
+        decode step) and a matrix of at most GEMV_MAX_N weight rows (gemv.py says why) that
+        the kernel reads (gemv_reads)."""
+        return (self.on_triton and x.shape[0] == 1 and weight.shape[0] <= gemv.GEMV_MAX_N
+                and self.gemv_reads(weight))
+
+    def gemv_reads(self, weight) -> bool:
+        """Whether the gemv kernel can read this matrix: any here (a float tensor); a later
+        format of the weights may not be one."""
+        return True
 
     def project(self, x: torch.Tensor, weight: torch.Tensor,
                 bias: torch.Tensor | None = None) -> torch.Tensor:

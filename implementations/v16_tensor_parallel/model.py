@@ -66,6 +66,7 @@ class ShardedOps(FusedOps):
 
     Weights = ShardedWeights
     shard: Shard  # the rank's shard, set by the model part that builds these ops
+    norms_fuse = False  # the MLP's partial sum meets the other ranks' before it joins the stream
 
     def output_projection(self, out: torch.Tensor, w) -> torch.Tensor:
         """v13's o projection of this rank's heads, a partial sum, summed over the ranks."""

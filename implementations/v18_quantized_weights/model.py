@@ -121,10 +121,10 @@ class QuantizedOps(FusedOps):
             return qlinear.linear(x, weight, bias)
         return super().project(x, weight, bias)
 
-    def takes_gemv(self, x, weight) -> bool:
-        """v13's rule, for float matrices: v13's gemv reads no integers, so a quantized down
-        takes v13's other branch, SwiGLU's output through project."""
-        return not isinstance(weight, QuantizedTensor) and super().takes_gemv(x, weight)
+    def gemv_reads(self, weight) -> bool:
+        """Float matrices only: v13's gemv reads no integers, so a quantized down takes v13's
+        other branch, SwiGLU's output through project, and the MLP's norms stay launches."""
+        return not isinstance(weight, QuantizedTensor)
 
     def lm_head(self, weights, hidden: torch.Tensor) -> torch.Tensor:
         if isinstance(weights.lm_head, QuantizedTensor):

@@ -28,6 +28,11 @@ GEMV = f"{PAGE}::test_gemv_is_the_row_times_the_weights_transposed_plus_the_bias
 FIXED_CONTEXT = (f"{PAGE}::test_with_a_fixed_chunk_a_requests_rows_are_the_same_bits_alone_and_"
                  "beside_others")
 DECODE_GEMV = f"{PAGE}::test_with_its_kernels_a_batch_1_decode_step_multiplies_in_gemv_launches"
+NORM_GEMV = (f"{PAGE}::test_norm_gemv_is_the_norm_of_the_stream_times_the_weights_and_gives_the_"
+             "stream")
+ADD_NORM = f"{PAGE}::test_gemv_add_norm_adds_the_product_to_the_stream_and_norms_it"
+GEMV_ROPE = f"{PAGE}::test_gemv_rope_split_is_rope_split_of_the_gemv_and_stores_as_it_stores"
+
 STORED = (f"{PAGE}::test_rope_split_with_a_store_writes_the_caches_as_store_kv_writes_its_k_and_v"
           "[v13_fused-cpu-float32]")
 STORED_IN_PASSES = (f"{PAGE}::test_with_its_kernels_every_layer_stores_its_new_k_v_in_rope_split_"
@@ -118,17 +123,13 @@ MUTANTS = [
              "    for start in range(lo, lo + (hi - lo) // BLOCK_K * BLOCK_K, BLOCK_K):"),),
         (GEMV,), ("v13",), "gemv leaves out a share's columns past its last whole BLOCK_K chunk"),
     Mutant("v13-gemv-sums-one-split-short", "fusion", (
-        Edit(GEMV_KERNEL, "    for split in range(SPLIT):", "    for split in range(SPLIT - 1):"),),
+        Edit(GEMV_KERNEL, "    for split in range(SPLIT):  # always in the same order",
+             "    for split in range(SPLIT - 1):  # always in the same order"),),
         (GEMV,), ("v13",), "a k split over programs loses the last share's partial sums"),
     Mutant("v13-gemv-swiglu-reads-gate-as-up", "fusion", (
         Edit(GEMV_KERNEL, "            up = tl.load(x_ptr + k + ks, mask=live, other=0.0)",
              "            up = tl.load(x_ptr + ks, mask=live, other=0.0)"),),
         (GEMV,), ("v13",), "the down projection's gemv multiplies silu(gate) by gate"),
-    Mutant("v13-down-gemv-after-its-own-swiglu", "fusion", (
-        Edit(MODEL, "            return gemv.gemv(gate_up, down, bias, swiglu=True)",
-             "            return gemv.gemv(self.swiglu_packed(gate_up), down, bias)"),),
-        (DECODE_GEMV,), ("v13",),
-        "SwiGLU runs in a launch of its own before the down projection's gemv: the same numbers"),
     Mutant("v13-gemv-rows-read-the-first-row", "fusion", (
         Edit(GEMV_KERNEL, "    x_ptr += row * (2 * k if SWIGLU else k)\n", ""),),
         (GEMV,), ("v13",), "every row's programs multiply the first row"),
@@ -136,6 +137,39 @@ MUTANTS = [
         Edit(GEMV_KERNEL, "tl.store(out_ptr + (tl.program_id(2) * tl.num_programs(0) + row) * n + rows, acc,",
              "tl.store(out_ptr + tl.program_id(2) * tl.num_programs(0) * n + rows, acc,"),),
         (GEMV,), ("v13",), "with k split, every row's partial sums go to the first row's place"),
+    Mutant("v13-norm-gemv-stream-unwritten", "fusion", (
+        Edit(GEMV_KERNEL, "    if tl.program_id(1) == 0:\n        tl.store(res_out_ptr",
+             "    if tl.program_id(1) == 1:\n        tl.store(res_out_ptr"),),
+        (NORM_GEMV,), ("v13",),
+        "the second program of a row writes the stream: a row of few weight rows leaves it unset"),
+    Mutant("v13-norm-gemv-mean-over-the-block", "fusion", (
+        Edit(GEMV_KERNEL, "    rstd = tl.rsqrt(tl.sum(s32 * s32, axis=0) / k + eps)",
+             "    rstd = tl.rsqrt(tl.sum(s32 * s32, axis=0) / BLOCK_ROW + eps)"),),
+        (NORM_GEMV,), ("v13",), "the mean square divides by the padded row's width, not k"),
+    Mutant("v13-norm-gemv-product-without-the-residual", "fusion", (
+        Edit(GEMV_KERNEL, "        normed = (ss.to(xs.dtype).to(tl.float32) * rstd)",
+             "        normed = (xs.to(tl.float32) * rstd)"),),
+        (NORM_GEMV,), ("v13",), "the product reads the norm of x alone, not of x + residual"),
+    Mutant("v13-add-norm-sums-one-split-short", "fusion", (
+        Edit(GEMV_KERNEL, "    for split in range(SPLIT):  # in _sum_splits_kernel's order",
+             "    for split in range(SPLIT - 1):  # in _sum_splits_kernel's order"),),
+        (ADD_NORM,), ("v13",), "the launch after down's product loses the last share of k"),
+    Mutant("v13-add-norm-without-the-bias", "fusion", (
+        Edit(GEMV_KERNEL, "        acc += tl.load(bias_ptr + cols, mask=live, other=0.0)",
+             "        acc += 0 * tl.load(bias_ptr + cols, mask=live, other=0.0)"),),
+        (ADD_NORM,), ("v13",), "the product joins the stream without its bias"),
+    Mutant("v13-mlp-norm-after-is-the-post-attention-norm", "fusion", (
+        Edit(MODEL, "                                  residual, norm_after, eps, swiglu=True)",
+             '                                  residual, w["post_attention_layernorm.weight"], '
+             'eps, swiglu=True)'),),
+        (QWEN3,), ("v13",),
+        "at one row the MLP's output is normed by its own layer's post-attention weight, not by "
+        "what follows"),
+    Mutant("v13-mlp-norms-in-launches-of-their-own", "fusion", (
+        Edit(MODEL, "        if self.norms_fuse:\n            self.mlp_sublayer",
+             "        if False:\n            self.mlp_sublayer"),),
+        (DECODE_GEMV,), ("v13",),
+        "the MLP's norms run as add_rms_norm launches at one row too: the same numbers"),
     Mutant("v13-context-fixed-chunk-ignored", "fusion", (
         Edit(CONTEXT_KERNEL, "    if fixed_chunk:  # cut where", "    if False:  # cut where"),),
         (FIXED_CONTEXT,), ("v13",),
@@ -184,4 +218,29 @@ MUTANTS = [
         (STORED_IN_PASSES,), ("v13",),
         "each layer's K/V stored by v10's store_kv after rope_split: the same caches, a launch "
         "more"),
+    Mutant("v13-argmax-one-chunk-reads-half-the-row", "fusion", (
+        Edit(KERNELS, "BLOCK=triton.next_power_of_2(n_cols))",
+             "BLOCK=max(1, triton.next_power_of_2(n_cols) // 2))"),),
+        (ARGMAX,), ("v13",),
+        "a row that fits one chunk is scanned over half the block: its last columns never win"),
+    Mutant("v13-gemv-rope-pairs-adjacent-rows", "fusion", (
+        Edit(GEMV_KERNEL, "    r2 = r1 + half\n", "    r2 = r1 + 1\n"),),
+        (GEMV_ROPE,), ("v13",), "a head's column c turns with column c + 1, not c + half"),
+    Mutant("v13-gemv-rope-turns-v-too", "fusion", (
+        Edit(GEMV_KERNEL, "    turned = head < n_q + n_kv  # q and k heads turn; v heads",
+             "    turned = head < n_q + 2 * n_kv  # q and k heads turn; v heads"),),
+        (GEMV_ROPE,), ("v13",), "the fused q/k/v gemv turns the v heads as well"),
+    Mutant("v13-gemv-rope-stores-v-first-half-twice", "fusion", (
+        Edit(GEMV_KERNEL, "    tl.store(v_cache_ptr + dst + half, out2, mask=is_v & (slot >= 0))",
+             "    tl.store(v_cache_ptr + dst + half, out1, mask=is_v & (slot >= 0))"),),
+        (GEMV_ROPE,), ("v13",), "a v head's second half in the cache is its first half again"),
+    Mutant("v13-qkv-gemv-then-rope-split-at-one-row", "fusion", (
+        Edit(MODEL, "        if self.takes_gemv(x, weight) and not config.qk_norm:",
+             "        if False:"),),
+        (DECODE_GEMV,), ("v13",),
+        "at one row the q/k/v gemv and rope_split run as two launches: the same numbers"),
+    Mutant("v13-qwen3-heads-unnormed-at-one-row", "fusion", (
+        Edit(MODEL, "        if self.takes_gemv(x, weight) and not config.qk_norm:",
+             "        if self.takes_gemv(x, weight):"),),
+        (QWEN3,), ("v13",), "at one row Qwen3's q and k heads turn without their norms"),
 ]
