@@ -117,13 +117,13 @@ class QuantizedOps(FusedOps):
         return ops
 
     def project(self, x, weight, bias=None):
-        if isinstance(weight, QuantizedTensor):
+        if not self.gemv_reads(weight):  # a QuantizedTensor: the quantized products
             return qlinear.linear(x, weight, bias)
         return super().project(x, weight, bias)
 
     def gemv_reads(self, weight) -> bool:
-        """Float matrices only: v13's gemv reads no integers, so a quantized down takes v13's
-        other branch, SwiGLU's output through project, and the MLP's norms stay launches."""
+        """Float matrices only: v13's products read no integers, so a quantized matrix goes to
+        the quantized kernels (project), and at one row the MLP's norms stay launches."""
         return not isinstance(weight, QuantizedTensor)
 
     def lm_head(self, weights, hidden: torch.Tensor) -> torch.Tensor:
