@@ -20,7 +20,9 @@ hidden size, over GQA ratios of 4:1, 6:2, 6:3, 4:2 and 2:2. Every rank runs in a
 over gloo on loopback (spec/support/ranks/ranks.py); what a rank does is read from outside it: the
 collectives it calls (torch.distributed wrapped in the rank), the weights its matmuls read (the
 ops it dispatches), the K/V it stores (the kv_cache capability), the bytes of the storages its
-engine holds (every tensor reachable from it, each storage counted once and whole). A call that
+engine holds (every tensor reachable from it, each storage counted once and whole). On the
+kernels a rank's one-row MLP output is all-reduced before it joins the stream (v13 fuses that
+add into down's launch; the sharded ops do not), read from the all-reduce's calls. A call that
 rank 0 refuses, or a request aborted before it ran, leaves every rank in step: the next call's
 tokens are the oracle's.
 
@@ -575,6 +577,42 @@ def test_the_other_rank_calls_the_same_collectives_in_the_same_order(impl, tp2):
     compute = {"all_reduce", "all_gather"}
     assert ([c for c in followers[0].collectives if c in compute]
             == [c for c in seen["counts"] if c in compute])
+
+
+@pytest.mark.spec(kernel_path=True, part="model")
+def test_on_the_kernels_a_ranks_one_row_mlp_output_is_all_reduced_before_it_joins_the_stream(
+        impl, monkeypatch):
+    """v13's ops run a one-row MLP sublayer on the kernels as two launches, down's output joining
+    the residual stream inside the second. A rank's MLP output is its partial sum: the sharded
+    ops must all-reduce it first, so on the kernels too their sublayer calls the all-reduce once,
+    on the MLP's output, and what joins the stream is what the all-reduce left (here, one rank's
+    group, recorded: the sum unchanged); the stream and its norm are v00's maths on it."""
+    from spec.support.oracles import kernel_reference as ref
+
+    ops = impl.package.ShardedOps().for_device("cpu", torch.float32)
+    assert ops.on_triton, "the kernel path runs under the interpreter here"
+    reduced = []
+    monkeypatch.setattr(torch.distributed, "all_reduce",
+                        lambda t, *args, **kwargs: reduced.append(t.clone()))
+    gen = torch.Generator().manual_seed(0)
+    hidden, inter = 24, 40
+    attended, residual = torch.randn(1, hidden, generator=gen), torch.randn(1, hidden,
+                                                                             generator=gen)
+    w = {"post_attention_layernorm.weight": torch.rand(hidden, generator=gen) + 0.5,
+         "mlp.gate_up_proj.weight": torch.randn(2 * inter, hidden, generator=gen) * 0.2,
+         "mlp.down_proj.weight": torch.randn(hidden, inter, generator=gen) * 0.2}
+    after = torch.rand(hidden, generator=gen) + 0.5
+    alone = ops.mlp(torch.randn(1, hidden, generator=gen), w)  # the rank's MLP: its sum reduced
+    assert len(reduced) == 1 and torch.equal(reduced.pop(), alone)
+    normed, stream = ops.mlp_sublayer(attended, residual, w, after, 1e-6)
+    assert len(reduced) == 1 and reduced[0].shape == (1, hidden), [t.shape for t in reduced]
+    h = ref.rms_norm(attended + residual, w["post_attention_layernorm.weight"], 1e-6)
+    gate, up = (h @ w["mlp.gate_up_proj.weight"].double().T).chunk(2, dim=-1)
+    mlp_out = ref.swiglu(gate, up) @ w["mlp.down_proj.weight"].double().T
+    torch.testing.assert_close(reduced[0].double(), mlp_out, rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(stream, attended + residual + reduced[0], rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(normed.double(), ref.rms_norm(stream, after, 1e-6),
+                               rtol=1e-4, atol=1e-4)
 
 
 # --- a rank that stops -------------------------------------------------------------------------

@@ -15,6 +15,8 @@ HELD = f"{PAGE}::test_each_rank_holds_the_storage_of_its_half_of_an_evenly_split
 WAITING = f"{PAGE}::test_aborting_a_waiting_request_leaves_every_rank_in_step"
 REFUSED = f"{PAGE}::test_a_request_refused_on_rank_0_leaves_every_rank_in_step"
 KV_CALLS = f"{PAGE}::test_a_refused_kv_cache_call_leaves_every_rank_in_step"
+ONE_ROW_MLP = (f"{PAGE}::test_on_the_kernels_a_ranks_one_row_mlp_output_is_all_reduced_before_it_"
+               "joins_the_stream")
 
 PROPERTY = "tensor parallelism"
 V16 = ("v16",)
@@ -95,4 +97,10 @@ MUTANTS = [
         (KV_CALLS,), V16,
         "a prefill of ids and prompts that do not pair up is sent: the other ranks fail on it "
         "with a ValueError, which they do not skip, and stop"),
+    Mutant("v16-one-row-mlp-joins-the-stream-unreduced", PROPERTY, (
+        Edit(MODEL, "    norms_fuse = False  # the MLP's partial sum",
+             "    norms_fuse = True  # the MLP's partial sum"),),
+        (ONE_ROW_MLP,), V16,
+        "on the kernels a rank's one-row MLP output joins the stream inside v13's fused launch, "
+        "its partial sum never all-reduced"),
 ]
