@@ -421,6 +421,39 @@ def test_the_decode_targets_judge_the_newest_version_of_the_run():
     assert "decode step at batch 256, context 1024: **missed** by 0.5 ms" in text
 
 
+def test_issue_48s_targets_judge_one_call_kernels_v15s_itl_maximum_and_the_qwen3_workload():
+    """The kernel one call a replay at 80% of the bound at each of its two cells, SDPA beside;
+    v15's largest inter-token gap over its p99 (not another version's, not the p50); the Qwen3
+    workload's share of its own floor, from the newest version of its run. Not measured where
+    a result is missing or from a CPU."""
+    from torchlet.bench.targets import mixed_lines, one_call_lines, qwen3_lines
+
+    gpu = {"environment": {"gpu": "NVIDIA H200"}}
+    cell = {"batch": 256, "context": 1024, "paged_pct_bound": 81.0, "sdpa_pct_bound": 85.0,
+            "ratio": 0.95}
+    text = "\n".join(one_call_lines({**gpu, "rows": [cell, {**cell, "batch": 64,
+                                                              "context": 4096,
+                                                              "paged_pct_bound": 60.0}]}))
+    assert "B=256, context 1024, one call a replay: **met**, 81%" in text
+    assert "B=64, context 4096, one call a replay: **missed** by 20.0 percentage points" in text
+    assert "SDPA on contiguous K/V, the same way: 85.0%" in text
+    assert "not measured" in "\n".join(one_call_lines({**gpu, "rows": [cell]}))
+    rows = [{"version": "v14_overlap", "itl_p50_ms": 1.0, "itl_p99_ms": 30.0, "itl_max_ms": 31.0},
+            {"version": "v15_chunked_prefill", "itl_p50_ms": 4.0, "itl_p99_ms": 7.0,
+             "itl_max_ms": 15.4}]
+    text = "\n".join(mixed_lines({**gpu, "rows": rows}))
+    assert "over its p99: **missed** by 0.2x: 2.2x against ≤ 2x" in text
+    assert "Maximum 15.40 ms, p99 7.00 ms" in text
+    assert "not measured" in "\n".join(mixed_lines({"environment": {}, "rows": rows}))
+    qwen3 = {**gpu, "floor": {"seconds": 3.0}, "rows": [
+        {"version": "v19_structured_output", "wall_s": 3.9, "pct_floor": 76.9},
+        {"version": "v20_live_lanes", "wall_s": 5.0, "pct_floor": 60.0}]}
+    text = "\n".join(qwen3_lines(qwen3))
+    assert "share of its floor: **missed** by 15.0 percentage points: 60% against ≥ 75%" in text
+    assert "v20_live_lanes: 5.00 s against a floor of 3.000 s" in text
+    assert "not measured" in "\n".join(qwen3_lines(None))
+
+
 def test_the_kernel_target_judges_the_chained_figure_and_states_the_single_calls_beside_it():
     """A row timed in a chain (data over twice L2) is judged by it; a row without one, by its
     one-call figure."""

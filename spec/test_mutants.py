@@ -58,7 +58,8 @@ def test_every_mutant_is_listed_in_the_table_with_its_property_and_version():
 # quantized weights and v19's structured output; the host work of a step's outputs; the docs site's pictures (harness
 # mutants: they edit torchlet/docs/draw.py); and the server's (torchlet serve) tokens,
 # cancellation, refusals and the engine state it reports (harness mutants of torchlet/serve/);
-# the bench's anchors and its timing (harness mutants of torchlet/bench/); the parts' seams,
+# the bench's anchors, its timing and the targets' verdicts (harness mutants of
+# torchlet/bench/); the parts' seams,
 # the versions' layout (reference mutants) and the spec collection rule (mutants of
 # spec/support/).
 PROPERTIES = ("token parity", "no history recompute", "lane stability", "graph replay",
@@ -67,7 +68,7 @@ PROPERTIES = ("token parity", "no history recompute", "lane stability", "graph r
               "split decode attention", "overlap", "preemption", "chunked prefill", "slice graphs",
               "picture content", "served tokens", "served cancellation", "served refusals",
               "served engine state", "tensor parallelism", "speculative decoding",
-              "batch invariance", "anchors", "bench timing",
+              "batch invariance", "anchors", "bench timing", "targets",
               "quantized weights", "structured output", "live lanes", "host work per step", "part seams", "version layout", "spec collection")
 
 

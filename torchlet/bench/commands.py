@@ -97,6 +97,11 @@ def model_info(config) -> dict:
     return {k: v for k, v in asdict(config).items() if k != "eos_token_ids"}
 
 
+# A workload run on another model shape than the default's: a result of its own, so that it
+# does not replace the default shape's (issue 48's Qwen3-0.6B target reads it).
+SHAPE_KINDS = {"qwen3-0.6b": "gpu-workload-qwen3"}
+
+
 def run_gpu_workload(args) -> int:
     from .floor import physical_floor
     from .run import Job, ModelSpec, median_runs, run_jobs
@@ -148,7 +153,9 @@ def run_gpu_workload(args) -> int:
         from .anchors import workload_anchor_lines
         payload["anchors"] = anchors
         print("\n".join(workload_anchor_lines(anchors, rows)))
-    report("gpu-workload-quantized" if args.quantize else "gpu-workload", args, payload, device)
+    kind = ("gpu-workload-quantized" if args.quantize
+            else SHAPE_KINDS.get(getattr(args, "model_shape", None), "gpu-workload"))
+    report(kind, args, payload, device)
     return 0
 
 

@@ -15,7 +15,8 @@ from .report import base_kind, markdown_table
 from .workloads import QWEN25_05B, nano_vllm_workload
 
 REPO = Path(__file__).resolve().parents[2]
-KINDS = ("main-job", "long-prompt", "cpu", "gpu-workload", "gpu-workload-quantized", "mixed",
+KINDS = ("main-job", "long-prompt", "cpu", "gpu-workload", "gpu-workload-quantized",
+         "gpu-workload-qwen3", "mixed",
          "mixed-cpu", "decode", "decode-quantized", "anchors", "kernel", "tp", "serve", "serve-gpu",
          "batching", "speculative", "speculative-gpu", "speculative-gpu-invariant", "structured",
          "structured-gpu")
@@ -27,6 +28,7 @@ TITLES = {
     "gpu-workload": "GPU: nano-vllm's workload on a Qwen2.5-0.5B-shaped model",
     "gpu-workload-quantized": "GPU: nano-vllm's workload with quantized weights (v18) against "
                               "v16's",
+    "gpu-workload-qwen3": "GPU: nano-vllm's workload on a Qwen3-0.6B-shaped model",
     "mixed": "Mixed traffic: requests decoding while long prompts arrive (chunked prefill)",
     "mixed-cpu": "Mixed traffic on the CPU, the small CPU model (chunked prefill)",
     "decode": "Decode step: batch x context",
@@ -52,6 +54,7 @@ HOW_TO = {
     "cpu": "torchlet bench cpu",
     "gpu-workload": "torchlet bench gpu-workload --hf-baseline",
     "gpu-workload-quantized": "torchlet bench gpu-workload --versions v16,v18 --quantize int8",
+    "gpu-workload-qwen3": "torchlet bench gpu-workload --model-shape qwen3-0.6b --versions v20",
     "mixed": "torchlet bench mixed --versions v14,v15",
     "mixed-cpu": "torchlet bench mixed --versions v14,v15 --device cpu",
     "decode": "torchlet bench decode",
@@ -249,6 +252,7 @@ QUANTIZED_NOTE = (" v18's rows are built with `--quantize`'s format, quantized a
                   "same random weights; v16's read them in the run's dtype.")
 NOTES["decode-quantized"] = NOTES["decode"] + QUANTIZED_NOTE
 NOTES["gpu-workload-quantized"] = NOTES["gpu-workload"] + QUANTIZED_NOTE
+NOTES["gpu-workload-qwen3"] = NOTES["gpu-workload"]
 NOTES["mixed-cpu"] = NOTES["mixed"]
 NOTES["serve-gpu"] = (SERVE_NOTE + "On the GPU, `--model` is a "
                       "Qwen2.5-0.5B-shaped model with `bench gpu-workload`'s random weights and "
@@ -380,7 +384,8 @@ def targets_section(results: dict[str, dict]) -> list[str]:
     from .targets import verdicts
     lines = verdicts(results)
     envs = {kind: r.get("environment", {}) for kind, r in results.items()
-            if kind in ("gpu-workload", "kernel", "decode", "anchors") and r}
+            if kind in ("gpu-workload", "gpu-workload-qwen3", "kernel", "decode", "anchors",
+                        "mixed") and r}
     cards = [f"{kind} on {env.get('gpu') or 'a CPU'} ({env.get('commit', '?')})"
              for kind, env in envs.items()]
     where = ["Runs read: " + "; ".join(cards) + "."] if cards else []

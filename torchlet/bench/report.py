@@ -206,7 +206,8 @@ COLUMNS = {"batching": BATCHING_COLUMNS, "structured": STRUCTURED_COLUMNS,
 # page, the table and chart of the kind it varies.
 VARIANT_OF = {"mixed-cpu": "mixed", "serve-gpu": "serve", "structured-gpu": "structured",
               "speculative-gpu": "speculative", "speculative-gpu-invariant": "speculative",
-              "decode-quantized": "decode", "gpu-workload-quantized": "gpu-workload"}
+              "decode-quantized": "decode", "gpu-workload-quantized": "gpu-workload",
+              "gpu-workload-qwen3": "gpu-workload"}
 
 
 def base_kind(kind: str) -> str:

@@ -1,6 +1,7 @@
 """Issue 30's bars for the newest version on the H200 (and the earlier issues' bars it keeps),
-judged from the recorded results: met, or missed by how much, with where the time goes (device
-time against host time per step) and the anchors measured in the same run."""
+with issue 48's where it raised one or set a new one, judged from the recorded results: met, or
+missed by how much, with where the time goes (device time against host time per step) and the
+anchors measured in the same run."""
 from __future__ import annotations
 
 WORKLOAD_SECONDS = 2.0      # nano-vllm workload, wall time (the median of the call's runs)
@@ -15,8 +16,13 @@ QUANTIZED_VS_HF = 3.0  # issue 46: the default version reading quantized weights
 MAIN_JOB_VS_HF = 1.5        # the CPU main job: the default version's tokens/s over HF generate's
 LONG_PROMPT_VS_HF = 1.0     # a 5,000-token prompt on a CPU: HF's seconds to the first token
 #                             over the default version's (issue 23)
-KERNELS_PER_STEP = 300      # kernels a batch-1 decode step launches
+KERNELS_PER_STEP = 120      # kernels a batch-1 decode step launches (issue 48; issue 30's: 300)
 GPU_BUSY_PCT = 90.0         # GPU busy share of a decode step at batch 256, context 1024
+# Issue 48's new bars.
+ONE_CALL_PCT_BOUND = 80.0   # paged decode attention, one call a replay, at these cells:
+ONE_CALL_CELLS = ((256, 1024), (64, 4096))
+ITL_MAX_OVER_P99 = 2.0      # chunked prefill's (v15's) inter-token maximum over its p99, mixed
+QWEN3_PCT_FLOOR = 75.0      # the workload on a Qwen3-0.6B-shaped model, share of its floor
 
 
 def _on_gpu(result: dict | None) -> bool:
@@ -116,6 +122,51 @@ def kernel_lines(result: dict | None) -> list[str]:
             f"{r['paged_pct_bound']:.1f}%, SDPA {r['sdpa_pct_bound']:.1f}%."]
 
 
+def one_call_lines(result: dict | None) -> list[str]:
+    """Issue 48: the paged kernel one call a replay (a graph launch's cost in it), at SDPA's
+    level: 80% of the bound at each of its cells, SDPA's figure beside."""
+    rows = {(r["batch"], r["context"]): r for r in (result or {}).get("rows", [])
+            if "paged_pct_bound" in r}
+    out = []
+    for batch, context in ONE_CALL_CELLS:
+        r = rows.get((batch, context))
+        what = f"paged decode attention at B={batch}, context {context}, one call a replay"
+        if not _on_gpu(result) or r is None:
+            out.append(f"- {what} ≥ {ONE_CALL_PCT_BOUND:g}% of 4.3 TB/s: not measured on the GPU "
+                       "yet (`torchlet bench kernel`).")
+            continue
+        out += [_judge(what, r["paged_pct_bound"], ONE_CALL_PCT_BOUND, "%", False),
+                f"  - Torch SDPA on contiguous K/V, the same way: {r['sdpa_pct_bound']:.1f}% "
+                f"(the paged kernel {r['ratio']:.2f}x its speed)."]
+    return out
+
+
+def mixed_lines(result: dict | None) -> list[str]:
+    """Issue 48: under mixed traffic the chunked-prefill version's (v15's) largest gap between
+    two tokens at most twice its p99."""
+    row = next((r for r in (result or {}).get("rows", [])
+                if r.get("version", "").startswith("v15") and "itl_max_ms" in r), None)
+    what = "v15's inter-token maximum under mixed traffic, over its p99"
+    if not _on_gpu(result) or row is None:
+        return [f"- {what} ≤ {ITL_MAX_OVER_P99:g}x: not measured on the GPU yet "
+                "(`torchlet bench mixed --versions v14,v15`)."]
+    return [_judge(what, row["itl_max_ms"] / row["itl_p99_ms"], ITL_MAX_OVER_P99, "x", True),
+            f"  - Maximum {row['itl_max_ms']:.2f} ms, p99 {row['itl_p99_ms']:.2f} ms, p50 "
+            f"{row['itl_p50_ms']:.2f} ms."]
+
+
+def qwen3_lines(result: dict | None) -> list[str]:
+    """Issue 48: the workload on a Qwen3-0.6B-shaped model at 75% of its own floor."""
+    row = _newest(result["rows"]) if _on_gpu(result) else None
+    what = "nano-vllm workload on a Qwen3-0.6B-shaped model, share of its floor"
+    if row is None:
+        return [f"- {what} ≥ {QWEN3_PCT_FLOOR:g}%: not measured on the GPU yet (`torchlet bench "
+                "gpu-workload --model-shape qwen3-0.6b`)."]
+    return [_judge(what, row["pct_floor"], QWEN3_PCT_FLOOR, "%", False),
+            f"  - {row['version']}: {row['wall_s']:.2f} s against a floor of "
+            f"{result['floor']['seconds']:.3f} s."]
+
+
 def decode_lines(result: dict | None, anchors: dict | None = None) -> list[str]:
     newest = _newest((result or {}).get("rows", []))
     commit = _commit(result or {})
@@ -197,5 +248,7 @@ def long_prompt_lines(result: dict) -> list[str]:
 
 def verdicts(results: dict[str, dict]) -> list[str]:
     return (workload_lines(results.get("gpu-workload"), results.get("decode"))
-            + kernel_lines(results.get("kernel"))
+            + qwen3_lines(results.get("gpu-workload-qwen3"))
+            + kernel_lines(results.get("kernel")) + one_call_lines(results.get("kernel"))
+            + mixed_lines(results.get("mixed"))
             + decode_lines(results.get("decode"), results.get("anchors")))
