@@ -331,13 +331,14 @@ def _(x, weight, bias, swiglu, residual, norm_weight, eps):
     return torch.empty_like(residual), torch.empty_like(residual)
 
 
-def _check_norm_of(name: str, t: torch.Tensor, norm_weight: torch.Tensor, x: torch.Tensor,
-                   width: int) -> None:
-    check_tensor(name, t, like=x)
+def _check_stream(residual: torch.Tensor, norm_weight: torch.Tensor, x: torch.Tensor,
+                  width: int) -> None:
+    """The stream a fused norm adds to and the norm's weight: x's rows, `width` columns."""
+    check_tensor("residual", residual, like=x)
     check_tensor("norm_weight", norm_weight, like=x)
-    check(t.shape == (x.shape[0], width),
-          f"{name} must be [{x.shape[0]}, {width}] (a row of the stream for each row of x), "
-          f"got {tuple(t.shape)}")
+    check(residual.shape == (x.shape[0], width),
+          f"residual must be [{x.shape[0]}, {width}] (a row of the stream for each row of x), "
+          f"got {tuple(residual.shape)}")
     check(norm_weight.shape == (width,),
           f"norm_weight must be [{width}], got {tuple(norm_weight.shape)}")
     check(1 <= width <= kernels.MAX_HIDDEN,
@@ -354,7 +355,7 @@ def norm_gemv(x: torch.Tensor, residual: torch.Tensor, norm_weight: torch.Tensor
     _check_product(x, weight, bias, False)
     check(weight.shape[0] >= 1, "weight must have at least one row (its first program writes "
                                 "the stream)")
-    _check_norm_of("residual", residual, norm_weight, x, x.shape[1])
+    _check_stream(residual, norm_weight, x, x.shape[1])
     return _norm_gemv_op(x, residual, norm_weight, float(eps), weight, bias)
 
 
@@ -366,7 +367,7 @@ def gemv_add_norm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | No
     gemv's order, adds the product to the stream and norms it, where gemv's sums and v09's
     add_rms_norm took a launch each."""
     _check_product(x, weight, bias, swiglu)
-    _check_norm_of("residual", residual, norm_weight, x, weight.shape[0])
+    _check_stream(residual, norm_weight, x, weight.shape[0])
     return _gemv_add_norm_op(x.contiguous(), weight, bias, bool(swiglu), residual, norm_weight,
                              float(eps))
 
@@ -384,8 +385,9 @@ def _gemv_rope_split_store_op(x: torch.Tensor, weight: torch.Tensor, bias: torch
     keys, values = x.new_empty(tokens, n_kv, head_dim), x.new_empty(tokens, n_kv, head_dim)
     if tokens:
         pairs = (n_q + 2 * n_kv) * head_dim // 2
-        block_n, block_k, _ = plan(weight.shape[0], k, x.is_cuda)  # no split: the turn needs
-        block_p = max(1, block_n // 2)                            # a row's whole sums
+        # gemv's plan, unsplit (a pair is turned once its whole sums are in), in pairs of rows
+        block_n, block_k, _ = plan(weight.shape[0], k, x.is_cuda)
+        block_p = max(1, block_n // 2)
         _gemv_rope_kernel[(tokens, triton.cdiv(pairs, block_p))](
             x, weight, bias if bias is not None else weight, cos, sin, q, keys, values,
             k_cache, v_cache, slot_mapping, k_cache.shape[1], *k_cache.stride()[:3], k, n_q,
