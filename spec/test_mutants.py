@@ -53,7 +53,7 @@ def test_every_mutant_is_listed_in_the_table_with_its_property_and_version():
 
 
 # The design card's five properties, the block allocator, bad-input atomicity, v11's seeded
-# sampling, v12's prefix cache, v08's preemption, v17's speculative decoding and its batch
+# sampling, v12's prefix cache, v13's fusion and dependent launch, v08's preemption, v17's speculative decoding and its batch
 # invariance, v18's
 # quantized weights and v19's structured output; the host work of a step's outputs; the docs site's pictures (harness
 # mutants: they edit torchlet/docs/draw.py); and the server's (torchlet serve) tokens,
@@ -64,7 +64,7 @@ def test_every_mutant_is_listed_in_the_table_with_its_property_and_version():
 # spec/support/).
 PROPERTIES = ("token parity", "no history recompute", "lane stability", "graph replay",
               "block table invariants", "block allocator", "bad-input atomicity",
-              "seeded sampling", "prefix cache", "rotation once per pass", "fusion",
+              "seeded sampling", "prefix cache", "rotation once per pass", "fusion", "dependent launch",
               "split decode attention", "overlap", "preemption", "chunked prefill", "slice graphs",
               "picture content", "served tokens", "served cancellation", "served refusals",
               "served engine state", "tensor parallelism", "speculative decoding",

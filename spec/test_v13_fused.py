@@ -12,7 +12,9 @@ Triton, v12's gathers and one fused call per request (v02's causal_attention). A
 batch-1 decode step) each layer's products are gemv kernels, cuBLAS's GEMMs elsewhere; down's
 gemv reads [gate | up] and forms SwiGLU itself, the MLP's two norms run inside its two products
 (norm_gemv, gemv_add_norm), and the q/k/v gemv turns, splits and stores the heads itself
-(gemv_rope_split). The greedy draw's argmax is argmax_rows, one read
+(gemv_rope_split); on Hopper and later those kernels launch dependent on the launch before
+them (programmatic dependent launch: each starts early, reads its first weights, then waits for
+the writes it reads). The greedy draw's argmax is argmax_rows, one read
 of the logits (chunks of each row over programs, then a pick), which the sampler reaches through
 the model's ops.
 
@@ -39,7 +41,10 @@ gemv equals a float64 product within its dtype's tolerance, with and without Swi
 over programs and not; norm_gemv and gemv_add_norm give the stream the bits of v09's
 add_rms_norm and the product or normed stream within tolerance of the reference;
 gemv_rope_split gives rope_split's q, k and v of the gemv within tolerance and stores the bits
-it returns. argmax_rows equals torch's argmax, a tie's first index and a NaN included,
+it returns. Launched dependent, each program of those kernels lets the next launch start,
+waits once, and reads nothing but its weights before it waits (its loads watched under the
+interpreter); on a Hopper GPU a replayed graph of such launches gives the bits of the same
+launches one after another. argmax_rows equals torch's argmax, a tie's first index and a NaN included,
 and a greedy engine's every draw runs it and no aten argmax.
 
 Files to compare: implementations/v13_fused/{model.py, fused_kernels.py, gemv.py} against
@@ -71,6 +76,7 @@ from hypothesis import strategies as st
 import implementations
 from spec.support.oracles import kernel_reference as ref
 from spec.support.collection.hypothesis_profiles import engine_settings
+from spec.support.watchers.dependent_reads import DependentReads
 from spec.support.watchers.kernel_calls import AtenCalls, KernelCalls
 from spec.support.inputs.kernel_targets import INTERPRETED, TARGETS, Target, interpreted
 from spec.support.models.fixtures import QWEN3, SHAPE_PROMPTS, tiny_checkpoint
@@ -355,6 +361,117 @@ def test_gemv_rope_split_is_rope_split_of_the_gemv_and_stores_as_it_stores(
             want_k.view(-1, n_kv, 2 * half)[slot] = keys[i]
             want_v.view(-1, n_kv, 2 * half)[slot] = values[i]
     assert torch.equal(k_cache, want_k) and torch.equal(v_cache, want_v), slots
+
+
+
+def one_row_products(impl, gemv, gen):
+    """The four one-row products of a layer, each as a call and the tensors it reads by name:
+    gemv with its k split (on the CPU past 256 columns, so a second launch adds the splits),
+    norm_gemv, gemv_add_norm over [gate | up], gemv_rope_split with its store."""
+    r = lambda *shape, scale=1.0: torch.randn(*shape, generator=gen) * scale
+    x, w, b = r(1, 300), r(40, 300, scale=0.05), r(40)
+    res, norm, gu, down = r(1, 300), r(300), r(1, 600), r(300, 300, scale=0.05)
+    qkv_w, slots = r(32, 48, scale=0.1), torch.tensor([5], dtype=torch.int64)
+    cos, sin = impl.package.kernels.rope_cos_sin(torch.tensor([7]), 8, 10000.0)
+    caches = r(2, 4, 1, 8), r(2, 4, 1, 8)
+    return {
+        "gemv": (lambda: gemv.gemv(x, w, b), dict(weight=w, x=x, bias=b)),
+        "norm_gemv": (lambda: gemv.norm_gemv(x, res, norm, 1e-6, w, b),
+                      dict(weight=w, x=x, residual=res, norm=norm, bias=b)),
+        "gemv_add_norm": (lambda: gemv.gemv_add_norm(gu, down, None, res, norm, 1e-6,
+                                                     swiglu=True),
+                          dict(weight=down, x=gu, residual=res, norm=norm)),
+        "gemv_rope_split": (lambda: gemv.gemv_rope_split(x[:, :48].contiguous(), qkv_w, None,
+                                                         cos, sin, 2, 1, (*caches, slots)),
+                            dict(weight=qkv_w, cos=cos, sin=sin, slots=slots,
+                                 k_cache=caches[0], v_cache=caches[1])),
+    }
+
+
+@pytest.mark.spec(part="model")
+@interpreted
+@pytest.mark.parametrize("op", ["gemv", "norm_gemv", "gemv_add_norm", "gemv_rope_split"])
+def test_launched_dependent_each_program_reads_only_weights_before_it_waits_for_the_launch_before(
+        impl, gemv, op, monkeypatch):
+    """On Hopper (compute capability 9) the one-row products launch dependent on the launch
+    before them (CUDA's programmatic dependent launch): a kernel starts while the one before it
+    ends, so before it waits (gdc_wait) it may read only what no kernel writes, its weights.
+    Watched under the interpreter, every load of every program (spec/support/watchers/
+    dependent_reads.py), the module's launches_dependent made to say yes as on Hopper: each
+    program of each launch (the split sums' and the norms' launches too) lets the launch after
+    it start, waits once, and before that reads the weight matrix or nothing; the results the
+    same bits as launched without it."""
+    call, tensors = one_row_products(impl, gemv, torch.Generator().manual_seed(0))[op]
+    plain = call()
+    reads = DependentReads(monkeypatch)
+    monkeypatch.setattr(gemv, "launches_dependent", lambda x: True)
+    dependent = call()
+    for want, got in zip(plain if isinstance(plain, tuple) else (plain,),
+                         dependent if isinstance(dependent, tuple) else (dependent,)):
+        assert torch.equal(want, got), f"{op}: launched dependent, other bits"
+    named = {k: v for k, v in tensors.items() if v is not None}
+    assert reads.programs, f"{op}: no program ran"
+    for p in reads.programs:
+        where = f"{op}: {p.kernel} program {p.index}"
+        assert p.lets_next_start, f"{where} never lets the launch after it start"
+        assert p.waits == 1, f"{where} waits {p.waits} times for the launch before it"
+        early = p.read_before_wait(named) - {"weight"}
+        assert not early, f"{where} reads {sorted(early)} before it waits ('?': a workspace)"
+
+
+
+@pytest.mark.gpu
+@pytest.mark.spec(part="model", kernels=True)
+def test_on_hopper_a_replayed_chain_of_one_row_products_launches_dependent_and_gives_the_same_bits(
+        gemv, monkeypatch):
+    """On a GPU of compute capability 9 or later, a layer's one-row MLP and o products (norm_gemv,
+    gemv_add_norm, gemv) are launched dependent (Triton's launch_pdl, read where Triton is
+    called), and a CUDA graph of eight such layers, replayed on a new row each time, gives the
+    bits the same chain gives launched one after another (launches_dependent made to say no):
+    no kernel reads its input before the launch that writes it has ended."""
+    import triton
+    if torch.cuda.get_device_capability()[0] < 9:
+        pytest.skip("dependent launch needs compute capability 9 (Hopper) or later")
+    gen = torch.Generator().manual_seed(0)
+    r = lambda *shape, scale=1.0: (torch.randn(*shape, generator=gen) * scale).to(
+        "cuda", torch.bfloat16)
+    hidden, inter = 896, 4864
+    layers = [(r(hidden), r(2 * inter, hidden, scale=0.03), r(hidden, inter, scale=0.015),
+               r(hidden, hidden, scale=0.03)) for _ in range(8)]
+
+    def chain(x, res):
+        for norm, gate_up, down, o in layers:
+            gu, res = gemv.norm_gemv(x, res, norm, 1e-6, gate_up)
+            h, res = gemv.gemv_add_norm(gu, down, None, res, norm, 1e-6, swiglu=True)
+            x = gemv.gemv(h, o)
+        return x, res
+
+    launched = []
+    run = triton.runtime.jit.JITFunction.run
+
+    def recording(self, *args, **kwargs):
+        launched.append((self.fn.__name__, bool(kwargs.get("launch_pdl"))))
+        return run(self, *args, **kwargs)
+
+    x_in, res_in = r(1, hidden), r(1, hidden)
+    monkeypatch.setattr(triton.runtime.jit.JITFunction, "run", recording)
+    chain(x_in, res_in)  # compiled before capture
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = chain(x_in, res_in)
+    assert launched and all(pdl for _, pdl in launched), sorted(set(launched))
+    rows = [(r(1, hidden, scale=2.0), r(1, hidden, scale=2.0)) for _ in range(4)]
+    replayed = []
+    for x, res in rows:
+        x_in.copy_(x), res_in.copy_(res)
+        graph.replay()
+        replayed.append(tuple(t.clone() for t in out))
+    torch.cuda.synchronize()
+    monkeypatch.setattr(gemv, "launches_dependent", lambda x: False)
+    for i, ((x, res), got) in enumerate(zip(rows, replayed)):
+        want = chain(x, res)
+        assert all(torch.equal(a, b) for a, b in zip(want, got)), f"replay {i}"
 
 
 def context_batch(target: Target, seed: int, requests, kv_heads: int, group: int, head_dim: int,

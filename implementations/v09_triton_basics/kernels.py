@@ -47,16 +47,26 @@ def _rms_norm_kernel(x_ptr, res_ptr, w_ptr, out_ptr, res_out_ptr, n_cols, eps,
     mask = cols < n_cols
     x = tl.load(x_ptr + row + cols, mask=mask, other=0.0)
     if HAS_RESIDUAL:
-        # Added in float32 and rounded to the model dtype, bit for bit what PyTorch's
-        # `h = x + attention(...)` gives: it is the residual stream the next layer adds to.
-        res = tl.load(res_ptr + row + cols, mask=mask, other=0.0)
-        x = (x.to(tl.float32) + res.to(tl.float32)).to(x.dtype)
+        x = add_rounded(x, tl.load(res_ptr + row + cols, mask=mask, other=0.0))
         tl.store(res_out_ptr + row + cols, x, mask=mask)
-    x32 = x.to(tl.float32)
-    mean_sq = tl.sum(x32 * x32, axis=0) / n_cols
-    normed = (x32 * tl.rsqrt(mean_sq + eps)).to(x.dtype)
+    normed = (x.to(tl.float32) * inv_rms(x, n_cols, eps)).to(x.dtype)
     w = tl.load(w_ptr + cols, mask=mask, other=0.0)
     tl.store(out_ptr + row + cols, w * normed, mask=mask)
+
+
+@triton.jit
+def add_rounded(x, res):
+    """x + res added in float32 and rounded to x's dtype, bit for bit what PyTorch's `h = x +
+    attention(...)` gives: the residual stream the next layer adds to."""
+    return (x.to(tl.float32) + res.to(tl.float32)).to(x.dtype)
+
+
+@triton.jit
+def inv_rms(x, n_cols, eps):
+    """1 / sqrt(mean(x^2) + eps) over a row's n_cols values (masked lanes hold 0), in float32:
+    what a row is multiplied by before it is rounded to the model dtype."""
+    x32 = x.to(tl.float32)
+    return tl.rsqrt(tl.sum(x32 * x32, axis=0) / n_cols + eps)
 
 
 def _launch_rms_norm(x, residual, weight, eps, out, res_out):

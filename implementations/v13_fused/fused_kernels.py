@@ -42,55 +42,68 @@ def _rope_split_kernel(qkv_ptr, cos_ptr, sin_ptr, q_norm_ptr, k_norm_ptr, q_ptr,
     heads = tl.program_id(1) * BLOCK_H + tl.arange(0, BLOCK_H)  # over q, then k, then v heads
     cols = tl.arange(0, BLOCK_HALF)
     col_mask = cols < half
-    cos = tl.load(cos_ptr + token * half + cols, mask=col_mask, other=0.0)
-    sin = tl.load(sin_ptr + token * half + cols, mask=col_mask, other=0.0)
     width = 2 * half
     n_heads = n_q + 2 * n_kv
     mask = (heads[:, None] < n_heads) & col_mask[None, :]
     src = token * n_heads * width + heads[:, None] * width + cols[None, :]
     x1 = tl.load(qkv_ptr + src, mask=mask, other=0.0)
     x2 = tl.load(qkv_ptr + src + half, mask=mask, other=0.0)
-    a, b = x1.to(tl.float32), x2.to(tl.float32)
-    turned = (heads < n_q + n_kv)[:, None]  # q and k heads turn; v heads are copied as they are
     if HAS_NORM:
         # Each q and k head RMS-normed over its 2 * half values before it turns, rounded where
         # v09's rms_norm rounds: the normed value in the model dtype, then times the weight.
+        a, b = x1.to(tl.float32), x2.to(tl.float32)
         inv = tl.rsqrt((tl.sum(a * a, axis=1) + tl.sum(b * b, axis=1)) / width + eps)[:, None]
         of_q = (heads < n_q)[:, None]
+        turned = (heads < n_q + n_kv)[:, None]  # q and k heads are normed; v heads are not
         w1 = tl.where(of_q, tl.load(q_norm_ptr + cols, mask=col_mask, other=0.0)[None, :],
                       tl.load(k_norm_ptr + cols, mask=col_mask, other=0.0)[None, :])
         w2 = tl.where(of_q, tl.load(q_norm_ptr + half + cols, mask=col_mask, other=0.0)[None, :],
                       tl.load(k_norm_ptr + half + cols, mask=col_mask, other=0.0)[None, :])
         x1 = tl.where(turned, w1 * (a * inv).to(x1.dtype), x1)
         x2 = tl.where(turned, w2 * (b * inv).to(x2.dtype), x2)
-        a, b = x1.to(tl.float32), x2.to(tl.float32)
-    out1 = tl.where(turned, (a * cos[None, :] - b * sin[None, :]).to(x1.dtype), x1)
-    out2 = tl.where(turned, (b * cos[None, :] + a * sin[None, :]).to(x1.dtype), x2)
-    is_q = (heads < n_q)[:, None]
-    is_k = ((heads >= n_q) & (heads < n_q + n_kv))[:, None]
-    q_off = token * n_q * width + heads[:, None] * width + cols[None, :]
-    k_off = token * n_kv * width + (heads[:, None] - n_q) * width + cols[None, :]
-    v_off = token * n_kv * width + (heads[:, None] - n_q - n_kv) * width + cols[None, :]
-    tl.store(q_ptr + q_off, out1, mask=mask & is_q)
-    tl.store(q_ptr + q_off + half, out2, mask=mask & is_q)
-    tl.store(k_ptr + k_off, out1, mask=mask & is_k)
-    tl.store(k_ptr + k_off + half, out2, mask=mask & is_k)
-    is_v = ~(is_q | is_k)
-    tl.store(v_ptr + v_off, out1, mask=mask & is_v)
-    tl.store(v_ptr + v_off + half, out2, mask=mask & is_v)
+    turn_and_store(x1, x2, heads[:, None], cols[None, :], mask, token, cos_ptr, sin_ptr, q_ptr,
+                   k_ptr, v_ptr, k_cache_ptr, v_cache_ptr, slots_ptr, block_size, cache_sblock,
+                   cache_stok, cache_shead, n_q, n_kv, half, STORE)
+
+
+@triton.jit
+def turn_and_store(x1, x2, head, c, live, token, cos_ptr, sin_ptr, q_ptr, k_ptr, v_ptr,
+                   k_cache_ptr, v_cache_ptr, slots_ptr, block_size, cache_sblock, cache_stok,
+                   cache_shead, n_q, n_kv, half, STORE: tl.constexpr):
+    """The values at columns c and c + half of head `head` of the token's [q | k | v] row (x1,
+    x2 in the model dtype; head, c and live of one shape, a tile or pairs): q and k heads
+    turned by the token's angle of column c, v heads copied, each written to q, k or v, and
+    with STORE k and v into the token's cache slot too, as v10's store_kv writes them (slot -1,
+    a padding row, writes nothing). rope_split's epilogue, and the q/k/v gemv's."""
+    a, b = x1.to(tl.float32), x2.to(tl.float32)
+    cos = tl.load(cos_ptr + token * half + c, mask=live, other=0.0)
+    sin = tl.load(sin_ptr + token * half + c, mask=live, other=0.0)
+    turned = head < n_q + n_kv  # q and k heads turn; v heads are copied as they are
+    out1 = tl.where(turned, (a * cos - b * sin).to(x1.dtype), x1)
+    out2 = tl.where(turned, (b * cos + a * sin).to(x1.dtype), x2)
+    width = 2 * half
+    is_q = live & (head < n_q)
+    is_k = live & (head >= n_q) & turned
+    is_v = live & ~turned
+    q_off = token * n_q * width + head * width + c
+    kv_head = tl.where(turned, head - n_q, head - n_q - n_kv)
+    kv_off = token * n_kv * width + kv_head * width + c
+    tl.store(q_ptr + q_off, out1, mask=is_q)
+    tl.store(q_ptr + q_off + half, out2, mask=is_q)
+    tl.store(k_ptr + kv_off, out1, mask=is_k)
+    tl.store(k_ptr + kv_off + half, out2, mask=is_k)
+    tl.store(v_ptr + kv_off, out1, mask=is_v)
+    tl.store(v_ptr + kv_off + half, out2, mask=is_v)
     if STORE:
-        # The token's K/V into its cache slot too, as v10's store_kv writes it (slot -1, a
-        # padding row, writes nothing): that kernel's launch a layer saved. The slot is read
-        # once per head row: a scalar mask does not broadcast in the interpreter.
-        slot = tl.load(slots_ptr + token + heads * 0)[:, None]
-        kv_head = tl.where(is_k, heads[:, None] - n_q, heads[:, None] - n_q - n_kv)
+        # The slot read for each head and column: a scalar mask does not broadcast in the
+        # interpreter.
+        slot = tl.load(slots_ptr + token + head * 0 + c * 0)
         dst = ((slot // block_size) * cache_sblock + (slot % block_size) * cache_stok
-               + kv_head * cache_shead + cols[None, :])
-        stored = mask & (slot >= 0)
-        tl.store(k_cache_ptr + dst, out1, mask=stored & is_k)
-        tl.store(k_cache_ptr + dst + half, out2, mask=stored & is_k)
-        tl.store(v_cache_ptr + dst, out1, mask=stored & is_v)
-        tl.store(v_cache_ptr + dst + half, out2, mask=stored & is_v)
+               + kv_head * cache_shead + c)
+        tl.store(k_cache_ptr + dst, out1, mask=is_k & (slot >= 0))
+        tl.store(k_cache_ptr + dst + half, out2, mask=is_k & (slot >= 0))
+        tl.store(v_cache_ptr + dst, out1, mask=is_v & (slot >= 0))
+        tl.store(v_cache_ptr + dst + half, out2, mask=is_v & (slot >= 0))
 
 
 def _rope_split(qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, n_q: int, n_kv: int,

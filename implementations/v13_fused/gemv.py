@@ -29,11 +29,22 @@ GEMV_MAX_N weight rows (gate/up's 9,728, the LM head's 151,936), whose many tile
 reads about as fast (7.2 against 7.4 us for gate/up). At 4 and 16 rows the tensor-core variants
 of this kernel gained under 1% of a step, and down lost.
 
+On Hopper and later these kernels launch dependent on the launch before them (CUDA's
+programmatic dependent launch, launches_dependent): a kernel's programs start while the one
+before still runs, load their first weight tile (no kernel writes a weight), then wait for that
+launch's writes (gdc_wait) before they read anything else; each lets the launch after it start
+as soon as all its programs run (gdc_launch_dependents). A one-row step is a chain of short
+launches, each paying its start and its first trip to memory: overlapped so, a batch-1 step
+took 0.85 ms where it took 0.93 (H100, docs/gpu.md, 2026-12-06). Every program reads each
+weight tile one tile ahead of its sums, so the loads are in flight while it multiplies.
+
 Sums in float32, the output rounded once to the model dtype (the bias added first), as a GEMM's
 epilogue does; the summation order differs from cuBLAS's, so results agree within the dtype's
 tolerance, not bit for bit.
 """
 from __future__ import annotations
+
+import functools
 
 import torch
 import triton
@@ -55,16 +66,29 @@ _NS = __name__.replace(".", "_")
 @triton.jit
 def _gemv_kernel(x_ptr, w_ptr, bias_ptr, out_ptr, n, k, chunk, SWIGLU: tl.constexpr,
                  HAS_BIAS: tl.constexpr, PARTIAL: tl.constexpr, BLOCK_N: tl.constexpr,
-                 BLOCK_K: tl.constexpr):
+                 BLOCK_K: tl.constexpr, PDL: tl.constexpr):
+    if PDL:
+        tl.extra.cuda.gdc_launch_dependents()
     row = tl.program_id(0).to(tl.int64)  # the input row; its programs next to each other
     rows = tl.program_id(1).to(tl.int64) * BLOCK_N + tl.arange(0, BLOCK_N)  # weight rows
     lo = tl.program_id(2) * chunk  # this program's share of the k columns
     x_ptr += row * (2 * k if SWIGLU else k)
     hi = tl.minimum(lo + chunk, k)
+    # The first weight tile before the wait (launches_dependent says why); each next one a tile
+    # ahead of its use.
+    ks = lo + tl.arange(0, BLOCK_K)
+    w_next = tl.load(w_ptr + rows[:, None] * k + ks[None, :],
+                     mask=(rows[:, None] < n) & (ks < hi)[None, :], other=0.0)
+    if PDL:
+        tl.extra.cuda.gdc_wait()
     acc = tl.zeros((BLOCK_N,), dtype=tl.float32)
     for start in range(lo, hi, BLOCK_K):
         ks = start + tl.arange(0, BLOCK_K)
         live = ks < hi
+        w = w_next
+        nks = ks + BLOCK_K
+        w_next = tl.load(w_ptr + rows[:, None] * k + nks[None, :],
+                         mask=(rows[:, None] < n) & (nks < hi)[None, :], other=0.0)
         if SWIGLU:
             gate = tl.load(x_ptr + ks, mask=live, other=0.0)
             up = tl.load(x_ptr + k + ks, mask=live, other=0.0)
@@ -73,8 +97,6 @@ def _gemv_kernel(x_ptr, w_ptr, bias_ptr, out_ptr, n, k, chunk, SWIGLU: tl.conste
             a = (silu.to(tl.float32) * up.to(tl.float32)).to(gate.dtype).to(tl.float32)
         else:
             a = tl.load(x_ptr + ks, mask=live, other=0.0).to(tl.float32)
-        w = tl.load(w_ptr + rows[:, None] * k + ks[None, :],
-                    mask=(rows[:, None] < n) & live[None, :], other=0.0)
         acc += tl.sum(w.to(tl.float32) * a[None, :], axis=1)
     if PARTIAL:  # a partial sum, in float32, to this share's row of the workspace
         tl.store(out_ptr + (tl.program_id(2) * tl.num_programs(0) + row) * n + rows, acc,
@@ -87,7 +109,10 @@ def _gemv_kernel(x_ptr, w_ptr, bias_ptr, out_ptr, n, k, chunk, SWIGLU: tl.conste
 
 @triton.jit
 def _sum_splits_kernel(part_ptr, bias_ptr, out_ptr, n, total, SPLIT: tl.constexpr,
-                       HAS_BIAS: tl.constexpr, BLOCK: tl.constexpr):
+                       HAS_BIAS: tl.constexpr, BLOCK: tl.constexpr, PDL: tl.constexpr):
+    if PDL:
+        tl.extra.cuda.gdc_launch_dependents()
+        tl.extra.cuda.gdc_wait()
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)  # of the rows' outputs, row-major
     live = offs < total
     acc = tl.zeros((BLOCK,), dtype=tl.float32)
@@ -101,9 +126,16 @@ def _sum_splits_kernel(part_ptr, bias_ptr, out_ptr, n, total, SPLIT: tl.constexp
 @triton.jit
 def _norm_gemv_kernel(x_ptr, res_ptr, norm_ptr, w_ptr, bias_ptr, out_ptr, res_out_ptr, n, k, eps,
                       HAS_BIAS: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                      BLOCK_ROW: tl.constexpr):
+                      BLOCK_ROW: tl.constexpr, PDL: tl.constexpr):
+    if PDL:
+        tl.extra.cuda.gdc_launch_dependents()
     row = tl.program_id(0).to(tl.int64)
     rows = tl.program_id(1).to(tl.int64) * BLOCK_N + tl.arange(0, BLOCK_N)  # weight rows
+    ks = tl.arange(0, BLOCK_K)  # the first weight tile before the wait, as in _gemv_kernel
+    w_next = tl.load(w_ptr + rows[:, None] * k + ks[None, :],
+                     mask=(rows[:, None] < n) & (ks < k)[None, :], other=0.0)
+    if PDL:
+        tl.extra.cuda.gdc_wait()
     x_ptr += row * k
     res_ptr += row * k
     # Every program forms the stream x + residual and its mean square itself, as v09's
@@ -111,23 +143,23 @@ def _norm_gemv_kernel(x_ptr, res_ptr, norm_ptr, w_ptr, bias_ptr, out_ptr, res_ou
     # so that no launch before this one has to; the first program of the row writes the stream.
     cols = tl.arange(0, BLOCK_ROW)
     whole = cols < k
-    x = tl.load(x_ptr + cols, mask=whole, other=0.0)
-    s = (x.to(tl.float32) + tl.load(res_ptr + cols, mask=whole, other=0.0).to(tl.float32))
-    s = s.to(x.dtype)  # rounded where add_rms_norm rounds the stream
+    s = kernels.add_rounded(tl.load(x_ptr + cols, mask=whole, other=0.0),
+                            tl.load(res_ptr + cols, mask=whole, other=0.0))
     if tl.program_id(1) == 0:
         tl.store(res_out_ptr + row * k + cols, s, mask=whole)
-    s32 = s.to(tl.float32)
-    rstd = tl.rsqrt(tl.sum(s32 * s32, axis=0) / k + eps)
+    rstd = kernels.inv_rms(s, k, eps)
     acc = tl.zeros((BLOCK_N,), dtype=tl.float32)
     for start in range(0, k, BLOCK_K):
         ks = start + tl.arange(0, BLOCK_K)
         live = ks < k
-        xs = tl.load(x_ptr + ks, mask=live, other=0.0)
-        ss = (xs.to(tl.float32) + tl.load(res_ptr + ks, mask=live, other=0.0).to(tl.float32))
-        normed = (ss.to(xs.dtype).to(tl.float32) * rstd).to(xs.dtype)
+        ss = kernels.add_rounded(tl.load(x_ptr + ks, mask=live, other=0.0),
+                                 tl.load(res_ptr + ks, mask=live, other=0.0))
+        normed = (ss.to(tl.float32) * rstd).to(ss.dtype)
         h = tl.load(norm_ptr + ks, mask=live, other=0.0) * normed  # the norm's output, rounded
-        w = tl.load(w_ptr + rows[:, None] * k + ks[None, :],
-                    mask=(rows[:, None] < n) & live[None, :], other=0.0)
+        w = w_next
+        nks = ks + BLOCK_K
+        w_next = tl.load(w_ptr + rows[:, None] * k + nks[None, :],
+                         mask=(rows[:, None] < n) & (nks < k)[None, :], other=0.0)
         acc += tl.sum(w.to(tl.float32) * h.to(tl.float32)[None, :], axis=1)
     if HAS_BIAS:
         acc += tl.load(bias_ptr + rows, mask=rows < n, other=0.0).to(tl.float32)
@@ -136,7 +168,11 @@ def _norm_gemv_kernel(x_ptr, res_ptr, norm_ptr, w_ptr, bias_ptr, out_ptr, res_ou
 
 @triton.jit
 def _sum_add_norm_kernel(part_ptr, bias_ptr, res_ptr, norm_ptr, out_ptr, res_out_ptr, n, m, eps,
-                         SPLIT: tl.constexpr, HAS_BIAS: tl.constexpr, BLOCK: tl.constexpr):
+                         SPLIT: tl.constexpr, HAS_BIAS: tl.constexpr, BLOCK: tl.constexpr,
+                         PDL: tl.constexpr):
+    if PDL:
+        tl.extra.cuda.gdc_launch_dependents()
+        tl.extra.cuda.gdc_wait()
     row = tl.program_id(0).to(tl.int64)  # one program a row: the norm needs the whole row
     cols = tl.arange(0, BLOCK)
     live = cols < n
@@ -147,10 +183,9 @@ def _sum_add_norm_kernel(part_ptr, bias_ptr, res_ptr, norm_ptr, out_ptr, res_out
         acc += tl.load(bias_ptr + cols, mask=live, other=0.0).to(tl.float32)
     res = tl.load(res_ptr + row * n + cols, mask=live, other=0.0)
     # Then v09's add_rms_norm of that product and the stream, its rounding points included.
-    s = (acc.to(res.dtype).to(tl.float32) + res.to(tl.float32)).to(res.dtype)
+    s = kernels.add_rounded(acc.to(res.dtype), res)
     tl.store(res_out_ptr + row * n + cols, s, mask=live)
-    s32 = s.to(tl.float32)
-    normed = (s32 * tl.rsqrt(tl.sum(s32 * s32, axis=0) / n + eps)).to(res.dtype)
+    normed = (s.to(tl.float32) * kernels.inv_rms(s, n, eps)).to(s.dtype)
     norm = tl.load(norm_ptr + cols, mask=live, other=0.0)
     tl.store(out_ptr + row * n + cols, norm * normed, mask=live)
 
@@ -159,7 +194,9 @@ def _sum_add_norm_kernel(part_ptr, bias_ptr, res_ptr, norm_ptr, out_ptr, res_out
 def _gemv_rope_kernel(x_ptr, w_ptr, bias_ptr, cos_ptr, sin_ptr, q_ptr, k_ptr, v_ptr,
                       k_cache_ptr, v_cache_ptr, slots_ptr, block_size, cache_sblock, cache_stok,
                       cache_shead, k, n_q, n_kv, half, HAS_BIAS: tl.constexpr,
-                      BLOCK_P: tl.constexpr, BLOCK_K: tl.constexpr):
+                      BLOCK_P: tl.constexpr, BLOCK_K: tl.constexpr, PDL: tl.constexpr):
+    if PDL:
+        tl.extra.cuda.gdc_launch_dependents()
     token = tl.program_id(0).to(tl.int64)
     # A program's weight rows come in pairs, a head's columns c and c + half, the two that RoPE
     # turns together: so the turn, and the store, happen where the products are summed.
@@ -168,50 +205,55 @@ def _gemv_rope_kernel(x_ptr, w_ptr, bias_ptr, cos_ptr, sin_ptr, q_ptr, k_ptr, v_
     head, c = pair // half, pair % half
     r1 = (head * 2 * half + c).to(tl.int64)
     r2 = r1 + half
+    ks = tl.arange(0, BLOCK_K)  # the first weight tiles before the wait, as in _gemv_kernel
+    both = live_p[:, None] & (ks < k)[None, :]
+    w1_next = tl.load(w_ptr + r1[:, None] * k + ks[None, :], mask=both, other=0.0)
+    w2_next = tl.load(w_ptr + r2[:, None] * k + ks[None, :], mask=both, other=0.0)
+    if PDL:
+        tl.extra.cuda.gdc_wait()
     acc1 = tl.zeros((BLOCK_P,), dtype=tl.float32)
     acc2 = tl.zeros((BLOCK_P,), dtype=tl.float32)
     for start in range(0, k, BLOCK_K):
         ks = start + tl.arange(0, BLOCK_K)
         live = ks < k
         a = tl.load(x_ptr + token * k + ks, mask=live, other=0.0).to(tl.float32)
-        both = live_p[:, None] & live[None, :]
-        w1 = tl.load(w_ptr + r1[:, None] * k + ks[None, :], mask=both, other=0.0)
-        w2 = tl.load(w_ptr + r2[:, None] * k + ks[None, :], mask=both, other=0.0)
+        w1, w2 = w1_next, w2_next
+        nks = ks + BLOCK_K
+        both = live_p[:, None] & (nks < k)[None, :]
+        w1_next = tl.load(w_ptr + r1[:, None] * k + nks[None, :], mask=both, other=0.0)
+        w2_next = tl.load(w_ptr + r2[:, None] * k + nks[None, :], mask=both, other=0.0)
         acc1 += tl.sum(w1.to(tl.float32) * a[None, :], axis=1)
         acc2 += tl.sum(w2.to(tl.float32) * a[None, :], axis=1)
     if HAS_BIAS:
         acc1 += tl.load(bias_ptr + r1, mask=live_p, other=0.0).to(tl.float32)
         acc2 += tl.load(bias_ptr + r2, mask=live_p, other=0.0).to(tl.float32)
-    x1 = acc1.to(q_ptr.dtype.element_ty)  # the product rounded as gemv rounds it, then
-    x2 = acc2.to(q_ptr.dtype.element_ty)  # rope_split's arithmetic on it
-    a1, b1 = x1.to(tl.float32), x2.to(tl.float32)
-    cos = tl.load(cos_ptr + token * half + c, mask=live_p, other=0.0)
-    sin = tl.load(sin_ptr + token * half + c, mask=live_p, other=0.0)
-    turned = head < n_q + n_kv  # q and k heads turn; v heads are copied as they are
-    out1 = tl.where(turned, (a1 * cos - b1 * sin).to(x1.dtype), x1)
-    out2 = tl.where(turned, (b1 * cos + a1 * sin).to(x1.dtype), x2)
-    width = 2 * half
-    is_q = live_p & (head < n_q)
-    is_k = live_p & (head >= n_q) & turned
-    is_v = live_p & ~turned
-    q_off = token * n_q * width + head * width + c
-    kv_head = tl.where(turned, head - n_q, head - n_q - n_kv)
-    kv_off = token * n_kv * width + kv_head * width + c
-    tl.store(q_ptr + q_off, out1, mask=is_q)
-    tl.store(q_ptr + q_off + half, out2, mask=is_q)
-    tl.store(k_ptr + kv_off, out1, mask=is_k)
-    tl.store(k_ptr + kv_off + half, out2, mask=is_k)
-    tl.store(v_ptr + kv_off, out1, mask=is_v)
-    tl.store(v_ptr + kv_off + half, out2, mask=is_v)
-    # The token's K/V into its cache slot, as rope_split's store writes it (slot -1, nothing);
-    # the slot read for each pair: a scalar mask does not broadcast in the interpreter.
-    slot = tl.load(slots_ptr + token + pair * 0)
-    dst = ((slot // block_size) * cache_sblock + (slot % block_size) * cache_stok
-           + kv_head * cache_shead + c)
-    tl.store(k_cache_ptr + dst, out1, mask=is_k & (slot >= 0))
-    tl.store(k_cache_ptr + dst + half, out2, mask=is_k & (slot >= 0))
-    tl.store(v_cache_ptr + dst, out1, mask=is_v & (slot >= 0))
-    tl.store(v_cache_ptr + dst + half, out2, mask=is_v & (slot >= 0))
+    # The product rounded as gemv rounds it, then rope_split's epilogue on it.
+    fused_kernels.turn_and_store(
+        acc1.to(q_ptr.dtype.element_ty), acc2.to(q_ptr.dtype.element_ty), head, c, live_p, token,
+        cos_ptr, sin_ptr, q_ptr, k_ptr, v_ptr, k_cache_ptr, v_cache_ptr, slots_ptr, block_size,
+        cache_sblock, cache_stok, cache_shead, n_q, n_kv, half, True)
+
+
+def launches_dependent(x: torch.Tensor) -> bool:
+    """Whether this module's kernels, given x, launch dependent on the launch before them (CUDA's
+    programmatic dependent launch: on compute capability 9, Hopper, and later). Such a kernel
+    starts while the launch before it is still running, reads its first weight tiles (no
+    kernel writes a weight), and waits for that launch's writes (gdc_wait) before it reads
+    anything else; it lets the launch after it start likewise (gdc_launch_dependents)."""
+    return _dependent_on(x.device)
+
+
+@functools.lru_cache(maxsize=None)
+def _dependent_on(device: torch.device) -> bool:
+    return device.type == "cuda" and torch.cuda.get_device_capability(device)[0] >= 9
+
+
+def _launch_options(x: torch.Tensor) -> dict:
+    """The kernel's PDL flag and Triton's launch option, set together: a kernel launched
+    dependent that did not wait would read its input before it is written."""
+    if launches_dependent(x):
+        return {"PDL": True, "launch_pdl": True}
+    return {"PDL": False}
 
 
 def plan(n: int, k: int, on_gpu: bool) -> tuple[int, int, int]:
@@ -240,7 +282,7 @@ def _launch_products(x, weight, bias, swiglu: bool, out, partial: bool):
     _gemv_kernel[(x.shape[0], triton.cdiv(n, block_n), split)](
         x, weight, bias if bias is not None else weight, out if part is None else part, n, k,
         chunk, SWIGLU=swiglu, HAS_BIAS=bias is not None, PARTIAL=part is not None,
-        BLOCK_N=block_n, BLOCK_K=block_k)
+        BLOCK_N=block_n, BLOCK_K=block_k, **_launch_options(x))
     return part, split
 
 
@@ -255,7 +297,7 @@ def _gemv_op(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
     if part is not None:
         _sum_splits_kernel[(triton.cdiv(m * n, SUM_BLOCK),)](
             part, bias if bias is not None else weight, out, n, m * n, SPLIT=split,
-            HAS_BIAS=bias is not None, BLOCK=SUM_BLOCK)
+            HAS_BIAS=bias is not None, BLOCK=SUM_BLOCK, **_launch_options(x))
     return out
 
 
@@ -301,7 +343,7 @@ def _norm_gemv_op(x: torch.Tensor, residual: torch.Tensor, norm_weight: torch.Te
         _norm_gemv_kernel[(m, triton.cdiv(n, block_n))](
             x, residual, norm_weight, weight, bias if bias is not None else weight, out, stream,
             n, k, eps, HAS_BIAS=bias is not None, BLOCK_N=block_n, BLOCK_K=block_k,
-            BLOCK_ROW=triton.next_power_of_2(k))
+            BLOCK_ROW=triton.next_power_of_2(k), **_launch_options(x))
     return out, stream
 
 
@@ -322,7 +364,7 @@ def _gemv_add_norm_op(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor 
         _sum_add_norm_kernel[(m,)](
             part, bias if bias is not None else weight, residual, norm_weight, out, stream, n, m,
             eps, SPLIT=split, HAS_BIAS=bias is not None, BLOCK=block,
-            num_warps=min(max(block // 256, 1), 16))
+            num_warps=min(max(block // 256, 1), 16), **_launch_options(x))
     return out, stream
 
 
@@ -391,7 +433,8 @@ def _gemv_rope_split_store_op(x: torch.Tensor, weight: torch.Tensor, bias: torch
         _gemv_rope_kernel[(tokens, triton.cdiv(pairs, block_p))](
             x, weight, bias if bias is not None else weight, cos, sin, q, keys, values,
             k_cache, v_cache, slot_mapping, k_cache.shape[1], *k_cache.stride()[:3], k, n_q,
-            n_kv, head_dim // 2, HAS_BIAS=bias is not None, BLOCK_P=block_p, BLOCK_K=block_k)
+            n_kv, head_dim // 2, HAS_BIAS=bias is not None, BLOCK_P=block_p, BLOCK_K=block_k,
+            **_launch_options(x))
     return q, keys, values
 
 

@@ -28,6 +28,8 @@ GEMV = f"{PAGE}::test_gemv_is_the_row_times_the_weights_transposed_plus_the_bias
 FIXED_CONTEXT = (f"{PAGE}::test_with_a_fixed_chunk_a_requests_rows_are_the_same_bits_alone_and_"
                  "beside_others")
 DECODE_GEMV = f"{PAGE}::test_with_its_kernels_a_batch_1_decode_step_multiplies_in_gemv_launches"
+DEPENDENT = (f"{PAGE}::test_launched_dependent_each_program_reads_only_weights_before_it_waits_"
+             "for_the_launch_before")
 NORM_GEMV = (f"{PAGE}::test_norm_gemv_is_the_norm_of_the_stream_times_the_weights_and_gives_the_"
              "stream")
 ADD_NORM = f"{PAGE}::test_gemv_add_norm_adds_the_product_to_the_stream_and_norms_it"
@@ -78,10 +80,11 @@ MUTANTS = [
         Edit(MODEL, '''GATE_UP: ("mlp.gate_proj", "mlp.up_proj")''',
              '''GATE_UP: ("mlp.up_proj", "mlp.gate_proj")'''),),
         (SAME,), ("v13",), "the packed matrix is [up | gate]: SwiGLU takes silu of up"),
-    Mutant("v13-rope-split-turns-v-too", "fusion", (
-        Edit(KERNELS, "    turned = (heads < n_q + n_kv)[:, None]",
-             "    turned = (heads < n_q + 2 * n_kv)[:, None]"),),
-        (ROPE,), ("v13",), "the fused RoPE kernel rotates the v heads as well"),
+    Mutant("v13-rope-split-norms-v-too", "fusion", (
+        Edit(KERNELS, "        turned = (heads < n_q + n_kv)[:, None]",
+             "        turned = (heads < n_q + 2 * n_kv)[:, None]"),),
+        (QK_NORM,), ("v13",), "with Qwen3's norms the fused RoPE kernel norms the v heads as "
+                              "well"),
     Mutant("v13-swiglu-packed-reads-gate-as-up", "fusion", (
         Edit(KERNELS, "    up = tl.load(gate_up_ptr + row * 2 * width + width + col, mask=mask, other=0.0)",
              "    up = tl.load(gate_up_ptr + row * 2 * width + col, mask=mask, other=0.0)"),),
@@ -143,12 +146,14 @@ MUTANTS = [
         (NORM_GEMV,), ("v13",),
         "the second program of a row writes the stream: a row of few weight rows leaves it unset"),
     Mutant("v13-norm-gemv-mean-over-the-block", "fusion", (
-        Edit(GEMV_KERNEL, "    rstd = tl.rsqrt(tl.sum(s32 * s32, axis=0) / k + eps)",
-             "    rstd = tl.rsqrt(tl.sum(s32 * s32, axis=0) / BLOCK_ROW + eps)"),),
+        Edit(GEMV_KERNEL, "    rstd = kernels.inv_rms(s, k, eps)",
+             "    rstd = kernels.inv_rms(s, BLOCK_ROW, eps)"),),
         (NORM_GEMV,), ("v13",), "the mean square divides by the padded row's width, not k"),
     Mutant("v13-norm-gemv-product-without-the-residual", "fusion", (
-        Edit(GEMV_KERNEL, "        normed = (ss.to(xs.dtype).to(tl.float32) * rstd)",
-             "        normed = (xs.to(tl.float32) * rstd)"),),
+        Edit(GEMV_KERNEL, "        ss = kernels.add_rounded(tl.load(x_ptr + ks, mask=live, other=0.0),\n"
+                          "                                 tl.load(res_ptr + ks, mask=live, "
+                          "other=0.0))\n",
+             "        ss = tl.load(x_ptr + ks, mask=live, other=0.0)\n"),),
         (NORM_GEMV,), ("v13",), "the product reads the norm of x alone, not of x + residual"),
     Mutant("v13-add-norm-sums-one-split-short", "fusion", (
         Edit(GEMV_KERNEL, "    for split in range(SPLIT):  # in _sum_splits_kernel's order",
@@ -199,18 +204,18 @@ MUTANTS = [
         (GREEDY,), ("v13",),
         "the captured greedy step takes torch's argmax, whatever the model's ops offer"),
     Mutant("v13-stored-k-in-the-v-cache", "fusion", (
-        Edit(KERNELS, "        tl.store(k_cache_ptr + dst, out1, mask=stored & is_k)\n"
-                      "        tl.store(k_cache_ptr + dst + half, out2, mask=stored & is_k)\n"
-                      "        tl.store(v_cache_ptr + dst, out1, mask=stored & is_v)\n"
-                      "        tl.store(v_cache_ptr + dst + half, out2, mask=stored & is_v)\n",
-             "        tl.store(v_cache_ptr + dst, out1, mask=stored & is_k)\n"
-             "        tl.store(v_cache_ptr + dst + half, out2, mask=stored & is_k)\n"
-             "        tl.store(k_cache_ptr + dst, out1, mask=stored & is_v)\n"
-             "        tl.store(k_cache_ptr + dst + half, out2, mask=stored & is_v)\n"),),
+        Edit(KERNELS, "        tl.store(k_cache_ptr + dst, out1, mask=is_k & (slot >= 0))\n"
+                      "        tl.store(k_cache_ptr + dst + half, out2, mask=is_k & (slot >= 0))\n"
+                      "        tl.store(v_cache_ptr + dst, out1, mask=is_v & (slot >= 0))\n"
+                      "        tl.store(v_cache_ptr + dst + half, out2, mask=is_v & (slot >= 0))\n",
+             "        tl.store(v_cache_ptr + dst, out1, mask=is_k & (slot >= 0))\n"
+             "        tl.store(v_cache_ptr + dst + half, out2, mask=is_k & (slot >= 0))\n"
+             "        tl.store(k_cache_ptr + dst, out1, mask=is_v & (slot >= 0))\n"
+             "        tl.store(k_cache_ptr + dst + half, out2, mask=is_v & (slot >= 0))\n"),),
         (STORED,), ("v13",), "rope_split's store writes k into the V cache and v into the K cache"),
     Mutant("v13-stored-k-before-its-turn", "fusion", (
-        Edit(KERNELS, "        tl.store(k_cache_ptr + dst, out1, mask=stored & is_k)\n",
-             "        tl.store(k_cache_ptr + dst, x1, mask=stored & is_k)\n"),),
+        Edit(KERNELS, "        tl.store(k_cache_ptr + dst, out1, mask=is_k & (slot >= 0))\n",
+             "        tl.store(k_cache_ptr + dst, x1, mask=is_k & (slot >= 0))\n"),),
         (STORED,), ("v13",),
         "rope_split's store writes k's first half as it was before RoPE turned it"),
     Mutant("v13-kv-stored-by-a-launch-of-its-own", "fusion", (
@@ -227,13 +232,15 @@ MUTANTS = [
         Edit(GEMV_KERNEL, "    r2 = r1 + half\n", "    r2 = r1 + 1\n"),),
         (GEMV_ROPE,), ("v13",), "a head's column c turns with column c + 1, not c + half"),
     Mutant("v13-gemv-rope-turns-v-too", "fusion", (
-        Edit(GEMV_KERNEL, "    turned = head < n_q + n_kv  # q and k heads turn; v heads",
+        Edit(KERNELS, "    turned = head < n_q + n_kv  # q and k heads turn; v heads",
              "    turned = head < n_q + 2 * n_kv  # q and k heads turn; v heads"),),
-        (GEMV_ROPE,), ("v13",), "the fused q/k/v gemv turns the v heads as well"),
+        (GEMV_ROPE,), ("v13",), "the split's epilogue (the fused q/k/v gemv's too) turns the v "
+                                "heads as well"),
     Mutant("v13-gemv-rope-stores-v-first-half-twice", "fusion", (
-        Edit(GEMV_KERNEL, "    tl.store(v_cache_ptr + dst + half, out2, mask=is_v & (slot >= 0))",
+        Edit(KERNELS, "    tl.store(v_cache_ptr + dst + half, out2, mask=is_v & (slot >= 0))",
              "    tl.store(v_cache_ptr + dst + half, out1, mask=is_v & (slot >= 0))"),),
-        (GEMV_ROPE,), ("v13",), "a v head's second half in the cache is its first half again"),
+        (GEMV_ROPE,), ("v13",), "a v head's second half in the cache is its first half again "
+                                "(the split's epilogue, the fused q/k/v gemv's too)"),
     Mutant("v13-qkv-gemv-then-rope-split-at-one-row", "fusion", (
         Edit(MODEL, "        if self.takes_gemv(x, weight) and not config.qk_norm:",
              "        if False:"),),
@@ -243,4 +250,45 @@ MUTANTS = [
         Edit(MODEL, "        if self.takes_gemv(x, weight) and not config.qk_norm:",
              "        if self.takes_gemv(x, weight):"),),
         (QWEN3,), ("v13",), "at one row Qwen3's q and k heads turn without their norms"),
+    # Dependent launch (PDL): on a GPU each breakage below is a race or a lost overlap, the
+    # numbers right whenever the launch before has ended in time; the spec reads each
+    # program's loads and waits under the interpreter.
+    Mutant("v13-gemv-waits-after-its-sums", "dependent launch", (
+        Edit(GEMV_KERNEL, "    if PDL:\n        tl.extra.cuda.gdc_wait()\n"
+                          "    acc = tl.zeros((BLOCK_N,), dtype=tl.float32)\n",
+             "    acc = tl.zeros((BLOCK_N,), dtype=tl.float32)\n"),
+        Edit(GEMV_KERNEL, "    if PARTIAL:  # a partial sum, in float32",
+             "    if PDL:\n        tl.extra.cuda.gdc_wait()\n"
+             "    if PARTIAL:  # a partial sum, in float32"),),
+        (DEPENDENT,), ("v13",), "gemv reads its input row before it waits for the launch that "
+                                "writes it"),
+    Mutant("v13-norm-gemv-never-waits", "dependent launch", (
+        Edit(GEMV_KERNEL, "    if PDL:\n        tl.extra.cuda.gdc_wait()\n    x_ptr += row * k\n",
+             "    x_ptr += row * k\n"),),
+        (DEPENDENT,), ("v13",), "norm_gemv reads the stream without waiting for its writer"),
+    Mutant("v13-sum-add-norm-never-waits", "dependent launch", (
+        Edit(GEMV_KERNEL, "        tl.extra.cuda.gdc_launch_dependents()\n"
+                          "        tl.extra.cuda.gdc_wait()\n"
+                          "    row = tl.program_id(0).to(tl.int64)  # one program a row",
+             "        tl.extra.cuda.gdc_launch_dependents()\n"
+             "    row = tl.program_id(0).to(tl.int64)  # one program a row"),),
+        (DEPENDENT,), ("v13",), "down's split sums are added before the partials' launch ends"),
+    Mutant("v13-gemv-rope-reads-its-row-before-waiting", "dependent launch", (
+        Edit(GEMV_KERNEL, "    if PDL:\n        tl.extra.cuda.gdc_wait()\n"
+                          "    acc1 = tl.zeros((BLOCK_P,), dtype=tl.float32)\n",
+             "    acc1 = tl.zeros((BLOCK_P,), dtype=tl.float32)\n"),
+        Edit(GEMV_KERNEL, "    if HAS_BIAS:\n        acc1 += tl.load(bias_ptr + r1",
+             "    if PDL:\n        tl.extra.cuda.gdc_wait()\n"
+             "    if HAS_BIAS:\n        acc1 += tl.load(bias_ptr + r1"),),
+        (DEPENDENT,), ("v13",), "the q/k/v gemv reads its normed row before it waits"),
+    Mutant("v13-launched-dependent-without-the-kernels-flag", "dependent launch", (
+        Edit(GEMV_KERNEL, '        return {"PDL": True, "launch_pdl": True}',
+             '        return {"PDL": False, "launch_pdl": True}'),),
+        (DEPENDENT,), ("v13",), "Triton launches the kernels dependent, but they never wait"),
+    Mutant("v13-gemv-holds-the-next-launch", "dependent launch", (
+        Edit(GEMV_KERNEL, "                 BLOCK_K: tl.constexpr, PDL: tl.constexpr):\n"
+                          "    if PDL:\n        tl.extra.cuda.gdc_launch_dependents()\n",
+             "                 BLOCK_K: tl.constexpr, PDL: tl.constexpr):\n"),),
+        (DEPENDENT,), ("v13",), "gemv never lets the launch after it start early: the overlap "
+                                "lost, the same numbers"),
 ]
