@@ -31,6 +31,8 @@ import json
 
 import pytest
 import torch
+from hypothesis import given
+from hypothesis import strategies as st
 
 import implementations
 from torchlet.bench.floor import physical_floor, weight_bytes
@@ -223,6 +225,39 @@ def test_decode_microbenchmark_times_only_pure_decode_steps(tmp_path):
     assert row["bytes_per_step"] > weight_bytes(json_config(tmp_path / "decode.json"), 4)
 
 
+def test_the_decode_bench_times_its_steps_after_a_full_collection_with_the_heap_frozen(
+        tmp_path, monkeypatch):
+    """A decode cell's timed steps (20 by default, ~17 ms at batch 1 on a GPU) start after a
+    full collection, with every object alive then frozen, as the workload benches' runs do: a
+    collection inside them would scan the engine and stretch a step. Read from the collector's
+    own counts where the bench reads its clock (its start and its end), and after the run."""
+    import gc
+    import time as real_time
+
+    from torchlet.bench import micro
+
+    seen = []
+
+    class Clock:
+        @staticmethod
+        def perf_counter():
+            seen.append((gc.get_freeze_count(), gc.get_stats()[2]["collections"]))
+            return real_time.perf_counter()
+
+    stepwise = next(v.name for v in implementations.discover() if hasattr(v.package, "build")
+                    and v.option_for(MAX_STEP_TOKENS) is not None)
+    before = gc.get_stats()[2]["collections"]
+    monkeypatch.setattr(micro, "time", Clock)
+    assert main(["bench", "decode", "--device", "cpu", "--versions", stepwise, "--batches", "1",
+                 "--contexts", "4", "--steps", "2", "--warmup", "1", "--quiet",
+                 "--out", str(tmp_path)]) == 0
+    assert len(seen) == 2, seen  # the timed steps' start and end
+    (frozen_at_start, collections), (frozen_at_end, _) = seen
+    assert collections > before, f"no full collection before the timed steps: {seen}"
+    assert frozen_at_start > 0 and frozen_at_end > 0, f"the heap not frozen through them: {seen}"
+    assert gc.get_freeze_count() == 0, "the heap left frozen after the bench"
+
+
 def test_a_decode_cell_past_the_models_context_fails_with_its_reason_and_exit_status_1(tmp_path):
     _, stepwise = two_versions()
     assert main(["bench", "decode", "--device", "cpu", "--versions", stepwise, "--batches", "2",
@@ -402,6 +437,20 @@ def test_the_report_shows_the_main_job_with_its_command_and_the_cpu_target(main_
     mine = result["rows"][1]
     assert result["command"] in text and f"| {mine['tok_s_median']:.1f} |" in text
     assert f"The default version ({mine['version']}) ≥ 1.5x HF generate's tokens/s: **" in text
+
+
+@given(spans=st.lists(st.tuples(st.integers(0, 60), st.integers(0, 20)), max_size=12))
+def test_the_gpus_busy_time_counts_kernels_that_overlap_once(spans):
+    """GPU ms/step is the time at least one kernel ran: the union of the profiler's (start, end)
+    spans, each instant once, since kernels launched dependent overlap the one before them
+    (v13's one-row kernels on Hopper) and their summed times can pass the step's wall time.
+    Against a timeline of unit cells: a cell is busy when some span covers it."""
+    from torchlet.bench.micro import busy_us
+
+    spans = [(start, start + length) for start, length in spans]
+    covered = {t for start, end in spans for t in range(start, end)}
+    assert busy_us(spans) == len(covered)
+    assert busy_us([(float(a), float(b)) for a, b in reversed(spans)]) == len(covered)
 
 
 def test_the_decode_targets_judge_the_newest_version_of_the_run():

@@ -11,6 +11,10 @@ FROZEN = ("spec/test_bench.py::test_mixed_times_each_version_after_a_full_collec
 JOB = ("spec/test_bench.py::test_a_workload_bench_times_each_version_after_a_full_collection_"
        "with_the_heap_frozen")
 PROPERTY = "bench timing"
+MICRO = "torchlet/bench/micro.py"
+BUSY = "spec/test_bench.py::test_the_gpus_busy_time_counts_kernels_that_overlap_once"
+DECODE = ("spec/test_bench.py::test_the_decode_bench_times_its_steps_after_a_full_collection_"
+          "with_the_heap_frozen")
 
 MUTANTS = [
     Mutant("bench-heap-not-frozen", PROPERTY, (
@@ -29,4 +33,13 @@ MUTANTS = [
              "        if True:\n            cpu_start = time.process_time()\n"
              "            row = runner(engine, job.workload, job.device, job.progress)"),),
         (JOB,), (), "a workload bench times its run with every object left to the collector"),
+    Mutant("bench-busy-time-sums-kernels", PROPERTY, (
+        Edit(MICRO, "            busy += end - max(start, reach)\n",
+             "            busy += end - start\n"),),
+        (BUSY,), (), "a decode step's GPU time adds up kernels that overlap: with dependent "
+                     "launches more than the step's wall time"),
+    Mutant("bench-decode-steps-timed-unfrozen", PROPERTY, (
+        Edit(MICRO, "    with frozen_heap():  # no collection scans", "    if True:  # no collection scans"),),
+        (DECODE,), (), "a decode cell's timed steps run with the engine's objects left to the "
+                       "collector"),
 ]

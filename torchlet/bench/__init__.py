@@ -145,8 +145,10 @@ def add_commands(subparsers) -> None:
     _device_options(p)
     _cells(p)
     _quantize(p)
-    p.add_argument("--steps", type=int, default=20)
-    p.add_argument("--warmup", type=int, default=5)
+    # A cell's first steps after its prefill ran slow on fresh H100s (1.05-1.20 against 0.85-0.93
+    # ms at batch 1 with 5 warm-up steps, docs/gpu.md 2026-12-06): more of both.
+    p.add_argument("--steps", type=int, default=50)
+    p.add_argument("--warmup", type=int, default=20)
     _engine_options(p, max_running=None, max_step_tokens=16384)
     _anchor_options(p)
     _rates(p)
