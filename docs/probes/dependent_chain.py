@@ -1,0 +1,97 @@
+"""What the paged decode kernel's place in a batch-1 layer costs, now that v13's one-row kernels
+launch dependent (gemv.launches_dependent) and v10's attention kernel does not. One layer's
+chain of real ops at one row, Qwen2.5-0.5B's shapes in bfloat16 (the q/k/v gemv with RoPE and
+the store, paged decode attention over 128 or 1,024 tokens in pages of 16 in random order, the
+o gemv, norm_gemv over [gate | up], down's gemv_add_norm), 24 layers each on its own weights
+and cache, captured in one CUDA graph and replayed; us a layer. Four ways: with and without
+the attention (its output replaced by q's own row, so the o gemv reads the q/k/v kernel's
+output directly), each with the dependent launch on and off. What the attention adds to a
+layer against what it takes alone (24 calls in a graph of their own) is what its two
+boundaries cost: what launching it dependent could at most win back. GPU only (Hopper).
+
+    PYTHONPATH=. python3 docs/probes/dependent_chain.py
+"""
+import torch
+
+import implementations
+
+v13 = implementations.load("v13_fused").package
+gemv, paged = v13.gemv, v13.paged_kernels
+device, dtype, LAYERS = "cuda", torch.bfloat16, 24
+HIDDEN, INTER, N_Q, N_KV, HEAD_DIM, BLOCK = 896, 4864, 14, 2, 64, 16
+
+
+def randn(*shape, scale=1.0):
+    return torch.randn(*shape, device=device, dtype=dtype) * scale
+
+
+def layer_weights(context: int):
+    width = (N_Q + 2 * N_KV) * HEAD_DIM
+    pages = -(-(context + 1) // BLOCK)
+    k_cache, v_cache = randn(pages + 1, BLOCK, N_KV, HEAD_DIM), randn(pages + 1, BLOCK, N_KV, HEAD_DIM)
+    return dict(qkv=randn(width, HIDDEN, scale=0.03), qkv_b=randn(width, scale=0.1),
+                o=randn(HIDDEN, HIDDEN, scale=0.03), gate_up=randn(2 * INTER, HIDDEN, scale=0.03),
+                down=randn(HIDDEN, INTER, scale=0.015), norm1=randn(HIDDEN), norm2=randn(HIDDEN),
+                k_cache=k_cache, v_cache=v_cache,
+                table=(torch.randperm(pages, device=device) + 1).int().view(1, pages))
+
+
+def chain(layers, h, res, cos, sin, lens, slot, attend: bool):
+    for w in layers:
+        q, _, _ = gemv.gemv_rope_split(h, w["qkv"], w["qkv_b"], cos, sin, N_Q, N_KV,
+                                       (w["k_cache"], w["v_cache"], slot))
+        out = (paged.paged_decode_attention(q, w["k_cache"], w["v_cache"], w["table"], lens,
+                                            HEAD_DIM ** -0.5) if attend else q)
+        o = gemv.gemv(out.reshape(1, HIDDEN), w["o"])
+        gu, res = gemv.norm_gemv(o, res, w["norm1"], 1e-6, w["gate_up"])
+        h, res = gemv.gemv_add_norm(gu, w["down"], None, res, w["norm2"], 1e-6, swiglu=True)
+    return h
+
+
+def graph_us(fn, per: int) -> float:
+    fn()
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        fn()
+    graph.replay()
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(20):
+        graph.replay()
+    end.record()
+    torch.cuda.synchronize()
+    return start.elapsed_time(end) / 20 / per * 1e3
+
+
+def main():
+    torch.manual_seed(0)
+    own = gemv.launches_dependent
+    for context in (128, 1024):
+        layers = [layer_weights(context) for _ in range(LAYERS)]
+        h, res = randn(1, HIDDEN), randn(1, HIDDEN)
+        angles = torch.full((1, HEAD_DIM // 2), float(context), device=device)
+        cos, sin = angles.cos(), angles.sin()
+        lens = torch.tensor([context + 1], device=device, dtype=torch.int32)
+        slot = torch.tensor([context], device=device, dtype=torch.int64)
+        cells = {}
+        for dependent in (True, False):
+            gemv.launches_dependent = own if dependent else (lambda x: False)
+            for attend in (True, False):
+                cells[dependent, attend] = graph_us(
+                    lambda: chain(layers, h, res, cos, sin, lens, slot, attend), LAYERS)
+        gemv.launches_dependent = own
+        q = randn(1, N_Q, HEAD_DIM)
+        alone = graph_us(lambda: [paged.paged_decode_attention(
+            q, w["k_cache"], w["v_cache"], w["table"], lens, HEAD_DIM ** -0.5) for w in layers],
+            LAYERS)
+        for dependent in (True, False):
+            with_, without = cells[dependent, True], cells[dependent, False]
+            print(f"context {context:5d}, dependent launch {'on ' if dependent else 'off'}: "
+                  f"a layer {with_:6.2f} us, without attention {without:6.2f} us: attention "
+                  f"adds {with_ - without:5.2f} us; alone, chained {alone:5.2f} us", flush=True)
+
+
+if __name__ == "__main__":
+    main()
