@@ -196,7 +196,8 @@ def test_report_takes_every_figure_from_the_json_next_to_its_command(cpu_run, tm
 
 def test_the_targets_section_names_the_card_and_commit_of_every_run_it_reads():
     """The targets are set for an H200; the committed runs they read may come from another card,
-    and the section says which, run by run (docs/benchmarks.md's last section)."""
+    and the section says which, run by run (docs/benchmarks.md's last section), and for an
+    H100 how its rated bandwidth stands against the 4.3 TB/s the bounds count."""
     from pathlib import Path
 
     from torchlet.bench.doc import targets_section
@@ -209,6 +210,12 @@ def test_the_targets_section_names_the_card_and_commit_of_every_run_it_reads():
     for kind, result in results.items():
         env = result["environment"]
         assert f"{kind} on {env['gpu']} ({env['commit']})" in text
+    # A run on an H100 says what its memory allows against the H200's bounds; H200 runs alone
+    # say nothing of it.
+    assert "rated 3.35 TB/s, 78% of the 4.3 TB/s" in text and "above 78% of the bound" in text
+    for result in results.values():
+        result["environment"]["gpu"] = "NVIDIA H200"
+    assert "rated" not in "\n".join(targets_section(results))
 
 
 def test_decode_microbenchmark_times_only_pure_decode_steps(tmp_path):

@@ -1,5 +1,6 @@
 """The targets' verdicts on the benchmarks page (harness mutants: they edit
-torchlet/bench/targets.py). Each judges a bar from the wrong figure, which only a verdict read
+torchlet/bench/targets.py, and the section's heading lines in doc.py). Each judges a bar from
+the wrong figure, or misstates the card the runs came from, which only a verdict or heading read
 from known results shows."""
 from spec.mutants import Edit, Mutant
 
@@ -7,6 +8,9 @@ TARGETS = "torchlet/bench/targets.py"
 ISSUE_48 = ("spec/test_bench.py::test_issue_48s_targets_judge_one_call_kernels_v15s_itl_maximum_"
             "and_the_qwen3_workload")
 PROPERTY = "targets"
+DOC = "torchlet/bench/doc.py"
+CARDS = ("spec/test_bench.py::test_the_targets_section_names_the_card_and_commit_of_every_run_it_"
+         "reads")
 
 MUTANTS = [
     Mutant("targets-itl-maximum-over-the-p50", PROPERTY, (
@@ -27,4 +31,13 @@ MUTANTS = [
              '    row = result["rows"][0] if _on_gpu(result) else None\n'
              '    what = "nano-vllm workload on a Qwen3'),),
         (ISSUE_48,), (), "the Qwen3 bar judges the run's first version, not its newest"),
+    Mutant("targets-h100-bandwidth-unsaid", PROPERTY, (
+        Edit(DOC, '    if any("H100" in (env.get("gpu") or "") for env in envs.values()):',
+             '    if False:'),),
+        (CARDS,), (), "runs on an H100 are judged against the H200's bounds without a word of "
+                      "what its memory allows"),
+    Mutant("targets-h100-share-inverted", PROPERTY, (
+        Edit(DOC, "        share = H100_RATED_BANDWIDTH / H200_BANDWIDTH",
+             "        share = H200_BANDWIDTH / H100_RATED_BANDWIDTH"),),
+        (CARDS,), (), "the H100's share of the bound is stated upside down"),
 ]

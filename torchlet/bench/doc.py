@@ -10,7 +10,7 @@ import json
 import shutil
 from pathlib import Path
 
-from .floor import physical_floor
+from .floor import H100_RATED_BANDWIDTH, H200_BANDWIDTH, physical_floor
 from .report import base_kind, markdown_table
 from .workloads import QWEN25_05B, nano_vllm_workload
 
@@ -395,6 +395,13 @@ def targets_section(results: dict[str, dict]) -> list[str]:
     cards = [f"{kind} on {env.get('gpu') or 'a CPU'} ({env.get('commit', '?')})"
              for kind, env in envs.items()]
     where = ["Runs read: " + "; ".join(cards) + "."] if cards else []
+    if any("H100" in (env.get("gpu") or "") for env in envs.values()):
+        share = H100_RATED_BANDWIDTH / H200_BANDWIDTH
+        where += ["", f"An H100's HBM3 is rated {H100_RATED_BANDWIDTH / 1e12:.2f} TB/s, "
+                      f"{100 * share:.0f}% of the {H200_BANDWIDTH / 1e12:.1f} TB/s the bounds "
+                      f"and floors here count (the H200's measured copy bandwidth): on an H100 "
+                      f"no kernel reaches a bar above {100 * share:.0f}% of the bound, and a "
+                      f"floor's reads take {1 / share:.2f}x as long."]
     return ["## Targets set for the H200 (the newest version in each run)", "", *where, "",
             *lines, ""]
 

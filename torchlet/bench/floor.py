@@ -16,6 +16,7 @@ from torchlet.contract import ModelConfig
 from .workloads import Workload
 
 H200_BANDWIDTH = 4.3e12     # bytes/s: device-to-device copy bandwidth measured on the H200
+H100_RATED_BANDWIDTH = 3.35e12  # bytes/s: the H100 SXM's HBM3 as its spec sheet rates it
 H200_BF16_FLOPS = 790e12    # FLOP/s: dense bf16 matmul rate reachable on the H200
 
 
