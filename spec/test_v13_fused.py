@@ -61,7 +61,9 @@ the longest request, so the programs past a shorter request's rows start only to
 few rows meet a long context (a slice late in a prompt) it splits the context over programs,
 whose partials a second launch (v10's combine) merges. gemv serves one row only: at 4 and 16
 rows its tensor-core variants moved a step by under 1% and made down slower, so a batch of two
-runs cuBLAS's GEMMs again (docs/perf-notes.md).
+runs cuBLAS's GEMMs again (docs/perf-notes.md). Only this version's one-row kernels launch
+dependent: v10's paged decode attention between them launches plainly, so the chain's overlap
+stops around it each layer (1.5-2.6 us a layer on an H100, docs/probes/dependent_chain.py).
 """
 from __future__ import annotations
 
