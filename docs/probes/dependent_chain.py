@@ -3,7 +3,8 @@ launch dependent (gemv.launches_dependent) and v10's attention kernel does not. 
 chain of real ops at one row, Qwen2.5-0.5B's shapes in bfloat16 (the q/k/v gemv with RoPE and
 the store, paged decode attention over 128 or 1,024 tokens in pages of 16 in random order, the
 o gemv, norm_gemv over [gate | up], down's gemv_add_norm), 24 layers each on its own weights
-and cache, captured in one CUDA graph and replayed; us a layer. Four ways: with and without
+and cache, captured in one CUDA graph and replayed (gemv_variants.py's timing; docs/gpu.md's
+2026-12-06 figures came from 20 replays, this times 5); us a layer. Four ways: with and without
 the attention (its output replaced by q's own row, so the o gemv reads the q/k/v kernel's
 output directly), each with the dependent launch on and off. What the attention adds to a
 layer against what it takes alone (24 calls in a graph of their own) is what its two
@@ -11,9 +12,15 @@ boundaries cost: what launching it dependent could at most win back. GPU only (H
 
     PYTHONPATH=. python3 docs/probes/dependent_chain.py
 """
+import sys
+from pathlib import Path
+
 import torch
 
 import implementations
+
+sys.path.insert(0, str(Path(__file__).parent))
+from gemv_variants import graph_us  # noqa: E402  (its timing: a graph of calls, replayed)
 
 v13 = implementations.load("v13_fused").package
 gemv, paged = v13.gemv, v13.paged_kernels
@@ -28,7 +35,7 @@ def randn(*shape, scale=1.0):
 def layer_weights(context: int):
     width = (N_Q + 2 * N_KV) * HEAD_DIM
     pages = -(-(context + 1) // BLOCK)
-    k_cache, v_cache = randn(pages + 1, BLOCK, N_KV, HEAD_DIM), randn(pages + 1, BLOCK, N_KV, HEAD_DIM)
+    k_cache, v_cache = (randn(pages + 1, BLOCK, N_KV, HEAD_DIM) for _ in range(2))
     return dict(qkv=randn(width, HIDDEN, scale=0.03), qkv_b=randn(width, scale=0.1),
                 o=randn(HIDDEN, HIDDEN, scale=0.03), gate_up=randn(2 * INTER, HIDDEN, scale=0.03),
                 down=randn(HIDDEN, INTER, scale=0.015), norm1=randn(HIDDEN), norm2=randn(HIDDEN),
@@ -48,23 +55,6 @@ def chain(layers, h, res, cos, sin, lens, slot, attend: bool):
     return h
 
 
-def graph_us(fn, per: int) -> float:
-    fn()
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        fn()
-    graph.replay()
-    torch.cuda.synchronize()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(20):
-        graph.replay()
-    end.record()
-    torch.cuda.synchronize()
-    return start.elapsed_time(end) / 20 / per * 1e3
-
-
 def main():
     torch.manual_seed(0)
     own = gemv.launches_dependent
@@ -80,12 +70,12 @@ def main():
             gemv.launches_dependent = own if dependent else (lambda x: False)
             for attend in (True, False):
                 cells[dependent, attend] = graph_us(
-                    lambda: chain(layers, h, res, cos, sin, lens, slot, attend), LAYERS)
+                    lambda: chain(layers, h, res, cos, sin, lens, slot, attend), [()]) / LAYERS
         gemv.launches_dependent = own
         q = randn(1, N_Q, HEAD_DIM)
-        alone = graph_us(lambda: [paged.paged_decode_attention(
-            q, w["k_cache"], w["v_cache"], w["table"], lens, HEAD_DIM ** -0.5) for w in layers],
-            LAYERS)
+        alone = graph_us(lambda w: paged.paged_decode_attention(
+            q, w["k_cache"], w["v_cache"], w["table"], lens, HEAD_DIM ** -0.5),
+            [(w,) for w in layers])
         for dependent in (True, False):
             with_, without = cells[dependent, True], cells[dependent, False]
             print(f"context {context:5d}, dependent launch {'on ' if dependent else 'off'}: "

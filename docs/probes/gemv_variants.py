@@ -52,6 +52,27 @@ def label(p) -> str:
     return f"N{p[0]} K{p[1]} split{p[2]}"
 
 
+def time_plans(variants, run, calls, want, err):
+    """Each (label, plan function) of variants in gemv.plan's place: run's output (the first of a
+    tuple) checked against want within 4x err, then timed as graph_us(run, calls). -> [(us,
+    label)], fastest first; a wrong or failing plan (out of registers or shared memory) inf."""
+    own, timed = gemv.plan, []
+    for lab, plan in variants:
+        gemv.plan = plan
+        try:
+            out = run(*calls[0])
+            out = out[0] if isinstance(out, tuple) else out
+            if (out.float() - want).abs().max().item() > 4 * err + 0.05:
+                timed.append((float("inf"), f"{lab} WRONG"))
+                continue
+            timed.append((graph_us(run, calls), lab))
+        except Exception as e:  # noqa: BLE001
+            timed.append((float("inf"), f"{lab} {type(e).__name__}"))
+        finally:
+            gemv.plan = own
+    return sorted(timed)
+
+
 def main():
     torch.manual_seed(0)
     own = gemv.plan
@@ -73,19 +94,8 @@ def main():
         line = [f"{name:8s} floor {n * k * 2 / 4.3e12 * 1e6:6.2f} us",
                 f"cublas {graph_us(cublas, calls):6.2f}",
                 f"v13 {graph_us(mine, calls):6.2f} ({label(own(n, k, True))}, err {err:.3f})"]
-        timed = []
-        for variant in plans():
-            gemv.plan = lambda *_, p=variant: p
-            try:
-                if (mine(ws[0]).float() - want).abs().max().item() > 4 * err + 0.05:
-                    timed.append((float("inf"), f"{label(variant)} WRONG"))
-                    continue
-                timed.append((graph_us(mine, calls), label(variant)))
-            except Exception as e:  # noqa: BLE001  (out of registers or shared memory)
-                timed.append((float("inf"), f"{label(variant)} {type(e).__name__}"))
-            finally:
-                gemv.plan = own
-        timed.sort()
+        timed = time_plans([(label(p), lambda *_, p=p: p) for p in plans()], mine, calls,
+                           want, err)
         line.append("best " + ", ".join(f"{lab} {us:.2f}" for us, lab in timed[:4]))
         print(" | ".join(line), flush=True)
 

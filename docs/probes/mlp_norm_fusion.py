@@ -17,7 +17,7 @@ import torch
 import implementations
 
 sys.path.insert(0, str(Path(__file__).parent))
-from gemv_variants import graph_us  # noqa: E402  (its timing: a graph of calls, replayed)
+from gemv_variants import graph_us, time_plans  # noqa: E402  (its timing and plan loop)
 
 v13 = implementations.load("v13_fused").package
 gemv, kernels = v13.gemv, v13.kernels
@@ -56,20 +56,12 @@ def main():
                 f"cuBLAS gate/up alone {graph_us(gate_up_only, layers):6.2f}",
                 f"fused {graph_us(fused, layers):6.2f} ({own(2 * inter, hidden, True)[:2]}, "
                 f"err {err:.3f})"]
-        timed = []
-        for block_n, block_k in itertools.product((2, 4, 8, 16), (256, 512, 1024)):
-            gemv.plan = lambda n, k, on_gpu, p=(block_n, block_k): (
-                (*p, 1) if n == 2 * inter else own(n, k, on_gpu))
-            try:
-                if (fused(*layers[0])[0].float() - want).abs().max().item() > 4 * err + 0.05:
-                    timed.append((float("inf"), f"N{block_n} K{block_k} WRONG"))
-                    continue
-                timed.append((graph_us(fused, layers), f"N{block_n} K{block_k}"))
-            except Exception as e:  # noqa: BLE001  (out of registers or shared memory)
-                timed.append((float("inf"), f"N{block_n} K{block_k} {type(e).__name__}"))
-            finally:
-                gemv.plan = own
-        timed.sort()
+        # [gate | up]'s plan varied, down's gemv under its own
+        variants = [(f"N{block_n} K{block_k}",
+                     lambda n, k, on_gpu, p=(block_n, block_k): (
+                         (*p, 1) if n == 2 * inter else own(n, k, on_gpu)))
+                    for block_n, block_k in itertools.product((2, 4, 8, 16), (256, 512, 1024))]
+        timed = time_plans(variants, fused, layers, want, err)
         line.append("norm_gemv plans: " + ", ".join(f"{lab} {us:.2f}" for us, lab in timed[:5]))
         print(" | ".join(line), flush=True)
 
