@@ -25,6 +25,11 @@ partials: checked with contexts over many chunks (several combine steps), a
 context of 0 beside split ones, contexts ending on either side of a chunk's edge, and tables
 longer than their contexts.
 
+Launched dependent (dependent=True, CUDA's programmatic dependent launch, for a caller that
+chains kernels so on Hopper), every program of both launches lets the next launch start and
+waits for the launch before it before it reads anything: watched load by load under the
+interpreter, the same bits as launched plainly.
+
 Tradeoff left visible: chunks are sized for the longest context a table can hold, so a table
 much longer than its context leaves most splits empty; tiles are padded to 16 rows for tl.dot, so a GQA group of 7 computes 16 rows of scores; a bad
 slot is not checked, since a check would need a host sync that breaks graph capture.
@@ -38,7 +43,8 @@ from hypothesis import strategies as st
 
 from spec.support.oracles import kernel_reference as ref
 from spec.support.collection.hypothesis_profiles import engine_settings
-from spec.support.inputs.kernel_targets import GPU_TARGETS, TARGETS, Target
+from spec.support.inputs.kernel_targets import GPU_TARGETS, INTERPRETED, TARGETS, Target
+from spec.support.watchers.dependent_reads import DependentReads
 from spec.support.oracles.tolerances import assert_close
 from torchlet.contract import TRITON_PAGED
 
@@ -168,6 +174,41 @@ def test_with_a_fixed_chunk_each_rows_result_is_the_same_bits_alone_and_in_any_b
                                                  table, batch.context_lens[b:b + 1],
                                                  batch.scale, fixed_chunk=chunk)
             assert torch.equal(alone[0], together[b]), f"row {b}, table of {width} pages"
+
+
+# One program a pair (a short context), and a context split over programs with the combine's
+# launch after them (past MIN_SPLIT_CONTEXT, for a GPU of DEFAULT_SMS).
+DEPENDENT_CASES = {"one-program": [40], "split": [600]}
+
+
+@pytest.mark.parametrize("case", DEPENDENT_CASES)
+@pytest.mark.skipif(not INTERPRETED, reason="CPU kernels need TRITON_INTERPRET=1")
+def test_launched_dependent_every_program_lets_the_next_launch_start_and_waits_before_it_reads(
+        paged, case, monkeypatch):
+    """dependent=True launches the kernels dependent on the launch before (CUDA's programmatic
+    dependent launch): a kernel's programs may start while that launch still writes q, so each
+    must wait (gdc_wait) before it reads anything at all, and let the launch after it start
+    (gdc_launch_dependents). Watched under the interpreter (spec/support/watchers/
+    dependent_reads.py, which records each program's loads and the two calls): every program
+    of every launch, the combine's included where the context is split, makes both calls,
+    waits once, and reads nothing before it waits; the output the same bits as launched
+    plainly."""
+    batch = ref.paged_batch(Target("cpu", torch.float32), torch.Generator().manual_seed(8),
+                            DEPENDENT_CASES[case], block_size=16, kv_heads=2, group=2,
+                            head_dim=4)
+    plain = attend(paged, batch)
+    reads = DependentReads(monkeypatch)
+    dependent = paged.paged_decode_attention(batch.q, batch.k_cache, batch.v_cache,
+                                             batch.block_tables, batch.context_lens,
+                                             batch.scale, dependent=True)
+    assert torch.equal(plain, dependent), "launched dependent, other bits"
+    kernels = {p.kernel for p in reads.programs}
+    assert len(kernels) == (2 if case == "split" else 1), kernels
+    for p in reads.programs:
+        where = f"{p.kernel} program {p.index}"
+        assert p.lets_next_start, f"{where} never lets the launch after it start"
+        assert p.waits == 1, f"{where} waits {p.waits} times for the launch before it"
+        assert not p.before, f"{where} reads {sum(map(len, p.before))} addresses before it waits"
 
 
 def test_decode_attention_refuses_bad_tables_and_head_counts(paged):

@@ -43,8 +43,10 @@ add_rms_norm and the product or normed stream within tolerance of the reference;
 gemv_rope_split gives rope_split's q, k and v of the gemv within tolerance and stores the bits
 it returns. Launched dependent, each program of those kernels lets the next launch start,
 waits once, and reads nothing but its weights before it waits (its loads watched under the
-interpreter); on a Hopper GPU a replayed graph of such launches gives the bits of the same
-launches one after another. argmax_rows equals torch's argmax, a tie's first index and a NaN included,
+interpreter); in a one-row decode step every layer kernel, v10's attention between the q/k/v
+and o products included, is launched so, the attention reading nothing before it waits; on a
+Hopper GPU a replayed graph of such launches gives the bits of the same launches one after
+another. argmax_rows equals torch's argmax, a tie's first index and a NaN included,
 and a greedy engine's every draw runs it and no aten argmax.
 
 Files to compare: implementations/v13_fused/{model.py, fused_kernels.py, gemv.py} against
@@ -61,9 +63,9 @@ the longest request, so the programs past a shorter request's rows start only to
 few rows meet a long context (a slice late in a prompt) it splits the context over programs,
 whose partials a second launch (v10's combine) merges. gemv serves one row only: at 4 and 16
 rows its tensor-core variants moved a step by under 1% and made down slower, so a batch of two
-runs cuBLAS's GEMMs again (docs/perf-notes.md). Only this version's one-row kernels launch
-dependent: v10's paged decode attention between them launches plainly, so the chain's overlap
-stops around it each layer (1.5-2.6 us a layer on an H100, docs/probes/dependent_chain.py).
+runs cuBLAS's GEMMs again (docs/perf-notes.md). The dependent chain is a layer's: the step's
+first norm (v09's), the LM head (cuBLAS's) and the argmax launch plainly, so a step's overlap
+starts at the first layer's q/k/v product and ends at the last sums-add-norm.
 """
 from __future__ import annotations
 
@@ -424,28 +426,41 @@ def test_launched_dependent_each_program_reads_only_weights_before_it_waits_for_
 
 @pytest.mark.gpu
 @pytest.mark.spec(part="model", kernels=True)
-def test_on_hopper_a_replayed_chain_of_one_row_products_launches_dependent_and_gives_the_same_bits(
-        gemv, monkeypatch):
-    """On a GPU of compute capability 9 or later, a layer's one-row MLP and o products (norm_gemv,
-    gemv_add_norm, gemv) are launched dependent (Triton's launch_pdl, read where Triton is
-    called), and a CUDA graph of eight such layers, replayed on a new row each time, gives the
-    bits the same chain gives launched one after another (launches_dependent made to say no):
-    no kernel reads its input before the launch that writes it has ended."""
+def test_on_hopper_a_replayed_chain_of_one_row_layers_launches_dependent_and_gives_the_same_bits(
+        impl, gemv, monkeypatch):
+    """On a GPU of compute capability 9 or later, a one-row layer's kernels (the q/k/v gemv
+    that turns and stores, v10's paged decode attention and its combine over a 600-token
+    context, the o gemv, norm_gemv, gemv_add_norm) are launched dependent (Triton's launch_pdl,
+    read where Triton is called), and a CUDA graph of six such layers, replayed on a new row
+    each time, gives the bits the same chain gives launched one after another
+    (launches_dependent made to say no), the caches too: no kernel reads its input before the
+    launch that writes it has ended."""
     import triton
     if torch.cuda.get_device_capability()[0] < 9:
         pytest.skip("dependent launch needs compute capability 9 (Hopper) or later")
     gen = torch.Generator().manual_seed(0)
     r = lambda *shape, scale=1.0: (torch.randn(*shape, generator=gen) * scale).to(
         "cuda", torch.bfloat16)
-    hidden, inter = 896, 4864
-    layers = [(r(hidden), r(2 * inter, hidden, scale=0.03), r(hidden, inter, scale=0.015),
-               r(hidden, hidden, scale=0.03)) for _ in range(8)]
+    hidden, inter, heads, kv_heads, head_dim, page, context = 896, 4864, 14, 2, 64, 64, 600
+    layers = [(r(hidden), r((heads + 2 * kv_heads) * head_dim, hidden, scale=0.03),
+               r(hidden, hidden, scale=0.03), r(2 * inter, hidden, scale=0.03),
+               r(hidden, inter, scale=0.015), r(11, page, kv_heads, head_dim),
+               r(11, page, kv_heads, head_dim)) for _ in range(6)]
+    table = torch.randperm(10, generator=gen)[None].to("cuda", torch.int32) + 1
+    lens = torch.tensor([context], dtype=torch.int32, device="cuda")
+    position = torch.tensor([context - 1], device="cuda")
+    slot = (table[0, (context - 1) // page].long() * page + (context - 1) % page).view(1)
+    cos, sin = impl.package.kernels.rope_cos_sin(position, head_dim, 1e6)
 
     def chain(x, res):
-        for norm, gate_up, down, o in layers:
-            gu, res = gemv.norm_gemv(x, res, norm, 1e-6, gate_up)
-            h, res = gemv.gemv_add_norm(gu, down, None, res, norm, 1e-6, swiglu=True)
-            x = gemv.gemv(h, o)
+        for norm, qkv, o, gate_up, down, k_cache, v_cache in layers:
+            q, _, _ = gemv.gemv_rope_split(x, qkv, None, cos, sin, heads, kv_heads,
+                                           (k_cache, v_cache, slot))
+            attended = gemv.dependent_decode_attention(q, k_cache, v_cache, table, lens,
+                                                       head_dim ** -0.5)
+            gu, res = gemv.norm_gemv(gemv.gemv(attended.view(1, hidden), o), res, norm, 1e-6,
+                                     gate_up)
+            x, res = gemv.gemv_add_norm(gu, down, None, res, norm, 1e-6, swiglu=True)
         return x, res
 
     launched = []
@@ -462,17 +477,19 @@ def test_on_hopper_a_replayed_chain_of_one_row_products_launches_dependent_and_g
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         out = chain(x_in, res_in)
+    assert {"_paged_decode_kernel", "_combine_kernel"} <= {name for name, _ in launched}
     assert launched and all(pdl for _, pdl in launched), sorted(set(launched))
     rows = [(r(1, hidden, scale=2.0), r(1, hidden, scale=2.0)) for _ in range(4)]
     replayed = []
     for x, res in rows:
         x_in.copy_(x), res_in.copy_(res)
         graph.replay()
-        replayed.append(tuple(t.clone() for t in out))
+        replayed.append(tuple(t.clone() for t in out)
+                        + tuple(c.clone() for layer in layers for c in layer[5:]))
     torch.cuda.synchronize()
     monkeypatch.setattr(gemv, "launches_dependent", lambda x: False)
     for i, ((x, res), got) in enumerate(zip(rows, replayed)):
-        want = chain(x, res)
+        want = chain(x, res) + tuple(c for layer in layers for c in layer[5:])
         assert all(torch.equal(a, b) for a, b in zip(want, got)), f"replay {i}"
 
 
@@ -824,6 +841,43 @@ def test_with_its_kernels_a_batch_1_decode_step_multiplies_in_gemv_launches(impl
     assert kernels.counts["swiglu_packed"] == kernels.counts["add_rms_norm"] == 0, kernels.counts
     assert kernels.counts["rope_split_store"] == 0, dict(kernels.counts)
     assert kernels.counts["rms_norm"] == 1, dict(kernels.counts)
+
+
+@interpreted
+def test_launched_dependent_a_batch_1_decode_step_chains_every_layer_kernel_attention_included(
+        impl, gemv, monkeypatch):
+    """On Hopper a one-row step's layers are a chain of launches each dependent on the one
+    before: the q/k/v gemv, v10's paged decode attention, the o gemv, [gate | up]'s norm_gemv,
+    down's gemv and the sums-add-norm. Watched under the interpreter (spec/support/watchers/
+    dependent_reads.py), launches_dependent made to say yes as on Hopper: every program of each
+    of those kernels lets the launch after it start and waits once, and the attention's
+    programs read nothing before they wait (their queries are the gemv's output); the step's
+    tokens the same as launched plainly. (The fixtures' 256 positions never split the
+    attention; v10's page checks its combine launched dependent.)"""
+    ckpt = tiny_checkpoint("tiny_qwen2")
+
+    def decode(dependent: bool):
+        engine = impl.build(ckpt, max_lanes=2, use_graphs=False)
+        rid = engine.add_request(PROMPTS[0], GenerationParams(max_new_tokens=3))
+        engine.step()  # the prefill
+        with monkeypatch.context() as m:
+            m.setattr(gemv, "launches_dependent", lambda x: dependent)
+            reads = DependentReads(m)
+            engine.step()
+        return list(engine.output(rid).tokens), reads.programs
+
+    plain, _ = decode(False)
+    tokens, programs = decode(True)
+    assert tokens == plain
+    layer = {"_gemv_rope_kernel", "_paged_decode_kernel", "_gemv_kernel", "_norm_gemv_kernel",
+             "_sum_add_norm_kernel"}
+    assert layer <= {p.kernel for p in programs}, sorted(layer - {p.kernel for p in programs})
+    for p in programs:
+        if p.kernel in layer:
+            where = f"{p.kernel} program {p.index}"
+            assert p.lets_next_start and p.waits == 1, f"{where} is not launched dependent"
+            if p.kernel == "_paged_decode_kernel":
+                assert not p.before, f"{where} reads before it waits"
 
 
 @interpreted

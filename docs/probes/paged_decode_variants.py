@@ -118,7 +118,7 @@ def variant_op(q, k_cache, v_cache, tables, lens, scale, *, block_n, warps, stag
     if splits > 1:
         paged._combine_kernel[(batch, kv_heads)](
             part, lens, out, out.stride(0), out.stride(1), group, head_dim, chunk, splits,
-            BLOCK_G=block_g, BLOCK_D=block_d, BLOCK_S=block_s)
+            BLOCK_G=block_g, BLOCK_D=block_d, BLOCK_S=block_s, PDL=False)
     return out
 
 

@@ -6,6 +6,11 @@ Cache layout (shared with v08's PyTorch version): k_cache, v_cache [num_blocks, 
 num_kv_heads, head_dim]; token p of a request with table T lives in block T[p // block_size] at
 offset p % block_size, i.e. flat slot T[p // block_size] * block_size + p % block_size. Physical
 block 0 is the null block that padding entries of a table point to.
+
+A caller that chains kernels launched dependent on one another (CUDA's programmatic dependent
+launch, compute capability 9 and later) may launch the attention so too (`dependent`): its
+programs then let the next launch start at once and wait for the launch before before they
+read anything, since their queries are that launch's output.
 """
 from __future__ import annotations
 
@@ -66,10 +71,13 @@ def _paged_decode_kernel(
         q_sb, q_sh, cache_sblock, cache_stok, cache_shead, tables_sb, out_sb, out_sh,
         group, head_dim, chunk, PAGE: tl.constexpr,
         BLOCK_G: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr,
-        SPLIT: tl.constexpr, PRECISION: tl.constexpr):
+        SPLIT: tl.constexpr, PRECISION: tl.constexpr, PDL: tl.constexpr):
     # One program = one request x one KV head (x one chunk of its context when SPLIT), with all
     # `group` query heads that share it: each K/V tile is read from memory once and used for the
     # whole group.
+    if PDL:  # launched dependent (paged_decode_attention's `dependent`): wait before any read
+        tl.extra.cuda.gdc_launch_dependents()
+        tl.extra.cuda.gdc_wait()
     b = tl.program_id(0).to(tl.int64)
     kv_head = tl.program_id(1)
     g = tl.arange(0, BLOCK_G)
@@ -132,9 +140,12 @@ def _paged_decode_kernel(
 @triton.jit(do_not_specialize=["splits"])  # a split count divisible by 16 is no new kernel
 def _combine_kernel(part_ptr, lens_ptr, out_ptr, out_sb, out_sh, group, head_dim, chunk,
                     splits, BLOCK_G: tl.constexpr, BLOCK_D: tl.constexpr,
-                    BLOCK_S: tl.constexpr):
+                    BLOCK_S: tl.constexpr, PDL: tl.constexpr):
     # One program = one request x one KV head: the online softmax again, over its chunks'
     # partials (each a max m, a sum l and an accumulator) instead of over tokens.
+    if PDL:
+        tl.extra.cuda.gdc_launch_dependents()
+        tl.extra.cuda.gdc_wait()
     b = tl.program_id(0).to(tl.int64)
     kv_head = tl.program_id(1)
     g = tl.arange(0, BLOCK_G)
@@ -209,7 +220,8 @@ def _plan_fixed(max_context: int, chunk: int) -> tuple[int, int]:
 @kernel_op(f"{_NS}::paged_decode_attention")
 def _paged_decode_op(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                      block_tables: torch.Tensor, context_lens: torch.Tensor,
-                     scale: float, fixed_chunk: int = 0) -> torch.Tensor:
+                     scale: float, fixed_chunk: int = 0, dependent: bool = False
+                     ) -> torch.Tensor:
     batch, heads, head_dim = q.shape
     _, block_size, kv_heads, _ = k_cache.shape
     out = torch.empty_like(q)
@@ -227,6 +239,9 @@ def _paged_decode_op(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
     else:
         splits, chunk = _plan_splits(batch * kv_heads, max_context, _num_sms(q.device))
         block_s = min(triton.next_power_of_2(splits), block_s)
+    # The kernels' flag and Triton's launch option together: launched dependent, a kernel that
+    # did not wait would read q before the launch that writes it ends.
+    launch = {"PDL": True, "launch_pdl": True} if dependent else {"PDL": False}
     part = out  # the SPLIT=False kernel writes no partials
     if splits > 1:
         # torch.empty launches nothing and is capture-safe: a graph keeps its own scratch.
@@ -239,11 +254,11 @@ def _paged_decode_op(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
         group, head_dim, chunk, PAGE=block_size,
         BLOCK_G=block_g, BLOCK_D=block_d, BLOCK_N=BLOCK_N, SPLIT=splits > 1,
         # float32 tl.dot defaults to TF32 on the GPU (10-bit mantissa); ask for full precision.
-        PRECISION="ieee" if q.dtype == torch.float32 else "tf32")
+        PRECISION="ieee" if q.dtype == torch.float32 else "tf32", **launch)
     if splits > 1:
         _combine_kernel[(batch, kv_heads)](
             part, context_lens, out, out.stride(0), out.stride(1), group, head_dim, chunk,
-            splits, BLOCK_G=block_g, BLOCK_D=block_d, BLOCK_S=block_s)
+            splits, BLOCK_G=block_g, BLOCK_D=block_d, BLOCK_S=block_s, **launch)
     return out
 
 
@@ -283,13 +298,18 @@ def check_queries(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
 
 def paged_decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                            block_tables: torch.Tensor, context_lens: torch.Tensor,
-                           scale: float, fixed_chunk: int = 0) -> torch.Tensor:
+                           scale: float, fixed_chunk: int = 0,
+                           dependent: bool = False) -> torch.Tensor:
     """One new token per request: q [B, heads, head_dim] attends over the first context_lens[b]
     tokens that block_tables [B, max_blocks] (int32, padded with the null block 0) names.
     Query head h reads KV head h // (heads / kv_heads). -> [B, heads, head_dim]; a row with
     context 0 gives zeros. fixed_chunk: 0 splits contexts as the batch's shape fills the GPU
     best (_plan_splits); a number of tokens cuts every context every that many tokens (rounded
-    up to whole tiles), so a row's result is the same bits in any batch."""
+    up to whole tiles), so a row's result is the same bits in any batch. dependent: launch
+    both kernels dependent on the launch before (CUDA's programmatic dependent launch, compute
+    capability 9 and later: the caller's to know): each program lets the launch after it start,
+    then waits for the writes of the launch before it, before it reads anything, so in a chain
+    of kernels launched so the next one's programs start while these end."""
     check_queries(q, k_cache, v_cache, "B")
     batch = q.shape[0]
     for name, t in (("block_tables", block_tables), ("context_lens", context_lens)):
@@ -303,7 +323,7 @@ def paged_decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
           f"context_lens must be a contiguous [B={batch}], got {tuple(context_lens.shape)}")
     check(fixed_chunk >= 0, f"fixed_chunk must be 0 or a number of tokens, got {fixed_chunk}")
     return _paged_decode_op(q, k_cache, v_cache, block_tables, context_lens, float(scale),
-                            int(fixed_chunk))
+                            int(fixed_chunk), bool(dependent))
 
 
 # --- store ---------------------------------------------------------------------------------

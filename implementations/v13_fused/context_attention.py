@@ -163,7 +163,7 @@ def _context_attention_op(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch
         block_s = max(1, min(COMBINE_SPLITS, paged_kernels.COMBINE_FLOATS // (block_g * block_d)))
         paged_kernels._combine_kernel[(tokens, kv_heads)](
             part, seen, out, out.stride(0), out.stride(1), group, head_dim, chunk, splits,
-            BLOCK_G=block_g, BLOCK_D=block_d, BLOCK_S=block_s)
+            BLOCK_G=block_g, BLOCK_D=block_d, BLOCK_S=block_s, PDL=False)
     return out
 
 

@@ -36,7 +36,10 @@ launch's writes (gdc_wait) before they read anything else; each lets the launch 
 as soon as all its programs run (gdc_launch_dependents). A one-row step is a chain of short
 launches, each paying its start and its first trip to memory: overlapped so, a batch-1 step
 took 0.85 ms where it took 0.93 (H100, docs/gpu.md, 2026-12-06). Every program reads each
-weight tile one tile ahead of its sums, so the loads are in flight while it multiplies.
+weight tile one tile ahead of its sums, so the loads are in flight while it multiplies. v10's
+paged decode attention, between the q/k/v and o products, launches dependent too
+(dependent_decode_attention, which the memory runs), waiting before it reads anything, so the
+chain does not stop around it each layer.
 
 Sums in float32, the output rounded once to the model dtype (the bias added first), as a GEMM's
 epilogue does; the summation order differs from cuBLAS's, so results agree within the dtype's
@@ -52,7 +55,7 @@ import triton.language as tl
 
 from torchlet.contract import fake_of, kernel_op
 
-from ..v12_prefix_cache import kernels
+from ..v12_prefix_cache import kernels, paged_kernels
 from . import fused_kernels
 
 check, check_tensor = kernels.check, kernels.check_tensor
@@ -61,6 +64,14 @@ GEMV_MAX_N = 4096  # weight rows; past this cuBLAS's tiles keep the GPU reading
 SUM_BLOCK = 1024
 
 _NS = __name__.replace(".", "_")
+
+
+@triton.jit
+def _weight_tile(w_ptr, rows, live_rows, k, ks, hi):
+    """Weight rows `rows` (a [n, k] matrix's) at columns ks, zeros where a row is not live or a
+    column is at or past hi: the tile every one-row product reads."""
+    return tl.load(w_ptr + rows[:, None] * k + ks[None, :],
+                   mask=live_rows[:, None] & (ks < hi)[None, :], other=0.0)
 
 
 @triton.jit
@@ -76,9 +87,7 @@ def _gemv_kernel(x_ptr, w_ptr, bias_ptr, out_ptr, n, k, chunk, SWIGLU: tl.conste
     hi = tl.minimum(lo + chunk, k)
     # The first weight tile before the wait (launches_dependent says why); each next one a tile
     # ahead of its use.
-    ks = lo + tl.arange(0, BLOCK_K)
-    w_next = tl.load(w_ptr + rows[:, None] * k + ks[None, :],
-                     mask=(rows[:, None] < n) & (ks < hi)[None, :], other=0.0)
+    w_next = _weight_tile(w_ptr, rows, rows < n, k, lo + tl.arange(0, BLOCK_K), hi)
     if PDL:
         tl.extra.cuda.gdc_wait()
     acc = tl.zeros((BLOCK_N,), dtype=tl.float32)
@@ -86,9 +95,7 @@ def _gemv_kernel(x_ptr, w_ptr, bias_ptr, out_ptr, n, k, chunk, SWIGLU: tl.conste
         ks = start + tl.arange(0, BLOCK_K)
         live = ks < hi
         w = w_next
-        nks = ks + BLOCK_K
-        w_next = tl.load(w_ptr + rows[:, None] * k + nks[None, :],
-                         mask=(rows[:, None] < n) & (nks < hi)[None, :], other=0.0)
+        w_next = _weight_tile(w_ptr, rows, rows < n, k, ks + BLOCK_K, hi)
         if SWIGLU:
             gate = tl.load(x_ptr + ks, mask=live, other=0.0)
             up = tl.load(x_ptr + k + ks, mask=live, other=0.0)
@@ -131,9 +138,8 @@ def _norm_gemv_kernel(x_ptr, res_ptr, norm_ptr, w_ptr, bias_ptr, out_ptr, res_ou
         tl.extra.cuda.gdc_launch_dependents()
     row = tl.program_id(0).to(tl.int64)
     rows = tl.program_id(1).to(tl.int64) * BLOCK_N + tl.arange(0, BLOCK_N)  # weight rows
-    ks = tl.arange(0, BLOCK_K)  # the first weight tile before the wait, as in _gemv_kernel
-    w_next = tl.load(w_ptr + rows[:, None] * k + ks[None, :],
-                     mask=(rows[:, None] < n) & (ks < k)[None, :], other=0.0)
+    # the first weight tile before the wait, as in _gemv_kernel
+    w_next = _weight_tile(w_ptr, rows, rows < n, k, tl.arange(0, BLOCK_K), k)
     if PDL:
         tl.extra.cuda.gdc_wait()
     x_ptr += row * k
@@ -157,9 +163,7 @@ def _norm_gemv_kernel(x_ptr, res_ptr, norm_ptr, w_ptr, bias_ptr, out_ptr, res_ou
         normed = (ss.to(tl.float32) * rstd).to(ss.dtype)
         h = tl.load(norm_ptr + ks, mask=live, other=0.0) * normed  # the norm's output, rounded
         w = w_next
-        nks = ks + BLOCK_K
-        w_next = tl.load(w_ptr + rows[:, None] * k + nks[None, :],
-                         mask=(rows[:, None] < n) & (nks < k)[None, :], other=0.0)
+        w_next = _weight_tile(w_ptr, rows, rows < n, k, ks + BLOCK_K, k)
         acc += tl.sum(w.to(tl.float32) * h.to(tl.float32)[None, :], axis=1)
     if HAS_BIAS:
         acc += tl.load(bias_ptr + rows, mask=rows < n, other=0.0).to(tl.float32)
@@ -206,9 +210,8 @@ def _gemv_rope_kernel(x_ptr, w_ptr, bias_ptr, cos_ptr, sin_ptr, q_ptr, k_ptr, v_
     r1 = (head * 2 * half + c).to(tl.int64)
     r2 = r1 + half
     ks = tl.arange(0, BLOCK_K)  # the first weight tiles before the wait, as in _gemv_kernel
-    both = live_p[:, None] & (ks < k)[None, :]
-    w1_next = tl.load(w_ptr + r1[:, None] * k + ks[None, :], mask=both, other=0.0)
-    w2_next = tl.load(w_ptr + r2[:, None] * k + ks[None, :], mask=both, other=0.0)
+    w1_next = _weight_tile(w_ptr, r1, live_p, k, ks, k)
+    w2_next = _weight_tile(w_ptr, r2, live_p, k, ks, k)
     if PDL:
         tl.extra.cuda.gdc_wait()
     acc1 = tl.zeros((BLOCK_P,), dtype=tl.float32)
@@ -218,10 +221,8 @@ def _gemv_rope_kernel(x_ptr, w_ptr, bias_ptr, cos_ptr, sin_ptr, q_ptr, k_ptr, v_
         live = ks < k
         a = tl.load(x_ptr + token * k + ks, mask=live, other=0.0).to(tl.float32)
         w1, w2 = w1_next, w2_next
-        nks = ks + BLOCK_K
-        both = live_p[:, None] & (nks < k)[None, :]
-        w1_next = tl.load(w_ptr + r1[:, None] * k + nks[None, :], mask=both, other=0.0)
-        w2_next = tl.load(w_ptr + r2[:, None] * k + nks[None, :], mask=both, other=0.0)
+        w1_next = _weight_tile(w_ptr, r1, live_p, k, ks + BLOCK_K, k)
+        w2_next = _weight_tile(w_ptr, r2, live_p, k, ks + BLOCK_K, k)
         acc1 += tl.sum(w1.to(tl.float32) * a[None, :], axis=1)
         acc2 += tl.sum(w2.to(tl.float32) * a[None, :], axis=1)
     if HAS_BIAS:
@@ -254,6 +255,18 @@ def _launch_options(x: torch.Tensor) -> dict:
     if launches_dependent(x):
         return {"PDL": True, "launch_pdl": True}
     return {"PDL": False}
+
+
+def dependent_decode_attention(q, k_cache, v_cache, block_tables, context_lens, scale,
+                               fixed_chunk: int = 0):
+    """v10's paged decode attention, launched dependent where this module's kernels are
+    (launches_dependent). At one row it sits between the q/k/v gemv and the o gemv; launched
+    plainly it would stop the chain's overlap each layer (the o product's programs could not
+    start and load their weights while it ends). It waits before it reads anything: its
+    queries are the q/k/v gemv's output."""
+    return paged_kernels.paged_decode_attention(q, k_cache, v_cache, block_tables, context_lens,
+                                                scale, fixed_chunk,
+                                                dependent=launches_dependent(q))
 
 
 def plan(n: int, k: int, on_gpu: bool) -> tuple[int, int, int]:

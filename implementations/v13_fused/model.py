@@ -220,6 +220,8 @@ class FusedContextAttention(ContextAttention):
     fixed_chunk = 0  # context_attention's: 0, the contexts split as the pass's shape fills the GPU
 
     kernel_split_stores = True  # FusedOps.qkv_heads_stored: rope_split writes the new K/V
+    # v10's store, and its decode attention launched dependent where the one-row products are
+    kernels = (paged_kernels.store_kv, gemv.dependent_decode_attention)
 
     def attend_context(self, qg: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                        indptr: torch.Tensor, context) -> torch.Tensor:

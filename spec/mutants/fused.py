@@ -30,6 +30,11 @@ FIXED_CONTEXT = (f"{PAGE}::test_with_a_fixed_chunk_a_requests_rows_are_the_same_
 DECODE_GEMV = f"{PAGE}::test_with_its_kernels_a_batch_1_decode_step_multiplies_in_gemv_launches"
 DEPENDENT = (f"{PAGE}::test_launched_dependent_each_program_reads_only_weights_before_it_waits_"
              "for_the_launch_before")
+DEPENDENT_STEP = (f"{PAGE}::test_launched_dependent_a_batch_1_decode_step_chains_every_layer_"
+                  "kernel_attention_included")
+PAGED_KERNELS = "v10_triton_paged_gqa/paged_kernels.py"
+DEPENDENT_PAGED = ("spec/test_v10_paged_kernels.py::test_launched_dependent_every_program_lets_"
+                   "the_next_launch_start_and_waits_before_it_reads")
 NORM_GEMV = (f"{PAGE}::test_norm_gemv_is_the_norm_of_the_stream_times_the_weights_and_gives_the_"
              "stream")
 ADD_NORM = f"{PAGE}::test_gemv_add_norm_adds_the_product_to_the_stream_and_norms_it"
@@ -291,4 +296,24 @@ MUTANTS = [
              "                 BLOCK_K: tl.constexpr, PDL: tl.constexpr):\n"),),
         (DEPENDENT,), ("v13",), "gemv never lets the launch after it start early: the overlap "
                                 "lost, the same numbers"),
+    Mutant("v13-attention-launched-plainly", "dependent launch", (
+        Edit(MODEL, "    kernels = (paged_kernels.store_kv, gemv.dependent_decode_attention)\n",
+             ""),),
+        (DEPENDENT_STEP,), ("v13",), "the decode attention between the one-row products launches "
+                                     "plainly: the chain's overlap stops around it each layer"),
+    Mutant("v10-attention-reads-q-before-it-waits", "dependent launch", (
+        Edit(PAGED_KERNELS, "    if PDL:  # launched dependent (paged_decode_attention's `dependent`): "
+                            "wait before any read\n        tl.extra.cuda.gdc_launch_dependents()\n"
+                            "        tl.extra.cuda.gdc_wait()\n",
+             "    if PDL:  # launched dependent\n        tl.extra.cuda.gdc_launch_dependents()\n"),
+        Edit(PAGED_KERNELS, "    context = tl.load(lens_ptr + b)\n",
+             "    if PDL:\n        tl.extra.cuda.gdc_wait()\n    context = tl.load(lens_ptr + b)\n"),),
+        (DEPENDENT_PAGED, DEPENDENT_STEP), ("v10", "v13"),
+        "the attention reads its queries before it waits for the launch that writes them"),
+    Mutant("v10-combine-launched-plainly", "dependent launch", (
+        Edit(PAGED_KERNELS, "            splits, BLOCK_G=block_g, BLOCK_D=block_d, BLOCK_S=block_s, "
+                            "**launch)",
+             "            splits, BLOCK_G=block_g, BLOCK_D=block_d, BLOCK_S=block_s, PDL=False)"),),
+        (DEPENDENT_PAGED,), ("v10",), "a split context's combine launches plainly: it stops the "
+                                      "chain, the same numbers"),
 ]
