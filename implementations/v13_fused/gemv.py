@@ -271,14 +271,16 @@ def dependent_decode_attention(q, k_cache, v_cache, block_tables, context_lens, 
 
 def plan(n: int, k: int, on_gpu: bool) -> tuple[int, int, int]:
     """(BLOCK_N weight rows and BLOCK_K columns a program reads at a time, programs k is split
-    over). Measured on the H200 (docs/probes/gemv_variants.py, Qwen2.5-0.5B's shapes in
-    bfloat16): blocks of 4 weight rows, so that even 896 of them keep every SM reading, in
-    chunks of 512 columns; a k over 1,024 (down's 4,864) split so that no program walks more
-    than ~1,024 columns, one load after another. Under the interpreter, which runs programs one
+    over). Blocks of 4 weight rows, so that even 896 of them keep every SM reading (measured on
+    the H200, docs/probes/gemv_variants.py, Qwen2.5-0.5B's shapes in bfloat16); a k over 1,024
+    (down's 4,864) split so that no program walks more than ~1,024 columns; and those columns
+    one tile, so that a program launched dependent loads all its weights before it waits: a
+    chain of one-row layers took 24.6 us a layer where tiles of 512 took 27.0 (H100,
+    docs/probes/dependent_chain.py --plans). Under the interpreter, which runs programs one
     after another, a few large ones, and a k over 256 split in two so the specs see the split."""
     if not on_gpu:
         return min(triton.next_power_of_2(n), 128), min(triton.next_power_of_2(k), 128), 1 + (k > 256)
-    return 4, 512, triton.cdiv(k, 1024)
+    return 4, 1024, triton.cdiv(k, 1024)
 
 
 def _launch_products(x, weight, bias, swiglu: bool, out, partial: bool):
