@@ -217,6 +217,13 @@ def _plan_fixed(max_context: int, chunk: int) -> tuple[int, int]:
     return max(1, triton.cdiv(max_context, chunk)), chunk
 
 
+def dependent_launch(dependent: bool) -> dict:
+    """A kernel's PDL flag (its programs call gdc_launch_dependents and gdc_wait) and Triton's
+    launch option (launch_pdl), set together: launched dependent, a kernel that did not wait
+    would read its input before the launch that writes it ends."""
+    return {"PDL": True, "launch_pdl": True} if dependent else {"PDL": False}
+
+
 @kernel_op(f"{_NS}::paged_decode_attention")
 def _paged_decode_op(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                      block_tables: torch.Tensor, context_lens: torch.Tensor,
@@ -239,9 +246,7 @@ def _paged_decode_op(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
     else:
         splits, chunk = _plan_splits(batch * kv_heads, max_context, _num_sms(q.device))
         block_s = min(triton.next_power_of_2(splits), block_s)
-    # The kernels' flag and Triton's launch option together: launched dependent, a kernel that
-    # did not wait would read q before the launch that writes it ends.
-    launch = {"PDL": True, "launch_pdl": True} if dependent else {"PDL": False}
+    launch = dependent_launch(dependent)
     part = out  # the SPLIT=False kernel writes no partials
     if splits > 1:
         # torch.empty launches nothing and is capture-safe: a graph keeps its own scratch.

@@ -250,11 +250,8 @@ def _dependent_on(device: torch.device) -> bool:
 
 
 def _launch_options(x: torch.Tensor) -> dict:
-    """The kernel's PDL flag and Triton's launch option, set together: a kernel launched
-    dependent that did not wait would read its input before it is written."""
-    if launches_dependent(x):
-        return {"PDL": True, "launch_pdl": True}
-    return {"PDL": False}
+    """The kernel's PDL flag and Triton's launch option for x (v10's dependent_launch)."""
+    return paged_kernels.dependent_launch(launches_dependent(x))
 
 
 def dependent_decode_attention(q, k_cache, v_cache, block_tables, context_lens, scale,

@@ -286,10 +286,11 @@ MUTANTS = [
              "    if PDL:\n        tl.extra.cuda.gdc_wait()\n"
              "    if HAS_BIAS:\n        acc1 += tl.load(bias_ptr + r1"),),
         (DEPENDENT,), ("v13",), "the q/k/v gemv reads its normed row before it waits"),
-    Mutant("v13-launched-dependent-without-the-kernels-flag", "dependent launch", (
-        Edit(GEMV_KERNEL, '        return {"PDL": True, "launch_pdl": True}',
-             '        return {"PDL": False, "launch_pdl": True}'),),
-        (DEPENDENT,), ("v13",), "Triton launches the kernels dependent, but they never wait"),
+    Mutant("v10-launched-dependent-without-the-kernels-flag", "dependent launch", (
+        Edit(PAGED_KERNELS, '    return {"PDL": True, "launch_pdl": True} if dependent else',
+             '    return {"PDL": False, "launch_pdl": True} if dependent else'),),
+        (DEPENDENT_PAGED, DEPENDENT), ("v10", "v13"),
+        "Triton launches the kernels dependent, but they never wait"),
     Mutant("v13-gemv-holds-the-next-launch", "dependent launch", (
         Edit(GEMV_KERNEL, "                 BLOCK_K: tl.constexpr, PDL: tl.constexpr):\n"
                           "    if PDL:\n        tl.extra.cuda.gdc_launch_dependents()\n",

@@ -31,6 +31,11 @@ import importlib
 
 from torchlet.running import DTYPES  # the standard library only, like this module
 
+# `bench decode`'s timed and untimed steps a cell. A cell's first steps after its prefill ran
+# slow on fresh H100s (1.05-1.20 against 0.85-0.93 ms at batch 1 with 5 warm-up steps,
+# docs/gpu.md 2026-12-06): more of both.
+DECODE_STEPS, DECODE_WARMUP = 50, 20
+
 SHAPES = ("qwen2.5-0.5b", "qwen3-0.6b", "qwen2.5-7b", "qwen2.5-72b", "cpu")
 
 
@@ -145,10 +150,8 @@ def add_commands(subparsers) -> None:
     _device_options(p)
     _cells(p)
     _quantize(p)
-    # A cell's first steps after its prefill ran slow on fresh H100s (1.05-1.20 against 0.85-0.93
-    # ms at batch 1 with 5 warm-up steps, docs/gpu.md 2026-12-06): more of both.
-    p.add_argument("--steps", type=int, default=50)
-    p.add_argument("--warmup", type=int, default=20)
+    p.add_argument("--steps", type=int, default=DECODE_STEPS)
+    p.add_argument("--warmup", type=int, default=DECODE_WARMUP)
     _engine_options(p, max_running=None, max_step_tokens=16384)
     _anchor_options(p)
     _rates(p)

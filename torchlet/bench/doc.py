@@ -10,6 +10,7 @@ import json
 import shutil
 from pathlib import Path
 
+from . import DECODE_STEPS, DECODE_WARMUP
 from .floor import H100_RATED_BANDWIDTH, H200_BANDWIDTH, physical_floor
 from .report import base_kind, markdown_table
 from .workloads import QWEN25_05B, nano_vllm_workload
@@ -133,8 +134,8 @@ NOTES = {
              "time is taken when step() returns its tokens. ITL: the gaps between a decoding "
              "request's tokens from the first long prompt's arrival on; TTFT: a long prompt's "
              "arrival to its first token. Percentiles are nearest-rank. " + FROZEN + ".",
-    "decode": "Each cell prefills B requests of `context` tokens, then times 50 pure decode "
-              "steps after 20 untimed ones (runs before 2026-12-06 11:15 UTC: 20 after 5; the "
+    "decode": f"Each cell prefills B requests of `context` tokens, then times {DECODE_STEPS} "
+              f"pure decode steps after {DECODE_WARMUP} untimed ones (runs before 2026-12-06 11:15 UTC: 20 after 5; the "
               "step stats are checked: no prefill row, all B requests decoding). Bytes per "
               "step = every weight once + B x context x KV bytes per token; GPU ms/step is the time "
               "the torch profiler saw at least one kernel running (overlapping kernels, as "

@@ -17,16 +17,18 @@ from torchlet.contract import (MAX_RUNNING, MAX_STEP_TOKENS, PAGED_DECODE_ATTENT
 
 from .floor import weight_bytes
 from .drive import sync
+from . import DECODE_STEPS, DECODE_WARMUP
 from .run import build_engine, frozen_heap
 from .workloads import Workload
 
 
 def decode_step_bench(version, checkpoint, batch: int, context: int, *, device: str, dtype,
-                      wishes: dict, named: dict | None = None, steps: int = 50,
-                      warmup: int = 20, profile_steps: int = 5, bandwidth: float) -> dict:
+                      wishes: dict, named: dict | None = None, steps: int = DECODE_STEPS,
+                      warmup: int = DECODE_WARMUP, profile_steps: int = 5,
+                      bandwidth: float) -> dict:
     """`batch` requests with `context`-token prompts, prefilled, then timed decode steps that
     must be pure decode (no prefill row, every request in the batch). The defaults are `bench
-    decode`'s: a cell's first steps after its prefill ran slow on fresh H100s."""
+    decode`'s."""
     if REQUEST_STATES not in version.capabilities:
         raise TorchletError(f"{version.name} has no step API ({REQUEST_STATES}) to time one step")
     rng = random.Random(batch * 100003 + context)
