@@ -186,8 +186,9 @@ def test_every_version_declares_its_recipe_and_builds_through_it():
 # became two, each its part's (the test below): v08's kv.py gave PagedInputs to inputs.py, its
 # scheduler.py PagedAdmission to policy.py, and v14's engine.py became inputs.py and loop.py. The
 # step runs the same code; a reader opens each part by its name. Issue 48 added one call: v11's
-# sampler draws its greedy tokens through the model's ops (v13's one-pass argmax).
-STEP_FILES, STEP_HOPS = 21, 39
+# sampler draws its greedy tokens through the model's ops (v13's one-pass argmax), and a second:
+# v09's layer loop hands its last row to the ops' settle (v13's forms a row its MLP left pending).
+STEP_FILES, STEP_HOPS = 21, 40
 
 
 def test_a_v14_decode_step_runs_code_from_few_files_and_calls_across_versions_rarely():

@@ -10,9 +10,10 @@ requests (context_attention), which reads each request's context from the paged 
 slots, its causal mask aligned to the bottom right when a cached prefix comes first; without
 Triton, v12's gathers and one fused call per request (v02's causal_attention). At one row (a
 batch-1 decode step) each layer's products are gemv kernels, cuBLAS's GEMMs elsewhere; down's
-gemv reads [gate | up] and forms SwiGLU itself, the MLP's two norms run inside its two products
-(norm_gemv, gemv_add_norm), and the q/k/v gemv turns, splits and stores the heads itself
-(gemv_rope_split); on Hopper and later those kernels launch dependent on the launch before
+gemv reads [gate | up] and forms SwiGLU itself, the MLP's two norms run inside the products
+about them (norm_gemv, and the next layer's q/k/v gemv, which adds down's pending partial sums
+to the stream and norms the row in its programs), and the q/k/v gemv turns, splits and stores
+the heads itself (gemv_rope_split); on Hopper and later those kernels launch dependent on the launch before
 them (programmatic dependent launch: each starts early, reads its first weights, then waits for
 the writes it reads). The greedy draw's argmax is argmax_rows, one read
 of the logits (chunks of each row over programs, then a pick), which the sampler reaches through
@@ -33,7 +34,8 @@ within its dtype's tolerance, v copied bit for bit, and the stored split leaves 
 same bits store_kv leaves them. That the work really is fused is read from
 the dispatched ops: a decode pass multiplies by four matrices a layer where v12 multiplied by
 seven, at one row in four gemv launches and no swiglu_packed, the MLP's two norms inside its two
-products (norm_gemv, gemv_add_norm: one norm launch a step) and RoPE and the store inside the
+products (norm_gemv, and down's partial sums formed inside the next q/k/v launch: one norm
+launch and one sums-add-norm a step) and RoPE and the store inside the
 q/k/v one (gemv_rope_split_store, no rope_split_store); every pass stores its K/V in
 rope_split_store and runs no store_kv; and a prefill runs one attention op a layer (one per
 request and layer without Triton), no softmax, and gathers no context.
@@ -41,7 +43,8 @@ gemv equals a float64 product within its dtype's tolerance, with and without Swi
 over programs and not; norm_gemv and gemv_add_norm give the stream the bits of v09's
 add_rms_norm and the product or normed stream within tolerance of the reference;
 gemv_rope_split gives rope_split's q, k and v of the gemv within tolerance and stores the bits
-it returns. Launched dependent, each program of those kernels lets the next launch start,
+it returns; handed a pending row it writes the stream settle writes, the bits of the chain, and
+q, k and v within tolerance of settle's row. Launched dependent, each program of those kernels lets the next launch start,
 waits once, and reads nothing but its weights before it waits (its loads watched under the
 interpreter); in a one-row decode step every layer kernel, v10's attention between the q/k/v
 and o products included, is launched so, the attention reading nothing before it waits; on a
@@ -94,7 +97,7 @@ FIXTURES = ("tiny_qwen2", "tiny_llama")
 PROMPTS = [[17, 5, 300, 42, 99, 8, 250, 3, 9], [4, 4, 4, 4, 4], list(range(40, 61))]
 seeds = st.integers(0, 2**32 - 1)
 MATMULS = ("linear", "matmul", "mm", "addmm")
-GEMVS = ("gemv", "norm_gemv", "gemv_add_norm", "gemv_rope_split_store")  # one-row products
+GEMVS = ("gemv", "norm_gemv", "gemv_partial", "gemv_rope_split_store")  # one-row products
 
 
 @pytest.fixture(scope="module")
@@ -352,32 +355,103 @@ def test_gemv_rope_split_is_rope_split_of_the_gemv_and_stores_as_it_stores(
     q, keys, values = gemv.gemv_rope_split(x, w, b, cos, sin, n_q, n_kv,
                                            (k_cache, v_cache, slot_mapping))
     chain = fused.rope_split(gemv.gemv(x, w, b), cos, sin, n_q, n_kv)
-    heads = (x.double() @ w.double().T + (b.double() if bias else 0.0)).view(
-        tokens, n_q + 2 * n_kv, 2 * half)
-    want = (ref.rope(heads[:, :n_q], positions, 10000.0),
-            ref.rope(heads[:, n_q:n_q + n_kv], positions, 10000.0), heads[:, n_q + n_kv:])
+    want = qkv_reference(x, w, b, positions, n_q, n_kv)
     for name, got, theirs, exact in zip("qkv", (q, keys, values), chain, want):
         assert_close(got, theirs, f"{name} against the chain")
         assert_close(got, exact, f"{name} against the reference")
-    want_k, want_v = before
+    assert stored_as_returned((k_cache, v_cache), before, slots, keys, values), slots
+
+
+def qkv_reference(rows: torch.Tensor, w: torch.Tensor, b, positions: torch.Tensor, n_q: int,
+                  n_kv: int):
+    """The float64 q, k and v heads of rows @ w.T (+ b), q's and k's turned by RoPE."""
+    heads = (rows.double() @ w.double().T + (b.double() if b is not None else 0.0)).view(
+        rows.shape[0], n_q + 2 * n_kv, -1)
+    return (ref.rope(heads[:, :n_q], positions, 10000.0),
+            ref.rope(heads[:, n_q:n_q + n_kv], positions, 10000.0), heads[:, n_q + n_kv:])
+
+
+def stored_as_returned(caches, before, slots, keys, values) -> bool:
+    """Whether the caches are `before` with token i's keys and values in slot slots[i] (-1:
+    nowhere), and every other slot untouched."""
+    want = [c.clone() for c in before]
     for i, slot in enumerate(slots):
         if slot >= 0:
-            want_k.view(-1, n_kv, 2 * half)[slot] = keys[i]
-            want_v.view(-1, n_kv, 2 * half)[slot] = values[i]
-    assert torch.equal(k_cache, want_k) and torch.equal(v_cache, want_v), slots
+            for cache, new in zip(want, (keys, values)):
+                cache.view(-1, *new.shape[1:])[slot] = new[i]
+    return all(torch.equal(c, w) for c, w in zip(caches, want))
 
+
+
+
+@pytest.mark.spec(part="model", kernels=True)
+@pytest.mark.parametrize("target", TARGETS)
+@engine_settings()
+@given(tokens=st.integers(1, 3), n_kv=st.integers(1, 2), group=st.integers(1, 3),
+       half=st.sampled_from([1, 4, 32]),
+       k=st.one_of(st.sampled_from([1, 896]), st.integers(1, 300)),
+       inner=st.one_of(st.sampled_from([1, 600]), st.integers(1, 300)), bias=st.booleans(),
+       down_bias=st.booleans(), eps=st.sampled_from([1e-6, 1e-5]), seed=seeds)
+def test_gemv_rope_split_forms_a_pending_row_itself_as_settle_would_and_writes_its_stream(
+        impl, gemv, target, tokens, n_kv, group, half, k, inner, bias, down_bias, eps, seed):
+    """Handed a pending row (pending_add_norm's: a product's partial sums, the stream before
+    it, the norm that follows), gemv_rope_split forms the row in its own programs: the stream
+    it writes, every token's, is the very bits of v09's add_rms_norm after gemv (the product's
+    k split on the CPU past 256 columns), which settle writes too; q, k and v within the
+    product's tolerance of settle's normed row through gemv_rope_split, and of the float64
+    reference; each token's k and v stored in its slot as the bits it returns, every other slot
+    untouched."""
+    n_q = n_kv * group
+    width = (n_q + 2 * n_kv) * 2 * half
+    gen = torch.Generator().manual_seed(seed)
+    x, down = target.randn(gen, tokens, inner, scale=2.0), target.randn(gen, k, inner,
+                                                                        scale=inner ** -0.5)
+    residual, norm = target.randn(gen, tokens, k), target.randn(gen, k)
+    db = target.randn(gen, k) if down_bias else None
+    w = target.randn(gen, width, k, scale=k ** -0.5)
+    b = target.randn(gen, width) if bias else None
+    positions = torch.randint(0, 32768, (tokens,), generator=gen).to(target.device)
+    cos, sin = impl.package.kernels.rope_cos_sin(positions, 2 * half, 10000.0)
+    caches = target.randn(gen, 3, 4, n_kv, 2 * half), target.randn(gen, 3, 4, n_kv, 2 * half)
+    slots = torch.randperm(12, generator=gen)[:tokens].to(target.device)
+
+    def through(row):
+        k_cache, v_cache = (c.clone() for c in caches)
+        return gemv.gemv_rope_split(row, w, b, cos, sin, n_q, n_kv, (k_cache, v_cache, slots)), \
+            (k_cache, v_cache)
+
+    pending, stream = gemv.pending_add_norm(x, down, db, residual, norm, eps)
+    stream.fill_(float("nan"))  # so a token whose stream no program writes is seen
+    (q, keys, values), (k_cache, v_cache) = through(pending)
+    chain_normed, chain_stream = impl.package.kernels.add_rms_norm(gemv.gemv(x, down, db),
+                                                                    residual, norm, eps)
+    assert torch.equal(stream, chain_stream), "the stream"
+    settled, settled_stream = gemv.pending_add_norm(x, down, db, residual, norm, eps)
+    want, _ = through(gemv.settle(settled))
+    assert torch.equal(settled_stream, chain_stream), "settle's stream"
+    exact = qkv_reference(ref.rms_norm(chain_stream, norm, eps).to(x.dtype), w, b, positions,
+                          n_q, n_kv)
+    for name, got, theirs, reference in zip("qkv", (q, keys, values), want, exact):
+        assert_close(got, theirs, f"{name} against settle's row")
+        assert_close(got, reference, f"{name} against the reference")
+    assert stored_as_returned((k_cache, v_cache), caches, slots.tolist(), keys, values)
 
 
 def one_row_products(impl, gemv, gen):
     """The four one-row products of a layer, each as a call and the tensors it reads by name:
     gemv with its k split (on the CPU past 256 columns, so a second launch adds the splits),
-    norm_gemv, gemv_add_norm over [gate | up], gemv_rope_split with its store."""
+    norm_gemv, gemv_add_norm over [gate | up], gemv_rope_split with its store, and on a row
+    left pending by down's product."""
     r = lambda *shape, scale=1.0: torch.randn(*shape, generator=gen) * scale
     x, w, b = r(1, 300), r(40, 300, scale=0.05), r(40)
     res, norm, gu, down = r(1, 300), r(300), r(1, 600), r(300, 300, scale=0.05)
     qkv_w, slots = r(32, 48, scale=0.1), torch.tensor([5], dtype=torch.int64)
     cos, sin = impl.package.kernels.rope_cos_sin(torch.tensor([7]), 8, 10000.0)
     caches = r(2, 4, 1, 8), r(2, 4, 1, 8)
+    # down's partial sums made here, outside the launches watched: a pending row's q/k/v launch
+    # must read them only after it waits
+    pending, _ = gemv.pending_add_norm(gu, down, None, res, norm, 1e-6, swiglu=True)
+    qkv_pending = r(32, 300, scale=0.05)
     return {
         "gemv": (lambda: gemv.gemv(x, w, b), dict(weight=w, x=x, bias=b)),
         "norm_gemv": (lambda: gemv.norm_gemv(x, res, norm, 1e-6, w, b),
@@ -389,12 +463,18 @@ def one_row_products(impl, gemv, gen):
                                                          cos, sin, 2, 1, (*caches, slots)),
                             dict(weight=qkv_w, cos=cos, sin=sin, slots=slots,
                                  k_cache=caches[0], v_cache=caches[1])),
+        "gemv_rope_split_pending": (
+            lambda: gemv.gemv_rope_split(pending, qkv_pending, None, cos, sin, 2, 1,
+                                         (*caches, slots)),
+            dict(weight=qkv_pending, residual=res, norm=norm, stream=pending.stream, cos=cos,
+                 sin=sin, slots=slots, k_cache=caches[0], v_cache=caches[1])),
     }
 
 
 @pytest.mark.spec(part="model")
 @interpreted
-@pytest.mark.parametrize("op", ["gemv", "norm_gemv", "gemv_add_norm", "gemv_rope_split"])
+@pytest.mark.parametrize("op", ["gemv", "norm_gemv", "gemv_add_norm", "gemv_rope_split",
+                                "gemv_rope_split_pending"])
 def test_launched_dependent_each_program_reads_only_weights_before_it_waits_for_the_launch_before(
         impl, gemv, op, monkeypatch):
     """On Hopper (compute capability 9) the one-row products launch dependent on the launch
@@ -430,8 +510,10 @@ def test_on_hopper_a_replayed_chain_of_one_row_layers_launches_dependent_and_giv
         impl, gemv, monkeypatch):
     """On a GPU of compute capability 9 or later, a one-row layer's kernels (the q/k/v gemv
     that turns and stores, v10's paged decode attention and its combine over a 600-token
-    context, the o gemv, norm_gemv, gemv_add_norm) are launched dependent (Triton's launch_pdl,
-    read where Triton is called), and a CUDA graph of six such layers, replayed on a new row
+    context, the o gemv, norm_gemv, down's partial sums, which the next layer's q/k/v gemv
+    adds to the stream and norms, the last layer's settled) are launched dependent (Triton's
+    launch_pdl, read where Triton is called), and a CUDA graph of six such layers, replayed on
+    a new row
     each time, gives the bits the same chain gives launched one after another
     (launches_dependent made to say no), the caches too: no kernel reads its input before the
     launch that writes it has ended."""
@@ -460,8 +542,8 @@ def test_on_hopper_a_replayed_chain_of_one_row_layers_launches_dependent_and_giv
                                                        head_dim ** -0.5)
             gu, res = gemv.norm_gemv(gemv.gemv(attended.view(1, hidden), o), res, norm, 1e-6,
                                      gate_up)
-            x, res = gemv.gemv_add_norm(gu, down, None, res, norm, 1e-6, swiglu=True)
-        return x, res
+            x, res = gemv.pending_add_norm(gu, down, None, res, norm, 1e-6, swiglu=True)
+        return gemv.settle(x), res
 
     launched = []
     run = triton.runtime.jit.JITFunction.run
@@ -674,6 +756,11 @@ def test_under_fake_tensors_each_fused_op_promises_what_it_returns(impl, fused, 
              "gemv_add_norm": lambda t: gemv.gemv_add_norm(t["gate_up"], t["down"], None,
                                                            t["res7"], t["bias"], 1e-6,
                                                            swiglu=True),
+             "gemv_rope_split_pending": lambda t: gemv.gemv_rope_split(
+                 gemv.pending_add_norm(t["gate_up"], t["down"], t["bias"], t["res7"],
+                                       t["bias"], 1e-6, swiglu=True)[0],
+                 t["wqkv7"], None, t["cos"], t["sin"], 4, 2,
+                 (t["k_cache"], t["v_cache"], t["slots"][:3])),
              "context_attention": lambda t: (context_kernel.context_attention(
                  t["q"], t["k_cache"], t["v_cache"], t["rows"], t["slots"], t["contexts"], 5,
                  batch.scale),)}
@@ -683,6 +770,7 @@ def test_under_fake_tensors_each_fused_op_promises_what_it_returns(impl, fused, 
                 res5=here.randn(torch.Generator().manual_seed(4), 2, 5),
                 res7=here.randn(torch.Generator().manual_seed(5), 3, 7),
                 wqkv=here.randn(torch.Generator().manual_seed(6), 64, 5),
+                wqkv7=here.randn(torch.Generator().manual_seed(7), 64, 7),
                 k_cache=batch.k_cache, v_cache=batch.v_cache, rows=indptr(rows, here.device),
                 slots=torch.cat(slots), contexts=indptr([5, 1], here.device))
     with FakeTensorMode(allow_non_fake_inputs=False) as mode:
@@ -818,11 +906,11 @@ def test_with_its_kernels_a_batch_1_decode_step_multiplies_in_gemv_launches(impl
     itself, so no swiglu_packed runs, and the q/k/v gemv turning, splitting and storing the
     heads itself (gemv_rope_split_store), so no rope_split_store runs; the LM head, whose
     matrix has more rows than GEMV_MAX_N allows for a real model (not for this one), stays a
-    GEMM. The MLP's norms run inside its
-    products: [gate | up]'s forms the post-attention norm (norm_gemv), down's adds its product
-    to the stream and norms it for the next layer or the final norm (gemv_add_norm), so the
-    step runs one norm of its own (the first layer's input norm) and no add_rms_norm. A
-    prompt's rows multiply in GEMMs."""
+    GEMM. The MLP's norms run inside the products about them: [gate | up]'s forms the
+    post-attention norm (norm_gemv); down's leaves its partial sums (gemv_partial), which the
+    next layer's q/k/v gemv adds to the stream and norms itself, so the step runs one norm of
+    its own (the first layer's input norm), no add_rms_norm, and one sums-add-norm launch (the
+    last layer's, into the final norm). A prompt's rows multiply in GEMMs."""
     ckpt = tiny_checkpoint("tiny_qwen2")
     c = ckpt.config
     layer = [(c.num_heads + 2 * c.num_kv_heads) * c.head_dim, c.hidden_size,
@@ -832,13 +920,14 @@ def test_with_its_kernels_a_batch_1_decode_step_multiplies_in_gemv_launches(impl
     engine.add_request(PROMPTS[0], GenerationParams(max_new_tokens=4))
     with GemmOutputs() as prefill:
         engine.step()
-    with GemmOutputs() as decode, KernelCalls(fused, impl.package.kernels) as kernels:
+    with GemmOutputs() as decode, KernelCalls(fused, impl.package.kernels, gemv) as kernels:
         engine.step()
     assert prefill.widths == decode.widths == layer * c.num_layers + [c.vocab_size]
     assert prefill.ops == ["aten"] * (4 * c.num_layers + 1)
-    assert decode.ops == (["gemv_rope_split_store", "gemv", "norm_gemv", "gemv_add_norm"]
+    assert decode.ops == (["gemv_rope_split_store", "gemv", "norm_gemv", "gemv_partial"]
                           * c.num_layers + ["aten"])
     assert kernels.counts["swiglu_packed"] == kernels.counts["add_rms_norm"] == 0, kernels.counts
+    assert kernels.counts["sum_add_norm"] == 1, dict(kernels.counts)
     assert kernels.counts["rope_split_store"] == 0, dict(kernels.counts)
     assert kernels.counts["rms_norm"] == 1, dict(kernels.counts)
 

@@ -174,10 +174,11 @@ def _(x, cos, sin):
 def rope_cos_sin(positions: torch.Tensor, head_dim: int, theta: float):
     """cos and sin [tokens, head_dim / 2], float32, of the angles position * theta^(-2i/head_dim):
     what rotate reads. From PyTorch, with v00's formula: the GPU's fast sin/cos lose accuracy at
-    the large angles of late positions, and this keeps parity with v00 exact."""
+    the large angles of late positions, and this keeps parity with v00 exact. The positions
+    are cast to float32 inside the product (as .float() casts them: one launch fewer)."""
     inv_freq = 1.0 / theta ** (torch.arange(0, head_dim, 2, device=positions.device,
                                             dtype=torch.float32) / head_dim)
-    angles = positions.float()[:, None] * inv_freq[None, :]
+    angles = positions[:, None] * inv_freq[None, :]
     return angles.cos().contiguous(), angles.sin().contiguous()
 
 

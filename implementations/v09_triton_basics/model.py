@@ -125,7 +125,12 @@ class TritonOps(PassOps):
             residual = x
             for i, w in enumerate(layers):
                 h, residual = self.mlp_sublayer(attend(h, i), residual, w, after[i], eps)
-            return h
+            return self.settle(h)
+
+    def settle(self, h):
+        """The last layer's output as the tensor the LM head reads: h itself here. (Ops whose
+        MLP sublayer hands the next layer's attention a row it forms itself make it one.)"""
+        return h
 
     def mlp_sublayer(self, attended: torch.Tensor, residual: torch.Tensor,
                      w: Mapping[str, torch.Tensor], norm_after: torch.Tensor, eps: float):

@@ -23,6 +23,9 @@ product: every program adds the attention's output to the stream and norms the r
 multiplies. gemv_add_norm is down's gemv whose partial sums a launch of one program a row adds
 up in gemv's order, adds to the stream and norms by the weight of what follows. Five launches
 (norm, gate/up, down, its split sums, norm) become two, the same numbers (FusedOps.mlp_sublayer).
+In a decode step that second launch goes too: down's partial sums are left pending (Pending,
+pending_add_norm), and the next layer's q/k/v launch (gemv_rope_split) forms the row in every
+one of its programs, as norm_gemv forms its own; settle runs the launch where nothing takes it.
 
 Where it is not used (FusedOps.takes_gemv): at more than one row, and for a matrix of more than
 GEMV_MAX_N weight rows (gate/up's 9,728, the LM head's 151,936), whose many tiles cuBLAS already
@@ -48,6 +51,7 @@ tolerance, not bit for bit.
 from __future__ import annotations
 
 import functools
+from typing import NamedTuple
 
 import torch
 import triton
@@ -171,6 +175,22 @@ def _norm_gemv_kernel(x_ptr, res_ptr, norm_ptr, w_ptr, bias_ptr, out_ptr, res_ou
 
 
 @triton.jit
+def _stream_cols(part_ptr, bias_ptr, res_ptr, row, n, m, cols, live, SPLIT: tl.constexpr,
+                 HAS_BIAS: tl.constexpr, BLOCK: tl.constexpr):
+    """Columns cols of row `row` of the stream once a product joins it: the product's float32
+    partial sums ([SPLIT, m, n], one share of k each) added up in _sum_splits_kernel's order
+    (the bits gemv gives), its bias, then rounded and added to the stream before it (res) as
+    v09's add_rms_norm adds: what every launch that forms a pending row (Pending) computes."""
+    acc = tl.zeros((BLOCK,), dtype=tl.float32)
+    for split in range(SPLIT):  # in _sum_splits_kernel's order: the bits gemv gives
+        acc += tl.load(part_ptr + (split * m + row) * n + cols, mask=live, other=0.0)
+    if HAS_BIAS:
+        acc += tl.load(bias_ptr + cols, mask=live, other=0.0).to(tl.float32)
+    res = tl.load(res_ptr + row * n + cols, mask=live, other=0.0)
+    return kernels.add_rounded(acc.to(res.dtype), res)
+
+
+@triton.jit
 def _sum_add_norm_kernel(part_ptr, bias_ptr, res_ptr, norm_ptr, out_ptr, res_out_ptr, n, m, eps,
                          SPLIT: tl.constexpr, HAS_BIAS: tl.constexpr, BLOCK: tl.constexpr,
                          PDL: tl.constexpr):
@@ -180,15 +200,9 @@ def _sum_add_norm_kernel(part_ptr, bias_ptr, res_ptr, norm_ptr, out_ptr, res_out
     row = tl.program_id(0).to(tl.int64)  # one program a row: the norm needs the whole row
     cols = tl.arange(0, BLOCK)
     live = cols < n
-    acc = tl.zeros((BLOCK,), dtype=tl.float32)
-    for split in range(SPLIT):  # in _sum_splits_kernel's order: the bits gemv gives
-        acc += tl.load(part_ptr + (split * m + row) * n + cols, mask=live, other=0.0)
-    if HAS_BIAS:
-        acc += tl.load(bias_ptr + cols, mask=live, other=0.0).to(tl.float32)
-    res = tl.load(res_ptr + row * n + cols, mask=live, other=0.0)
-    # Then v09's add_rms_norm of that product and the stream, its rounding points included.
-    s = kernels.add_rounded(acc.to(res.dtype), res)
+    s = _stream_cols(part_ptr, bias_ptr, res_ptr, row, n, m, cols, live, SPLIT, HAS_BIAS, BLOCK)
     tl.store(res_out_ptr + row * n + cols, s, mask=live)
+    # Then v09's add_rms_norm's norm of it, its rounding points included.
     normed = (s.to(tl.float32) * kernels.inv_rms(s, n, eps)).to(s.dtype)
     norm = tl.load(norm_ptr + cols, mask=live, other=0.0)
     tl.store(out_ptr + row * n + cols, norm * normed, mask=live)
@@ -197,8 +211,10 @@ def _sum_add_norm_kernel(part_ptr, bias_ptr, res_ptr, norm_ptr, out_ptr, res_out
 @triton.jit
 def _gemv_rope_kernel(x_ptr, w_ptr, bias_ptr, cos_ptr, sin_ptr, q_ptr, k_ptr, v_ptr,
                       k_cache_ptr, v_cache_ptr, slots_ptr, block_size, cache_sblock, cache_stok,
-                      cache_shead, k, n_q, n_kv, half, HAS_BIAS: tl.constexpr,
-                      BLOCK_P: tl.constexpr, BLOCK_K: tl.constexpr, PDL: tl.constexpr):
+                      cache_shead, k, n_q, n_kv, half, part_ptr, part_bias_ptr, norm_ptr,
+                      stream_ptr, m, eps, HAS_BIAS: tl.constexpr, SPLIT: tl.constexpr,
+                      HAS_PART_BIAS: tl.constexpr, BLOCK_P: tl.constexpr, BLOCK_K: tl.constexpr,
+                      BLOCK_ROW: tl.constexpr, PDL: tl.constexpr):
     if PDL:
         tl.extra.cuda.gdc_launch_dependents()
     token = tl.program_id(0).to(tl.int64)
@@ -214,12 +230,34 @@ def _gemv_rope_kernel(x_ptr, w_ptr, bias_ptr, cos_ptr, sin_ptr, q_ptr, k_ptr, v_
     w2_next = _weight_tile(w_ptr, r2, live_p, k, ks, k)
     if PDL:
         tl.extra.cuda.gdc_wait()
+    if SPLIT:
+        # A pending row (SPLIT shares of a product's sums, x the stream before it): every
+        # program forms the stream and its norm itself, as norm_gemv does, so no launch before
+        # this one has to; the token's first program writes the stream.
+        cols = tl.arange(0, BLOCK_ROW)
+        whole = cols < k
+        s = _stream_cols(part_ptr, part_bias_ptr, x_ptr, token, k, m, cols, whole, SPLIT,
+                         HAS_PART_BIAS, BLOCK_ROW)
+        if tl.program_id(1) == 0:
+            tl.store(stream_ptr + token * k + cols, s, mask=whole)
+        rstd = kernels.inv_rms(s, k, eps)
+        # the norm's output, rounded where _sum_add_norm_kernel rounds it
+        row = tl.load(norm_ptr + cols, mask=whole, other=0.0) * (s.to(tl.float32) * rstd).to(
+            s.dtype)
     acc1 = tl.zeros((BLOCK_P,), dtype=tl.float32)
     acc2 = tl.zeros((BLOCK_P,), dtype=tl.float32)
     for start in range(0, k, BLOCK_K):
         ks = start + tl.arange(0, BLOCK_K)
         live = ks < k
-        a = tl.load(x_ptr + token * k + ks, mask=live, other=0.0).to(tl.float32)
+        if not SPLIT:
+            a = tl.load(x_ptr + token * k + ks, mask=live, other=0.0).to(tl.float32)
+        elif BLOCK_ROW == BLOCK_K:  # one tile holds the row: the one formed above
+            a = row.to(tl.float32)
+        else:  # the tile's columns of the row formed again
+            ss = _stream_cols(part_ptr, part_bias_ptr, x_ptr, token, k, m, ks, live, SPLIT,
+                              HAS_PART_BIAS, BLOCK_K)
+            a = (tl.load(norm_ptr + ks, mask=live, other=0.0)
+                 * (ss.to(tl.float32) * rstd).to(ss.dtype)).to(tl.float32)
         w1, w2 = w1_next, w2_next
         w1_next = _weight_tile(w_ptr, r1, live_p, k, ks + BLOCK_K, k)
         w2_next = _weight_tile(w_ptr, r2, live_p, k, ks + BLOCK_K, k)
@@ -280,21 +318,28 @@ def plan(n: int, k: int, on_gpu: bool) -> tuple[int, int, int]:
     return 4, 1024, triton.cdiv(k, 1024)
 
 
+def _shares(n: int, k: int, on_gpu: bool) -> tuple[int, int, int, int]:
+    """plan's (BLOCK_N, BLOCK_K) for an [n, k] matrix, the columns of k each share walks, and
+    the shares it makes."""
+    block_n, block_k, split = plan(n, k, on_gpu)
+    chunk = triton.cdiv(triton.cdiv(k, split), block_k) * block_k
+    return block_n, block_k, chunk, triton.cdiv(k, chunk)
+
+
 def _launch_products(x, weight, bias, swiglu: bool, out, partial: bool):
     """The gemv programs of x @ weight.T into out, or into float32 partial sums, one row of
     [split, m, n] per share of k, where k is split or `partial` asks for them (a launch after
     reads them): -> (that workspace or None, split)."""
     n, k = weight.shape
-    block_n, block_k, split = plan(n, k, x.is_cuda)
-    chunk = triton.cdiv(triton.cdiv(k, split), block_k) * block_k
-    split = triton.cdiv(k, chunk)
+    block_n, block_k, chunk, split = _shares(n, k, x.is_cuda)
     part = None
     if partial or split > 1:
         part = torch.empty(split, x.shape[0], n, device=x.device, dtype=torch.float32)
-    _gemv_kernel[(x.shape[0], triton.cdiv(n, block_n), split)](
-        x, weight, bias if bias is not None else weight, out if part is None else part, n, k,
-        chunk, SWIGLU=swiglu, HAS_BIAS=bias is not None, PARTIAL=part is not None,
-        BLOCK_N=block_n, BLOCK_K=block_k, **_launch_options(x))
+    if x.shape[0]:
+        _gemv_kernel[(x.shape[0], triton.cdiv(n, block_n), split)](
+            x, weight, bias if bias is not None else weight, out if part is None else part, n,
+            k, chunk, SWIGLU=swiglu, HAS_BIAS=bias is not None, PARTIAL=part is not None,
+            BLOCK_N=block_n, BLOCK_K=block_k, **_launch_options(x))
     return part, split
 
 
@@ -364,25 +409,48 @@ def _(x, residual, norm_weight, eps, weight, bias):
     return x.new_empty(x.shape[0], weight.shape[0]), torch.empty_like(x)
 
 
-@kernel_op(f"{_NS}::gemv_add_norm")
-def _gemv_add_norm_op(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
-                      swiglu: bool, residual: torch.Tensor, norm_weight: torch.Tensor,
-                      eps: float) -> tuple[torch.Tensor, torch.Tensor]:
-    n, m = weight.shape[0], x.shape[0]
-    out, stream = torch.empty_like(residual), torch.empty_like(residual)
+class Pending(NamedTuple):
+    """A row of the stream not formed yet: the stream after a product joins it, normed by the
+    norm that follows. The launch that takes it (gemv_rope_split, or settle's) adds the
+    product's partial sums up in gemv's order and its bias, adds that to the stream before,
+    writes the stream into `stream` and norms it: the launch that did only that is saved where
+    the next product can take the row. Made by pending_add_norm."""
+    part: torch.Tensor  # [split, m, n] float32: the product's partial sums, a share of k each
+    bias: torch.Tensor | None  # the product's [n]
+    residual: torch.Tensor  # [m, n]: the stream before the product joins it
+    norm_weight: torch.Tensor  # [n]
+    eps: float
+    stream: torch.Tensor  # [m, n], allocated empty: written by the launch that takes the row
+
+
+@kernel_op(f"{_NS}::gemv_partial")
+def _gemv_partial_op(x: torch.Tensor, weight: torch.Tensor, swiglu: bool) -> torch.Tensor:
+    part, _ = _launch_products(x, weight, None, swiglu, None, partial=True)
+    return part
+
+
+@fake_of(_gemv_partial_op)
+def _(x, weight, swiglu):
+    (n, k), split = weight.shape, _shares(*weight.shape, x.is_cuda)[3]
+    return x.new_empty(split, x.shape[0], n, dtype=torch.float32)
+
+
+@kernel_op(f"{_NS}::sum_add_norm", ("stream",))
+def _sum_add_norm_op(part: torch.Tensor, bias: torch.Tensor | None, residual: torch.Tensor,
+                     norm_weight: torch.Tensor, eps: float, stream: torch.Tensor) -> torch.Tensor:
+    (m, n), out = residual.shape, torch.empty_like(residual)
     if m:
-        part, split = _launch_products(x, weight, bias, swiglu, out, partial=True)
         block = triton.next_power_of_2(n)
         _sum_add_norm_kernel[(m,)](
-            part, bias if bias is not None else weight, residual, norm_weight, out, stream, n, m,
-            eps, SPLIT=split, HAS_BIAS=bias is not None, BLOCK=block,
-            num_warps=min(max(block // 256, 1), 16), **_launch_options(x))
-    return out, stream
+            part, bias if bias is not None else residual, residual, norm_weight, out, stream, n,
+            m, eps, SPLIT=part.shape[0], HAS_BIAS=bias is not None, BLOCK=block,
+            num_warps=min(max(block // 256, 1), 16), **_launch_options(residual))
+    return out
 
 
-@fake_of(_gemv_add_norm_op)
-def _(x, weight, bias, swiglu, residual, norm_weight, eps):
-    return torch.empty_like(residual), torch.empty_like(residual)
+@fake_of(_sum_add_norm_op)
+def _(part, bias, residual, norm_weight, eps, stream):
+    return torch.empty_like(residual)
 
 
 def _check_stream(residual: torch.Tensor, norm_weight: torch.Tensor, x: torch.Tensor,
@@ -413,26 +481,46 @@ def norm_gemv(x: torch.Tensor, residual: torch.Tensor, norm_weight: torch.Tensor
     return _norm_gemv_op(x, residual, norm_weight, float(eps), weight, bias)
 
 
+def pending_add_norm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
+                     residual: torch.Tensor, norm_weight: torch.Tensor, eps: float,
+                     swiglu: bool = False) -> tuple[Pending, torch.Tensor]:
+    """gemv_add_norm's product alone: its float32 partial sums in one launch, and the row they
+    make with the stream and the norm left pending (Pending) for the launch after to form.
+    -> (the pending row, the stream tensor that launch writes)."""
+    _check_product(x, weight, bias, swiglu)
+    _check_stream(residual, norm_weight, x, weight.shape[0])
+    stream = torch.empty_like(residual)
+    part = _gemv_partial_op(x.contiguous(), weight, bool(swiglu))
+    return Pending(part, bias, residual, norm_weight, float(eps), stream), stream
+
+
+def settle(row: Pending) -> torch.Tensor:
+    """A pending row formed in a launch of its own, one program a row: its stream written into
+    row.stream. -> the normed row."""
+    return _sum_add_norm_op(row.part, row.bias, row.residual, row.norm_weight, row.eps,
+                            row.stream)
+
+
 def gemv_add_norm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
                   residual: torch.Tensor, norm_weight: torch.Tensor, eps: float,
                   swiglu: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
     """add_rms_norm(gemv(x, weight, bias, swiglu), residual, norm_weight, eps) -> (the normed
     stream, the stream): the product's partial sums, then one launch a row that adds them up in
     gemv's order, adds the product to the stream and norms it, where gemv's sums and v09's
-    add_rms_norm took a launch each."""
-    _check_product(x, weight, bias, swiglu)
-    _check_stream(residual, norm_weight, x, weight.shape[0])
-    return _gemv_add_norm_op(x.contiguous(), weight, bias, bool(swiglu), residual, norm_weight,
-                             float(eps))
+    add_rms_norm took a launch each (pending_add_norm, then settle)."""
+    row, stream = pending_add_norm(x, weight, bias, residual, norm_weight, eps, swiglu)
+    return settle(row), stream
 
 
 # --- the q/k/v product, its RoPE and the K/V store in one launch ------------------------------
 
-@kernel_op(f"{_NS}::gemv_rope_split_store", ("k_cache", "v_cache"))
+@kernel_op(f"{_NS}::gemv_rope_split_store", ("k_cache", "v_cache", "stream"))
 def _gemv_rope_split_store_op(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
                               cos: torch.Tensor, sin: torch.Tensor, n_q: int, n_kv: int,
                               k_cache: torch.Tensor, v_cache: torch.Tensor,
-                              slot_mapping: torch.Tensor
+                              slot_mapping: torch.Tensor, part: torch.Tensor | None,
+                              part_bias: torch.Tensor | None, norm_weight: torch.Tensor | None,
+                              eps: float, stream: torch.Tensor | None
                               ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     (tokens, k), head_dim = x.shape, weight.shape[0] // (n_q + 2 * n_kv)
     q = x.new_empty(tokens, n_q, head_dim)
@@ -442,31 +530,52 @@ def _gemv_rope_split_store_op(x: torch.Tensor, weight: torch.Tensor, bias: torch
         # gemv's plan, unsplit (a pair is turned once its whole sums are in), in pairs of rows
         block_n, block_k, _ = plan(weight.shape[0], k, x.is_cuda)
         block_p = max(1, block_n // 2)
+        unused = weight  # a pointer for the pending row's tensors where there is none
         _gemv_rope_kernel[(tokens, triton.cdiv(pairs, block_p))](
             x, weight, bias if bias is not None else weight, cos, sin, q, keys, values,
             k_cache, v_cache, slot_mapping, k_cache.shape[1], *k_cache.stride()[:3], k, n_q,
-            n_kv, head_dim // 2, HAS_BIAS=bias is not None, BLOCK_P=block_p, BLOCK_K=block_k,
+            n_kv, head_dim // 2, *(t if t is not None else unused
+                                   for t in (part, part_bias, norm_weight, stream)),
+            tokens, eps, HAS_BIAS=bias is not None,
+            SPLIT=part.shape[0] if part is not None else 0, HAS_PART_BIAS=part_bias is not None,
+            BLOCK_P=block_p, BLOCK_K=block_k, BLOCK_ROW=triton.next_power_of_2(k),
             **_launch_options(x))
     return q, keys, values
 
 
 @fake_of(_gemv_rope_split_store_op)
-def _(x, weight, bias, cos, sin, n_q, n_kv, k_cache, v_cache, slot_mapping):
+def _(x, weight, bias, cos, sin, n_q, n_kv, k_cache, v_cache, slot_mapping, part, part_bias,
+      norm_weight, eps, stream):
     head_dim = weight.shape[0] // (n_q + 2 * n_kv)
     return (x.new_empty(x.shape[0], n_q, head_dim), x.new_empty(x.shape[0], n_kv, head_dim),
             x.new_empty(x.shape[0], n_kv, head_dim))
 
 
-def gemv_rope_split(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
+def gemv_rope_split(x: torch.Tensor | Pending, weight: torch.Tensor, bias: torch.Tensor | None,
                     cos: torch.Tensor, sin: torch.Tensor, n_q: int, n_kv: int,
                     store: tuple[torch.Tensor, torch.Tensor, torch.Tensor]):
     """fused_kernels.rope_split(gemv(x, weight, bias), cos, sin, n_q, n_kv, store=store) in one
     launch: each program sums the q/k/v product's rows of a head's columns c and c + half,
     rounds them as gemv does, turns them (q and k heads) and writes q, k and v, and each
     token's k and v into its cache slot (store = (k_cache, v_cache, slot_mapping)). -> (q, k,
-    v). Without Qwen3's per-head norms, which need a whole head in one program."""
-    _check_product(x, weight, bias, False)
+    v). Without Qwen3's per-head norms, which need a whole head in one program.
+
+    x may be a pending row (Pending, the layer before's MLP output): then every program forms
+    it first, as settle would (the product's partial sums added to the stream, the stream
+    normed), and the first program of each token writes the stream into x.stream, so the
+    launch settle makes is saved."""
+    pending = x if isinstance(x, Pending) else None
+    row = pending.residual if pending is not None else x
+    _check_product(row, weight, bias, False)
     check(store is not None, "store must be (k_cache, v_cache, slot_mapping): this launch stores")
-    fused_kernels.check_split(x.shape[0], weight.shape[0], x, cos, sin, n_q, n_kv, store)
-    return _gemv_rope_split_store_op(x.contiguous(), weight, bias, cos, sin, int(n_q), int(n_kv),
-                                     *store)
+    fused_kernels.check_split(row.shape[0], weight.shape[0], row, cos, sin, n_q, n_kv, store)
+    if pending is None:
+        return _gemv_rope_split_store_op(row.contiguous(), weight, bias, cos, sin, int(n_q),
+                                         int(n_kv), *store, None, None, None, 0.0, None)
+    check(pending.part.shape[1:] == row.shape and pending.stream.shape == row.shape,
+          f"the pending row's sums {tuple(pending.part.shape)} and stream "
+          f"{tuple(pending.stream.shape)} must match its stream before, {tuple(row.shape)}")
+    return _gemv_rope_split_store_op(row.contiguous(), weight, bias, cos, sin, int(n_q),
+                                     int(n_kv), *store,
+                                     pending.part, pending.bias, pending.norm_weight,
+                                     pending.eps, pending.stream)

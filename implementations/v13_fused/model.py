@@ -17,8 +17,9 @@ slowly for small matrices: there the projections run gemv kernels (gemv.py: proj
 takes_gemv), and the MLP's part of a layer, v09's two norms, the products and SwiGLU between
 them, five launches, runs as two (mlp_sublayer_fused): [gate | up]'s programs form the
 post-attention norm of the row they read, and down's gemv forms SwiGLU from the [gate | up] row
-itself, the launch that adds its split sums also adding the product to the stream and norming
-it for what follows.
+itself and leaves its split sums pending (gemv.Pending): the next layer's q/k/v gemv adds them
+to the stream and norms the row in its own programs, and the loop's settle runs them as a
+launch of their own before the final norm.
 
 A prefill's attention was, for every request in every layer, two gathers of its context out of
 the cache, then one fused call (v02's causal_attention), a host wait for each request's span
@@ -80,6 +81,7 @@ class FusedOps(TritonOps):
         (kernel_cos_sin), and for Qwen3 norms each q and k head first (qk_norm's step);
         elsewhere the row's column blocks (views) go through v01_1's phases 2-4 (heads).
         HF-named tensors: v12's phases."""
+        x = self.settle(x)
         if f"{QKV}.weight" not in w:
             return super().qkv_heads(x, positions, w, config)
         qkv = self.project(x, w[f"{QKV}.weight"], w.get(f"{QKV}.bias"))
@@ -97,19 +99,22 @@ class FusedOps(TritonOps):
         weights rope_split writes them as it splits the heads (the memory's passes ask this
         where FusedContextAttention says so), and where the product takes the gemv, the gemv
         itself turns and stores them (gemv_rope_split); HF-named tensors, v10's store after
-        v12's phases."""
-        if f"{QKV}.weight" not in w:
-            qg, k, v = self.qkv_heads(x, positions, w, config)
-            paged_kernels.store_kv(k, v, *store)
-            return qg, k, v
-        weight, bias = w[f"{QKV}.weight"], w.get(f"{QKV}.bias")
-        if self.takes_gemv(x, weight) and not config.qk_norm:
+        v12's phases. x may be a row still pending (mlp_sublayer_fused's): the fused launch
+        forms it itself, every other path settles it first."""
+        weight, bias = w.get(f"{QKV}.weight"), w.get(f"{QKV}.bias")
+        row = x.residual if isinstance(x, gemv.Pending) else x  # its shape, where x is pending
+        if weight is not None and self.takes_gemv(row, weight) and not config.qk_norm:
             # One launch for the product, RoPE and the store (a Qwen3 head's norm needs the
             # whole head in one program: there rope_split after the gemv).
             cos, sin = self.kernel_cos_sin(positions, config.head_dim, config.rope_theta)
             q, k, v = gemv.gemv_rope_split(x, weight, bias, cos, sin, config.num_heads,
                                            config.num_kv_heads, store)
             return self.group_queries(q, config.num_kv_heads), k, v
+        x = self.settle(x)
+        if weight is None:
+            qg, k, v = self.qkv_heads(x, positions, w, config)
+            paged_kernels.store_kv(k, v, *store)
+            return qg, k, v
         return self.rope_heads(self.project(x, weight, bias), positions, w, config, store)
 
     def rope_heads(self, qkv: torch.Tensor, positions: torch.Tensor,
@@ -146,15 +151,23 @@ class FusedOps(TritonOps):
                            w: Mapping[str, torch.Tensor], norm_after: torch.Tensor, eps: float):
         """mlp_sublayer on the kernels: where the products take the gemv (fuses_norms), two
         launches where v09's two norms and the MLP took five: the post-attention norm formed
-        inside the [gate | up] product's programs (norm_gemv), and down's split sums, the
-        residual add and the norm after it one launch (gemv_add_norm); elsewhere v09's."""
+        inside the [gate | up] product's programs (norm_gemv), and down's product, whose split
+        sums, residual add and norm after it are left to the launch that takes the row
+        (gemv.Pending: the next layer's q/k/v gemv forms them itself, settle in a launch of
+        their own); elsewhere v09's. -> (the pending row, the stream it will be)."""
         if not self.fuses_norms(attended, w):
             return super().mlp_sublayer(attended, residual, w, norm_after, eps)
         gate_up, residual = gemv.norm_gemv(attended, residual,
                                            w["post_attention_layernorm.weight"], eps,
                                            w[f"{GATE_UP}.weight"], w.get(f"{GATE_UP}.bias"))
-        return gemv.gemv_add_norm(gate_up, w["mlp.down_proj.weight"], w.get("mlp.down_proj.bias"),
-                                  residual, norm_after, eps, swiglu=True)
+        return gemv.pending_add_norm(gate_up, w["mlp.down_proj.weight"],
+                                     w.get("mlp.down_proj.bias"), residual, norm_after, eps,
+                                     swiglu=True)
+
+    def settle(self, h):
+        """v09's, a pending row (mlp_sublayer_fused's) formed in a launch of its own (the sums,
+        the stream and the norm) where no product takes it: the final norm, Qwen3's heads."""
+        return gemv.settle(h) if isinstance(h, gemv.Pending) else h
 
     def fuses_norms(self, x: torch.Tensor, w: Mapping[str, torch.Tensor]) -> bool:
         """Whether the MLP sublayer runs its norms inside the products: over packed [gate | up],

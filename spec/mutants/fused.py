@@ -39,6 +39,8 @@ NORM_GEMV = (f"{PAGE}::test_norm_gemv_is_the_norm_of_the_stream_times_the_weight
              "stream")
 ADD_NORM = f"{PAGE}::test_gemv_add_norm_adds_the_product_to_the_stream_and_norms_it"
 GEMV_ROPE = f"{PAGE}::test_gemv_rope_split_is_rope_split_of_the_gemv_and_stores_as_it_stores"
+PENDING = (f"{PAGE}::test_gemv_rope_split_forms_a_pending_row_itself_as_settle_would_and_writes_"
+           "its_stream")
 
 STORED = (f"{PAGE}::test_rope_split_with_a_store_writes_the_caches_as_store_kv_writes_its_k_and_v"
           "[v13_fused-cpu-float32]")
@@ -151,8 +153,8 @@ MUTANTS = [
         (NORM_GEMV,), ("v13",),
         "the second program of a row writes the stream: a row of few weight rows leaves it unset"),
     Mutant("v13-norm-gemv-mean-over-the-block", "fusion", (
-        Edit(GEMV_KERNEL, "    rstd = kernels.inv_rms(s, k, eps)",
-             "    rstd = kernels.inv_rms(s, BLOCK_ROW, eps)"),),
+        Edit(GEMV_KERNEL, "mask=whole)\n    rstd = kernels.inv_rms(s, k, eps)",
+             "mask=whole)\n    rstd = kernels.inv_rms(s, BLOCK_ROW, eps)"),),
         (NORM_GEMV,), ("v13",), "the mean square divides by the padded row's width, not k"),
     Mutant("v13-norm-gemv-product-without-the-residual", "fusion", (
         Edit(GEMV_KERNEL, "        ss = kernels.add_rounded(tl.load(x_ptr + ks, mask=live, other=0.0),\n"
@@ -169,9 +171,10 @@ MUTANTS = [
              "        acc += 0 * tl.load(bias_ptr + cols, mask=live, other=0.0)"),),
         (ADD_NORM,), ("v13",), "the product joins the stream without its bias"),
     Mutant("v13-mlp-norm-after-is-the-post-attention-norm", "fusion", (
-        Edit(MODEL, "                                  residual, norm_after, eps, swiglu=True)",
-             '                                  residual, w["post_attention_layernorm.weight"], '
-             'eps, swiglu=True)'),),
+        Edit(MODEL, '                                     w.get("mlp.down_proj.bias"), residual, '
+                    'norm_after, eps,',
+             '                                     w.get("mlp.down_proj.bias"), residual, '
+             'w["post_attention_layernorm.weight"], eps,'),),
         (QWEN3,), ("v13",),
         "at one row the MLP's output is normed by its own layer's post-attention weight, not by "
         "what follows"),
@@ -246,14 +249,38 @@ MUTANTS = [
              "    tl.store(v_cache_ptr + dst + half, out1, mask=is_v & (slot >= 0))"),),
         (GEMV_ROPE,), ("v13",), "a v head's second half in the cache is its first half again "
                                 "(the split's epilogue, the fused q/k/v gemv's too)"),
+    Mutant("v13-pending-stream-written-by-no-program", "fusion", (
+        Edit(GEMV_KERNEL, "        if tl.program_id(1) == 0:\n            tl.store(stream_ptr",
+             "        if tl.program_id(1) == -1:\n            tl.store(stream_ptr"),),
+        (PENDING,), ("v13",),
+        "the q/k/v gemv forms a pending row but no program writes its stream"),
+    Mutant("v13-pending-row-mean-over-the-block", "fusion", (
+        Edit(GEMV_KERNEL, "mask=whole)\n        rstd = kernels.inv_rms(s, k, eps)",
+             "mask=whole)\n        rstd = kernels.inv_rms(s, BLOCK_ROW, eps)"),),
+        (PENDING,), ("v13",),
+        "a pending row's mean square divides by the padded row's width, not k"),
+    Mutant("v13-pending-row-tiles-without-the-norms-weight", "fusion", (
+        Edit(GEMV_KERNEL, "            a = (tl.load(norm_ptr + ks, mask=live, other=0.0)\n"
+                          "                 * (ss.to(tl.float32) * rstd)",
+             "            a = ((ss.to(tl.float32) * rstd)"),),
+        (PENDING,), ("v13",),
+        "where a row takes several tiles, a pending row's tiles are formed without the norm's "
+        "weight"),
+    Mutant("v13-last-row-left-unnormed", "fusion", (
+        Edit(MODEL, "        return gemv.settle(h) if isinstance(h, gemv.Pending) else h",
+             "        return h.residual if isinstance(h, gemv.Pending) else h"),),
+        (QWEN3,), ("v13",),
+        "at one row the final norm is handed the stream before the last MLP, not the last "
+        "layer's row"),
     Mutant("v13-qkv-gemv-then-rope-split-at-one-row", "fusion", (
-        Edit(MODEL, "        if self.takes_gemv(x, weight) and not config.qk_norm:",
-             "        if False:"),),
+        Edit(MODEL, "        if weight is not None and self.takes_gemv(row, weight) and not "
+                    "config.qk_norm:", "        if False:"),),
         (DECODE_GEMV,), ("v13",),
         "at one row the q/k/v gemv and rope_split run as two launches: the same numbers"),
     Mutant("v13-qwen3-heads-unnormed-at-one-row", "fusion", (
-        Edit(MODEL, "        if self.takes_gemv(x, weight) and not config.qk_norm:",
-             "        if self.takes_gemv(x, weight):"),),
+        Edit(MODEL, "        if weight is not None and self.takes_gemv(row, weight) and not "
+                    "config.qk_norm:",
+             "        if weight is not None and self.takes_gemv(row, weight):"),),
         (QWEN3,), ("v13",), "at one row Qwen3's q and k heads turn without their norms"),
     # Dependent launch (PDL): on a GPU each breakage below is a race or a lost overlap, the
     # numbers right whenever the launch before has ended in time; the spec reads each
@@ -279,13 +306,20 @@ MUTANTS = [
              "    row = tl.program_id(0).to(tl.int64)  # one program a row"),),
         (DEPENDENT,), ("v13",), "down's split sums are added before the partials' launch ends"),
     Mutant("v13-gemv-rope-reads-its-row-before-waiting", "dependent launch", (
-        Edit(GEMV_KERNEL, "    if PDL:\n        tl.extra.cuda.gdc_wait()\n"
-                          "    acc1 = tl.zeros((BLOCK_P,), dtype=tl.float32)\n",
-             "    acc1 = tl.zeros((BLOCK_P,), dtype=tl.float32)\n"),
+        Edit(GEMV_KERNEL, "    if PDL:\n        tl.extra.cuda.gdc_wait()\n    if SPLIT:\n",
+             "    if SPLIT:\n"),
         Edit(GEMV_KERNEL, "    if HAS_BIAS:\n        acc1 += tl.load(bias_ptr + r1",
              "    if PDL:\n        tl.extra.cuda.gdc_wait()\n"
              "    if HAS_BIAS:\n        acc1 += tl.load(bias_ptr + r1"),),
         (DEPENDENT,), ("v13",), "the q/k/v gemv reads its normed row before it waits"),
+    Mutant("v13-gemv-rope-forms-a-pending-row-before-waiting", "dependent launch", (
+        Edit(GEMV_KERNEL, "    if PDL:\n        tl.extra.cuda.gdc_wait()\n    if SPLIT:\n",
+             "    if SPLIT:\n"),
+        Edit(GEMV_KERNEL, "            s.dtype)\n    acc1 = tl.zeros((BLOCK_P,), dtype=tl.float32)\n",
+             "            s.dtype)\n    if PDL:\n        tl.extra.cuda.gdc_wait()\n"
+             "    acc1 = tl.zeros((BLOCK_P,), dtype=tl.float32)\n"),),
+        (DEPENDENT,), ("v13",),
+        "the q/k/v gemv reads a pending row's partial sums and stream before it waits"),
     Mutant("v10-launched-dependent-without-the-kernels-flag", "dependent launch", (
         Edit(PAGED_KERNELS, '    return {"PDL": True, "launch_pdl": True} if dependent else',
              '    return {"PDL": False, "launch_pdl": True} if dependent else'),),

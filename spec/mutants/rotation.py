@@ -21,9 +21,9 @@ MUTANTS = [
         "the angles outlive their pass: a positions buffer refilled in place keeps its old ones"),
     Mutant("v09-rotation-one-position-off", "rotation once per pass", (
         Edit("v09_triton_basics/kernels.py",
-             "    angles = positions.float()[:, None] * inv_freq[None, :]\n"
+             "    angles = positions[:, None] * inv_freq[None, :]\n"
              "    return angles.cos().contiguous(), angles.sin().contiguous()",
-             "    angles = (positions.float() + 1)[:, None] * inv_freq[None, :]\n"
+             "    angles = (positions + 1)[:, None] * inv_freq[None, :]\n"
              "    return angles.cos().contiguous(), angles.sin().contiguous()"),),
         ("spec/test_v09_triton_kernels.py",), ("v09",),
         "the kernel's angles are those of the next position"),
