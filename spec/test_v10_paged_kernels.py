@@ -186,13 +186,17 @@ DEPENDENT_CASES = {"one-program": [40], "split": [600]}
 def test_launched_dependent_every_program_lets_the_next_launch_start_and_waits_before_it_reads(
         paged, case, monkeypatch):
     """dependent=True launches the kernels dependent on the launch before (CUDA's programmatic
-    dependent launch): a kernel's programs may start while that launch still writes q, so each
-    must wait (gdc_wait) before it reads anything at all, and let the launch after it start
-    (gdc_launch_dependents). Watched under the interpreter (spec/support/watchers/
-    dependent_reads.py, which records each program's loads and the two calls): every program
-    of every launch, the combine's included where the context is split, makes both calls,
-    waits once, and reads nothing before it waits; the output the same bits as launched
-    plainly."""
+    dependent launch): a kernel's programs may start while that launch still runs, and in a
+    decode step that launch writes q and each row's newest K/V into the cache. So before it
+    waits (gdc_wait) an attention program may read only what no launch of the chain writes:
+    the lengths, the block tables and the K/V of the older tokens, the first tile of which it
+    loads there, so that trip to memory overlaps the launch before. Watched under the
+    interpreter (spec/support/watchers/dependent_reads.py, which records each program's loads
+    and the two calls): every program of every launch, the combine's included where the
+    context is split, lets the launch after it start and waits once; before the wait an
+    attention program reads lengths, tables and caches only, never q and never a newest token's
+    K/V row, and the older tokens' K/V are read there; the combine reads nothing before it waits
+    (its partials are the launch before's); the output the same bits as launched plainly."""
     batch = ref.paged_batch(Target("cpu", torch.float32), torch.Generator().manual_seed(8),
                             DEPENDENT_CASES[case], block_size=16, kv_heads=2, group=2,
                             head_dim=4)
@@ -204,11 +208,40 @@ def test_launched_dependent_every_program_lets_the_next_launch_start_and_waits_b
     assert torch.equal(plain, dependent), "launched dependent, other bits"
     kernels = {p.kernel for p in reads.programs}
     assert len(kernels) == (2 if case == "split" else 1), kernels
+    named = dict(q=batch.q, context_lens=batch.context_lens, block_tables=batch.block_tables,
+                 k_cache=batch.k_cache, v_cache=batch.v_cache)
+    newest = newest_rows(batch)
+    early_caches = set()
     for p in reads.programs:
         where = f"{p.kernel} program {p.index}"
         assert p.lets_next_start, f"{where} never lets the launch after it start"
         assert p.waits == 1, f"{where} waits {p.waits} times for the launch before it"
-        assert not p.before, f"{where} reads {sum(map(len, p.before))} addresses before it waits"
+        if p.kernel == "_combine_kernel":
+            assert not p.before, f"{where} reads {sum(map(len, p.before))} addresses first"
+            continue
+        early = p.read_before_wait(named)
+        assert early <= {"context_lens", "block_tables", "k_cache", "v_cache"}, \
+            f"{where} reads {sorted(early)} before it waits"
+        read = {int(a) for arr in p.before for a in arr.tolist()}
+        assert not read & newest, f"{where} reads a newest token's K/V before it waits"
+        early_caches |= early & {"k_cache", "v_cache"}
+    assert early_caches == {"k_cache", "v_cache"}, "no older K/V is read before the wait"
+
+
+def newest_rows(batch) -> set[int]:
+    """The byte addresses of each request's newest token's K and V rows (every KV head's) in
+    the caches: what a decode step's q/k/v launch has just written."""
+    addresses = set()
+    block = batch.k_cache.shape[1]
+    for r, n in enumerate(batch.context_lens.tolist()):
+        if n == 0:
+            continue
+        slot = int(batch.block_tables[r, (n - 1) // block]) * block + (n - 1) % block
+        for cache in (batch.k_cache, batch.v_cache):
+            row = cache.view(-1, *cache.shape[2:])[slot]
+            start = row.data_ptr()
+            addresses |= set(range(start, start + row.numel() * row.element_size()))
+    return addresses
 
 
 def test_decode_attention_refuses_bad_tables_and_head_counts(paged):

@@ -940,24 +940,38 @@ def test_launched_dependent_a_batch_1_decode_step_chains_every_layer_kernel_atte
     down's gemv and the sums-add-norm. Watched under the interpreter (spec/support/watchers/
     dependent_reads.py), launches_dependent made to say yes as on Hopper: every program of each
     of those kernels lets the launch after it start and waits once, and the attention's
-    programs read nothing before they wait (their queries are the gemv's output); the step's
-    tokens the same as launched plainly. (The fixtures' 256 positions never split the
-    attention; v10's page checks its combine launched dependent.)"""
+    programs read before they wait nothing the layer's q/k/v launch writes (its queries, the
+    newest token's K/V rows in the caches), though they read older K/V there; the step's tokens
+    the same as launched plainly. (The fixtures' 256 positions never split the attention;
+    v10's page checks its combine launched dependent.)"""
     ckpt = tiny_checkpoint("tiny_qwen2")
 
     def decode(dependent: bool):
         engine = impl.build(ckpt, max_lanes=2, use_graphs=False)
         rid = engine.add_request(PROMPTS[0], GenerationParams(max_new_tokens=3))
         engine.step()  # the prefill
+        written: set[int] = set()  # byte addresses the step's q/k/v launches write
+        real = gemv.gemv_rope_split
+
+        def recording(x, weight, bias, cos, sin, n_q, n_kv, store):
+            q, k, v = real(x, weight, bias, cos, sin, n_q, n_kv, store)
+            k_cache, v_cache, slots = store
+            rows = [c.view(-1, *c.shape[2:])[int(slot)] for c in (k_cache, v_cache)
+                    for slot in slots.tolist() if slot >= 0]
+            for t in [q] + rows:
+                written.update(range(t.data_ptr(), t.data_ptr() + t.numel() * t.element_size()))
+            return q, k, v
+
         with monkeypatch.context() as m:
             m.setattr(gemv, "launches_dependent", lambda x: dependent)
+            m.setattr(gemv, "gemv_rope_split", recording)
             reads = DependentReads(m)
             engine.step()
-        return list(engine.output(rid).tokens), reads.programs
+        return list(engine.output(rid).tokens), reads.programs, written
 
-    plain, _ = decode(False)
-    tokens, programs = decode(True)
-    assert tokens == plain
+    plain, _, _ = decode(False)
+    tokens, programs, written = decode(True)
+    assert tokens == plain and written
     layer = {"_gemv_rope_kernel", "_paged_decode_kernel", "_gemv_kernel", "_norm_gemv_kernel",
              "_sum_add_norm_kernel"}
     assert layer <= {p.kernel for p in programs}, sorted(layer - {p.kernel for p in programs})
@@ -966,7 +980,9 @@ def test_launched_dependent_a_batch_1_decode_step_chains_every_layer_kernel_atte
             where = f"{p.kernel} program {p.index}"
             assert p.lets_next_start and p.waits == 1, f"{where} is not launched dependent"
             if p.kernel == "_paged_decode_kernel":
-                assert not p.before, f"{where} reads before it waits"
+                early = {int(a) for arr in p.before for a in arr.tolist()}
+                assert early, f"{where} reads no older K/V before it waits"
+                assert not early & written, f"{where} reads the q/k/v launch's output first"
 
 
 @interpreted

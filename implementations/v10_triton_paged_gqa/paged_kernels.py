@@ -9,8 +9,9 @@ block 0 is the null block that padding entries of a table point to.
 
 A caller that chains kernels launched dependent on one another (CUDA's programmatic dependent
 launch, compute capability 9 and later) may launch the attention so too (`dependent`): its
-programs then let the next launch start at once and wait for the launch before before they
-read anything, since their queries are that launch's output.
+programs then let the next launch start at once, load their first tile of the older tokens'
+K/V, and wait for the launch before before they read its output: the queries and each row's
+newest K/V.
 """
 from __future__ import annotations
 
@@ -66,6 +67,30 @@ COMBINE_FLOATS = 16384
 
 
 @triton.jit
+def _tile_slots(tables_ptr, b, tables_sb, t, live, kv_head, cache_sblock, cache_stok,
+                cache_shead, PAGE: tl.constexpr):
+    """Where tokens t of request b's context keep their K/V for this KV head (offsets into the
+    caches), following the block table: pages need not be adjacent. The page size is a
+    compile-time constant, so t // PAGE and t % PAGE are a shift and a mask."""
+    page = tl.load(tables_ptr + b * tables_sb + t // PAGE, mask=live, other=0)
+    return page.to(tl.int64) * cache_sblock + (t % PAGE) * cache_stok + kv_head * cache_shead
+
+
+@triton.jit
+def _attend_tile(q, k_t, v, live, m, l, acc, scale, PRECISION: tl.constexpr):
+    """The online softmax over one tile of keys k_t [D, N] and values v [N, D] (tokens not live
+    masked out): -> the running max m, sum l and accumulator acc with the tile in."""
+    scores = tl.dot(q, k_t, input_precision=PRECISION) * scale                        # [G, N]
+    scores = tl.where(live[None, :], scores, float("-inf"))
+    m_new = tl.maximum(m, tl.max(scores, axis=1))
+    p = tl.exp(scores - m_new[:, None])
+    rescale = tl.exp(m - m_new)  # 0 on the first tile, where m is -inf
+    l = l * rescale + tl.sum(p, axis=1)
+    acc = acc * rescale[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PRECISION)
+    return m_new, l, acc
+
+
+@triton.jit
 def _paged_decode_kernel(
         q_ptr, k_ptr, v_ptr, tables_ptr, lens_ptr, out_ptr, part_ptr, scale,
         q_sb, q_sh, cache_sblock, cache_stok, cache_shead, tables_sb, out_sb, out_sh,
@@ -75,16 +100,14 @@ def _paged_decode_kernel(
     # One program = one request x one KV head (x one chunk of its context when SPLIT), with all
     # `group` query heads that share it: each K/V tile is read from memory once and used for the
     # whole group.
-    if PDL:  # launched dependent (paged_decode_attention's `dependent`): wait before any read
+    if PDL:  # launched dependent (paged_decode_attention's `dependent`)
         tl.extra.cuda.gdc_launch_dependents()
-        tl.extra.cuda.gdc_wait()
     b = tl.program_id(0).to(tl.int64)
     kv_head = tl.program_id(1)
     g = tl.arange(0, BLOCK_G)
     d = tl.arange(0, BLOCK_D)
     heads = kv_head * group + g
     q_mask = (g < group)[:, None] & (d < head_dim)[None, :]
-    q = tl.load(q_ptr + b * q_sb + heads[:, None] * q_sh + d[None, :], mask=q_mask, other=0.0)
 
     context = tl.load(lens_ptr + b)
     if SPLIT:
@@ -94,30 +117,49 @@ def _paged_decode_kernel(
     else:
         lo = 0
         hi = context
+    # The first tile's K/V. Launched dependent, it is loaded before the wait, all but the newest
+    # token's (the launch before stores that one; no launch of the chain writes the older
+    # tokens, the lengths or the tables), so its trip to memory overlaps the launch before.
+    # Masked loads read 0 past the context: those slots may hold anything, NaN included.
+    t = lo + tl.arange(0, BLOCK_N)
+    live = t < hi
+    if PDL:
+        early = live & (t < context - 1)
+    else:
+        early = live
+    slot = _tile_slots(tables_ptr, b, tables_sb, t, live, kv_head, cache_sblock, cache_stok,
+                       cache_shead, PAGE)
+    on_d = d < head_dim
+    k_t = tl.load(k_ptr + slot[None, :] + d[:, None], mask=early[None, :] & on_d[:, None],
+                  other=0.0)                                                          # [D, N]
+    v = tl.load(v_ptr + slot[:, None] + d[None, :], mask=early[:, None] & on_d[None, :],
+                other=0.0)                                                            # [N, D]
+    if PDL:
+        tl.extra.cuda.gdc_wait()
+        # The newest token's K/V, now written, in its place in the tile: the tile is the one
+        # loaded at once, so the bits are a plain launch's.
+        newest = live & (t == context - 1)
+        k_t = tl.where(newest[None, :], tl.load(k_ptr + slot[None, :] + d[:, None],
+                                                mask=newest[None, :] & on_d[:, None],
+                                                other=0.0), k_t)
+        v = tl.where(newest[:, None], tl.load(v_ptr + slot[:, None] + d[None, :],
+                                              mask=newest[:, None] & on_d[None, :], other=0.0), v)
+    q = tl.load(q_ptr + b * q_sb + heads[:, None] * q_sh + d[None, :], mask=q_mask, other=0.0)
     m = tl.full([BLOCK_G], float("-inf"), tl.float32)   # running max of the scores
     l = tl.zeros([BLOCK_G], tl.float32)                 # running sum of exp(score - m)
     acc = tl.zeros([BLOCK_G, BLOCK_D], tl.float32)      # running sum of exp(score - m) * v
-    for start in range(lo, hi, BLOCK_N):
+    if lo < hi:
+        m, l, acc = _attend_tile(q, k_t, v, live, m, l, acc, scale, PRECISION)
+    for start in range(lo + BLOCK_N, hi, BLOCK_N):
         t = start + tl.arange(0, BLOCK_N)
         live = t < hi
-        # Follow the table: each token's page is looked up, so pages need not be adjacent. The
-        # page size is a compile-time constant, so t // PAGE and t % PAGE are a shift and a mask.
-        page = tl.load(tables_ptr + b * tables_sb + t // PAGE, mask=live, other=0)
-        slot = (page.to(tl.int64) * cache_sblock + (t % PAGE) * cache_stok
-                + kv_head * cache_shead)
-        k_mask = live[None, :] & (d < head_dim)[:, None]
-        # Masked loads read 0 past the context: those slots may hold anything, NaN included.
-        k_t = tl.load(k_ptr + slot[None, :] + d[:, None], mask=k_mask, other=0.0)   # [D, N]
-        scores = tl.dot(q, k_t, input_precision=PRECISION) * scale                    # [G, N]
-        scores = tl.where(live[None, :], scores, float("-inf"))
-        m_new = tl.maximum(m, tl.max(scores, axis=1))
-        p = tl.exp(scores - m_new[:, None])
-        rescale = tl.exp(m - m_new)  # 0 on the first tile, where m is -inf
-        l = l * rescale + tl.sum(p, axis=1)
-        v_mask = live[:, None] & (d < head_dim)[None, :]
-        v = tl.load(v_ptr + slot[:, None] + d[None, :], mask=v_mask, other=0.0)       # [N, D]
-        acc = acc * rescale[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PRECISION)
-        m = m_new
+        slot = _tile_slots(tables_ptr, b, tables_sb, t, live, kv_head, cache_sblock, cache_stok,
+                           cache_shead, PAGE)
+        k_t = tl.load(k_ptr + slot[None, :] + d[:, None], mask=live[None, :] & on_d[:, None],
+                      other=0.0)
+        v = tl.load(v_ptr + slot[:, None] + d[None, :], mask=live[:, None] & on_d[None, :],
+                    other=0.0)
+        m, l, acc = _attend_tile(q, k_t, v, live, m, l, acc, scale, PRECISION)
 
     if SPLIT:
         # The chunk's partial goes to scratch rows [group, head_dim + 2] = (acc | m | l), one
@@ -313,8 +355,11 @@ def paged_decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
     up to whole tiles), so a row's result is the same bits in any batch. dependent: launch
     both kernels dependent on the launch before (CUDA's programmatic dependent launch, compute
     capability 9 and later: the caller's to know): each program lets the launch after it start,
-    then waits for the writes of the launch before it, before it reads anything, so in a chain
-    of kernels launched so the next one's programs start while these end."""
+    loads the lengths, its table entries and its first tile of K/V but the newest token's, then
+    waits for the writes of the launch before it and reads q and the newest K/V, so in a chain
+    of kernels launched so the next one's programs start while these end, and the tile's trip
+    to memory overlaps the launch before. That launch may write q and each row's newest K/V
+    (a decode step's q/k/v launch), nothing else the attention reads: the caller's promise."""
     check_queries(q, k_cache, v_cache, "B")
     batch = q.shape[0]
     for name, t in (("block_tables", block_tables), ("context_lens", context_lens)):

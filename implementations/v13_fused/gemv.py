@@ -42,7 +42,8 @@ took 0.85 ms where it took 0.93 (H100, docs/gpu.md, 2026-12-06). Every program r
 weight tile one tile ahead of its sums, so the loads are in flight while it multiplies. v10's
 paged decode attention, between the q/k/v and o products, launches dependent too
 (dependent_decode_attention, which the memory runs), waiting before it reads anything, so the
-chain does not stop around it each layer.
+chain does not stop around it each layer; before its wait it loads what no launch of the
+chain writes (the lengths, the tables, the first tile of the older tokens' K/V).
 
 Sums in float32, the output rounded once to the model dtype (the bias added first), as a GEMM's
 epilogue does; the summation order differs from cuBLAS's, so results agree within the dtype's
@@ -297,8 +298,9 @@ def dependent_decode_attention(q, k_cache, v_cache, block_tables, context_lens, 
     """v10's paged decode attention, launched dependent where this module's kernels are
     (launches_dependent). At one row it sits between the q/k/v gemv and the o gemv; launched
     plainly it would stop the chain's overlap each layer (the o product's programs could not
-    start and load their weights while it ends). It waits before it reads anything: its
-    queries are the q/k/v gemv's output."""
+    start and load their weights while it ends). It waits before it reads the q/k/v gemv's
+    output (its queries, and the newest token's K/V, which that launch stores): v10's promise
+    holds, since in a decode step that launch writes nothing else the attention reads."""
     return paged_kernels.paged_decode_attention(q, k_cache, v_cache, block_tables, context_lens,
                                                 scale, fixed_chunk,
                                                 dependent=launches_dependent(q))

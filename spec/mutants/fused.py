@@ -337,14 +337,33 @@ MUTANTS = [
         (DEPENDENT_STEP,), ("v13",), "the decode attention between the one-row products launches "
                                      "plainly: the chain's overlap stops around it each layer"),
     Mutant("v10-attention-reads-q-before-it-waits", "dependent launch", (
-        Edit(PAGED_KERNELS, "    if PDL:  # launched dependent (paged_decode_attention's `dependent`): "
-                            "wait before any read\n        tl.extra.cuda.gdc_launch_dependents()\n"
-                            "        tl.extra.cuda.gdc_wait()\n",
-             "    if PDL:  # launched dependent\n        tl.extra.cuda.gdc_launch_dependents()\n"),
+        Edit(PAGED_KERNELS, "    q = tl.load(q_ptr + b * q_sb + heads[:, None] * q_sh + d[None, :], "
+                            "mask=q_mask, other=0.0)\n    m = tl.full(",
+             "    m = tl.full("),
         Edit(PAGED_KERNELS, "    context = tl.load(lens_ptr + b)\n",
-             "    if PDL:\n        tl.extra.cuda.gdc_wait()\n    context = tl.load(lens_ptr + b)\n"),),
+             "    q = tl.load(q_ptr + b * q_sb + heads[:, None] * q_sh + d[None, :], mask=q_mask, "
+             "other=0.0)\n    context = tl.load(lens_ptr + b)\n"),),
         (DEPENDENT_PAGED, DEPENDENT_STEP), ("v10", "v13"),
         "the attention reads its queries before it waits for the launch that writes them"),
+    Mutant("v10-attention-reads-the-newest-kv-before-it-waits", "dependent launch", (
+        Edit(PAGED_KERNELS, "        early = live & (t < context - 1)", "        early = live"),),
+        (DEPENDENT_PAGED, DEPENDENT_STEP), ("v10", "v13"),
+        "before its wait the attention loads the newest token's K/V too, which the launch "
+        "before is still writing"),
+    Mutant("v10-attention-newest-kv-never-reloaded", "dependent launch", (
+        Edit(PAGED_KERNELS, "        newest = live & (t == context - 1)",
+             "        newest = live & (t < 0)"),),
+        (DEPENDENT_PAGED,), ("v10",),
+        "launched dependent, the attention never loads the newest token's K/V after its wait"),
+    Mutant("v10-attention-loads-its-first-tile-after-the-wait", "dependent launch", (
+        Edit(PAGED_KERNELS, "    t = lo + tl.arange(0, BLOCK_N)\n    live = t < hi\n    if PDL:\n",
+             "    if PDL:\n        tl.extra.cuda.gdc_wait()\n    t = lo + tl.arange(0, BLOCK_N)\n"
+             "    live = t < hi\n    if PDL:\n"),
+        Edit(PAGED_KERNELS, "    if PDL:\n        tl.extra.cuda.gdc_wait()\n        # The newest",
+             "    if PDL:\n        # The newest"),),
+        (DEPENDENT_PAGED, DEPENDENT_STEP), ("v10", "v13"),
+        "launched dependent, the attention loads nothing before its wait: the first tile's trip "
+        "to memory no longer overlaps the launch before"),
     Mutant("v10-combine-launched-plainly", "dependent launch", (
         Edit(PAGED_KERNELS, "            splits, BLOCK_G=block_g, BLOCK_D=block_d, BLOCK_S=block_s, "
                             "**launch)",
