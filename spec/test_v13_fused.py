@@ -985,6 +985,25 @@ def test_launched_dependent_a_batch_1_decode_step_chains_every_layer_kernel_atte
                 assert not early & written, f"{where} reads the q/k/v launch's output first"
 
 
+
+@interpreted
+def test_at_two_rows_the_decode_attention_launches_plainly(impl, gemv, monkeypatch):
+    """Only a one-row step chains its launches: at two rows the q/k/v product is cuBLAS's and
+    rope_split's, launched plainly, so the attention after them has nothing to overlap and
+    launches plainly too (its early loads cost a batch-256 step 0.2 ms on an H100). Watched
+    under the interpreter, launches_dependent made to say yes as on Hopper: no program of a
+    two-row step's attention waits for the launch before or lets the next one start."""
+    engine = impl.build(tiny_checkpoint("tiny_qwen2"), max_lanes=2, use_graphs=False)
+    for prompt in PROMPTS[:2]:
+        engine.add_request(prompt, GenerationParams(max_new_tokens=3))
+    engine.step()  # both prefills
+    monkeypatch.setattr(gemv, "launches_dependent", lambda x: True)
+    reads = DependentReads(monkeypatch)
+    engine.step()
+    attention = [p for p in reads.programs if p.kernel == "_paged_decode_kernel"]
+    assert attention, "no decode attention ran"
+    assert not any(p.waits or p.lets_next_start for p in attention)
+
 @interpreted
 def test_with_its_kernels_greedy_tokens_are_drawn_by_argmax_rows_and_no_aten_argmax_runs(
         impl, fused):

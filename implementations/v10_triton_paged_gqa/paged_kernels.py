@@ -117,44 +117,46 @@ def _paged_decode_kernel(
     else:
         lo = 0
         hi = context
-    # The first tile's K/V. Launched dependent, it is loaded before the wait, all but the newest
-    # token's (the launch before stores that one; no launch of the chain writes the older
-    # tokens, the lengths or the tables), so its trip to memory overlaps the launch before.
-    # Masked loads read 0 past the context: those slots may hold anything, NaN included.
-    t = lo + tl.arange(0, BLOCK_N)
-    live = t < hi
-    if PDL:
-        early = live & (t < context - 1)
-    else:
-        early = live
-    slot = _tile_slots(tables_ptr, b, tables_sb, t, live, kv_head, cache_sblock, cache_stok,
-                       cache_shead, PAGE)
+    m = tl.full([BLOCK_G], float("-inf"), tl.float32)   # running max of the scores
+    l = tl.zeros([BLOCK_G], tl.float32)                 # running sum of exp(score - m)
+    acc = tl.zeros([BLOCK_G, BLOCK_D], tl.float32)      # running sum of exp(score - m) * v
     on_d = d < head_dim
-    k_t = tl.load(k_ptr + slot[None, :] + d[:, None], mask=early[None, :] & on_d[:, None],
-                  other=0.0)                                                          # [D, N]
-    v = tl.load(v_ptr + slot[:, None] + d[None, :], mask=early[:, None] & on_d[None, :],
-                other=0.0)                                                            # [N, D]
+    first = lo  # the first tile the loop below reads
     if PDL:
+        # Before the wait, the first tile's K/V of every token but the newest: the launch before
+        # stores that one, and no launch of the chain writes the older tokens, the lengths or
+        # the tables, so this trip to memory overlaps the launch before.
+        t = lo + tl.arange(0, BLOCK_N)
+        live = t < hi
+        older = live & (t < context - 1)
+        slot = _tile_slots(tables_ptr, b, tables_sb, t, live, kv_head, cache_sblock, cache_stok,
+                           cache_shead, PAGE)
+        k_t = tl.load(k_ptr + slot[None, :] + d[:, None], mask=older[None, :] & on_d[:, None],
+                      other=0.0)                                                      # [D, N]
+        v = tl.load(v_ptr + slot[:, None] + d[None, :], mask=older[:, None] & on_d[None, :],
+                    other=0.0)                                                        # [N, D]
         tl.extra.cuda.gdc_wait()
-        # The newest token's K/V, now written, in its place in the tile: the tile is the one
-        # loaded at once, so the bits are a plain launch's.
+        # The newest token's K/V, now written, in its place: the tile a plain launch loads.
         newest = live & (t == context - 1)
         k_t = tl.where(newest[None, :], tl.load(k_ptr + slot[None, :] + d[:, None],
                                                 mask=newest[None, :] & on_d[:, None],
                                                 other=0.0), k_t)
         v = tl.where(newest[:, None], tl.load(v_ptr + slot[:, None] + d[None, :],
                                               mask=newest[:, None] & on_d[None, :], other=0.0), v)
-    q = tl.load(q_ptr + b * q_sb + heads[:, None] * q_sh + d[None, :], mask=q_mask, other=0.0)
-    m = tl.full([BLOCK_G], float("-inf"), tl.float32)   # running max of the scores
-    l = tl.zeros([BLOCK_G], tl.float32)                 # running sum of exp(score - m)
-    acc = tl.zeros([BLOCK_G, BLOCK_D], tl.float32)      # running sum of exp(score - m) * v
-    if lo < hi:
-        m, l, acc = _attend_tile(q, k_t, v, live, m, l, acc, scale, PRECISION)
-    for start in range(lo + BLOCK_N, hi, BLOCK_N):
+        q = tl.load(q_ptr + b * q_sb + heads[:, None] * q_sh + d[None, :], mask=q_mask,
+                    other=0.0)
+        if lo < hi:
+            m, l, acc = _attend_tile(q, k_t, v, live, m, l, acc, scale, PRECISION)
+        first = lo + BLOCK_N
+    else:
+        q = tl.load(q_ptr + b * q_sb + heads[:, None] * q_sh + d[None, :], mask=q_mask,
+                    other=0.0)
+    for start in range(first, hi, BLOCK_N):
         t = start + tl.arange(0, BLOCK_N)
         live = t < hi
         slot = _tile_slots(tables_ptr, b, tables_sb, t, live, kv_head, cache_sblock, cache_stok,
                            cache_shead, PAGE)
+        # Masked loads read 0 past the context: those slots may hold anything, NaN included.
         k_t = tl.load(k_ptr + slot[None, :] + d[:, None], mask=live[None, :] & on_d[:, None],
                       other=0.0)
         v = tl.load(v_ptr + slot[:, None] + d[None, :], mask=live[:, None] & on_d[None, :],

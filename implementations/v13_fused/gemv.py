@@ -300,10 +300,13 @@ def dependent_decode_attention(q, k_cache, v_cache, block_tables, context_lens, 
     plainly it would stop the chain's overlap each layer (the o product's programs could not
     start and load their weights while it ends). It waits before it reads the q/k/v gemv's
     output (its queries, and the newest token's K/V, which that launch stores): v10's promise
-    holds, since in a decode step that launch writes nothing else the attention reads."""
+    holds, since in a decode step that launch writes nothing else the attention reads. At more
+    rows the launch before (rope_split, after cuBLAS's GEMM) is plain, so there is nothing to
+    overlap, and the early loads cost a batch-256 step 0.2 ms (H100, docs/gpu.md): plain."""
     return paged_kernels.paged_decode_attention(q, k_cache, v_cache, block_tables, context_lens,
                                                 scale, fixed_chunk,
-                                                dependent=launches_dependent(q))
+                                                dependent=q.shape[0] == 1
+                                                and launches_dependent(q))
 
 
 def plan(n: int, k: int, on_gpu: bool) -> tuple[int, int, int]:

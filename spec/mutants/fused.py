@@ -33,6 +33,7 @@ DEPENDENT = (f"{PAGE}::test_launched_dependent_each_program_reads_only_weights_b
 DEPENDENT_STEP = (f"{PAGE}::test_launched_dependent_a_batch_1_decode_step_chains_every_layer_"
                   "kernel_attention_included")
 PAGED_KERNELS = "v10_triton_paged_gqa/paged_kernels.py"
+TWO_ROWS = f"{PAGE}::test_at_two_rows_the_decode_attention_launches_plainly"
 DEPENDENT_PAGED = ("spec/test_v10_paged_kernels.py::test_launched_dependent_every_program_lets_"
                    "the_next_launch_start_and_waits_before_it_reads")
 NORM_GEMV = (f"{PAGE}::test_norm_gemv_is_the_norm_of_the_stream_times_the_weights_and_gives_the_"
@@ -337,30 +338,33 @@ MUTANTS = [
         (DEPENDENT_STEP,), ("v13",), "the decode attention between the one-row products launches "
                                      "plainly: the chain's overlap stops around it each layer"),
     Mutant("v10-attention-reads-q-before-it-waits", "dependent launch", (
-        Edit(PAGED_KERNELS, "    q = tl.load(q_ptr + b * q_sb + heads[:, None] * q_sh + d[None, :], "
-                            "mask=q_mask, other=0.0)\n    m = tl.full(",
-             "    m = tl.full("),
-        Edit(PAGED_KERNELS, "    context = tl.load(lens_ptr + b)\n",
-             "    q = tl.load(q_ptr + b * q_sb + heads[:, None] * q_sh + d[None, :], mask=q_mask, "
-             "other=0.0)\n    context = tl.load(lens_ptr + b)\n"),),
+        Edit(PAGED_KERNELS, "        tl.extra.cuda.gdc_wait()\n        # The newest",
+             "        q = tl.load(q_ptr + b * q_sb + heads[:, None] * q_sh + d[None, :], "
+             "mask=q_mask)\n        tl.extra.cuda.gdc_wait()\n        # The newest"),),
         (DEPENDENT_PAGED, DEPENDENT_STEP), ("v10", "v13"),
         "the attention reads its queries before it waits for the launch that writes them"),
     Mutant("v10-attention-reads-the-newest-kv-before-it-waits", "dependent launch", (
-        Edit(PAGED_KERNELS, "        early = live & (t < context - 1)", "        early = live"),),
+        Edit(PAGED_KERNELS, "        older = live & (t < context - 1)", "        older = live"),),
         (DEPENDENT_PAGED, DEPENDENT_STEP), ("v10", "v13"),
         "before its wait the attention loads the newest token's K/V too, which the launch "
         "before is still writing"),
+    Mutant("v13-attention-dependent-at-every-row-count", "dependent launch", (
+        Edit(GEMV_KERNEL, "                                                dependent=q.shape[0] == 1\n"
+                          "                                                and launches_dependent(q))",
+             "                                                dependent=launches_dependent(q))"),),
+        (TWO_ROWS,), ("v13",),
+        "the attention launches dependent at every row count, where the launch before is plain"),
     Mutant("v10-attention-newest-kv-never-reloaded", "dependent launch", (
         Edit(PAGED_KERNELS, "        newest = live & (t == context - 1)",
              "        newest = live & (t < 0)"),),
         (DEPENDENT_PAGED,), ("v10",),
         "launched dependent, the attention never loads the newest token's K/V after its wait"),
     Mutant("v10-attention-loads-its-first-tile-after-the-wait", "dependent launch", (
-        Edit(PAGED_KERNELS, "    t = lo + tl.arange(0, BLOCK_N)\n    live = t < hi\n    if PDL:\n",
-             "    if PDL:\n        tl.extra.cuda.gdc_wait()\n    t = lo + tl.arange(0, BLOCK_N)\n"
-             "    live = t < hi\n    if PDL:\n"),
-        Edit(PAGED_KERNELS, "    if PDL:\n        tl.extra.cuda.gdc_wait()\n        # The newest",
-             "    if PDL:\n        # The newest"),),
+        Edit(PAGED_KERNELS, "        t = lo + tl.arange(0, BLOCK_N)\n        live = t < hi\n"
+                            "        older",
+             "        tl.extra.cuda.gdc_wait()\n        t = lo + tl.arange(0, BLOCK_N)\n"
+             "        live = t < hi\n        older"),
+        Edit(PAGED_KERNELS, "# [N, D]\n        tl.extra.cuda.gdc_wait()\n", "# [N, D]\n"),),
         (DEPENDENT_PAGED, DEPENDENT_STEP), ("v10", "v13"),
         "launched dependent, the attention loads nothing before its wait: the first tile's trip "
         "to memory no longer overlaps the launch before"),
