@@ -27,8 +27,10 @@ longer than their contexts.
 
 Launched dependent (dependent=True, CUDA's programmatic dependent launch, for a caller that
 chains kernels so on Hopper), every program of both launches lets the next launch start and
-waits for the launch before it before it reads anything: watched load by load under the
-interpreter, the same bits as launched plainly.
+waits once for the launch before it; before it waits an attention program reads only what no
+launch of a decode step's chain writes (the lengths, the tables and its first tile of the
+older tokens' K/V), never q or a newest token's K/V, and the combine reads nothing: watched
+load by load under the interpreter, the same bits as launched plainly.
 
 Tradeoff left visible: chunks are sized for the longest context a table can hold, so a table
 much longer than its context leaves most splits empty; tiles are padded to 16 rows for tl.dot, so a GQA group of 7 computes 16 rows of scores; a bad

@@ -41,9 +41,9 @@ launches, each paying its start and its first trip to memory: overlapped so, a b
 took 0.85 ms where it took 0.93 (H100, docs/gpu.md, 2026-12-06). Every program reads each
 weight tile one tile ahead of its sums, so the loads are in flight while it multiplies. v10's
 paged decode attention, between the q/k/v and o products, launches dependent too
-(dependent_decode_attention, which the memory runs), waiting before it reads anything, so the
-chain does not stop around it each layer; before its wait it loads what no launch of the
-chain writes (the lengths, the tables, the first tile of the older tokens' K/V).
+(dependent_decode_attention, which the memory runs), so the chain does not stop around it each
+layer; before its wait it loads only what no launch of the chain writes (the lengths, the
+tables, the first tile of the older tokens' K/V), and its queries after.
 
 Sums in float32, the output rounded once to the model dtype (the bias added first), as a GEMM's
 epilogue does; the summation order differs from cuBLAS's, so results agree within the dtype's
