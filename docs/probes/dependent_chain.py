@@ -2,7 +2,9 @@
 plan the layer chain runs fastest under. One layer's chain of real ops at one row,
 Qwen2.5-0.5B's shapes in bfloat16 (the q/k/v gemv with RoPE and the store, paged decode
 attention over 128 or 1,024 tokens in pages of 16 in random order, the o gemv, norm_gemv over
-[gate | up], down's gemv_add_norm), 24 layers each on its own weights and cache, captured in
+[gate | up], down's partial sums left pending for the next layer's q/k/v gemv to form, as a
+decode step runs them since 2026-12-06's 14:56 session; the last layer's settled), 24 layers
+each on its own weights and cache, captured in
 one CUDA graph and replayed (gemv_variants.py's timing; docs/gpu.md's first figures, 2026-12-06
 11:47, came from 20 replays, this times 5); us a layer. Four ways: with and without the
 attention (its output replaced by q's own row, so the o gemv reads the q/k/v kernel's output
@@ -54,8 +56,8 @@ def chain(layers, h, res, cos, sin, lens, slot, attend: bool):
                                                HEAD_DIM ** -0.5) if attend else q)
         o = gemv.gemv(out.reshape(1, HIDDEN), w["o"])
         gu, res = gemv.norm_gemv(o, res, w["norm1"], 1e-6, w["gate_up"])
-        h, res = gemv.gemv_add_norm(gu, w["down"], None, res, w["norm2"], 1e-6, swiglu=True)
-    return h
+        h, res = gemv.pending_add_norm(gu, w["down"], None, res, w["norm2"], 1e-6, swiglu=True)
+    return gemv.settle(h)
 
 
 def plans():
