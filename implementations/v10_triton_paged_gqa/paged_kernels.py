@@ -77,6 +77,17 @@ def _tile_slots(tables_ptr, b, tables_sb, t, live, kv_head, cache_sblock, cache_
 
 
 @triton.jit
+def _kv_tile(k_ptr, v_ptr, slot, d, tokens, on_d):
+    """The keys [D, N] and values [N, D] of a tile's tokens where `tokens` holds, 0 elsewhere:
+    masked loads read nothing past the context, whose slots may hold anything, NaN included."""
+    k_t = tl.load(k_ptr + slot[None, :] + d[:, None], mask=tokens[None, :] & on_d[:, None],
+                  other=0.0)
+    v = tl.load(v_ptr + slot[:, None] + d[None, :], mask=tokens[:, None] & on_d[None, :],
+                other=0.0)
+    return k_t, v
+
+
+@triton.jit
 def _attend_tile(q, k_t, v, live, m, l, acc, scale, PRECISION: tl.constexpr):
     """The online softmax over one tile of keys k_t [D, N] and values v [N, D] (tokens not live
     masked out): -> the running max m, sum l and accumulator acc with the tile in."""
@@ -131,36 +142,24 @@ def _paged_decode_kernel(
         older = live & (t < context - 1)
         slot = _tile_slots(tables_ptr, b, tables_sb, t, live, kv_head, cache_sblock, cache_stok,
                            cache_shead, PAGE)
-        k_t = tl.load(k_ptr + slot[None, :] + d[:, None], mask=older[None, :] & on_d[:, None],
-                      other=0.0)                                                      # [D, N]
-        v = tl.load(v_ptr + slot[:, None] + d[None, :], mask=older[:, None] & on_d[None, :],
-                    other=0.0)                                                        # [N, D]
+        k_t, v = _kv_tile(k_ptr, v_ptr, slot, d, older, on_d)
         tl.extra.cuda.gdc_wait()
         # The newest token's K/V, now written, in its place: the tile a plain launch loads.
         newest = live & (t == context - 1)
-        k_t = tl.where(newest[None, :], tl.load(k_ptr + slot[None, :] + d[:, None],
-                                                mask=newest[None, :] & on_d[:, None],
-                                                other=0.0), k_t)
-        v = tl.where(newest[:, None], tl.load(v_ptr + slot[:, None] + d[None, :],
-                                              mask=newest[:, None] & on_d[None, :], other=0.0), v)
-        q = tl.load(q_ptr + b * q_sb + heads[:, None] * q_sh + d[None, :], mask=q_mask,
-                    other=0.0)
+        k_new, v_new = _kv_tile(k_ptr, v_ptr, slot, d, newest, on_d)
+        k_t = tl.where(newest[None, :], k_new, k_t)
+        v = tl.where(newest[:, None], v_new, v)
+    q = tl.load(q_ptr + b * q_sb + heads[:, None] * q_sh + d[None, :], mask=q_mask, other=0.0)
+    if PDL:
         if lo < hi:
             m, l, acc = _attend_tile(q, k_t, v, live, m, l, acc, scale, PRECISION)
         first = lo + BLOCK_N
-    else:
-        q = tl.load(q_ptr + b * q_sb + heads[:, None] * q_sh + d[None, :], mask=q_mask,
-                    other=0.0)
     for start in range(first, hi, BLOCK_N):
         t = start + tl.arange(0, BLOCK_N)
         live = t < hi
         slot = _tile_slots(tables_ptr, b, tables_sb, t, live, kv_head, cache_sblock, cache_stok,
                            cache_shead, PAGE)
-        # Masked loads read 0 past the context: those slots may hold anything, NaN included.
-        k_t = tl.load(k_ptr + slot[None, :] + d[:, None], mask=live[None, :] & on_d[:, None],
-                      other=0.0)
-        v = tl.load(v_ptr + slot[:, None] + d[None, :], mask=live[:, None] & on_d[None, :],
-                    other=0.0)
+        k_t, v = _kv_tile(k_ptr, v_ptr, slot, d, live, on_d)
         m, l, acc = _attend_tile(q, k_t, v, live, m, l, acc, scale, PRECISION)
 
     if SPLIT:

@@ -136,6 +136,14 @@ def _sum_splits_kernel(part_ptr, bias_ptr, out_ptr, n, total, SPLIT: tl.constexp
 
 
 @triton.jit
+def _normed(s, rstd, norm_ptr, cols, live):
+    """The norm's output at columns cols of a row of the stream s whose 1 / rms is rstd: s
+    scaled in float32, rounded to its dtype, then times the norm's weight, the rounding points
+    of v09's add_rms_norm."""
+    return tl.load(norm_ptr + cols, mask=live, other=0.0) * (s.to(tl.float32) * rstd).to(s.dtype)
+
+
+@triton.jit
 def _norm_gemv_kernel(x_ptr, res_ptr, norm_ptr, w_ptr, bias_ptr, out_ptr, res_out_ptr, n, k, eps,
                       HAS_BIAS: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                       BLOCK_ROW: tl.constexpr, PDL: tl.constexpr):
@@ -165,8 +173,7 @@ def _norm_gemv_kernel(x_ptr, res_ptr, norm_ptr, w_ptr, bias_ptr, out_ptr, res_ou
         live = ks < k
         ss = kernels.add_rounded(tl.load(x_ptr + ks, mask=live, other=0.0),
                                  tl.load(res_ptr + ks, mask=live, other=0.0))
-        normed = (ss.to(tl.float32) * rstd).to(ss.dtype)
-        h = tl.load(norm_ptr + ks, mask=live, other=0.0) * normed  # the norm's output, rounded
+        h = _normed(ss, rstd, norm_ptr, ks, live)
         w = w_next
         w_next = _weight_tile(w_ptr, rows, rows < n, k, ks + BLOCK_K, k)
         acc += tl.sum(w.to(tl.float32) * h.to(tl.float32)[None, :], axis=1)
@@ -204,9 +211,8 @@ def _sum_add_norm_kernel(part_ptr, bias_ptr, res_ptr, norm_ptr, out_ptr, res_out
     s = _stream_cols(part_ptr, bias_ptr, res_ptr, row, n, m, cols, live, SPLIT, HAS_BIAS, BLOCK)
     tl.store(res_out_ptr + row * n + cols, s, mask=live)
     # Then v09's add_rms_norm's norm of it, its rounding points included.
-    normed = (s.to(tl.float32) * kernels.inv_rms(s, n, eps)).to(s.dtype)
-    norm = tl.load(norm_ptr + cols, mask=live, other=0.0)
-    tl.store(out_ptr + row * n + cols, norm * normed, mask=live)
+    normed = _normed(s, kernels.inv_rms(s, n, eps), norm_ptr, cols, live)
+    tl.store(out_ptr + row * n + cols, normed, mask=live)
 
 
 @triton.jit
@@ -242,9 +248,7 @@ def _gemv_rope_kernel(x_ptr, w_ptr, bias_ptr, cos_ptr, sin_ptr, q_ptr, k_ptr, v_
         if tl.program_id(1) == 0:
             tl.store(stream_ptr + token * k + cols, s, mask=whole)
         rstd = kernels.inv_rms(s, k, eps)
-        # the norm's output, rounded where _sum_add_norm_kernel rounds it
-        row = tl.load(norm_ptr + cols, mask=whole, other=0.0) * (s.to(tl.float32) * rstd).to(
-            s.dtype)
+        row = _normed(s, rstd, norm_ptr, cols, whole)
     acc1 = tl.zeros((BLOCK_P,), dtype=tl.float32)
     acc2 = tl.zeros((BLOCK_P,), dtype=tl.float32)
     for start in range(0, k, BLOCK_K):
@@ -257,8 +261,7 @@ def _gemv_rope_kernel(x_ptr, w_ptr, bias_ptr, cos_ptr, sin_ptr, q_ptr, k_ptr, v_
         else:  # the tile's columns of the row formed again
             ss = _stream_cols(part_ptr, part_bias_ptr, x_ptr, token, k, m, ks, live, SPLIT,
                               HAS_PART_BIAS, BLOCK_K)
-            a = (tl.load(norm_ptr + ks, mask=live, other=0.0)
-                 * (ss.to(tl.float32) * rstd).to(ss.dtype)).to(tl.float32)
+            a = _normed(ss, rstd, norm_ptr, ks, live).to(tl.float32)
         w1, w2 = w1_next, w2_next
         w1_next = _weight_tile(w_ptr, r1, live_p, k, ks + BLOCK_K, k)
         w2_next = _weight_tile(w_ptr, r2, live_p, k, ks + BLOCK_K, k)
@@ -574,13 +577,11 @@ def gemv_rope_split(x: torch.Tensor | Pending, weight: torch.Tensor, bias: torch
     _check_product(row, weight, bias, False)
     check(store is not None, "store must be (k_cache, v_cache, slot_mapping): this launch stores")
     fused_kernels.check_split(row.shape[0], weight.shape[0], row, cos, sin, n_q, n_kv, store)
-    if pending is None:
-        return _gemv_rope_split_store_op(row.contiguous(), weight, bias, cos, sin, int(n_q),
-                                         int(n_kv), *store, None, None, None, 0.0, None)
-    check(pending.part.shape[1:] == row.shape and pending.stream.shape == row.shape,
-          f"the pending row's sums {tuple(pending.part.shape)} and stream "
-          f"{tuple(pending.stream.shape)} must match its stream before, {tuple(row.shape)}")
+    forming = (None, None, None, 0.0, None)  # the pending row's sums, bias, norm, eps, stream
+    if pending is not None:
+        check(pending.part.shape[1:] == row.shape and pending.stream.shape == row.shape,
+              f"the pending row's sums {tuple(pending.part.shape)} and stream "
+              f"{tuple(pending.stream.shape)} must match its stream before, {tuple(row.shape)}")
+        forming = (pending.part, pending.bias, pending.norm_weight, pending.eps, pending.stream)
     return _gemv_rope_split_store_op(row.contiguous(), weight, bias, cos, sin, int(n_q),
-                                     int(n_kv), *store,
-                                     pending.part, pending.bias, pending.norm_weight,
-                                     pending.eps, pending.stream)
+                                     int(n_kv), *store, *forming)

@@ -260,13 +260,12 @@ MUTANTS = [
              "mask=whole)\n        rstd = kernels.inv_rms(s, BLOCK_ROW, eps)"),),
         (PENDING,), ("v13",),
         "a pending row's mean square divides by the padded row's width, not k"),
-    Mutant("v13-pending-row-tiles-without-the-norms-weight", "fusion", (
-        Edit(GEMV_KERNEL, "            a = (tl.load(norm_ptr + ks, mask=live, other=0.0)\n"
-                          "                 * (ss.to(tl.float32) * rstd)",
-             "            a = ((ss.to(tl.float32) * rstd)"),),
+    Mutant("v13-pending-row-tiles-normed-by-the-first-tiles-weight", "fusion", (
+        Edit(GEMV_KERNEL, "            a = _normed(ss, rstd, norm_ptr, ks, live)",
+             "            a = _normed(ss, rstd, norm_ptr, ks - start, live)"),),
         (PENDING,), ("v13",),
-        "where a row takes several tiles, a pending row's tiles are formed without the norm's "
-        "weight"),
+        "where a row takes several tiles, a pending row's tiles are normed by the first tile's "
+        "columns of the norm's weight"),
     Mutant("v13-last-row-left-unnormed", "fusion", (
         Edit(MODEL, "        return gemv.settle(h) if isinstance(h, gemv.Pending) else h",
              "        return h.residual if isinstance(h, gemv.Pending) else h"),),
@@ -316,8 +315,8 @@ MUTANTS = [
     Mutant("v13-gemv-rope-forms-a-pending-row-before-waiting", "dependent launch", (
         Edit(GEMV_KERNEL, "    if PDL:\n        tl.extra.cuda.gdc_wait()\n    if SPLIT:\n",
              "    if SPLIT:\n"),
-        Edit(GEMV_KERNEL, "            s.dtype)\n    acc1 = tl.zeros((BLOCK_P,), dtype=tl.float32)\n",
-             "            s.dtype)\n    if PDL:\n        tl.extra.cuda.gdc_wait()\n"
+        Edit(GEMV_KERNEL, "whole)\n    acc1 = tl.zeros((BLOCK_P,), dtype=tl.float32)\n",
+             "whole)\n    if PDL:\n        tl.extra.cuda.gdc_wait()\n"
              "    acc1 = tl.zeros((BLOCK_P,), dtype=tl.float32)\n"),),
         (DEPENDENT,), ("v13",),
         "the q/k/v gemv reads a pending row's partial sums and stream before it waits"),
@@ -364,7 +363,7 @@ MUTANTS = [
                             "        older",
              "        tl.extra.cuda.gdc_wait()\n        t = lo + tl.arange(0, BLOCK_N)\n"
              "        live = t < hi\n        older"),
-        Edit(PAGED_KERNELS, "# [N, D]\n        tl.extra.cuda.gdc_wait()\n", "# [N, D]\n"),),
+        Edit(PAGED_KERNELS, "older, on_d)\n        tl.extra.cuda.gdc_wait()\n", "older, on_d)\n"),),
         (DEPENDENT_PAGED, DEPENDENT_STEP), ("v10", "v13"),
         "launched dependent, the attention loads nothing before its wait: the first tile's trip "
         "to memory no longer overlaps the launch before"),
