@@ -32,6 +32,11 @@ launch of a decode step's chain writes (the lengths, the tables and its first ti
 older tokens' K/V), never q or a newest token's K/V, and the combine reads nothing: watched
 load by load under the interpreter, the same bits as launched plainly.
 
+In the cache a token's KV heads are one row; a request's KV heads are neighbouring programs
+(the launch's first grid axis is request-major), which a GPU starts together, so each row's
+parts are read at about the same time: checked from the rows and head parts each program
+reads.
+
 Tradeoff left visible: chunks are sized for the longest context a table can hold, so a table
 much longer than its context leaves most splits empty; tiles are padded to 16 rows for tl.dot, so a GQA group of 7 computes 16 rows of scores; a bad
 slot is not checked, since a check would need a host sync that breaks graph capture.
@@ -228,6 +233,46 @@ def test_launched_dependent_every_program_lets_the_next_launch_start_and_waits_b
         assert not read & newest, f"{where} reads a newest token's K/V before it waits"
         early_caches |= early & {"k_cache", "v_cache"}
     assert early_caches == {"k_cache", "v_cache"}, "no older K/V is read before the wait"
+
+
+@pytest.mark.parametrize("case", DEPENDENT_CASES)
+@pytest.mark.skipif(not INTERPRETED, reason="CPU kernels need TRITON_INTERPRET=1")
+def test_a_requests_kv_heads_are_neighbouring_programs_that_read_one_set_of_token_rows(
+        paged, case, monkeypatch):
+    """In the cache a token's KV heads are one row, and a GPU starts a launch's programs in the
+    order of their first grid index. So one request's KV heads are neighbouring programs on
+    that axis (program b * kv_heads + h is request b's head h), which run together and read the
+    parts of the same rows at about the same time, instead of a launch's worth of programs
+    apart. Watched under the interpreter: the grid index of each attention program and the
+    cache rows and head parts it reads. Each request's kv_heads programs (each chunk's, where
+    its context is split) read the same token rows, each its own head's part of them."""
+    kv_heads = 3
+    batch = ref.paged_batch(Target("cpu", torch.float32), torch.Generator().manual_seed(9),
+                            DEPENDENT_CASES[case] + [23, 7], block_size=16, kv_heads=kv_heads,
+                            group=2, head_dim=4)
+    reads = DependentReads(monkeypatch)
+    attend(paged, batch)
+    cache = batch.k_cache
+    start, end = cache.data_ptr(), cache.data_ptr() + cache.numel() * cache.element_size()
+    row = kv_heads * cache.shape[3] * cache.element_size()
+    part = cache.shape[3] * cache.element_size()
+    seen = {}  # (first grid index, chunk) -> (token rows, head parts) of k_cache it read
+    for p in reads.programs:
+        if p.kernel != "_paged_decode_kernel":
+            continue
+        read = [a - start for arr in p.before + p.after for a in arr.tolist() if start <= a < end]
+        seen[p.index[0], p.index[1:]] = ({a // row for a in read}, {a % row // part for a in read})
+    chunks = {chunk for _, chunk in seen}
+    assert len(seen) == batch.q.shape[0] * kv_heads * len(chunks), sorted(seen)
+    for b in range(batch.q.shape[0]):
+        for chunk in chunks:
+            rows = [seen[b * kv_heads + h, chunk] for h in range(kv_heads)]
+            for h, (tokens, heads) in enumerate(rows):
+                assert not tokens or heads == {h}, \
+                    f"program {b * kv_heads + h} reads head parts {heads}, not head {h}"
+                assert tokens == rows[0][0], \
+                    f"request {b}'s heads 0 and {h}, neighbouring programs, read other token rows"
+    assert any(tokens for tokens, _ in seen.values()), "no program read K"
 
 
 def newest_rows(batch) -> set[int]:

@@ -105,16 +105,19 @@ def _attend_tile(q, k_t, v, live, m, l, acc, scale, PRECISION: tl.constexpr):
 def _paged_decode_kernel(
         q_ptr, k_ptr, v_ptr, tables_ptr, lens_ptr, out_ptr, part_ptr, scale,
         q_sb, q_sh, cache_sblock, cache_stok, cache_shead, tables_sb, out_sb, out_sh,
-        group, head_dim, chunk, PAGE: tl.constexpr,
+        kv_heads, group, head_dim, chunk, PAGE: tl.constexpr,
         BLOCK_G: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr,
         SPLIT: tl.constexpr, PRECISION: tl.constexpr, PDL: tl.constexpr):
     # One program = one request x one KV head (x one chunk of its context when SPLIT), with all
     # `group` query heads that share it: each K/V tile is read from memory once and used for the
-    # whole group.
+    # whole group. A request's KV heads are adjacent programs (axis 0 = b * kv_heads + kv_head),
+    # which a GPU starts together: each reads its head's part of the same token rows at about
+    # the same time (in the cache a token's heads are one row).
     if PDL:  # launched dependent (paged_decode_attention's `dependent`)
         tl.extra.cuda.gdc_launch_dependents()
-    b = tl.program_id(0).to(tl.int64)
-    kv_head = tl.program_id(1)
+    pair = tl.program_id(0)
+    b = (pair // kv_heads).to(tl.int64)
+    kv_head = pair % kv_heads
     g = tl.arange(0, BLOCK_G)
     d = tl.arange(0, BLOCK_D)
     heads = kv_head * group + g
@@ -123,7 +126,7 @@ def _paged_decode_kernel(
     context = tl.load(lens_ptr + b)
     if SPLIT:
         # A chunk that starts at or past the context runs no tile: m = -inf, l = 0, acc = 0.
-        lo = tl.program_id(2) * chunk
+        lo = tl.program_id(1) * chunk
         hi = tl.minimum(lo + chunk, context)
     else:
         lo = 0
@@ -167,8 +170,8 @@ def _paged_decode_kernel(
         # per split; _combine_kernel, the next launch, merges them. A chunk at or past the
         # context writes nothing: the combine reads only the splits that hold tokens.
         row = head_dim + 2
-        part = (part_ptr + ((b * tl.num_programs(1) + kv_head) * tl.num_programs(2)
-                            + tl.program_id(2)) * group * row + g * row)
+        part = (part_ptr + ((b * kv_heads + kv_head) * tl.num_programs(1) + tl.program_id(1))
+                * group * row + g * row)
         if lo < context:
             tl.store(part[:, None] + d[None, :], acc, mask=q_mask)
             tl.store(part + head_dim, m, mask=g < group)
@@ -295,11 +298,11 @@ def _paged_decode_op(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
         # torch.empty launches nothing and is capture-safe: a graph keeps its own scratch.
         part = torch.empty(batch * kv_heads * splits * group * (head_dim + 2),
                            dtype=torch.float32, device=q.device)
-    _paged_decode_kernel[(batch, kv_heads, splits)](
+    _paged_decode_kernel[(batch * kv_heads, splits)](
         q, k_cache, v_cache, block_tables, context_lens, out, part, scale,
         q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
         block_tables.stride(0), out.stride(0), out.stride(1),
-        group, head_dim, chunk, PAGE=block_size,
+        kv_heads, group, head_dim, chunk, PAGE=block_size,
         BLOCK_G=block_g, BLOCK_D=block_d, BLOCK_N=BLOCK_N, SPLIT=splits > 1,
         # float32 tl.dot defaults to TF32 on the GPU (10-bit mantissa); ask for full precision.
         PRECISION="ieee" if q.dtype == torch.float32 else "tf32", **launch)

@@ -6,6 +6,8 @@ KERNELS = "v10_triton_paged_gqa/paged_kernels.py"
 PAGE = "spec/test_v10_paged_kernels.py"
 MANY = f"{PAGE}::test_a_padding_row_with_context_zero_gives_zeros"
 EDGES = f"{PAGE}::test_split_contexts_of_every_length_against_their_chunks_give_the_reference"
+ORDER = (f"{PAGE}::test_a_requests_kv_heads_are_neighbouring_programs_that_read_one_set_of_"
+         "token_rows")
 FIXED = (f"{PAGE}::test_with_a_fixed_chunk_each_rows_result_is_the_same_bits_alone_and_in_any_"
          "batch")
 
@@ -28,4 +30,11 @@ MUTANTS = [
         (FIXED,), ("v10",),
         "a fixed chunk is ignored: contexts are cut as the batch's shape plans, so a row's bits "
         "depend on the rows beside it"),
+    Mutant("v10-a-requests-kv-heads-a-launch-apart", "split decode attention", (
+        Edit(KERNELS, "    b = (pair // kv_heads).to(tl.int64)\n    kv_head = pair % kv_heads\n",
+             "    b = (pair % (tl.num_programs(0) // kv_heads)).to(tl.int64)\n"
+             "    kv_head = pair // (tl.num_programs(0) // kv_heads)\n"),),
+        (ORDER,), ("v10",),
+        "request-major order lost: the programs of one request's KV heads lie a batch apart, so "
+        "each reads its part of the token rows at another time (the same numbers)"),
 ]
