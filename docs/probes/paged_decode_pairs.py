@@ -8,8 +8,9 @@ head r's 64 values in the columns of its own KV head and zeros elsewhere, so one
 [heads, kv_heads * head_dim] by the tile's whole K rows [kv_heads * head_dim, N] gives each
 head its own scores, and P @ V the whole rows, of which each head keeps its own columns. Twice
 the multiply-adds (tensor cores idle here), whole 256-byte rows, 14 of 16 query rows used
-instead of 7. Also v10's plan (hp=1) with one request's programs adjacent ("heads first"),
-so the two halves of a row are read at about the same time.
+instead of 7. Also v10's plan (hp=1) in both orders: batch-major (v10's grid before 0949aa1,
+one request's heads a batch of programs apart) and with one request's programs adjacent
+("heads first", v10's grid since), so the two halves of a row are read at about the same time.
 
 Prints one line per variant: us one call a replay (L2 flushed, as bench kernel) and chained
 (20 calls in a graph), % of the card's bandwidth (--bandwidth, default an H100's 3.35e12), the
