@@ -439,8 +439,8 @@ def _gemv_partial_op(x: torch.Tensor, weight: torch.Tensor, swiglu: bool) -> tor
 
 @fake_of(_gemv_partial_op)
 def _(x, weight, swiglu):
-    (n, k), split = weight.shape, _shares(*weight.shape, x.is_cuda)[3]
-    return x.new_empty(split, x.shape[0], n, dtype=torch.float32)
+    split = _shares(*weight.shape, x.is_cuda)[3]
+    return x.new_empty(split, x.shape[0], weight.shape[0], dtype=torch.float32)
 
 
 @kernel_op(f"{_NS}::sum_add_norm", ("stream",))
