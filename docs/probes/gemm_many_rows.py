@@ -1,16 +1,18 @@
 """Can a Triton GEMM beat cuBLAS on a many-row decode step's products (issue 48)? At batch 256 x
 1,024 an H100's step spends ~0.85 ms in cuBLAS's GEMMs (gate/up 0.27, down 0.24, q/k/v 0.13, o
 0.10, LM head 0.12) where the weights' bytes take ~0.3 ms and their arithmetic ~0.35: the layers'
-products, N = 896 or 1,152 wide, make few output tiles for 132 SMs, and down's long K (4,864) runs
-split-K with a reduce. Timed here, each product chained over 24 or more distinct copies of its
-weights (128 MB or more in all, so nothing is read from L2 that a step would read from memory), in
-one CUDA graph, us a call: cuBLAS (torch's linear) against a plain tiled Triton GEMM over a grid of
-tiles and split counts (float32 shares and a reduce launch when split), at Qwen2.5-0.5B's and
-Qwen3-0.6B's shapes and 131 (the workload's average batch) and 256 rows. For gate/up also the
-product with SwiGLU in its epilogue (each program sums a gate tile and the up tile of the same
-columns, and writes silu(gate) * up, rounded as v13's swiglu_packed rounds it) against cuBLAS and
-swiglu_packed; for split plans also the shares alone (a launch after could sum them as it reads
-them, as v13's sums-add-norm does gemv's).
+products, N = 896 or 1,152 wide, make few output tiles for 132 SMs (down's long K, 4,864, runs
+unsplit on 64 x 32 tiles at 256 rows). Timed here, each product chained over 24 or more distinct
+copies of its weights (128 MB or more in all, so nothing is read from L2 that a step would read
+from memory), in one CUDA graph, us a call: cuBLAS (torch's mm; and through cuBLASLt, torch's other
+BLAS back end) against a plain tiled Triton GEMM over a grid of tiles and split counts (float32
+shares and a reduce launch when split), at Qwen2.5-0.5B's and Qwen3-0.6B's shapes and 131 (the
+workload's average batch) and 256 rows. For gate/up also the product with SwiGLU in its epilogue
+(each program sums a gate tile and the up tile of the same columns, and writes silu(gate) * up,
+rounded as v13's swiglu_packed rounds it) against cuBLAS and swiglu_packed; for split plans also
+the shares alone (a launch after could sum them as it reads them, as v13's sums-add-norm does
+gemv's). Found on an H100 (docs/gpu.md, 2026-12-06, 20:30): cuBLAS faster at every product and row
+count, 1.05-1.36x (the cuBLASLt column was added after that run).
 
 `python3 docs/probes/gemm_many_rows.py [--qwen2.5-0.5b] [--qwen3-0.6b]` on a GPU (both models where
 neither is named); `--check` on a CPU, under TRITON_INTERPRET=1, compares every plan's product with
@@ -164,6 +166,10 @@ def main():
             out = torch.empty(m, n, device=device, dtype=dtype)
             want = torch.nn.functional.linear(a, ws[0])
             cublas = chained_us([lambda w=w: torch.mm(a, w.t(), out=out) for w in ws])
+            # the same product through cuBLASLt's heuristics (torch's other BLAS back end)
+            before = torch.backends.cuda.preferred_blas_library("cublaslt")
+            lt = chained_us([lambda w=w: torch.mm(a, w.t(), out=out) for w in ws])
+            torch.backends.cuda.preferred_blas_library(before)
             shares = torch.empty(max(SPLITS), m, n, device=device, dtype=torch.float32)
             plans = []
             for tile, splits in itertools.product(TILES, SPLITS):
@@ -178,7 +184,8 @@ def main():
             plans.sort()
             mb = n * k * 2 / 1e6
             best = ", ".join(f"{us:.2f} {t[0]}x{t[1]}x{t[2]}/{s}" for us, t, s in plans[:3])
-            print(f"{model} {name:8s} {m:3d} rows ({mb:5.1f} MB): cuBLAS {cublas:6.2f} | "
+            print(f"{model} {name:8s} {m:3d} rows ({mb:5.1f} MB): cuBLAS {cublas:6.2f} "
+                  f"(cuBLASLt {lt:6.2f}) | "
                   f"Triton best {plans[0][0] / cublas:.2f}x: {best}", flush=True)
             split = [p for p in plans if p[2] > 1][:3]
             alone = [(chained_us([lambda w=w: triton_linear(a, w, t, s, out, shares[:s], False)
