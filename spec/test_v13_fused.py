@@ -97,7 +97,8 @@ FIXTURES = ("tiny_qwen2", "tiny_llama")
 PROMPTS = [[17, 5, 300, 42, 99, 8, 250, 3, 9], [4, 4, 4, 4, 4], list(range(40, 61))]
 seeds = st.integers(0, 2**32 - 1)
 MATMULS = ("linear", "matmul", "mm", "addmm")
-GEMVS = ("gemv", "norm_gemv", "gemv_partial", "gemv_rope_split_store")  # one-row products
+GEMVS = ("gemv", "norm_gemv", "gemv_partial", "gemv_rope_split_store",  # one-row products
+         "attend_project")
 
 
 @pytest.fixture(scope="module")
@@ -296,6 +297,73 @@ def test_norm_gemv_is_the_norm_of_the_stream_times_the_weights_and_gives_the_str
     for i in range(rows):
         alone = gemv.norm_gemv(x[i:i + 1], residual[i:i + 1], norm, eps, w, b)
         assert all(torch.equal(a, b_[i:i + 1]) for a, b_ in zip(alone, (out, stream))), i
+
+
+@pytest.mark.spec(part="model", kernels=True)
+@pytest.mark.parametrize("target", TARGETS)
+@engine_settings()
+@given(shares=st.integers(1, 4), n=st.one_of(st.sampled_from([1, 1152]), st.integers(1, 300)),
+       k=st.one_of(st.sampled_from([1, 896]), st.integers(1, 600)), bias=st.booleans(),
+       share_bias=st.booleans(), rows=st.integers(1, 3), eps=st.sampled_from([1e-6, 1e-5]),
+       seed=seeds)
+def test_norm_gemv_given_a_products_shares_adds_them_up_first_as_their_sum_would_join(
+        gemv, target, shares, n, k, bias, share_bias, rows, eps, seed):
+    """norm_gemv(Shares(part, part_bias), residual, ...) is norm_gemv(x, residual, ...) where x
+    is the float32 shares added in order, then their bias, rounded to the dtype: the very bits,
+    the stream and the product (every program forms the row before it multiplies it)."""
+    gen = torch.Generator().manual_seed(seed)
+    part = target.randn(gen, shares, rows, k, scale=2.0).float()
+    part_bias = target.randn(gen, k) if share_bias else None
+    residual, norm = target.randn(gen, rows, k, scale=2.0), target.randn(gen, k)
+    w, b = target.randn(gen, n, k, scale=k ** -0.5), target.randn(gen, n) if bias else None
+    total = part[0].clone()
+    for share in part[1:]:
+        total += share
+    if share_bias:
+        total += part_bias.float()
+    want = gemv.norm_gemv(total.to(target.dtype), residual, norm, eps, w, b)
+    got = gemv.norm_gemv(gemv.Shares(part, part_bias), residual, norm, eps, w, b)
+    assert torch.equal(got[1], want[1]), "the stream"
+    assert torch.equal(got[0], want[0]), "the product"
+
+
+@pytest.mark.spec(part="model", kernels=True)
+@pytest.mark.parametrize("target", TARGETS)
+@engine_settings()
+@given(context=st.one_of(st.just(0), st.integers(1, 300)), kv_heads=st.integers(1, 3),
+       group=st.integers(1, 5), head_dim=st.sampled_from([4, 16, 64]),
+       n=st.one_of(st.sampled_from([1, 896]), st.integers(1, 100)),
+       block_size=st.sampled_from([1, 4, 16]), bias=st.booleans(), seed=seeds)
+def test_attend_project_leaves_each_kv_heads_share_of_the_o_product_of_its_query_heads(
+        impl, target, context, kv_heads, group, head_dim, n, block_size, bias, seed):
+    """attend_project(Attention(q, caches, table, lens, scale), w, b): one row's paged decode
+    attention and the o projection of its heads merged, in one launch, left in float32 shares
+    (gemv.Shares): share h is the product of KV head h's query heads' output (rounded to the
+    dtype, as v10's kernel writes it) by their columns of w, every block of w's rows; the
+    shares sum to the float64 reference's attention times w within the dtype's tolerance; the
+    bias goes along unsummed. A context of 0 (an idle lane) gives zero shares. The caches hold
+    NaN outside the context, so a read past it shows."""
+    ap = impl.package.attend_project
+    gen = torch.Generator().manual_seed(seed)
+    batch = ref.paged_batch(target, gen, [context], block_size=block_size, kv_heads=kv_heads,
+                            group=group, head_dim=head_dim)
+    width = kv_heads * group * head_dim
+    w = target.randn(gen, n, width, scale=width ** -0.5)
+    b = target.randn(gen, n) if bias else None
+    attention = ap.Attention(batch.q, batch.k_cache, batch.v_cache, batch.block_tables,
+                             batch.context_lens, batch.scale)
+    shares = ap.attend_project(attention, w, b)
+    assert shares.bias is b
+    assert shares.part.shape == (kv_heads, 1, n) and shares.part.dtype == torch.float32
+    heads = ref.paged_decode_attention(batch.q, batch.k_cache, batch.v_cache,
+                                       batch.block_tables, batch.context_lens, batch.scale)
+    merged = heads.to(target.dtype).double().reshape(1, width)  # rounded as v10 writes it
+    for h in range(kv_heads):
+        cols = slice(h * group * head_dim, (h + 1) * group * head_dim)
+        assert_close(shares.part[h].to(target.dtype), merged[:, cols] @ w[:, cols].double().T,
+                     f"KV head {h}'s share")
+    assert_close(shares.part.sum(0).to(target.dtype), heads.reshape(1, width) @ w.double().T,
+                 "the shares' sum")
 
 
 @pytest.mark.spec(part="model", kernels=True)
@@ -708,7 +776,30 @@ def test_the_fused_kernels_refuse_bad_input_with_a_message_that_says_why(impl, f
                            "gate \\| up")):
         with pytest.raises(ValueError, match=message):
             gemv.gemv_add_norm(*args)
+    part, bias = torch.randn(3, 2, 4), torch.randn(4)
+    for shares, message in (((part.double(), None), "contiguous float32"),
+                            ((part[:, :1].contiguous(), None), "sum to rows like the residual's"),
+                            ((part.transpose(0, 1), None), "contiguous float32"),
+                            ((part, bias[:3]), "the shares' bias must be \\[4\\]"),
+                            ((part, bias.half()), "the shares' bias is")):
+        with pytest.raises(ValueError, match=message):
+            gemv.norm_gemv(gemv.Shares(*shares), x, norm, 1e-6, w)
+    ap = impl.package.attend_project
+    cache = torch.zeros(3, 4, 2, 8)
+    one = ap.Attention(torch.randn(1, 4, 8), cache, cache.clone(),
+                       torch.tensor([[1, 2]], dtype=torch.int32),
+                       torch.tensor([5], dtype=torch.int32), 0.5)
+    for weight, bias, message in ((torch.randn(6, 31), None, "o's weight must be \\[n, 32\\]"),
+                                  (torch.randn(32, 6).t(), None, "contiguous"),
+                                  (torch.randn(6, 32).half(), None, "weight is"),
+                                  (torch.randn(6, 32), torch.randn(5), "bias must be \\[6\\]")):
+        with pytest.raises(ValueError, match=message):
+            ap.attend_project(one, weight, bias)
+    with pytest.raises(ValueError, match="context_lens must be int32"):
+        ap.decode_attention(one.q, cache, cache.clone(), one.block_tables,
+                            one.context_lens.long(), 0.5)
     x, w = torch.randn(2, 4), torch.randn(48, 4)
+    cache = torch.zeros(2, 4, 1, 8)
     two_heads = (torch.zeros(2, 4, 2, 8),) * 2 + (slots,)
     for args, message in (((x, w, None, cos, sin, 4, 1, two_heads), "cache heads"),
                           ((x, w, None, cos[:1].contiguous(), sin, 4, 1, (cache,) * 2 + (slots,)),
@@ -761,6 +852,13 @@ def test_under_fake_tensors_each_fused_op_promises_what_it_returns(impl, fused, 
                                        t["bias"], 1e-6, swiglu=True)[0],
                  t["wqkv7"], None, t["cos"], t["sin"], 4, 2,
                  (t["k_cache"], t["v_cache"], t["slots"][:3])),
+             "attend_project": lambda t: (impl.package.attend_project.attend_project(
+                 impl.package.attend_project.Attention(
+                     t["q1"], t["k_cache"], t["v_cache"], t["table1"], t["len1"], 0.5),
+                 t["wo"]).part,),
+             "norm_gemv_shares": lambda t: gemv.norm_gemv(
+                 gemv.Shares(t["part"], t["bias5"]), t["res5"], t["bias5"], 1e-6, t["down"],
+                 None),
              "context_attention": lambda t: (context_kernel.context_attention(
                  t["q"], t["k_cache"], t["v_cache"], t["rows"], t["slots"], t["contexts"], 5,
                  batch.scale),)}
@@ -771,6 +869,12 @@ def test_under_fake_tensors_each_fused_op_promises_what_it_returns(impl, fused, 
                 res7=here.randn(torch.Generator().manual_seed(5), 3, 7),
                 wqkv=here.randn(torch.Generator().manual_seed(6), 64, 5),
                 wqkv7=here.randn(torch.Generator().manual_seed(7), 64, 7),
+                q1=here.randn(torch.Generator().manual_seed(8), 1, 4, 8),
+                wo=here.randn(torch.Generator().manual_seed(9), 6, 32),
+                table1=torch.tensor([[1, 2]], dtype=torch.int32, device=here.device),
+                len1=torch.tensor([5], dtype=torch.int32, device=here.device),
+                part=here.randn(torch.Generator().manual_seed(10), 3, 2, 5).float(),
+                bias5=here.randn(torch.Generator().manual_seed(11), 5),
                 k_cache=batch.k_cache, v_cache=batch.v_cache, rows=indptr(rows, here.device),
                 slots=torch.cat(slots), contexts=indptr([5, 1], here.device))
     with FakeTensorMode(allow_non_fake_inputs=False) as mode:
@@ -910,7 +1014,10 @@ def test_with_its_kernels_a_batch_1_decode_step_multiplies_in_gemv_launches(impl
     post-attention norm (norm_gemv); down's leaves its partial sums (gemv_partial), which the
     next layer's q/k/v gemv adds to the stream and norms itself, so the step runs one norm of
     its own (the first layer's input norm), no add_rms_norm, and one sums-add-norm launch (the
-    last layer's, into the final norm). A prompt's rows multiply in GEMMs."""
+    last layer's, into the final norm). The o product rides on the attention's launch
+    (attend_project: each KV head's group attends and multiplies its columns of o), so no
+    paged_decode_attention of its own runs, and [gate | up]'s norm_gemv adds o's shares up. A
+    prompt's rows multiply in GEMMs."""
     ckpt = tiny_checkpoint("tiny_qwen2")
     c = ckpt.config
     layer = [(c.num_heads + 2 * c.num_kv_heads) * c.head_dim, c.hidden_size,
@@ -920,12 +1027,16 @@ def test_with_its_kernels_a_batch_1_decode_step_multiplies_in_gemv_launches(impl
     engine.add_request(PROMPTS[0], GenerationParams(max_new_tokens=4))
     with GemmOutputs() as prefill:
         engine.step()
-    with GemmOutputs() as decode, KernelCalls(fused, impl.package.kernels, gemv) as kernels:
+    with GemmOutputs() as decode, KernelCalls(fused, impl.package.kernels, gemv,
+                                              impl.package.attend_project,
+                                              impl.package.paged_kernels) as kernels:
         engine.step()
     assert prefill.widths == decode.widths == layer * c.num_layers + [c.vocab_size]
     assert prefill.ops == ["aten"] * (4 * c.num_layers + 1)
-    assert decode.ops == (["gemv_rope_split_store", "gemv", "norm_gemv", "gemv_partial"]
-                          * c.num_layers + ["aten"])
+    assert decode.ops == (["gemv_rope_split_store", "attend_project", "norm_gemv",
+                           "gemv_partial"] * c.num_layers + ["aten"])
+    assert kernels.counts["attend_project"] == c.num_layers, dict(kernels.counts)
+    assert kernels.counts["paged_decode_attention"] == 0, dict(kernels.counts)
     assert kernels.counts["swiglu_packed"] == kernels.counts["add_rms_norm"] == 0, kernels.counts
     assert kernels.counts["sum_add_norm"] == 1, dict(kernels.counts)
     assert kernels.counts["rope_split_store"] == 0, dict(kernels.counts)
@@ -936,10 +1047,10 @@ def test_with_its_kernels_a_batch_1_decode_step_multiplies_in_gemv_launches(impl
 def test_launched_dependent_a_batch_1_decode_step_chains_every_layer_kernel_attention_included(
         impl, gemv, monkeypatch):
     """On Hopper a one-row step's layers are a chain of launches each dependent on the one
-    before: the q/k/v gemv, v10's paged decode attention, the o gemv, [gate | up]'s norm_gemv,
-    down's gemv and the sums-add-norm. Watched under the interpreter (spec/support/watchers/
-    dependent_reads.py), launches_dependent made to say yes as on Hopper: every program of each
-    of those kernels lets the launch after it start and waits once, and the attention's
+    before: the q/k/v gemv, the attention with o's product (attend_project), [gate | up]'s
+    norm_gemv, down's gemv and the sums-add-norm. Watched under the interpreter (spec/support/
+    watchers/dependent_reads.py), launches_dependent made to say yes as on Hopper: every program
+    of each of those kernels lets the launch after it start and waits once, and the attention's
     programs read before they wait nothing the layer's q/k/v launch writes (its queries, the
     newest token's K/V rows in the caches), though they read older K/V there; the step's tokens
     the same as launched plainly. (The fixtures' 256 positions never split the attention;
@@ -972,14 +1083,14 @@ def test_launched_dependent_a_batch_1_decode_step_chains_every_layer_kernel_atte
     plain, _, _ = decode(False)
     tokens, programs, written = decode(True)
     assert tokens == plain and written
-    layer = {"_gemv_rope_kernel", "_paged_decode_kernel", "_gemv_kernel", "_norm_gemv_kernel",
+    layer = {"_gemv_rope_kernel", "_attend_project_kernel", "_gemv_kernel", "_norm_gemv_kernel",
              "_sum_add_norm_kernel"}
     assert layer <= {p.kernel for p in programs}, sorted(layer - {p.kernel for p in programs})
     for p in programs:
         if p.kernel in layer:
             where = f"{p.kernel} program {p.index}"
             assert p.lets_next_start and p.waits == 1, f"{where} is not launched dependent"
-            if p.kernel == "_paged_decode_kernel":
+            if p.kernel == "_attend_project_kernel":
                 early = {int(a) for arr in p.before for a in arr.tolist()}
                 assert early, f"{where} reads no older K/V before it waits"
                 assert not early & written, f"{where} reads the q/k/v launch's output first"

@@ -102,39 +102,22 @@ def _attend_tile(q, k_t, v, live, m, l, acc, scale, PRECISION: tl.constexpr):
 
 
 @triton.jit
-def _paged_decode_kernel(
-        q_ptr, k_ptr, v_ptr, tables_ptr, lens_ptr, out_ptr, part_ptr, scale,
-        q_sb, q_sh, cache_sblock, cache_stok, cache_shead, tables_sb, out_sb, out_sh,
-        kv_heads, group, head_dim, chunk, PAGE: tl.constexpr,
-        BLOCK_G: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr,
-        SPLIT: tl.constexpr, PRECISION: tl.constexpr, PDL: tl.constexpr):
-    # One program = one request x one KV head (x one chunk of its context when SPLIT), with all
-    # `group` query heads that share it: each K/V tile is read from memory once and used for the
-    # whole group. A request's KV heads are adjacent programs (axis 0 = b * kv_heads + kv_head),
-    # which a GPU starts together: each reads its head's part of the same token rows at about
-    # the same time (in the cache a token's heads are one row).
-    if PDL:  # launched dependent (paged_decode_attention's `dependent`)
-        tl.extra.cuda.gdc_launch_dependents()
-    pair = tl.program_id(0)
-    b = (pair // kv_heads).to(tl.int64)
-    kv_head = pair % kv_heads
+def _attend_heads(q_ptr, k_ptr, v_ptr, tables_ptr, b, kv_head, lo, hi, context, scale, q_sb,
+                  q_sh, cache_sblock, cache_stok, cache_shead, tables_sb, group, head_dim,
+                  PAGE: tl.constexpr, BLOCK_G: tl.constexpr, BLOCK_D: tl.constexpr,
+                  BLOCK_N: tl.constexpr, PRECISION: tl.constexpr, PDL: tl.constexpr):
+    """The online softmax of request b's `group` query heads that share kv_head, over its tokens
+    [lo, hi) of a context of `context`: -> (m, l, acc), the running max, sum and accumulator
+    [BLOCK_G, BLOCK_D] of what a program of the decode kernel attends. PDL: launched dependent,
+    it loads the first tile of the older tokens before its wait (paged_decode_attention)."""
     g = tl.arange(0, BLOCK_G)
     d = tl.arange(0, BLOCK_D)
     heads = kv_head * group + g
-    q_mask = (g < group)[:, None] & (d < head_dim)[None, :]
-
-    context = tl.load(lens_ptr + b)
-    if SPLIT:
-        # A chunk that starts at or past the context runs no tile: m = -inf, l = 0, acc = 0.
-        lo = tl.program_id(1) * chunk
-        hi = tl.minimum(lo + chunk, context)
-    else:
-        lo = 0
-        hi = context
+    on_d = d < head_dim
+    q_mask = (g < group)[:, None] & on_d[None, :]
     m = tl.full([BLOCK_G], float("-inf"), tl.float32)   # running max of the scores
     l = tl.zeros([BLOCK_G], tl.float32)                 # running sum of exp(score - m)
     acc = tl.zeros([BLOCK_G, BLOCK_D], tl.float32)      # running sum of exp(score - m) * v
-    on_d = d < head_dim
     first = lo  # the first tile the loop below reads
     if PDL:
         # Before the wait, the first tile's K/V of every token but the newest: the launch before
@@ -164,6 +147,43 @@ def _paged_decode_kernel(
                            cache_shead, PAGE)
         k_t, v = _kv_tile(k_ptr, v_ptr, slot, d, live, on_d)
         m, l, acc = _attend_tile(q, k_t, v, live, m, l, acc, scale, PRECISION)
+    return m, l, acc
+
+
+@triton.jit
+def _paged_decode_kernel(
+        q_ptr, k_ptr, v_ptr, tables_ptr, lens_ptr, out_ptr, part_ptr, scale,
+        q_sb, q_sh, cache_sblock, cache_stok, cache_shead, tables_sb, out_sb, out_sh,
+        kv_heads, group, head_dim, chunk, PAGE: tl.constexpr,
+        BLOCK_G: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr,
+        SPLIT: tl.constexpr, PRECISION: tl.constexpr, PDL: tl.constexpr):
+    # One program = one request x one KV head (x one chunk of its context when SPLIT), with all
+    # `group` query heads that share it: each K/V tile is read from memory once and used for the
+    # whole group. A request's KV heads are adjacent programs (axis 0 = b * kv_heads + kv_head),
+    # which a GPU starts together: each reads its head's part of the same token rows at about
+    # the same time (in the cache a token's heads are one row).
+    if PDL:  # launched dependent (paged_decode_attention's `dependent`)
+        tl.extra.cuda.gdc_launch_dependents()
+    pair = tl.program_id(0)
+    b = (pair // kv_heads).to(tl.int64)
+    kv_head = pair % kv_heads
+    g = tl.arange(0, BLOCK_G)
+    d = tl.arange(0, BLOCK_D)
+    heads = kv_head * group + g
+    q_mask = (g < group)[:, None] & (d < head_dim)[None, :]
+
+    context = tl.load(lens_ptr + b)
+    if SPLIT:
+        # A chunk that starts at or past the context runs no tile: m = -inf, l = 0, acc = 0.
+        lo = tl.program_id(1) * chunk
+        hi = tl.minimum(lo + chunk, context)
+    else:
+        lo = 0
+        hi = context
+    m, l, acc = _attend_heads(q_ptr, k_ptr, v_ptr, tables_ptr, b, kv_head, lo, hi, context,
+                              scale, q_sb, q_sh, cache_sblock, cache_stok, cache_shead,
+                              tables_sb, group, head_dim, PAGE, BLOCK_G, BLOCK_D, BLOCK_N,
+                              PRECISION, PDL)
 
     if SPLIT:
         # The chunk's partial goes to scratch rows [group, head_dim + 2] = (acc | m | l), one
@@ -263,6 +283,16 @@ def _plan_fixed(max_context: int, chunk: int) -> tuple[int, int]:
     return max(1, triton.cdiv(max_context, chunk)), chunk
 
 
+def decode_plan(q: torch.Tensor, k_cache: torch.Tensor, block_tables: torch.Tensor,
+                fixed_chunk: int = 0) -> tuple[int, int]:
+    """(splits, chunk tokens) of paged_decode_attention's launch for these shapes: its kernel
+    alone where splits is 1, then the combine's launch."""
+    max_context = block_tables.shape[1] * k_cache.shape[1]
+    if fixed_chunk:
+        return _plan_fixed(max_context, fixed_chunk)
+    return _plan_splits(q.shape[0] * k_cache.shape[2], max_context, _num_sms(q.device))
+
+
 def dependent_launch(dependent: bool) -> dict:
     """A kernel's PDL flag (its programs call gdc_launch_dependents and gdc_wait) and Triton's
     launch option (launch_pdl), set together: launched dependent, a kernel that did not wait
@@ -286,11 +316,8 @@ def _paged_decode_op(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
     # fixed chunk, the most that fit, so the tile (and the order of its sums) is the same for
     # every batch and table width.
     block_s = max(1, COMBINE_FLOATS // (block_g * block_d))
-    max_context = block_tables.shape[1] * block_size
-    if fixed_chunk:
-        splits, chunk = _plan_fixed(max_context, fixed_chunk)
-    else:
-        splits, chunk = _plan_splits(batch * kv_heads, max_context, _num_sms(q.device))
+    splits, chunk = decode_plan(q, k_cache, block_tables, fixed_chunk)
+    if not fixed_chunk:
         block_s = min(triton.next_power_of_2(splits), block_s)
     launch = dependent_launch(dependent)
     part = out  # the SPLIT=False kernel writes no partials
@@ -364,6 +391,15 @@ def paged_decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
     of kernels launched so the next one's programs start while these end, and the tile's trip
     to memory overlaps the launch before. That launch may write q and each row's newest K/V
     (a decode step's q/k/v launch), nothing else the attention reads: the caller's promise."""
+    check_decode(q, k_cache, v_cache, block_tables, context_lens, fixed_chunk)
+    return _paged_decode_op(q, k_cache, v_cache, block_tables, context_lens, float(scale),
+                            int(fixed_chunk), bool(dependent))
+
+
+def check_decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+                 block_tables: torch.Tensor, context_lens: torch.Tensor,
+                 fixed_chunk: int = 0) -> None:
+    """paged_decode_attention's inputs, each fault a one-line error."""
     check_queries(q, k_cache, v_cache, "B")
     batch = q.shape[0]
     for name, t in (("block_tables", block_tables), ("context_lens", context_lens)):
@@ -376,8 +412,6 @@ def paged_decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
     check(context_lens.shape == (batch,) and context_lens.is_contiguous(),
           f"context_lens must be a contiguous [B={batch}], got {tuple(context_lens.shape)}")
     check(fixed_chunk >= 0, f"fixed_chunk must be 0 or a number of tokens, got {fixed_chunk}")
-    return _paged_decode_op(q, k_cache, v_cache, block_tables, context_lens, float(scale),
-                            int(fixed_chunk), bool(dependent))
 
 
 # --- store ---------------------------------------------------------------------------------

@@ -18,7 +18,7 @@ from torchlet.contract import FUSED
 from ..v12_prefix_cache import CAPABILITIES as PREVIOUS
 from ..v12_prefix_cache import PARTS as BEFORE
 from ..v12_prefix_cache import (Batch, BlockPool, ContinuousBatching, DecodeBuffers, GraphRunner, GraphedRunner, KERNELS, LaneRequest, PagedAdmission, PagedInputs, PoolExhausted, PreemptingScheduler, PrefixBlockPool, PrefixKV, PrefixRunner, StepEngine, default_buckets, graphs, kernels, metadata, paged_attention, paged_kernels, draw, SeededSampler)
-from . import context_attention, fused_kernels, gemv
+from . import attend_project, context_attention, fused_kernels, gemv
 from .model import FusedContextAttention, FusedOps, PackedContext, PackedWeights, PagedDecoder, layers
 
 CAPABILITIES = PREVIOUS + (FUSED,)
@@ -26,4 +26,4 @@ PARTS = BEFORE.replace("v13", model=layers)
 OPTIONS = PARTS.options
 build = PARTS.build
 
-__all__ = ["Batch", "BlockPool", "CAPABILITIES", "ContinuousBatching", "FusedContextAttention", "FusedOps", "DecodeBuffers", "GraphRunner", "GraphedRunner", "KERNELS", "OPTIONS", "PARTS", "PackedContext", "PackedWeights", "LaneRequest", "PagedAdmission", "PagedDecoder", "PagedInputs", "PoolExhausted", "PreemptingScheduler", "PrefixBlockPool", "PrefixKV", "PrefixRunner", "StepEngine", "build", "context_attention", "default_buckets", "fused_kernels", "gemv", "graphs", "kernels", "layers", "metadata", "paged_attention", "paged_kernels", "draw", "SeededSampler"]
+__all__ = ["attend_project", "Batch", "BlockPool", "CAPABILITIES", "ContinuousBatching", "FusedContextAttention", "FusedOps", "DecodeBuffers", "GraphRunner", "GraphedRunner", "KERNELS", "OPTIONS", "PARTS", "PackedContext", "PackedWeights", "LaneRequest", "PagedAdmission", "PagedDecoder", "PagedInputs", "PoolExhausted", "PreemptingScheduler", "PrefixBlockPool", "PrefixKV", "PrefixRunner", "StepEngine", "build", "context_attention", "default_buckets", "fused_kernels", "gemv", "graphs", "kernels", "layers", "metadata", "paged_attention", "paged_kernels", "draw", "SeededSampler"]

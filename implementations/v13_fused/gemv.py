@@ -144,45 +144,6 @@ def _normed(s, rstd, norm_ptr, cols, live):
 
 
 @triton.jit
-def _norm_gemv_kernel(x_ptr, res_ptr, norm_ptr, w_ptr, bias_ptr, out_ptr, res_out_ptr, n, k, eps,
-                      HAS_BIAS: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                      BLOCK_ROW: tl.constexpr, PDL: tl.constexpr):
-    if PDL:
-        tl.extra.cuda.gdc_launch_dependents()
-    row = tl.program_id(0).to(tl.int64)
-    rows = tl.program_id(1).to(tl.int64) * BLOCK_N + tl.arange(0, BLOCK_N)  # weight rows
-    # the first weight tile before the wait, as in _gemv_kernel
-    w_next = _weight_tile(w_ptr, rows, rows < n, k, tl.arange(0, BLOCK_K), k)
-    if PDL:
-        tl.extra.cuda.gdc_wait()
-    x_ptr += row * k
-    res_ptr += row * k
-    # Every program forms the stream x + residual and its mean square itself, as v09's
-    # add_rms_norm does (the row is hidden_size values, read from L2 after the first program),
-    # so that no launch before this one has to; the first program of the row writes the stream.
-    cols = tl.arange(0, BLOCK_ROW)
-    whole = cols < k
-    s = kernels.add_rounded(tl.load(x_ptr + cols, mask=whole, other=0.0),
-                            tl.load(res_ptr + cols, mask=whole, other=0.0))
-    if tl.program_id(1) == 0:
-        tl.store(res_out_ptr + row * k + cols, s, mask=whole)
-    rstd = kernels.inv_rms(s, k, eps)
-    acc = tl.zeros((BLOCK_N,), dtype=tl.float32)
-    for start in range(0, k, BLOCK_K):
-        ks = start + tl.arange(0, BLOCK_K)
-        live = ks < k
-        ss = kernels.add_rounded(tl.load(x_ptr + ks, mask=live, other=0.0),
-                                 tl.load(res_ptr + ks, mask=live, other=0.0))
-        h = _normed(ss, rstd, norm_ptr, ks, live)
-        w = w_next
-        w_next = _weight_tile(w_ptr, rows, rows < n, k, ks + BLOCK_K, k)
-        acc += tl.sum(w.to(tl.float32) * h.to(tl.float32)[None, :], axis=1)
-    if HAS_BIAS:
-        acc += tl.load(bias_ptr + rows, mask=rows < n, other=0.0).to(tl.float32)
-    tl.store(out_ptr + row * n + rows, acc.to(out_ptr.dtype.element_ty), mask=rows < n)
-
-
-@triton.jit
 def _stream_cols(part_ptr, bias_ptr, res_ptr, row, n, m, cols, live, SPLIT: tl.constexpr,
                  HAS_BIAS: tl.constexpr, BLOCK: tl.constexpr):
     """Columns cols of row `row` of the stream once a product joins it: the product's float32
@@ -196,6 +157,59 @@ def _stream_cols(part_ptr, bias_ptr, res_ptr, row, n, m, cols, live, SPLIT: tl.c
         acc += tl.load(bias_ptr + cols, mask=live, other=0.0).to(tl.float32)
     res = tl.load(res_ptr + row * n + cols, mask=live, other=0.0)
     return kernels.add_rounded(acc.to(res.dtype), res)
+
+
+@triton.jit
+def _joined(x_ptr, part_bias_ptr, res_ptr, row, k, m, cols, live, SPLIT: tl.constexpr,
+            HAS_PART_BIAS: tl.constexpr, BLOCK: tl.constexpr):
+    """Columns cols of row `row` of the stream once the product x joins it: x a row [m, k] in
+    the stream's dtype, added as v09's add_rms_norm adds, or (SPLIT) its float32 shares
+    [SPLIT, m, k] and bias, formed as _stream_cols forms them (Shares)."""
+    if SPLIT:
+        s = _stream_cols(x_ptr, part_bias_ptr, res_ptr, row, k, m, cols, live, SPLIT,
+                         HAS_PART_BIAS, BLOCK)
+    else:
+        s = kernels.add_rounded(tl.load(x_ptr + row * k + cols, mask=live, other=0.0),
+                                tl.load(res_ptr + row * k + cols, mask=live, other=0.0))
+    return s
+
+
+@triton.jit
+def _norm_gemv_kernel(x_ptr, res_ptr, norm_ptr, w_ptr, bias_ptr, out_ptr, res_out_ptr,
+                      part_bias_ptr, n, k, m, eps, HAS_BIAS: tl.constexpr, SPLIT: tl.constexpr,
+                      HAS_PART_BIAS: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                      BLOCK_ROW: tl.constexpr, PDL: tl.constexpr):
+    if PDL:
+        tl.extra.cuda.gdc_launch_dependents()
+    row = tl.program_id(0).to(tl.int64)
+    rows = tl.program_id(1).to(tl.int64) * BLOCK_N + tl.arange(0, BLOCK_N)  # weight rows
+    # the first weight tile before the wait, as in _gemv_kernel
+    w_next = _weight_tile(w_ptr, rows, rows < n, k, tl.arange(0, BLOCK_K), k)
+    if PDL:
+        tl.extra.cuda.gdc_wait()
+    # Every program forms the stream x + residual and its mean square itself, as v09's
+    # add_rms_norm does (the row is hidden_size values, read from L2 after the first program),
+    # so that no launch before this one has to; the first program of the row writes the stream.
+    cols = tl.arange(0, BLOCK_ROW)
+    whole = cols < k
+    s = _joined(x_ptr, part_bias_ptr, res_ptr, row, k, m, cols, whole, SPLIT, HAS_PART_BIAS,
+                BLOCK_ROW)
+    if tl.program_id(1) == 0:
+        tl.store(res_out_ptr + row * k + cols, s, mask=whole)
+    rstd = kernels.inv_rms(s, k, eps)
+    acc = tl.zeros((BLOCK_N,), dtype=tl.float32)
+    for start in range(0, k, BLOCK_K):
+        ks = start + tl.arange(0, BLOCK_K)
+        live = ks < k
+        ss = _joined(x_ptr, part_bias_ptr, res_ptr, row, k, m, ks, live, SPLIT, HAS_PART_BIAS,
+                     BLOCK_K)
+        h = _normed(ss, rstd, norm_ptr, ks, live)
+        w = w_next
+        w_next = _weight_tile(w_ptr, rows, rows < n, k, ks + BLOCK_K, k)
+        acc += tl.sum(w.to(tl.float32) * h.to(tl.float32)[None, :], axis=1)
+    if HAS_BIAS:
+        acc += tl.load(bias_ptr + rows, mask=rows < n, other=0.0).to(tl.float32)
+    tl.store(out_ptr + row * n + rows, acc.to(out_ptr.dtype.element_ty), mask=rows < n)
 
 
 @triton.jit
@@ -397,24 +411,35 @@ def _check_product(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | N
 
 # --- the norms that meet a product: the MLP sublayer at one row in two launches ---------------
 
+class Shares(NamedTuple):
+    """A product not summed yet: its float32 sums in shares, one row [m, n] per part of its
+    input (attend_project's KV heads), and its bias. The launch that takes it (norm_gemv) adds
+    the shares up in order, adds the bias, rounds, and joins the sum to the stream."""
+    part: torch.Tensor  # [shares, m, n] float32
+    bias: torch.Tensor | None  # [n]
+
+
 @kernel_op(f"{_NS}::norm_gemv")
 def _norm_gemv_op(x: torch.Tensor, residual: torch.Tensor, norm_weight: torch.Tensor, eps: float,
-                  weight: torch.Tensor, bias: torch.Tensor | None
-                  ) -> tuple[torch.Tensor, torch.Tensor]:
-    (m, k), n = x.shape, weight.shape[0]
-    out, stream = x.new_empty(m, n), torch.empty_like(x)
+                  weight: torch.Tensor, bias: torch.Tensor | None,
+                  part_bias: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    (m, k), n = residual.shape, weight.shape[0]
+    out, stream = residual.new_empty(m, n), torch.empty_like(residual)
+    split = x.shape[0] if x.dim() == 3 else 0  # the product's shares (Shares), or its row
     if m:
         block_n, block_k, _ = plan(n, k, x.is_cuda)  # no split: every program forms the norm
         _norm_gemv_kernel[(m, triton.cdiv(n, block_n))](
             x, residual, norm_weight, weight, bias if bias is not None else weight, out, stream,
-            n, k, eps, HAS_BIAS=bias is not None, BLOCK_N=block_n, BLOCK_K=block_k,
-            BLOCK_ROW=triton.next_power_of_2(k), **_launch_options(x))
+            part_bias if part_bias is not None else weight, n, k, m, eps,
+            HAS_BIAS=bias is not None, SPLIT=split, HAS_PART_BIAS=part_bias is not None,
+            BLOCK_N=block_n, BLOCK_K=block_k, BLOCK_ROW=triton.next_power_of_2(k),
+            **_launch_options(residual))
     return out, stream
 
 
 @fake_of(_norm_gemv_op)
-def _(x, residual, norm_weight, eps, weight, bias):
-    return x.new_empty(x.shape[0], weight.shape[0]), torch.empty_like(x)
+def _(x, residual, norm_weight, eps, weight, bias, part_bias=None):
+    return residual.new_empty(residual.shape[0], weight.shape[0]), torch.empty_like(residual)
 
 
 class Pending(NamedTuple):
@@ -475,18 +500,34 @@ def _check_stream(residual: torch.Tensor, norm_weight: torch.Tensor, x: torch.Te
           f"hidden size {width} outside [1, {kernels.MAX_HIDDEN}]: one program holds one row")
 
 
-def norm_gemv(x: torch.Tensor, residual: torch.Tensor, norm_weight: torch.Tensor, eps: float,
-              weight: torch.Tensor, bias: torch.Tensor | None = None
+def norm_gemv(x: torch.Tensor | Shares, residual: torch.Tensor, norm_weight: torch.Tensor,
+              eps: float, weight: torch.Tensor, bias: torch.Tensor | None = None
               ) -> tuple[torch.Tensor, torch.Tensor]:
     """(rms_norm(x + residual) @ weight.T (+ bias), x + residual): v09's add_rms_norm, then
     gemv, in one launch whose programs each form the norm of the row they multiply (x,
     residual [m, k]; weight [n, k], any number of rows). The stream rounded where add_rms_norm
-    rounds it, the norm's output too; k is not split over programs."""
-    _check_product(x, weight, bias, False)
+    rounds it, the norm's output too; k is not split over programs. x may be a product not
+    summed yet (Shares): then every program adds its shares up, in order, and its bias first."""
+    part_bias = None
+    if isinstance(x, Shares):
+        x, part_bias = x.part, x.bias
+        check(x.dim() == 3 and x.dtype == torch.float32 and x.is_contiguous(),
+              f"the shares must be a contiguous float32 [shares, rows, columns], got {x.dtype} "
+              f"{tuple(x.shape)}")
+        row = residual  # the row the shares sum to: the stream's shape and dtype
+        check(x.shape[1:] == row.shape, f"the shares {tuple(x.shape)} must sum to rows like "
+                                        f"the residual's, {tuple(row.shape)}")
+        if part_bias is not None:
+            check_tensor("the shares' bias", part_bias, like=row)
+            check(part_bias.shape == (row.shape[1],),
+                  f"the shares' bias must be [{row.shape[1]}], got {tuple(part_bias.shape)}")
+    else:
+        row = x
+    _check_product(row, weight, bias, False)
     check(weight.shape[0] >= 1, "weight must have at least one row (its first program writes "
                                 "the stream)")
-    _check_stream(residual, norm_weight, x, x.shape[1])
-    return _norm_gemv_op(x, residual, norm_weight, float(eps), weight, bias)
+    _check_stream(residual, norm_weight, row, row.shape[1])
+    return _norm_gemv_op(x, residual, norm_weight, float(eps), weight, bias, part_bias)
 
 
 def pending_add_norm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,

@@ -42,7 +42,7 @@ import torch
 from torchlet.contract import Checkpoint, ModelConfig
 
 from ..v12_prefix_cache import ContextAttention, PagedDecoder, TritonOps, paged_kernels
-from . import context_attention, fused_kernels, gemv
+from . import attend_project, context_attention, fused_kernels, gemv
 
 __all__ = ["FusedContextAttention", "FusedOps", "PackedContext", "PackedWeights", "layers"]
 
@@ -155,7 +155,7 @@ class FusedOps(TritonOps):
         sums, residual add and norm after it are left to the launch that takes the row
         (gemv.Pending: the next layer's q/k/v gemv forms them itself, settle in a launch of
         their own); elsewhere v09's. -> (the pending row, the stream it will be)."""
-        if not self.fuses_norms(attended, w):
+        if not self.fuses_norms(residual, w):
             return super().mlp_sublayer(attended, residual, w, norm_after, eps)
         gate_up, residual = gemv.norm_gemv(attended, residual,
                                            w["post_attention_layernorm.weight"], eps,
@@ -196,11 +196,20 @@ class FusedOps(TritonOps):
             return gemv.gemv(x, weight, bias)
         return torch.nn.functional.linear(x, weight, bias)
 
-    def output_projection(self, out: torch.Tensor, w: Mapping[str, torch.Tensor]) -> torch.Tensor:
+    def output_projection(self, out: torch.Tensor | attend_project.Attention,
+                          w: Mapping[str, torch.Tensor]) -> torch.Tensor | gemv.Shares:
         """v01_1's phase 6 (heads merged, then o_proj) through project, so a batch-1 decode step
-        reads o_proj with the gemv kernel."""
-        return self.project(out.reshape(out.shape[0], -1), w["self_attn.o_proj.weight"],
-                            w.get("self_attn.o_proj.bias"))
+        reads o_proj with the gemv kernel. out may be a one-row step's attention not launched
+        yet (the memory's decode_attention): where the MLP's norm will take a product's shares
+        (fuses_norms), the attention and o run as one launch (attend_project) and its shares
+        go on unsummed; elsewhere the attention is launched alone first."""
+        weight, bias = w["self_attn.o_proj.weight"], w.get("self_attn.o_proj.bias")
+        if isinstance(out, attend_project.Attention):
+            row = out.q.view(out.q.shape[0], -1)  # the shape of the heads merged
+            if self.norms_fuse and self.takes_gemv(row, weight) and self.fuses_norms(row, w):
+                return attend_project.attend_project(out, weight, bias)
+            out = attend_project.attend(out)
+        return self.project(out.reshape(out.shape[0], -1), weight, bias)
 
     def argmax(self, logits: torch.Tensor) -> torch.Tensor:
         """The greedy draw's argmax in one read of the logits (argmax_rows: chunks of a row
@@ -234,7 +243,7 @@ class FusedContextAttention(ContextAttention):
 
     kernel_split_stores = True  # FusedOps.qkv_heads_stored: rope_split writes the new K/V
     # v10's store, and its decode attention launched dependent where the one-row products are
-    kernels = (paged_kernels.store_kv, gemv.dependent_decode_attention)
+    kernels = (paged_kernels.store_kv, attend_project.decode_attention)
 
     def attend_context(self, qg: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                        indptr: torch.Tensor, context) -> torch.Tensor:
