@@ -368,6 +368,34 @@ def test_attend_project_leaves_each_kv_heads_share_of_the_o_product_of_its_query
 
 @pytest.mark.spec(part="model", kernels=True)
 @pytest.mark.parametrize("target", TARGETS)
+def test_at_one_row_a_context_v10_splits_keeps_its_attention_launches_and_leaves_o_apart(
+        impl, target):
+    """The memory's decode attention at one row (decode_attention): where v10's plan splits the
+    context over programs (a table of MIN_SPLIT_CONTEXT tokens or more), it launches v10's
+    attention at once, whose output the o projection then reads, as before; with a shorter
+    table it launches nothing and leaves the attention to o's launch (attend_project), or to
+    attend, which launches v10's alone: the bits decode_attention would have given."""
+    ap, pk = impl.package.attend_project, impl.package.paged_kernels
+    for context, pages, launched in ((pk.MIN_SPLIT_CONTEXT, 0, 1),
+                                     (pk.MIN_SPLIT_CONTEXT - 2 * 16, 0, 0),
+                                     (30, pk.MIN_SPLIT_CONTEXT // 16, 1)):
+        gen = torch.Generator().manual_seed(context)
+        batch = ref.paged_batch(target, gen, [context], block_size=16, kv_heads=2, group=2,
+                                head_dim=8, pad_blocks=pages or 1)
+        inputs = (batch.q, batch.k_cache, batch.v_cache, batch.block_tables,
+                  batch.context_lens, batch.scale)
+        with KernelCalls(pk, ap) as calls:
+            out = ap.decode_attention(*inputs)
+        assert sum(calls.counts.values()) == launched, (context, dict(calls.counts))
+        if not launched:
+            with KernelCalls(pk, ap) as calls:
+                out = ap.attend(out)
+            assert dict(calls.counts) == {"paged_decode_attention": 1}, context
+        assert torch.equal(out, pk.paged_decode_attention(*inputs)), context
+
+
+@pytest.mark.spec(part="model", kernels=True)
+@pytest.mark.parametrize("target", TARGETS)
 @engine_settings()
 @given(n=st.one_of(st.sampled_from([1, 896]), st.integers(1, 300)),
        k=st.one_of(st.sampled_from([1, 4864]), st.integers(1, 600)), bias=st.booleans(),

@@ -9,6 +9,7 @@ MODEL = "v13_fused/model.py"
 KERNELS = "v13_fused/fused_kernels.py"
 CONTEXT_KERNEL = "v13_fused/context_attention.py"
 GEMV_KERNEL = "v13_fused/gemv.py"
+ATTEND_KERNEL = "v13_fused/attend_project.py"
 PAGE = "spec/test_v13_fused.py"
 GEMMS = f"{PAGE}::test_a_decode_pass_multiplies_by_four_matrices_a_layer_where_v12_multiplied_by_seven"
 SAME = f"{PAGE}::test_the_packed_path_gives_v12s_logits_and_tokens_with_and_without_a_cached_prefix"
@@ -40,6 +41,12 @@ NORM_GEMV = (f"{PAGE}::test_norm_gemv_is_the_norm_of_the_stream_times_the_weight
              "stream")
 ADD_NORM = f"{PAGE}::test_gemv_add_norm_adds_the_product_to_the_stream_and_norms_it"
 GEMV_ROPE = f"{PAGE}::test_gemv_rope_split_is_rope_split_of_the_gemv_and_stores_as_it_stores"
+ATTEND = (f"{PAGE}::test_attend_project_leaves_each_kv_heads_share_of_the_o_product_of_its_"
+          "query_heads")
+SHARES = (f"{PAGE}::test_norm_gemv_given_a_products_shares_adds_them_up_first_as_their_sum_"
+          "would_join")
+SPLIT_APART = (f"{PAGE}::test_at_one_row_a_context_v10_splits_keeps_its_attention_launches_and_"
+               "leaves_o_apart")
 PENDING = (f"{PAGE}::test_gemv_rope_split_forms_a_pending_row_itself_as_settle_would_and_writes_"
            "its_stream")
 
@@ -158,10 +165,9 @@ MUTANTS = [
              "mask=whole)\n    rstd = kernels.inv_rms(s, BLOCK_ROW, eps)"),),
         (NORM_GEMV,), ("v13",), "the mean square divides by the padded row's width, not k"),
     Mutant("v13-norm-gemv-product-without-the-residual", "fusion", (
-        Edit(GEMV_KERNEL, "        ss = kernels.add_rounded(tl.load(x_ptr + ks, mask=live, other=0.0),\n"
-                          "                                 tl.load(res_ptr + ks, mask=live, "
-                          "other=0.0))\n",
-             "        ss = tl.load(x_ptr + ks, mask=live, other=0.0)\n"),),
+        Edit(GEMV_KERNEL, "        ss = _joined(x_ptr, part_bias_ptr, res_ptr, row, k, m, ks, live, SPLIT, "
+                          "HAS_PART_BIAS,\n                     BLOCK_K)\n",
+             "        ss = tl.load(x_ptr + row * k + ks, mask=live, other=0.0)\n"),),
         (NORM_GEMV,), ("v13",), "the product reads the norm of x alone, not of x + residual"),
     Mutant("v13-add-norm-sums-one-split-short", "fusion", (
         Edit(GEMV_KERNEL, "    for split in range(SPLIT):  # in _sum_splits_kernel's order",
@@ -272,6 +278,30 @@ MUTANTS = [
         (QWEN3,), ("v13",),
         "at one row the final norm is handed the stream before the last MLP, not the last "
         "layer's row"),
+    Mutant("v13-attention-and-o-in-launches-of-their-own", "fusion", (
+        Edit(MODEL, "    kernels = (paged_kernels.store_kv, attend_project.decode_attention)",
+             "    kernels = (paged_kernels.store_kv, gemv.dependent_decode_attention)"),),
+        (DECODE_GEMV,), ("v13",),
+        "at one row the attention and the o gemv run as two launches: the same numbers"),
+    Mutant("v13-attend-project-every-share-in-the-first-row", "fusion", (
+        Edit(ATTEND_KERNEL, "tl.store(part_ptr + (kv_head * m + b) * n + rows, share,",
+             "tl.store(part_ptr + b * n + rows, share,"),),
+        (ATTEND,), ("v13",), "every KV head's share of o's product lands in the first share's "
+                             "row, the last written winning"),
+    Mutant("v13-attend-project-multiplies-one-tile-again", "fusion", (
+        Edit(ATTEND_KERNEL, "        w_next = _o_tile(w_ptr, rows + BLOCK_O, hi, width, cols, on)",
+             "        w_next = _o_tile(w_ptr, rows, hi, width, cols, on)"),),
+        (ATTEND,), ("v13",), "a program's later blocks of o's rows multiply its first tile again"),
+    Mutant("v13-attend-project-past-the-split", "fusion", (
+        Edit(ATTEND_KERNEL, "        if paged_kernels.decode_plan(q, k_cache, block_tables)[0] == 1:",
+             "        if True:"),),
+        (SPLIT_APART,), ("v13",), "a one-row context v10 splits over programs is attended whole "
+                                  "by every program of o's launch: the same numbers, the split "
+                                  "lost"),
+    Mutant("v13-norm-gemv-shares-without-their-bias", "fusion", (
+        Edit(GEMV_KERNEL, "HAS_PART_BIAS=part_bias is not None,\n            BLOCK_N=block_n",
+             "HAS_PART_BIAS=False,\n            BLOCK_N=block_n"),),
+        (SHARES,), ("v13",), "norm_gemv adds a product's shares up but not their bias"),
     Mutant("v13-qkv-gemv-then-rope-split-at-one-row", "fusion", (
         Edit(MODEL, "        if weight is not None and self.takes_gemv(row, weight) and not "
                     "config.qk_norm:", "        if False:"),),
@@ -295,8 +325,8 @@ MUTANTS = [
         (DEPENDENT,), ("v13",), "gemv reads its input row before it waits for the launch that "
                                 "writes it"),
     Mutant("v13-norm-gemv-never-waits", "dependent launch", (
-        Edit(GEMV_KERNEL, "    if PDL:\n        tl.extra.cuda.gdc_wait()\n    x_ptr += row * k\n",
-             "    x_ptr += row * k\n"),),
+        Edit(GEMV_KERNEL, "    if PDL:\n        tl.extra.cuda.gdc_wait()\n    # Every program forms",
+             "    # Every program forms"),),
         (DEPENDENT,), ("v13",), "norm_gemv reads the stream without waiting for its writer"),
     Mutant("v13-sum-add-norm-never-waits", "dependent launch", (
         Edit(GEMV_KERNEL, "        tl.extra.cuda.gdc_launch_dependents()\n"
@@ -332,10 +362,11 @@ MUTANTS = [
         (DEPENDENT,), ("v13",), "gemv never lets the launch after it start early: the overlap "
                                 "lost, the same numbers"),
     Mutant("v13-attention-launched-plainly", "dependent launch", (
-        Edit(MODEL, "    kernels = (paged_kernels.store_kv, gemv.dependent_decode_attention)\n",
-             ""),),
-        (DEPENDENT_STEP,), ("v13",), "the decode attention between the one-row products launches "
-                                     "plainly: the chain's overlap stops around it each layer"),
+        Edit(ATTEND_KERNEL, "        **paged_kernels.dependent_launch(dependent))",
+             "        **paged_kernels.dependent_launch(False))"),),
+        (DEPENDENT_STEP,), ("v13",), "the attention and o's launch between the one-row products "
+                                     "launches plainly: the chain's overlap stops around it each "
+                                     "layer"),
     Mutant("v10-attention-reads-q-before-it-waits", "dependent launch", (
         Edit(PAGED_KERNELS, "        tl.extra.cuda.gdc_wait()\n        # The newest",
              "        q = tl.load(q_ptr + b * q_sb + heads[:, None] * q_sh + d[None, :], "

@@ -25,8 +25,8 @@ MUTANTS = [
              "        big_acc = big_acc + tl.sum(w[:, :, None] * acc_s, axis=0)"),),
         (MANY, EDGES), ("v10",), "the combine adds a chunk's sum without rescaling the ones before"),
     Mutant("v10-fixed-chunk-ignored", "split decode attention", (
-        Edit(KERNELS, "    if fixed_chunk:\n        splits, chunk = _plan_fixed(max_context, fixed_chunk)",
-             "    if False:\n        splits, chunk = _plan_fixed(max_context, fixed_chunk)"),),
+        Edit(KERNELS, "    if fixed_chunk:\n        return _plan_fixed(max_context, fixed_chunk)",
+             "    if False:\n        return _plan_fixed(max_context, fixed_chunk)"),),
         (FIXED,), ("v10",),
         "a fixed chunk is ignored: contexts are cut as the batch's shape plans, so a row's bits "
         "depend on the rows beside it"),
