@@ -13,7 +13,10 @@ batch-1 decode step) each layer's products are gemv kernels, cuBLAS's GEMMs else
 gemv reads [gate | up] and forms SwiGLU itself, the MLP's two norms run inside the products
 about them (norm_gemv, and the next layer's q/k/v gemv, which adds down's pending partial sums
 to the stream and norms the row in its programs), and the q/k/v gemv turns, splits and stores
-the heads itself (gemv_rope_split); on Hopper and later those kernels launch dependent on the launch before
+the heads itself (gemv_rope_split); the attention and the o product after it run as one launch
+(attend_project: each KV head's group of query heads attends as v10's kernel does, then
+multiplies its columns of o, leaving float32 shares that [gate | up]'s norm_gemv adds up), where
+v10's plan runs that attention as one launch; on Hopper and later those kernels launch dependent on the launch before
 them (programmatic dependent launch: each starts early, reads its first weights, then waits for
 the writes it reads). The greedy draw's argmax is argmax_rows, one read
 of the logits (chunks of each row over programs, then a pick), which the sampler reaches through
@@ -33,7 +36,7 @@ tokens equal the oracle's (the shared golden specs); each kernel equals a float6
 within its dtype's tolerance, v copied bit for bit, and the stored split leaves the caches the
 same bits store_kv leaves them. That the work really is fused is read from
 the dispatched ops: a decode pass multiplies by four matrices a layer where v12 multiplied by
-seven, at one row in four gemv launches and no swiglu_packed, the MLP's two norms inside its two
+seven, at one row in four launches (the attention riding on o's) and no swiglu_packed, the MLP's two norms inside its two
 products (norm_gemv, and down's partial sums formed inside the next q/k/v launch: one norm
 launch and one sums-add-norm a step) and RoPE and the store inside the
 q/k/v one (gemv_rope_split_store, no rope_split_store); every pass stores its K/V in
@@ -44,18 +47,21 @@ over programs and not; norm_gemv and gemv_add_norm give the stream the bits of v
 add_rms_norm and the product or normed stream within tolerance of the reference;
 gemv_rope_split gives rope_split's q, k and v of the gemv within tolerance and stores the bits
 it returns; handed a pending row it writes the stream settle writes, the bits of the chain, and
-q, k and v within tolerance of settle's row. Launched dependent, each program of those kernels lets the next launch start,
+q, k and v within tolerance of settle's row. attend_project's share of each KV head is its
+heads' output times their columns of o within tolerance, the shares summing to the reference's
+attention times o; handed them, norm_gemv forms the bits their sum would; and where v10 splits
+a one-row context the attention launches as before and o reads its output. Launched dependent, each program of those kernels lets the next launch start,
 waits once, and reads nothing but its weights before it waits (its loads watched under the
-interpreter); in a one-row decode step every layer kernel, v10's attention between the q/k/v
-and o products included, is launched so, the attention reading nothing before it waits; on a
+interpreter); in a one-row decode step every layer kernel, the attention's launch included, is
+launched so, the attention reading nothing the q/k/v launch writes before it waits; on a
 Hopper GPU a replayed graph of such launches gives the bits of the same launches one after
 another. argmax_rows equals torch's argmax, a tie's first index and a NaN included,
 and a greedy engine's every draw runs it and no aten argmax.
 
 Files to compare: implementations/v13_fused/{model.py, fused_kernels.py, gemv.py} against
-implementations/v09_triton_basics/{model.py, kernels.py}; implementations/v13_fused/context_attention.py
-against implementations/v10_triton_paged_gqa/paged_kernels.py (the decode kernel it extends to
-many rows)
+implementations/v09_triton_basics/{model.py, kernels.py}; implementations/v13_fused/
+{context_attention.py, attend_project.py} against implementations/v10_triton_paged_gqa/paged_kernels.py (the decode kernel they extend to
+many rows, and to o's product)
 and implementations/v12_prefix_cache/model.py (attend_context).
 
 Tradeoff left visible: packing happens at load, so the layer tensors a v13 engine holds are no

@@ -4,14 +4,16 @@ the heads straight from the packed GEMM output; SwiGLU reads both halves of the 
 and a prefill's attention, v12's gathers and fused call (v02's) for every request, is one
 kernel a layer for all the requests of the pass, reading their contexts from the paged cache
 (context_attention; without Triton, v12's way); at one row (a batch-1 decode step) each layer's
-products are gemv kernels, down's forming SwiGLU itself; and the greedy draw's argmax reads the
+products are gemv kernels, down's forming SwiGLU itself, and its attention and o's product
+one launch (attend_project); and the greedy draw's argmax reads the
 logits once, in chunks over programs (argmax_rows), which the sampler asks of the model's ops.
 Same tokens as v12.
 
 Swaps one part, the model (model.py), both its ops and its memory: FusedOps, v09's ops with the
 projections, their RoPE and SwiGLU fused and the argmax in one pass (fused_kernels.py) over
 PackedWeights, one row's
-products gemv kernels (gemv.py), and FusedContextAttention, v12's memory with a prefill's
+products gemv kernels (gemv.py) and its attention and o one (attend_project.py), and
+FusedContextAttention, v12's memory with a prefill's
 attention one kernel (context_attention.py); v08's decoder composes the two."""
 from torchlet.contract import FUSED
 

@@ -39,11 +39,12 @@ launch's writes (gdc_wait) before they read anything else; each lets the launch 
 as soon as all its programs run (gdc_launch_dependents). A one-row step is a chain of short
 launches, each paying its start and its first trip to memory: overlapped so, a batch-1 step
 took 0.85 ms where it took 0.93 (H100, docs/gpu.md, 2026-12-06). Every program reads each
-weight tile one tile ahead of its sums, so the loads are in flight while it multiplies. v10's
-paged decode attention, between the q/k/v and o products, launches dependent too
-(dependent_decode_attention, which the memory runs), so the chain does not stop around it each
-layer; before its wait it loads only what no launch of the chain writes (the lengths, the
-tables, the first tile of the older tokens' K/V), and its queries after.
+weight tile one tile ahead of its sums, so the loads are in flight while it multiplies. The
+attention between the q/k/v and o products launches dependent too (attend_project's launch, or
+v10's paged decode attention where it splits a context: dependent_decode_attention), so the
+chain does not stop around it each layer; before its wait it loads only what no launch of the
+chain writes (the lengths, the tables, the first tile of the older tokens' K/V), and its
+queries after.
 
 Sums in float32, the output rounded once to the model dtype (the bias added first), as a GEMM's
 epilogue does; the summation order differs from cuBLAS's, so results agree within the dtype's
@@ -313,7 +314,8 @@ def _launch_options(x: torch.Tensor) -> dict:
 def dependent_decode_attention(q, k_cache, v_cache, block_tables, context_lens, scale,
                                fixed_chunk: int = 0):
     """v10's paged decode attention, launched dependent where this module's kernels are
-    (launches_dependent). At one row it sits between the q/k/v gemv and the o gemv; launched
+    (launches_dependent). At one row it sits between the q/k/v gemv and the o gemv (where
+    attend_project does not take it: a context v10 splits, ops that do not fuse); launched
     plainly it would stop the chain's overlap each layer (the o product's programs could not
     start and load their weights while it ends). It waits before it reads the q/k/v gemv's
     output (its queries, and the newest token's K/V, which that launch stores): v10's promise

@@ -19,7 +19,10 @@ them, five launches, runs as two (mlp_sublayer_fused): [gate | up]'s programs fo
 post-attention norm of the row they read, and down's gemv forms SwiGLU from the [gate | up] row
 itself and leaves its split sums pending (gemv.Pending): the next layer's q/k/v gemv adds them
 to the stream and norms the row in its own programs, and the loop's settle runs them as a
-launch of their own before the final norm.
+launch of their own before the final norm. The attention and o's product between them run as
+one launch too (attend_project.py): the memory's decode attention leaves a one-row attention
+pending, and the output projection launches it with o, each KV head's group multiplying its own
+columns of o into float32 shares that [gate | up]'s norm_gemv adds up. Four launches a layer.
 
 A prefill's attention was, for every request in every layer, two gathers of its context out of
 the cache, then one fused call (v02's causal_attention), a host wait for each request's span
