@@ -37,10 +37,13 @@ from . import gemv
 
 check = kernels.check
 
-# o's weight rows a program multiplies, at most, on a GPU: about 7 KB of Qwen2.5-0.5B's o a
-# program (8 rows of a group's 448 columns), as the gemv's 4 rows of 896 read; BLOCK_O of them a
-# tile, the next tile loaded while the sums of one run.
+# o's weight rows a program multiplies on a GPU, at least: about 7 KB of Qwen2.5-0.5B's o a
+# program (8 rows of a group's 448 columns), as the gemv's 4 rows of 896 read; more where the
+# KV heads times o's blocks would pass about PROGRAMS (each program attends its group again,
+# from L2: Qwen3-0.6B's 8 KV heads would make 1,024). BLOCK_O rows a tile, the next tile loaded
+# while the sums of one run.
 ROWS_PER_PROGRAM = 8
+PROGRAMS = 256
 BLOCK_O = 4
 # Under the interpreter, which runs programs one after another: two blocks of o's rows a group,
 # two tiles each, so the specs see both loops.
@@ -98,7 +101,8 @@ def _plan(n: int, kv_heads: int, on_gpu: bool) -> tuple[int, int]:
     """(o's rows a program multiplies, rows a tile)."""
     if not on_gpu:
         return 2 * INTERPRETED_BLOCK_O, INTERPRETED_BLOCK_O
-    return ROWS_PER_PROGRAM, BLOCK_O
+    rows = triton.next_power_of_2(triton.cdiv(n * kv_heads, PROGRAMS))
+    return max(ROWS_PER_PROGRAM, rows), BLOCK_O
 
 
 @kernel_op(f"{_NS}::attend_project")
