@@ -612,10 +612,11 @@ def test_on_hopper_a_replayed_chain_of_one_row_layers_launches_dependent_and_giv
         impl, gemv, monkeypatch):
     """On a GPU of compute capability 9 or later, a one-row layer's kernels (the q/k/v gemv
     that turns and stores, v10's paged decode attention and its combine over a 600-token
-    context, the o gemv, norm_gemv, down's partial sums, which the next layer's q/k/v gemv
-    adds to the stream and norms, the last layer's settled) are launched dependent (Triton's
-    launch_pdl, read where Triton is called), and a CUDA graph of six such layers, replayed on
-    a new row
+    context and the o gemv, or over a 300-token one attend_project, the attention and o in one
+    launch, every other layer; norm_gemv, down's partial sums, which the next layer's q/k/v
+    gemv adds to the stream and norms, the last layer's settled) are launched dependent
+    (Triton's launch_pdl, read where Triton is called), and a CUDA graph of six such layers,
+    replayed on a new row
     each time, gives the bits the same chain gives launched one after another
     (launches_dependent made to say no), the caches too: no kernel reads its input before the
     launch that writes it has ended."""
@@ -630,20 +631,29 @@ def test_on_hopper_a_replayed_chain_of_one_row_layers_launches_dependent_and_giv
                r(hidden, hidden, scale=0.03), r(2 * inter, hidden, scale=0.03),
                r(hidden, inter, scale=0.015), r(11, page, kv_heads, head_dim),
                r(11, page, kv_heads, head_dim)) for _ in range(6)]
-    table = torch.randperm(10, generator=gen)[None].to("cuda", torch.int32) + 1
-    lens = torch.tensor([context], dtype=torch.int32, device="cuda")
-    position = torch.tensor([context - 1], device="cuda")
-    slot = (table[0, (context - 1) // page].long() * page + (context - 1) % page).view(1)
-    cos, sin = impl.package.kernels.rope_cos_sin(position, head_dim, 1e6)
+    ap = impl.package.attend_project
+
+    def at(tokens: int):  # (table, lens, slot, cos, sin) of a one-row context of `tokens`
+        table = torch.randperm(10, generator=gen)[None, :-(-tokens // page)].to(
+            "cuda", torch.int32) + 1
+        position = torch.tensor([tokens - 1], device="cuda")
+        slot = (table[0, (tokens - 1) // page].long() * page + (tokens - 1) % page).view(1)
+        return (table, torch.tensor([tokens], dtype=torch.int32, device="cuda"), slot,
+                *impl.package.kernels.rope_cos_sin(position, head_dim, 1e6))
+    split, whole = at(context), at(300)  # 600 tokens v10 splits; 300 attend_project takes
 
     def chain(x, res):
-        for norm, qkv, o, gate_up, down, k_cache, v_cache in layers:
+        for i, (norm, qkv, o, gate_up, down, k_cache, v_cache) in enumerate(layers):
+            table, lens, slot, cos, sin = whole if i % 2 else split
             q, _, _ = gemv.gemv_rope_split(x, qkv, None, cos, sin, heads, kv_heads,
                                            (k_cache, v_cache, slot))
-            attended = gemv.dependent_decode_attention(q, k_cache, v_cache, table, lens,
-                                                       head_dim ** -0.5)
-            gu, res = gemv.norm_gemv(gemv.gemv(attended.view(1, hidden), o), res, norm, 1e-6,
-                                     gate_up)
+            if i % 2:
+                projected = ap.attend_project(
+                    ap.Attention(q, k_cache, v_cache, table, lens, head_dim ** -0.5), o)
+            else:
+                projected = gemv.gemv(gemv.dependent_decode_attention(
+                    q, k_cache, v_cache, table, lens, head_dim ** -0.5).view(1, hidden), o)
+            gu, res = gemv.norm_gemv(projected, res, norm, 1e-6, gate_up)
             x, res = gemv.pending_add_norm(gu, down, None, res, norm, 1e-6, swiglu=True)
         return gemv.settle(x), res
 
@@ -661,7 +671,8 @@ def test_on_hopper_a_replayed_chain_of_one_row_layers_launches_dependent_and_giv
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         out = chain(x_in, res_in)
-    assert {"_paged_decode_kernel", "_combine_kernel"} <= {name for name, _ in launched}
+    assert {"_paged_decode_kernel", "_combine_kernel", "_attend_project_kernel"} <= {
+        name for name, _ in launched}
     assert launched and all(pdl for _, pdl in launched), sorted(set(launched))
     rows = [(r(1, hidden, scale=2.0), r(1, hidden, scale=2.0)) for _ in range(4)]
     replayed = []
