@@ -41,10 +41,10 @@ check = kernels.check
 # program (8 rows of a group's 448 columns), as the gemv's 4 rows of 896 read; more where the
 # KV heads times o's blocks would pass about PROGRAMS (each program attends its group again,
 # from L2: Qwen3-0.6B's 8 KV heads would make 1,024). BLOCK_O rows a tile, the next tile loaded
-# while the sums of one run.
+# while the sums of one run: at 8 rows, the program's whole share of o loaded before its wait.
 ROWS_PER_PROGRAM = 8
 PROGRAMS = 256
-BLOCK_O = 4
+BLOCK_O = 8
 # Under the interpreter, which runs programs one after another: two blocks of o's rows a group,
 # two tiles each, so the specs see both loops.
 INTERPRETED_BLOCK_O = 8
