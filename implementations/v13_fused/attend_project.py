@@ -15,7 +15,8 @@ weight is read by about as many programs as the gemv would read it with.
 
 Only where the attention is one launch of v10's (its plan does not split the context: under
 MIN_SPLIT_CONTEXT tokens of table at one row) and the ops fuse the MLP's norms (the shares'
-taker): elsewhere the decode attention runs as before and o is a gemv of its own.
+taker): elsewhere the decode attention runs as before and o is a gemv of its own. And not yet
+on a GPU (ON_GPU): written and specified under the interpreter, it has not run on one.
 decode_attention, the memory's decode function, leaves the attention pending (Attention) at one
 row, and the ops' output projection launches it with o (attend_project) or alone (attend).
 
@@ -48,6 +49,11 @@ BLOCK_O = 8
 # Under the interpreter, which runs programs one after another: two blocks of o's rows a group,
 # two tiles each, so the specs see both loops.
 INTERPRETED_BLOCK_O = 8
+# Whether a CUDA device's decode steps take this launch. Not yet: no GPU was lent to the session
+# that wrote it, so neither its GPU specs nor its time have run on one; till they have
+# (docs/perf-notes.md names the commands, docs/probes/attend_project_rows.py times it against the
+# two launches), a GPU runs the attention and o as before, and this runs under the interpreter.
+ON_GPU = False
 
 _NS = __name__.replace(".", "_")
 
@@ -147,8 +153,9 @@ def decode_attention(q, k_cache, v_cache, block_tables, context_lens, scale,
                      fixed_chunk: int = 0):
     """The memory's decode attention: gemv's dependent_decode_attention, but at one row, where
     v10's plan runs it as one launch (no split context), left pending (Attention), its inputs
-    checked: the o projection may take it into its own launch."""
-    if q.shape[0] == 1 and not fixed_chunk:
+    checked: the o projection may take it into its own launch. On a CUDA device only once
+    ON_GPU says so."""
+    if q.shape[0] == 1 and not fixed_chunk and (ON_GPU or not q.is_cuda):
         paged_kernels.check_decode(q, k_cache, v_cache, block_tables, context_lens)
         if paged_kernels.decode_plan(q, k_cache, block_tables)[0] == 1:
             return Attention(q, k_cache, v_cache, block_tables, context_lens, float(scale))

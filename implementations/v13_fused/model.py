@@ -22,7 +22,8 @@ to the stream and norms the row in its own programs, and the loop's settle runs 
 launch of their own before the final norm. The attention and o's product between them run as
 one launch too (attend_project.py): the memory's decode attention leaves a one-row attention
 pending, and the output projection launches it with o, each KV head's group multiplying its own
-columns of o into float32 shares that [gate | up]'s norm_gemv adds up. Four launches a layer.
+columns of o into float32 shares that [gate | up]'s norm_gemv adds up. Four launches a layer
+(under the interpreter; on a GPU once measured there: attend_project.ON_GPU).
 
 A prefill's attention was, for every request in every layer, two gathers of its context out of
 the cache, then one fused call (v02's causal_attention), a host wait for each request's span

@@ -1,0 +1,40 @@
+"""v13's attend_project on a GPU (issue 48): the newest version's one-row decode step
+(Qwen2.5-0.5B's shape, random weights, bf16), timed as `bench decode` times it, with the attention
+and o as two launches (attend_project.ON_GPU off, as v13 ships till this has run) and as one, a
+program multiplying ROWS_PER_PROGRAM 8, 16 and 32 of o's rows (224, 112 and 56 programs),
+alternated twice, at 128 and 384 tokens (v10's plan splits neither); the step's kernels in the
+first round. Written where no GPU was lent (2026-12-06): not run yet. GPU only.
+
+    PYTHONPATH=. python3 docs/probes/attend_project_rows.py
+"""
+import torch
+
+import implementations
+from torchlet.bench import micro
+from torchlet.bench.workloads import QWEN25_05B, random_checkpoint
+
+device, dtype = "cuda", torch.bfloat16
+version = implementations.load(implementations.version_names()[-1])
+ap = implementations.load("v13_fused").package.attend_project
+ckpt = random_checkpoint(QWEN25_05B, 0, device=device, dtype=dtype)
+CONTEXTS = (128, 384)
+
+
+def cell(label: str, context: int, kernels: bool) -> None:
+    row = micro.decode_step_bench(version, ckpt, 1, context, device=device, dtype=dtype,
+                                  wishes={}, bandwidth=4.3e12)
+    print(f"{label:>8} 1 x {context}: {row['ms_per_step']:.4f} ms a step, "
+          f"{row['gpu_ms_per_step']:.4f} ms of kernels, {row['kernels_per_step']:.0f} kernels",
+          flush=True)
+    if kernels:
+        for name, ms, n in row["top_kernels"][:8]:
+            print(f"    {ms * 1e3:8.1f} us {n:6.1f}x  {name[:80]}")
+
+
+for round_ in range(2):
+    for rows in (None, 8, 16, 32):
+        ap.ON_GPU = rows is not None
+        ap.ROWS_PER_PROGRAM = rows or 8  # BLOCK_O stays 8: later tiles load after the wait
+        for context in CONTEXTS:
+            cell("apart" if rows is None else f"rows {rows}", context,
+                 round_ == 0 and context == 128 and rows in (None, 8))
