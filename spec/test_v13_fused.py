@@ -845,6 +845,8 @@ def test_the_fused_kernels_refuse_bad_input_with_a_message_that_says_why(impl, f
     with pytest.raises(ValueError, match="context_lens must be int32"):
         ap.decode_attention(one.q, cache, cache.clone(), one.block_tables,
                             one.context_lens.long(), 0.5)
+    with pytest.raises(ValueError, match="block_tables must be int32"):
+        ap.attend_project(one._replace(block_tables=one.block_tables.long()), torch.randn(6, 32))
     x, w = torch.randn(2, 4), torch.randn(48, 4)
     cache = torch.zeros(2, 4, 1, 8)
     two_heads = (torch.zeros(2, 4, 2, 8),) * 2 + (slots,)

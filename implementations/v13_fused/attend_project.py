@@ -176,6 +176,7 @@ def attend_project(a: Attention, weight: torch.Tensor,
     in one launch, its sums left in shares (gemv.Shares: one float32 [rows, n] a KV head, and
     the bias) for the launch after to add up. Launched dependent where gemv's kernels are."""
     q = a.q
+    paged_kernels.check_decode(q, a.k_cache, a.v_cache, a.block_tables, a.context_lens)
     check(weight.dim() == 2 and weight.shape[1] == q.shape[1] * q.shape[2],
           f"o's weight must be [n, {q.shape[1] * q.shape[2]}] (the heads merged), got "
           f"{tuple(weight.shape)}")

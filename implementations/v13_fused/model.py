@@ -209,7 +209,7 @@ class FusedOps(TritonOps):
         go on unsummed; elsewhere the attention is launched alone first."""
         weight, bias = w["self_attn.o_proj.weight"], w.get("self_attn.o_proj.bias")
         if isinstance(out, attend_project.Attention):
-            row = out.q.view(out.q.shape[0], -1)  # the shape of the heads merged
+            row = out.q.reshape(out.q.shape[0], -1)  # the shape of the heads merged
             if self.norms_fuse and self.takes_gemv(row, weight) and self.fuses_norms(row, w):
                 return attend_project.attend_project(out, weight, bias)
             out = attend_project.attend(out)
@@ -246,7 +246,8 @@ class FusedContextAttention(ContextAttention):
     fixed_chunk = 0  # context_attention's: 0, the contexts split as the pass's shape fills the GPU
 
     kernel_split_stores = True  # FusedOps.qkv_heads_stored: rope_split writes the new K/V
-    # v10's store, and its decode attention launched dependent where the one-row products are
+    # v10's store, and the decode attention: at one row left to o's launch (attend_project),
+    # else v10's, launched dependent where the one-row products are
     kernels = (paged_kernels.store_kv, attend_project.decode_attention)
 
     def attend_context(self, qg: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
