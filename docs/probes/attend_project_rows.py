@@ -3,7 +3,9 @@
 and o as two launches (attend_project.ON_GPU off, as v13 ships till this has run) and as one, a
 program multiplying ROWS_PER_PROGRAM 8, 16 and 32 of o's rows (224, 112 and 56 programs),
 alternated twice, at 128 and 384 tokens (v10's plan splits neither); the step's kernels in the
-first round. Written where no GPU was lent (2026-12-06): not run yet. GPU only.
+first round. Then Qwen3-0.6B's shape at 128 tokens (8 KV heads: 1,024 o rows a KV head's group,
+so 32 rows a program under the PROGRAMS cap), apart and fused, twice: the other model the
+targets name. Written where no GPU was lent (2026-12-06): not run yet. GPU only.
 
     PYTHONPATH=. python3 docs/probes/attend_project_rows.py
 """
@@ -11,16 +13,16 @@ import torch
 
 import implementations
 from torchlet.bench import micro
-from torchlet.bench.workloads import QWEN25_05B, random_checkpoint
+from torchlet.bench.workloads import QWEN3_06B, QWEN25_05B, random_checkpoint
 
 device, dtype = "cuda", torch.bfloat16
 version = implementations.load(implementations.version_names()[-1])
 ap = implementations.load("v13_fused").package.attend_project
-ckpt = random_checkpoint(QWEN25_05B, 0, device=device, dtype=dtype)
+qwen25 = random_checkpoint(QWEN25_05B, 0, device=device, dtype=dtype)
 CONTEXTS = (128, 384)
 
 
-def cell(label: str, context: int, kernels: bool) -> None:
+def cell(label: str, context: int, kernels: bool, ckpt=qwen25) -> None:
     row = micro.decode_step_bench(version, ckpt, 1, context, device=device, dtype=dtype,
                                   wishes={}, bandwidth=4.3e12)
     print(f"{label:>8} 1 x {context}: {row['ms_per_step']:.4f} ms a step, "
@@ -38,3 +40,10 @@ for round_ in range(2):
         for context in CONTEXTS:
             cell("apart" if rows is None else f"rows {rows}", context,
                  round_ == 0 and context == 128 and rows in (None, 8))
+
+qwen3 = random_checkpoint(QWEN3_06B, 0, device=device, dtype=dtype)
+ap.ROWS_PER_PROGRAM = 8  # the cap makes it 32 at Qwen3's 8 KV heads
+for round_ in range(2):
+    for on in (False, True):
+        ap.ON_GPU = on
+        cell("qwen3 " + ("fused" if on else "apart"), 128, False, qwen3)

@@ -46,9 +46,10 @@ check = kernels.check
 ROWS_PER_PROGRAM = 8
 PROGRAMS = 256
 BLOCK_O = 8
-# Under the interpreter, which runs programs one after another: two blocks of o's rows a group,
-# two tiles each, so the specs see both loops.
-INTERPRETED_BLOCK_O = 8
+# Under the interpreter, which runs programs one after another (each attending its group
+# again): blocks of 64 of o's rows, two tiles each, so a spec's o of more rows sees both loops
+# (at 16 rows a program the shares' spec took 2.4 times as long).
+INTERPRETED_BLOCK_O = 32
 # Whether a CUDA device's decode steps take this launch. Not yet: no GPU was lent to the session
 # that wrote it, so neither its GPU specs nor its time have run on one; till they have
 # (docs/perf-notes.md names the commands, docs/probes/attend_project_rows.py times it against the
