@@ -5,10 +5,13 @@ program multiplying ROWS_PER_PROGRAM 8, 16 and 32 of o's rows (224, 112 and 56 p
 alternated twice, at 128 and 384 tokens (v10's plan splits neither); the step's kernels in the
 first round. Then Qwen3-0.6B's shape at 128 tokens (8 KV heads: 1,024 o rows a KV head's group,
 so 32 rows a program under the PROGRAMS cap), apart and fused, twice: the other model the
-targets name. Written where no GPU was lent (2026-12-06): not run yet. GPU only.
+targets name. `--quick`: 8 rows a program only, once. Written where no GPU was lent
+(2026-12-06): not run yet. GPU only.
 
-    PYTHONPATH=. python3 docs/probes/attend_project_rows.py
+    PYTHONPATH=. python3 docs/probes/attend_project_rows.py [--quick]
 """
+import sys
+
 import torch
 
 import implementations
@@ -20,6 +23,8 @@ version = implementations.load(implementations.version_names()[-1])
 ap = implementations.load("v13_fused").package.attend_project
 qwen25 = random_checkpoint(QWEN25_05B, 0, device=device, dtype=dtype)
 CONTEXTS = (128, 384)
+QUICK = "--quick" in sys.argv
+ROUNDS, ROWS = (1, (None, 8)) if QUICK else (2, (None, 8, 16, 32))
 
 
 def cell(label: str, context: int, kernels: bool, ckpt=qwen25) -> None:
@@ -33,8 +38,8 @@ def cell(label: str, context: int, kernels: bool, ckpt=qwen25) -> None:
             print(f"    {ms * 1e3:8.1f} us {n:6.1f}x  {name[:80]}")
 
 
-for round_ in range(2):
-    for rows in (None, 8, 16, 32):
+for round_ in range(ROUNDS):
+    for rows in ROWS:
         ap.ON_GPU = rows is not None
         ap.ROWS_PER_PROGRAM = rows or 8  # BLOCK_O stays 8: later tiles load after the wait
         for context in CONTEXTS:
@@ -43,7 +48,7 @@ for round_ in range(2):
 
 qwen3 = random_checkpoint(QWEN3_06B, 0, device=device, dtype=dtype)
 ap.ROWS_PER_PROGRAM = 8  # the cap makes it 32 at Qwen3's 8 KV heads
-for round_ in range(2):
+for round_ in range(ROUNDS):
     for on in (False, True):
         ap.ON_GPU = on
         cell("qwen3 " + ("fused" if on else "apart"), 128, False, qwen3)

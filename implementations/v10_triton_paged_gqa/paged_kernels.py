@@ -130,11 +130,19 @@ def _attend_heads(q_ptr, k_ptr, v_ptr, tables_ptr, b, kv_head, lo, hi, context, 
                            cache_shead, PAGE)
         k_t, v = _kv_tile(k_ptr, v_ptr, slot, d, older, on_d)
         tl.extra.cuda.gdc_wait()
-        # The newest token's K/V, now written, in its place: the tile a plain launch loads.
+        # The newest token's K/V, now written, in its place: the tile a plain launch loads. One
+        # row of each, not a tile masked to it: two tiles held at once spilled registers (ptxas
+        # for sm_90a, docs/perf-notes.md). Its token as a vector, since a scalar mask does not
+        # broadcast in the interpreter.
         newest = live & (t == context - 1)
-        k_new, v_new = _kv_tile(k_ptr, v_ptr, slot, d, newest, on_d)
-        k_t = tl.where(newest[None, :], k_new, k_t)
-        v = tl.where(newest[:, None], v_new, v)
+        t_new = context - 1 + d * 0
+        is_new = on_d & (t_new >= lo) & (t_new < tl.minimum(hi, lo + BLOCK_N))  # in this tile
+        slot_new = _tile_slots(tables_ptr, b, tables_sb, t_new, is_new, kv_head, cache_sblock,
+                               cache_stok, cache_shead, PAGE)
+        k_new = tl.load(k_ptr + slot_new + d, mask=is_new, other=0.0)
+        v_new = tl.load(v_ptr + slot_new + d, mask=is_new, other=0.0)
+        k_t = tl.where(newest[None, :], k_new[:, None], k_t)
+        v = tl.where(newest[:, None], v_new[None, :], v)
     q = tl.load(q_ptr + b * q_sb + heads[:, None] * q_sh + d[None, :], mask=q_mask, other=0.0)
     if PDL:
         if lo < hi:

@@ -389,6 +389,11 @@ MUTANTS = [
              "        newest = live & (t < 0)"),),
         (DEPENDENT_PAGED,), ("v10",),
         "launched dependent, the attention never loads the newest token's K/V after its wait"),
+    Mutant("v10-attention-newest-row-of-the-token-before", "dependent launch", (
+        Edit(PAGED_KERNELS, "        t_new = context - 1 + d * 0", "        t_new = context - 2 + d * 0"),),
+        (DEPENDENT_PAGED,), ("v10",),
+        "launched dependent, the row loaded after the wait into the newest token's place is the "
+        "token before's"),
     Mutant("v10-attention-loads-its-first-tile-after-the-wait", "dependent launch", (
         Edit(PAGED_KERNELS, "        t = lo + tl.arange(0, BLOCK_N)\n        live = t < hi\n"
                             "        older",
