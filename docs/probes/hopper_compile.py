@@ -14,8 +14,9 @@ decides what @triton.jit makes when a module is imported):
 distinct launch: the kernel, its arguments' types (a tensor's dtype, an int's width), its
 constexprs' values and its launch options. `compile` compiles each for sm_90a with the options
 it was launched with and prints the registers and spills ptxas reports; it exits 1 if any
-fails. The launches are the CPU's, so pointers are mostly float32 where a GPU step's are
-bfloat16.
+fails. The launches are the CPU's: pointers mostly float32 where a GPU step's are bfloat16,
+and block sizes the interpreter's plans choose (a few large programs), so their registers and
+spills are not a GPU step's; docs/perf-notes.md's figures come from the GPU's settings.
 """
 from __future__ import annotations
 
