@@ -9,6 +9,12 @@ decides what @triton.jit makes when a module is imported):
 
     TRITON_INTERPRET=1 CI=1 python docs/probes/hopper_compile.py record LAUNCHES.json [PYTEST ARGS]
     python docs/probes/hopper_compile.py compile LAUNCHES.json
+    PYTHONPATH=. python docs/probes/hopper_compile.py one-row
+
+`one-row` compiles v10's decode attention kernel and v13's attend_project at a one-row GPU
+step's settings (bfloat16, 4 warps, tiles of 128 tokens; Qwen2.5-0.5B's heads and Qwen3-0.6B's,
+launched plainly and dependent) and prints ptxas's registers and spills: the figures of
+docs/perf-notes.md's "Without a GPU" section. PYTHONPATH=<a checkout> gives another tree's.
 
 `record` runs pytest in this process (default: the kernel pages, v09 to v18) and keeps each
 distinct launch: the kernel, its arguments' types (a tensor's dtype, an int's width), its
@@ -120,7 +126,38 @@ def compile_all(path: str) -> int:
     return 1 if failed else 0
 
 
+def one_row() -> int:
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    import implementations
+    paged = implementations.load("v10_triton_paged_gqa").package.paged_kernels
+    attend = implementations.load("v13_fused").package.attend_project
+    bf16, ints = "*bf16", "i32"
+    common = dict(q_ptr=bf16, k_ptr=bf16, v_ptr=bf16, tables_ptr="*i32", lens_ptr="*i32",
+                  part_ptr="*fp32", scale="fp32")
+    kernels = ((paged._paged_decode_kernel, dict(out_ptr=bf16), dict(SPLIT=False)),
+               (attend._attend_project_kernel, dict(w_ptr=bf16), dict(BLOCK_O=attend.BLOCK_O)))
+    for model, group, head_dim in (("Qwen2.5-0.5B", 7, 64), ("Qwen3-0.6B", 2, 128)):
+        for kernel, pointers, consts in kernels:
+            for pdl in (False, True):
+                constexprs = dict(PAGE=16, BLOCK_G=paged._pad(group), BLOCK_D=paged._pad(head_dim),
+                                  BLOCK_N=paged.BLOCK_N, PRECISION="tf32", PDL=pdl, **consts)
+                types = common | pointers
+                signature = {n: types.get(n, "constexpr" if n in constexprs else ints)
+                             for n in kernel.arg_names}
+                compiled = triton.compile(ASTSource(kernel, signature, constexprs),
+                                          target=GPUTarget("cuda", 90, 32),
+                                          options={"num_warps": 4})
+                print(f"{model:13} {kernel.__name__:24} {'dependent' if pdl else 'plain':9} "
+                      f"{ptxas_report(compiled.asm['ptx'])}")
+    return 0
+
+
 if __name__ == "__main__":
+    if sys.argv[1:2] == ["one-row"]:
+        sys.exit(one_row())
     if len(sys.argv) < 3 or sys.argv[1] not in ("record", "compile"):
         sys.exit(__doc__)
     if sys.argv[1] == "record":
