@@ -315,8 +315,11 @@ def test_norm_gemv_is_the_norm_of_the_stream_times_the_weights_and_gives_the_str
 def test_norm_gemv_given_a_products_shares_adds_them_up_first_as_their_sum_would_join(
         gemv, target, shares, n, k, bias, share_bias, rows, eps, seed):
     """norm_gemv(Shares(part, part_bias), residual, ...) is norm_gemv(x, residual, ...) where x
-    is the float32 shares added in order, then their bias, rounded to the dtype: the very bits,
-    the stream and the product (every program forms the row before it multiplies it)."""
+    is the float32 shares added in order, then their bias, rounded to the dtype: the stream the
+    very bits (every program forms the row before it multiplies it), and the product too under
+    the interpreter. On a GPU the two are kernels compiled apart, whose sums the compiler may
+    order or fuse differently: the product within the dtype's tolerance there (an H100 gave
+    one example a last bit apart in float32, 2026-12-07)."""
     gen = torch.Generator().manual_seed(seed)
     part = target.randn(gen, shares, rows, k, scale=2.0).float()
     part_bias = target.randn(gen, k) if share_bias else None
@@ -330,7 +333,10 @@ def test_norm_gemv_given_a_products_shares_adds_them_up_first_as_their_sum_would
     want = gemv.norm_gemv(total.to(target.dtype), residual, norm, eps, w, b)
     got = gemv.norm_gemv(gemv.Shares(part, part_bias), residual, norm, eps, w, b)
     assert torch.equal(got[1], want[1]), "the stream"
-    assert torch.equal(got[0], want[0]), "the product"
+    if target.on_gpu:
+        assert_close(got[0], want[0], "the product")
+    else:
+        assert torch.equal(got[0], want[0]), "the product"
 
 
 @pytest.mark.spec(part="model", kernels=True)

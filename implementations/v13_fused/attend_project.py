@@ -16,7 +16,7 @@ weight is read by about as many programs as the gemv would read it with.
 Only where the attention is one launch of v10's (its plan does not split the context: under
 MIN_SPLIT_CONTEXT tokens of table at one row) and the ops fuse the MLP's norms (the shares'
 taker): elsewhere the decode attention runs as before and o is a gemv of its own. And not yet
-on a GPU (ON_GPU): written and specified under the interpreter, it has not run on one.
+in a GPU's decode steps (ON_GPU): its specs pass on one, its time is not measured yet.
 decode_attention, the memory's decode function, leaves the attention pending (Attention) at one
 row, and the ops' output projection launches it with o (attend_project) or alone (attend).
 
@@ -50,10 +50,10 @@ BLOCK_O = 8
 # again): blocks of 64 of o's rows, two tiles each, so a spec's o of more rows sees both loops
 # (at 16 rows a program the shares' spec took 2.4 times as long).
 INTERPRETED_BLOCK_O = 32
-# Whether a CUDA device's decode steps take this launch. Not yet: no GPU was lent to the session
-# that wrote it, so neither its GPU specs nor its time have run on one; till they have
-# (docs/perf-notes.md names the commands, docs/probes/attend_project_rows.py times it against the
-# two launches), a GPU runs the attention and o as before, and this runs under the interpreter.
+# Whether a CUDA device's decode steps take this launch. Not yet: its GPU specs passed on an H100
+# (docs/gpu.md, 2026-12-07), but no GPU has timed it; till one has (docs/probes/
+# attend_project_rows.py times it against the two launches), a GPU's steps run the attention and
+# o as before, and this runs under the interpreter and in the GPU specs that call it.
 ON_GPU = False
 
 _NS = __name__.replace(".", "_")

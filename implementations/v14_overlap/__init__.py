@@ -11,7 +11,7 @@ from torchlet.contract import OVERLAP
 
 from ..v13_fused import CAPABILITIES as PREVIOUS
 from ..v13_fused import PARTS as BEFORE
-from ..v13_fused import (Batch, BlockPool, ContinuousBatching, FusedContextAttention, FusedOps, DecodeBuffers, GraphRunner, KERNELS, PackedContext, PackedWeights, LaneRequest, PagedAdmission, PagedDecoder, PoolExhausted, PreemptingScheduler, PrefixBlockPool, PrefixKV, PrefixRunner, context_attention, default_buckets, fused_kernels, gemv, graphs, kernels, layers, metadata, paged_attention, paged_kernels, draw, SeededSampler)
+from ..v13_fused import (Batch, BlockPool, ContinuousBatching, FusedContextAttention, FusedOps, DecodeBuffers, GraphRunner, KERNELS, PackedContext, PackedWeights, LaneRequest, PagedAdmission, PagedDecoder, PoolExhausted, PreemptingScheduler, PrefixBlockPool, PrefixKV, PrefixRunner, attend_project, context_attention, default_buckets, fused_kernels, gemv, graphs, kernels, layers, metadata, paged_attention, paged_kernels, draw, SeededSampler)
 from .inputs import OverlapInputs
 from .loop import OverlapEngine
 
@@ -20,4 +20,4 @@ PARTS = BEFORE.replace("v14", inputs=OverlapInputs, loop=OverlapEngine)
 OPTIONS = PARTS.options
 build = PARTS.build
 
-__all__ = ["Batch", "BlockPool", "CAPABILITIES", "ContinuousBatching", "FusedContextAttention", "FusedOps", "DecodeBuffers", "GraphRunner", "KERNELS", "OPTIONS", "OverlapEngine", "OverlapInputs", "PARTS", "PackedContext", "PackedWeights", "LaneRequest", "PagedAdmission", "PagedDecoder", "PoolExhausted", "PreemptingScheduler", "PrefixBlockPool", "PrefixKV", "PrefixRunner", "build", "context_attention", "default_buckets", "fused_kernels", "gemv", "graphs", "kernels", "layers", "metadata", "paged_attention", "paged_kernels", "draw", "SeededSampler"]
+__all__ = ["Batch", "BlockPool", "CAPABILITIES", "ContinuousBatching", "FusedContextAttention", "FusedOps", "DecodeBuffers", "GraphRunner", "KERNELS", "OPTIONS", "OverlapEngine", "OverlapInputs", "PARTS", "PackedContext", "PackedWeights", "LaneRequest", "PagedAdmission", "PagedDecoder", "PoolExhausted", "PreemptingScheduler", "PrefixBlockPool", "PrefixKV", "PrefixRunner", "build", "attend_project", "context_attention", "default_buckets", "fused_kernels", "gemv", "graphs", "kernels", "layers", "metadata", "paged_attention", "paged_kernels", "draw", "SeededSampler"]

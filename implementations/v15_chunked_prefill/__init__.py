@@ -26,7 +26,7 @@ from ..v14_overlap import CAPABILITIES as PREVIOUS
 from ..v14_overlap import PARTS as BEFORE
 from ..v14_overlap import (KERNELS, BlockPool, FusedContextAttention, FusedOps, DecodeBuffers, GraphRunner,
                            OverlapEngine, PackedContext, PackedWeights, PagedDecoder,
-                           PoolExhausted, PrefixBlockPool, PrefixKV, context_attention,
+                           PoolExhausted, PrefixBlockPool, PrefixKV, attend_project, context_attention,
                            default_buckets, fused_kernels, gemv, graphs, kernels, layers, metadata,
                            paged_attention, paged_kernels, draw, SeededSampler)
 from .policy import TokenBudget
@@ -44,6 +44,6 @@ build = PARTS.build
 __all__ = ["CAPABILITIES", "KERNELS", "OPTIONS", "PARTS", "BlockPool", "ChunkedRequest",
            "ChunkedRunner", "ChunkedScheduler", "FusedContextAttention", "FusedOps", "DecodeBuffers", "GraphRunner",
            "OverlapEngine", "PackedContext", "PackedWeights", "PagedDecoder", "PoolExhausted", "PrefixBlockPool",
-           "PrefixKV", "SliceGraphs", "SlicedBatch", "TokenBudget", "build", "context_attention",
+           "PrefixKV", "SliceGraphs", "SlicedBatch", "TokenBudget", "build", "attend_project", "context_attention",
            "default_buckets", "fused_kernels", "gemv", "graphs", "kernels", "layers", "metadata",
            "paged_attention", "paged_kernels", "draw", "SeededSampler"]

@@ -21,7 +21,7 @@ from torchlet.contract import TENSOR_PARALLEL
 from ..v15_chunked_prefill import CAPABILITIES as PREVIOUS
 from ..v15_chunked_prefill import PARTS as BEFORE
 from ..v15_chunked_prefill import (KERNELS, BlockPool, FusedOps, PoolExhausted, PrefixBlockPool, PrefixKV,
-                                   context_attention, fused_kernels, gemv, graphs, kernels, layers,
+                                   attend_project, context_attention, fused_kernels, gemv, graphs, kernels, layers,
                                    metadata, paged_attention, paged_kernels, draw, ChunkedRequest, ChunkedRunner, ChunkedScheduler, SeededSampler, SlicedBatch, TokenBudget, DecodeBuffers, GraphRunner, default_buckets, SliceGraphs)
 from .loop import TensorParallelEngine
 from .model import ShardedModel, ShardedOps, ShardedWeights, VocabShard
@@ -33,6 +33,6 @@ OPTIONS = PARTS.options
 build = PARTS.build
 
 __all__ = ["CAPABILITIES", "KERNELS", "OPTIONS", "PARTS", "BlockPool", "FusedOps", "PoolExhausted",
-           "PrefixBlockPool", "PrefixKV", "Shard", "ShardedModel", "ShardedOps", "ShardedWeights", "TensorParallelEngine", "VocabShard", "build", "context_attention",
+           "PrefixBlockPool", "PrefixKV", "Shard", "ShardedModel", "ShardedOps", "ShardedWeights", "TensorParallelEngine", "VocabShard", "build", "attend_project", "context_attention",
            "fused_kernels", "gemv", "graphs", "kernels", "layers", "metadata", "paged_attention",
            "paged_kernels", "draw", "shard_checkpoint", "ChunkedRequest", "ChunkedRunner", "ChunkedScheduler", "SeededSampler", "SlicedBatch", "TokenBudget", "DecodeBuffers", "GraphRunner", "default_buckets", "SliceGraphs"]

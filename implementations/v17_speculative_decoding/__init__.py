@@ -34,7 +34,7 @@ from ..v16_tensor_parallel import PARTS as BEFORE
 from ..v16_tensor_parallel import (BlockPool, FusedOps, GraphRunner, KERNELS, PoolExhausted,
                                    PrefixBlockPool, PrefixKV, Shard, ShardedModel, ShardedWeights,
                                    SliceGraphs,
-                                   TensorParallelEngine, context_attention, default_buckets, draw,
+                                   TensorParallelEngine, attend_project, context_attention, default_buckets, draw,
                                    fused_kernels, gemv, graphs, kernels, layers, metadata,
                                    paged_attention, paged_kernels, shard_checkpoint)
 from .kv import RollbackPool, SpeculativeKV
@@ -63,6 +63,6 @@ __all__ = ["CAPABILITIES", "FIXED_CHUNK", "KERNELS", "OPTIONS", "PARTS", "BlockP
            "PoolExhausted", "PrefixBlockPool", "PrefixKV", "RollbackPool", "Shard",
            "ShardedModel", "ShardedWeights", "SliceGraphs", "SpeculationPolicy", "SpeculativeBatch", "SpeculativeEngine",
            "SpeculativeKV", "SpeculativeRequest", "SpeculativeRunner", "SpeculativeSampler",
-           "SpeculativeScheduler", "TensorParallelEngine", "build", "context_attention", "draw",
+           "SpeculativeScheduler", "TensorParallelEngine", "build", "attend_project", "context_attention", "draw",
            "fused_kernels", "gemv", "graphs", "kernels", "layers", "metadata", "paged_attention",
            "paged_kernels", "shard_checkpoint"]

@@ -23,7 +23,7 @@ from ..v17_speculative_decoding import (KERNELS, BlockPool, DraftProposer, Graph
                                         SpeculationPolicy, SpeculativeBatch, SpeculativeEngine,
                                         SpeculativeKV, SpeculativeRequest, SpeculativeRunner,
                                         SpeculativeSampler, SpeculativeScheduler,
-                                        TensorParallelEngine, context_attention, default_buckets,
+                                        TensorParallelEngine, attend_project, context_attention, default_buckets,
                                         draw, fused_kernels, gemv, graphs, kernels,
                                         layers, metadata, paged_attention, paged_kernels,
                                         shard_checkpoint)
@@ -41,6 +41,6 @@ __all__ = ["CAPABILITIES", "KERNELS", "OPTIONS", "PARTS", "BlockPool", "DraftPro
            "RollbackPool", "Shard", "ShardedModel", "SliceGraphs", "SpeculationPolicy",
            "SpeculativeBatch", "SpeculativeEngine", "SpeculativeKV", "SpeculativeRequest",
            "SpeculativeRunner", "SpeculativeSampler", "SpeculativeScheduler",
-           "TensorParallelEngine", "build", "context_attention", "cpu_kernels", "default_buckets", "draw",
+           "TensorParallelEngine", "build", "attend_project", "context_attention", "cpu_kernels", "default_buckets", "draw",
            "fused_kernels", "gemv", "gpu_kernels", "graphs", "kernels", "layers", "metadata", "paged_attention",
            "paged_kernels", "qlinear", "quantize", "shard_checkpoint"]

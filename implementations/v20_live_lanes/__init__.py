@@ -22,7 +22,7 @@ from ..v19_structured_output import (KERNELS, BlockPool, DraftProposer, GrammarM
                                      SpeculativeBatch, SpeculativeEngine, SpeculativeKV,
                                      SpeculativeRequest, SpeculativeRunner, SpeculativeSampler,
                                      SpeculativeScheduler, TensorParallelEngine,
-                                     context_attention, cpu_kernels, default_buckets, draw,
+                                     attend_project, context_attention, cpu_kernels, default_buckets, draw,
                                      fused_kernels, gemv, gpu_kernels, graphs, kernels, layers,
                                      metadata, paged_attention, paged_kernels, qlinear, quantize,
                                      shard_checkpoint)
@@ -41,7 +41,7 @@ __all__ = ["CAPABILITIES", "KERNELS", "OPTIONS", "PARTS", "BlockPool",
            "QuantizedWeights", "RollbackPool", "Shard", "ShardedModel", "SliceGraphs",
            "SpeculationPolicy", "SpeculativeBatch", "SpeculativeEngine", "SpeculativeKV",
            "SpeculativeRequest", "SpeculativeRunner", "SpeculativeSampler",
-           "SpeculativeScheduler", "TensorParallelEngine", "build", "context_attention",
+           "SpeculativeScheduler", "TensorParallelEngine", "build", "attend_project", "context_attention",
            "cpu_kernels", "default_buckets", "draw", "fused_kernels", "gemv", "gpu_kernels",
            "graphs", "kernels", "layers", "metadata", "paged_attention",
            "paged_kernels", "qlinear", "quantize", "shard_checkpoint"]
