@@ -14,8 +14,10 @@ import triton.language as tl
 
 from torchlet.contract import fake_of, kernel_op
 
-# One program normalizes one row in registers; wider rows would need a loop over chunks.
+# One program normalizes one row in registers (on a GPU; several under the interpreter); wider
+# rows would need a loop over chunks.
 MAX_HIDDEN = 65536
+INTERPRETED_VALUES = 16384
 ELEMENTWISE_BLOCK = 1024
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 # Op names carry the module's import name so that two trees of versions can live in one process.
@@ -40,18 +42,19 @@ def check_tensor(name: str, t: torch.Tensor, like: torch.Tensor | None = None) -
 # --- RMSNorm -------------------------------------------------------------------------------
 
 @triton.jit
-def _rms_norm_kernel(x_ptr, res_ptr, w_ptr, out_ptr, res_out_ptr, n_cols, eps,
-                     HAS_RESIDUAL: tl.constexpr, BLOCK: tl.constexpr):
-    row = tl.program_id(0).to(tl.int64) * n_cols
+def _rms_norm_kernel(x_ptr, res_ptr, w_ptr, out_ptr, res_out_ptr, n_rows, n_cols, eps,
+                     HAS_RESIDUAL: tl.constexpr, ROWS: tl.constexpr, BLOCK: tl.constexpr):
+    rows = tl.program_id(0).to(tl.int64) * ROWS + tl.arange(0, ROWS)
     cols = tl.arange(0, BLOCK)
-    mask = cols < n_cols
-    x = tl.load(x_ptr + row + cols, mask=mask, other=0.0)
+    mask = (rows < n_rows)[:, None] & (cols < n_cols)[None, :]
+    at = rows[:, None] * n_cols + cols[None, :]
+    x = tl.load(x_ptr + at, mask=mask, other=0.0)
     if HAS_RESIDUAL:
-        x = add_rounded(x, tl.load(res_ptr + row + cols, mask=mask, other=0.0))
-        tl.store(res_out_ptr + row + cols, x, mask=mask)
-    normed = (x.to(tl.float32) * inv_rms(x, n_cols, eps)).to(x.dtype)
-    w = tl.load(w_ptr + cols, mask=mask, other=0.0)
-    tl.store(out_ptr + row + cols, w * normed, mask=mask)
+        x = add_rounded(x, tl.load(res_ptr + at, mask=mask, other=0.0))
+        tl.store(res_out_ptr + at, x, mask=mask)
+    normed = (x.to(tl.float32) * inv_rms(x, n_cols, eps)[:, None]).to(x.dtype)
+    w = tl.load(w_ptr + cols, mask=cols < n_cols, other=0.0)
+    tl.store(out_ptr + at, w[None, :] * normed, mask=mask)
 
 
 @triton.jit
@@ -64,9 +67,10 @@ def add_rounded(x, res):
 @triton.jit
 def inv_rms(x, n_cols, eps):
     """1 / sqrt(mean(x^2) + eps) over a row's n_cols values (masked lanes hold 0), in float32:
-    what a row is multiplied by before it is rounded to the model dtype."""
+    what a row is multiplied by before it is rounded to the model dtype. x is one row, or rows
+    (the last axis the row's values): one number a row."""
     x32 = x.to(tl.float32)
-    return tl.rsqrt(tl.sum(x32 * x32, axis=0) / n_cols + eps)
+    return tl.rsqrt(tl.sum(x32 * x32, axis=-1) / n_cols + eps)
 
 
 def _launch_rms_norm(x, residual, weight, eps, out, res_out):
@@ -75,9 +79,13 @@ def _launch_rms_norm(x, residual, weight, eps, out, res_out):
     if rows == 0:
         return
     block = triton.next_power_of_2(n_cols)
-    _rms_norm_kernel[(rows,)](x, residual, weight, out, res_out, n_cols, eps,
-                              HAS_RESIDUAL=residual is not x, BLOCK=block,
-                              num_warps=min(max(block // 256, 1), 16))
+    # A row a program on a GPU; under the interpreter, which runs programs one after another at
+    # a cost each, rows up to INTERPRETED_VALUES values a program.
+    per = 1 if x.is_cuda else min(triton.next_power_of_2(rows),
+                                  max(1, INTERPRETED_VALUES // block))
+    _rms_norm_kernel[(triton.cdiv(rows, per),)](x, residual, weight, out, res_out, rows, n_cols,
+                                                eps, HAS_RESIDUAL=residual is not x, ROWS=per,
+                                                BLOCK=block, num_warps=min(max(block // 256, 1), 16))
 
 
 @kernel_op(f"{_NS}::rms_norm")

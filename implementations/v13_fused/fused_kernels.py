@@ -29,6 +29,7 @@ ELEMENTWISE_BLOCK, check = kernels.ELEMENTWISE_BLOCK, kernels.check
 check_tensor = kernels.check_tensor
 
 _NS = __name__.replace(".", "_")
+INTERPRETED_ROWS = 256
 
 
 # --- RoPE and the head split ---------------------------------------------------------------
@@ -36,16 +37,19 @@ _NS = __name__.replace(".", "_")
 @triton.jit
 def _rope_split_kernel(qkv_ptr, cos_ptr, sin_ptr, q_norm_ptr, k_norm_ptr, q_ptr, k_ptr, v_ptr,
                        k_cache_ptr, v_cache_ptr, slots_ptr, block_size, cache_sblock, cache_stok,
-                       cache_shead, n_q, n_kv, half, eps, HAS_NORM: tl.constexpr,
-                       STORE: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_HALF: tl.constexpr):
-    token = tl.program_id(0).to(tl.int64)
-    heads = tl.program_id(1) * BLOCK_H + tl.arange(0, BLOCK_H)  # over q, then k, then v heads
+                       cache_shead, tokens, n_q, n_kv, half, eps, HAS_NORM: tl.constexpr,
+                       STORE: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_HALF: tl.constexpr):
+    # One program = BLOCK_R rows of qkv's heads, every token's q, k and v heads one after
+    # another: a row is one head of one token.
+    rows = tl.program_id(0).to(tl.int64) * BLOCK_R + tl.arange(0, BLOCK_R)
+    n_heads = n_q + 2 * n_kv
+    token = (rows // n_heads)[:, None]
+    heads = rows % n_heads  # over q, then k, then v heads
     cols = tl.arange(0, BLOCK_HALF)
     col_mask = cols < half
     width = 2 * half
-    n_heads = n_q + 2 * n_kv
-    mask = (heads[:, None] < n_heads) & col_mask[None, :]
-    src = token * n_heads * width + heads[:, None] * width + cols[None, :]
+    mask = (rows < tokens * n_heads)[:, None] & col_mask[None, :]
+    src = rows[:, None] * width + cols[None, :]
     x1 = tl.load(qkv_ptr + src, mask=mask, other=0.0)
     x2 = tl.load(qkv_ptr + src + half, mask=mask, other=0.0)
     if HAS_NORM:
@@ -71,7 +75,8 @@ def turn_and_store(x1, x2, head, c, live, token, cos_ptr, sin_ptr, q_ptr, k_ptr,
                    k_cache_ptr, v_cache_ptr, slots_ptr, block_size, cache_sblock, cache_stok,
                    cache_shead, n_q, n_kv, half, STORE: tl.constexpr):
     """The values at columns c and c + half of head `head` of the token's [q | k | v] row (x1,
-    x2 in the model dtype; head, c and live of one shape, a tile or pairs): q and k heads
+    x2 in the model dtype; head, c, live and token of one shape, a tile or pairs, or token one
+    number): q and k heads
     turned by the token's angle of column c, v heads copied, each written to q, k or v, and
     with STORE k and v into the token's cache slot too, as v10's store_kv writes them (slot -1,
     a padding row, writes nothing). rope_split's epilogue, and the q/k/v gemv's."""
@@ -95,9 +100,9 @@ def turn_and_store(x1, x2, head, c, live, token, cos_ptr, sin_ptr, q_ptr, k_ptr,
     tl.store(v_ptr + kv_off, out1, mask=is_v)
     tl.store(v_ptr + kv_off + half, out2, mask=is_v)
     if STORE:
-        # The slot read for each head and column: a scalar mask does not broadcast in the
-        # interpreter.
-        slot = tl.load(slots_ptr + token + head * 0 + c * 0)
+        # The slot read for each head and column (a scalar mask does not broadcast in the
+        # interpreter), none for a row past the last token.
+        slot = tl.load(slots_ptr + token + head * 0 + c * 0, mask=live, other=-1)
         dst = ((slot // block_size) * cache_sblock + (slot % block_size) * cache_stok
                + kv_head * cache_shead + c)
         tl.store(k_cache_ptr + dst, out1, mask=is_k & (slot >= 0))
@@ -116,17 +121,19 @@ def _rope_split(qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, n_q: in
     v = qkv.new_empty(tokens, n_kv, head_dim)
     if tokens == 0:
         return q, k, v
-    n_heads = n_q + 2 * n_kv
-    block_h = min(triton.next_power_of_2(n_heads), 16)
+    rows = tokens * (n_q + 2 * n_kv)
+    # On a GPU 16 heads a program, as many programs as 16-head blocks; under the interpreter,
+    # which runs programs one after another at a cost each, up to 256 (several tokens).
+    block_r = min(triton.next_power_of_2(rows), 16 if qkv.is_cuda else INTERPRETED_ROWS)
     has_norm = q_norm is not None
     # Without a store, the cache pointers are any tensors and its layout numbers unused.
     k_cache, v_cache, slots = store if store is not None else (k, v, qkv)
     layout = (k_cache.shape[1], *k_cache.stride()[:3]) if store is not None else (1, 0, 0, 0)
-    _rope_split_kernel[(tokens, triton.cdiv(n_heads, block_h))](
+    _rope_split_kernel[(triton.cdiv(rows, block_r),)](
         qkv, cos, sin, q_norm if has_norm else qkv, k_norm if has_norm else qkv, q, k, v,
-        k_cache, v_cache, slots, *layout, n_q, n_kv, head_dim // 2, eps,
+        k_cache, v_cache, slots, *layout, tokens, n_q, n_kv, head_dim // 2, eps,
         HAS_NORM=has_norm, STORE=store is not None,
-        BLOCK_H=block_h, BLOCK_HALF=triton.next_power_of_2(head_dim // 2))
+        BLOCK_R=block_r, BLOCK_HALF=triton.next_power_of_2(head_dim // 2))
     return q, k, v
 
 

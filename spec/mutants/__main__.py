@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 
 from . import all_mutants, by_name
 from .runner import Worker, run
@@ -26,9 +27,13 @@ def main(argv=None) -> int:
     worker, results = Worker(), []
     try:
         for m in mutants:
+            start = time.perf_counter()
             r = run(m, worker)
             results.append(r)
-            print(f"{r.status:8} {m.name:36} {r.killer or ''}", flush=True)
+            # the seconds: where the suite's mutant time goes (the slowest are worth a faster
+            # killing spec first in their list)
+            print(f"{r.status:8} {time.perf_counter() - start:6.1f} s {m.name:36} "
+                  f"{r.killer or ''}", flush=True)
             if getattr(args, "log", False) or r.status == "invalid":
                 print(r.log)
     finally:
