@@ -415,6 +415,7 @@ def test_at_one_row_a_context_v10_splits_keeps_its_attention_launches_and_leaves
        k=st.one_of(st.sampled_from([1, 4864]), st.integers(1, 600)), bias=st.booleans(),
        swiglu=st.booleans(), rows=st.integers(1, 3), eps=st.sampled_from([1e-6, 1e-5]),
        seed=seeds)
+@example(n=40, k=40, bias=True, swiglu=False, rows=2, eps=1e-6, seed=0)  # a bias, small first
 def test_gemv_add_norm_adds_the_product_to_the_stream_and_norms_it(
         impl, gemv, target, n, k, bias, swiglu, rows, eps, seed):
     """gemv_add_norm(x, w, b, residual, norm, eps, swiglu) is add_rms_norm(gemv(x, w, b,
