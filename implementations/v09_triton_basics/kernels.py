@@ -17,7 +17,10 @@ from torchlet.contract import fake_of, kernel_op
 # One program normalizes one row in registers (on a GPU; several under the interpreter); wider
 # rows would need a loop over chunks.
 MAX_HIDDEN = 65536
+# Under the interpreter, which runs programs one after another at a cost each, a program takes
+# many rows: up to this many values of rows to norm, this many heads to turn.
 INTERPRETED_VALUES = 16384
+INTERPRETED_ROWS = 256
 ELEMENTWISE_BLOCK = 1024
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 # Op names carry the module's import name so that two trees of versions can live in one process.
@@ -79,8 +82,7 @@ def _launch_rms_norm(x, residual, weight, eps, out, res_out):
     if rows == 0:
         return
     block = triton.next_power_of_2(n_cols)
-    # A row a program on a GPU; under the interpreter, which runs programs one after another at
-    # a cost each, rows up to INTERPRETED_VALUES values a program.
+    # A row a program on a GPU; under the interpreter several
     per = 1 if x.is_cuda else min(triton.next_power_of_2(rows),
                                   max(1, INTERPRETED_VALUES // block))
     _rms_norm_kernel[(triton.cdiv(rows, per),)](x, residual, weight, out, res_out, rows, n_cols,
@@ -143,22 +145,25 @@ def add_rms_norm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor,
 # --- RoPE ----------------------------------------------------------------------------------
 
 @triton.jit
-def _rope_kernel(x_ptr, cos_ptr, sin_ptr, out_ptr, n_heads, half,
-                 BLOCK_H: tl.constexpr, BLOCK_HALF: tl.constexpr):
-    token = tl.program_id(0).to(tl.int64)
-    heads = tl.program_id(1) * BLOCK_H + tl.arange(0, BLOCK_H)
+def _rope_kernel(x_ptr, cos_ptr, sin_ptr, out_ptr, n_rows, n_heads, half,
+                 BLOCK_R: tl.constexpr, BLOCK_HALF: tl.constexpr):
+    # One program = BLOCK_R rows of x, a row one head of one token, the tokens' heads one
+    # after another.
+    rows = tl.program_id(0).to(tl.int64) * BLOCK_R + tl.arange(0, BLOCK_R)
+    token = rows // n_heads
     cols = tl.arange(0, BLOCK_HALF)
     col_mask = cols < half
-    cos = tl.load(cos_ptr + token * half + cols, mask=col_mask, other=0.0)
-    sin = tl.load(sin_ptr + token * half + cols, mask=col_mask, other=0.0)
+    mask = (rows < n_rows)[:, None] & col_mask[None, :]
+    angle = token[:, None] * half + cols[None, :]
+    cos = tl.load(cos_ptr + angle, mask=mask, other=0.0)
+    sin = tl.load(sin_ptr + angle, mask=mask, other=0.0)
     # rotate_half layout: the first half of a head is the real part, the second the imaginary.
-    first = token * n_heads * 2 * half + heads[:, None] * 2 * half + cols[None, :]
-    mask = (heads[:, None] < n_heads) & col_mask[None, :]
+    first = rows[:, None] * 2 * half + cols[None, :]
     x1 = tl.load(x_ptr + first, mask=mask, other=0.0)
     x2 = tl.load(x_ptr + first + half, mask=mask, other=0.0)
     a, b = x1.to(tl.float32), x2.to(tl.float32)
-    tl.store(out_ptr + first, (a * cos[None, :] - b * sin[None, :]).to(x1.dtype), mask=mask)
-    tl.store(out_ptr + first + half, (b * cos[None, :] + a * sin[None, :]).to(x1.dtype), mask=mask)
+    tl.store(out_ptr + first, (a * cos - b * sin).to(x1.dtype), mask=mask)
+    tl.store(out_ptr + first + half, (b * cos + a * sin).to(x1.dtype), mask=mask)
 
 
 @kernel_op(f"{_NS}::apply_rope")
@@ -167,10 +172,12 @@ def _rope_op(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Ten
     out = torch.empty_like(x)
     if tokens == 0:
         return out
-    block_h = min(triton.next_power_of_2(heads), 16)
-    _rope_kernel[(tokens, triton.cdiv(heads, block_h))](
-        x, cos, sin, out, heads, head_dim // 2,
-        BLOCK_H=block_h, BLOCK_HALF=triton.next_power_of_2(head_dim // 2))
+    rows = tokens * heads
+    # 16 heads a program on a GPU; under the interpreter several tokens' heads
+    block_r = min(triton.next_power_of_2(rows), 16 if x.is_cuda else INTERPRETED_ROWS)
+    _rope_kernel[(triton.cdiv(rows, block_r),)](
+        x, cos, sin, out, rows, heads, head_dim // 2,
+        BLOCK_R=block_r, BLOCK_HALF=triton.next_power_of_2(head_dim // 2))
     return out
 
 

@@ -29,7 +29,6 @@ ELEMENTWISE_BLOCK, check = kernels.ELEMENTWISE_BLOCK, kernels.check
 check_tensor = kernels.check_tensor
 
 _NS = __name__.replace(".", "_")
-INTERPRETED_ROWS = 256
 
 
 # --- RoPE and the head split ---------------------------------------------------------------
@@ -122,9 +121,8 @@ def _rope_split(qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, n_q: in
     if tokens == 0:
         return q, k, v
     rows = tokens * (n_q + 2 * n_kv)
-    # On a GPU 16 heads a program, as many programs as 16-head blocks; under the interpreter,
-    # which runs programs one after another at a cost each, up to 256 (several tokens).
-    block_r = min(triton.next_power_of_2(rows), 16 if qkv.is_cuda else INTERPRETED_ROWS)
+    # 16 heads a program on a GPU, as v09's rotate; under the interpreter several tokens' heads
+    block_r = min(triton.next_power_of_2(rows), 16 if qkv.is_cuda else kernels.INTERPRETED_ROWS)
     has_norm = q_norm is not None
     # Without a store, the cache pointers are any tensors and its layout numbers unused.
     k_cache, v_cache, slots = store if store is not None else (k, v, qkv)
