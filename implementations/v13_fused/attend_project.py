@@ -50,10 +50,11 @@ BLOCK_O = 8
 # again): blocks of 64 of o's rows, two tiles each, so a spec's o of more rows sees both loops
 # (at 16 rows a program the shares' spec took 2.4 times as long).
 INTERPRETED_BLOCK_O = 32
-# Whether a CUDA device's decode steps take this launch. Not yet: its GPU specs passed on an H100
-# (docs/gpu.md, 2026-12-07), but no GPU has timed it; till one has (docs/probes/
-# attend_project_rows.py times it against the two launches), a GPU's steps run the attention and
-# o as before, and this runs under the interpreter and in the GPU specs that call it.
+# Whether a CUDA device's decode steps take this launch. No: its GPU specs pass, but timed on an
+# H100 (docs/probes/attend_project_rows.py, docs/perf-notes.md, 2026-12-07) its steps were no
+# faster than the two launches at 128 tokens, 6% slower at 384 and 45% slower at Qwen3-0.6B's
+# heads: each program attends its group again for its block of o's rows. A GPU's steps run the
+# attention and o as before; this runs under the interpreter and in the GPU specs that call it.
 ON_GPU = False
 
 _NS = __name__.replace(".", "_")
