@@ -316,8 +316,9 @@ def dependent_decode_attention(q, k_cache, v_cache, block_tables, context_lens, 
     """v10's paged decode attention, launched dependent where this module's kernels are
     (launches_dependent). At one row it sits between the q/k/v gemv and the o gemv (where
     attend_project does not take it: a context v10 splits, ops that do not fuse, a GPU, where
-    attend_project.ON_GPU is off); launched plainly it would stop the chain's overlap each layer (the o product's programs could not
-    start and load their weights while it ends). It waits before it reads the q/k/v gemv's
+    attend_project.ON_GPU is off); launched plainly it would stop the chain's overlap each
+    layer (the o product's programs could not start and load their weights while it ends). It
+    waits before it reads the q/k/v gemv's
     output (its queries, and the newest token's K/V, which that launch stores): v10's promise
     holds, since in a decode step that launch writes nothing else the attention reads. At more
     rows the launch before (rope_split, after cuBLAS's GEMM) is plain, so there is nothing to
