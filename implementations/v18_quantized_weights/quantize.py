@@ -68,13 +68,17 @@ def int8_per_channel(w: torch.Tensor) -> QuantizedTensor | None:
     w = w.float()
     amax = w.abs().amax(dim=1, keepdim=True)
     scale = torch.empty_like(amax, dtype=torch.float16)
+    work = torch.empty(min(rows, CHUNK_ROWS), cols)  # each candidate's error, computed in place
     for start in range(0, rows, CHUNK_ROWS):  # a few MB at a time: the search stays in cache
         part, top = w[start:start + CHUNK_ROWS], amax[start:start + CHUNK_ROWS]
+        here = work[:part.shape[0]]
         best_err = best = None
         for ratio in CLIPS:  # the row's scale: the clipping whose integers fit it best
             s = scale16(top * ratio / INT8_LEVELS)
-            err = (torch.round(part / s.float()).clamp(-INT8_LEVELS, INT8_LEVELS) * s.float()
-                   - part).square().sum(dim=1, keepdim=True)
+            f = s.float()
+            # (round(part / s).clamp(...) * s - part)^2, op for op, in one buffer
+            err = (torch.div(part, f, out=here).round_().clamp_(-INT8_LEVELS, INT8_LEVELS)
+                   .mul_(f).sub_(part).square_().sum(dim=1, keepdim=True))
             if best is None:
                 best_err, best = err, s
             else:
@@ -134,8 +138,9 @@ def least_squares(g: torch.Tensor, levels: torch.Tensor) -> tuple[torch.Tensor, 
 def int4_error(g: torch.Tensor, scale: torch.Tensor, mn: torch.Tensor) -> torch.Tensor:
     """Each group's squared error with (scale, min) as stored and the nearest levels."""
     s, m = scale.float(), mn.float()
-    q = torch.round((g - m) / s).clamp(0, INT4_STEPS)
-    return (q * s + m - g).square().sum(-1, keepdim=True)
+    # (round((g - m) / s).clamp(...) * s + m - g)^2, op for op, in one buffer
+    return ((g - m).div_(s).round_().clamp_(0, INT4_STEPS).mul_(s).add_(m).sub_(g).square_()
+            .sum(-1, keepdim=True))
 
 
 def better_of(g, best, best_err, candidate):
