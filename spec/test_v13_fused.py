@@ -503,6 +503,9 @@ def stored_as_returned(caches, before, slots, keys, values) -> bool:
        k=st.one_of(st.sampled_from([1, 896]), st.integers(1, 300)),
        inner=st.one_of(st.sampled_from([1, 600]), st.integers(1, 300)), bias=st.booleans(),
        down_bias=st.booleans(), eps=st.sampled_from([1e-6, 1e-5]), seed=seeds)
+# small first: a row of two tiles, under a padded width (the shapes drawn reach it later)
+@example(tokens=1, n_kv=1, group=1, half=4, k=200, inner=8, bias=False, down_bias=False,
+         eps=1e-6, seed=0)
 def test_gemv_rope_split_forms_a_pending_row_itself_as_settle_would_and_writes_its_stream(
         impl, gemv, target, tokens, n_kv, group, half, k, inner, bias, down_bias, eps, seed):
     """Handed a pending row (pending_add_norm's: a product's partial sums, the stream before
