@@ -75,10 +75,10 @@ def turn_and_store(x1, x2, head, c, live, token, cos_ptr, sin_ptr, q_ptr, k_ptr,
                    cache_shead, n_q, n_kv, half, STORE: tl.constexpr):
     """The values at columns c and c + half of head `head` of the token's [q | k | v] row (x1,
     x2 in the model dtype; head, c, live and token of one shape, a tile or pairs, or token one
-    number): q and k heads
-    turned by the token's angle of column c, v heads copied, each written to q, k or v, and
-    with STORE k and v into the token's cache slot too, as v10's store_kv writes them (slot -1,
-    a padding row, writes nothing). rope_split's epilogue, and the q/k/v gemv's."""
+    number): q and k heads turned by the token's angle of column c, v heads copied, each
+    written to q, k or v, and with STORE k and v into the token's cache slot too, as v10's
+    store_kv writes them (slot -1, a padding row, writes nothing). rope_split's epilogue, and
+    the q/k/v gemv's."""
     a, b = x1.to(tl.float32), x2.to(tl.float32)
     cos = tl.load(cos_ptr + token * half + c, mask=live, other=0.0)
     sin = tl.load(sin_ptr + token * half + c, mask=live, other=0.0)

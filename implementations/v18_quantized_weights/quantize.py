@@ -68,7 +68,7 @@ def int8_per_channel(w: torch.Tensor) -> QuantizedTensor | None:
     w = w.float()
     amax = w.abs().amax(dim=1, keepdim=True)
     scale = torch.empty_like(amax, dtype=torch.float16)
-    work = torch.empty(min(rows, CHUNK_ROWS), cols)  # each candidate's error, computed in place
+    work = w.new_empty(min(rows, CHUNK_ROWS), cols)  # each candidate's error, computed in place
     for start in range(0, rows, CHUNK_ROWS):  # a few MB at a time: the search stays in cache
         part, top = w[start:start + CHUNK_ROWS], amax[start:start + CHUNK_ROWS]
         here = work[:part.shape[0]]
