@@ -85,9 +85,9 @@ def _launch_rms_norm(x, residual, weight, eps, out, res_out):
     # A row a program on a GPU; under the interpreter several
     per = 1 if x.is_cuda else min(triton.next_power_of_2(rows),
                                   max(1, INTERPRETED_VALUES // block))
-    _rms_norm_kernel[(triton.cdiv(rows, per),)](x, residual, weight, out, res_out, rows, n_cols,
-                                                eps, HAS_RESIDUAL=residual is not x, ROWS=per,
-                                                BLOCK=block, num_warps=min(max(block // 256, 1), 16))
+    _rms_norm_kernel[(triton.cdiv(rows, per),)](
+        x, residual, weight, out, res_out, rows, n_cols, eps, HAS_RESIDUAL=residual is not x,
+        ROWS=per, BLOCK=block, num_warps=min(max(block // 256, 1), 16))
 
 
 @kernel_op(f"{_NS}::rms_norm")
@@ -166,6 +166,12 @@ def _rope_kernel(x_ptr, cos_ptr, sin_ptr, out_ptr, n_rows, n_heads, half,
     tl.store(out_ptr + first + half, (b * cos + a * sin).to(x1.dtype), mask=mask)
 
 
+def head_rows(rows: int, on_gpu: bool) -> int:
+    """(token, head) rows a program turns, of `rows` in all: 16 on a GPU, several tokens' heads
+    under the interpreter. rotate's plan, and a later fused split's."""
+    return min(triton.next_power_of_2(rows), 16 if on_gpu else INTERPRETED_ROWS)
+
+
 @kernel_op(f"{_NS}::apply_rope")
 def _rope_op(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
     tokens, heads, head_dim = x.shape
@@ -173,8 +179,7 @@ def _rope_op(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Ten
     if tokens == 0:
         return out
     rows = tokens * heads
-    # 16 heads a program on a GPU; under the interpreter several tokens' heads
-    block_r = min(triton.next_power_of_2(rows), 16 if x.is_cuda else INTERPRETED_ROWS)
+    block_r = head_rows(rows, x.is_cuda)
     _rope_kernel[(triton.cdiv(rows, block_r),)](
         x, cos, sin, out, rows, heads, head_dim // 2,
         BLOCK_R=block_r, BLOCK_HALF=triton.next_power_of_2(head_dim // 2))

@@ -16,7 +16,7 @@ weight is read by about as many programs as the gemv would read it with.
 Only where the attention is one launch of v10's (its plan does not split the context: under
 MIN_SPLIT_CONTEXT tokens of table at one row) and the ops fuse the MLP's norms (the shares'
 taker): elsewhere the decode attention runs as before and o is a gemv of its own. And not yet
-in a GPU's decode steps (ON_GPU): its specs pass on one, its time is not measured yet.
+in a GPU's decode steps (ON_GPU): its specs pass on one, but it measured no faster there.
 decode_attention, the memory's decode function, leaves the attention pending (Attention) at one
 row, and the ops' output projection launches it with o (attend_project) or alone (attend).
 

@@ -121,8 +121,7 @@ def _rope_split(qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, n_q: in
     if tokens == 0:
         return q, k, v
     rows = tokens * (n_q + 2 * n_kv)
-    # 16 heads a program on a GPU, as v09's rotate; under the interpreter several tokens' heads
-    block_r = min(triton.next_power_of_2(rows), 16 if qkv.is_cuda else kernels.INTERPRETED_ROWS)
+    block_r = kernels.head_rows(rows, qkv.is_cuda)  # v09's rotate's plan
     has_norm = q_norm is not None
     # Without a store, the cache pointers are any tensors and its layout numbers unused.
     k_cache, v_cache, slots = store if store is not None else (k, v, qkv)
