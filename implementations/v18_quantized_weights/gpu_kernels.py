@@ -61,8 +61,6 @@ sweeps behind them, are next to each one below.
 """
 from __future__ import annotations
 
-import functools
-
 import torch
 import triton
 import triton.language as tl
@@ -361,9 +359,13 @@ def matmul_plan(m: int, on_gpu: bool) -> tuple[int, int, int, int]:
     raise AssertionError("unreachable: the last tile covers any M")
 
 
-@functools.lru_cache(maxsize=None)
+_SMS: dict[int, int] = {}  # device index -> SMs (a driver call, asked at every launch)
+
+
 def _sm_count(index: int) -> int:
-    return torch.cuda.get_device_properties(index).multi_processor_count
+    if index not in _SMS:
+        _SMS[index] = torch.cuda.get_device_properties(index).multi_processor_count
+    return _SMS[index]
 
 
 def matmul_split(tiles: int, k: int, gw: int, device: torch.device) -> int:
