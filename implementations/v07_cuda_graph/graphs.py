@@ -157,31 +157,31 @@ class _Pinned:
 # ---------------------------------------------------------------------------------------------
 # CPU stand-in: record aten ops once, replay the tape.
 
-_TENSOR = object()  # marks where a tensor goes in an op's arguments
-
-
 @dataclasses.dataclass
 class _Op:
+    """One recorded aten call. Most ops take each tensor as a positional argument of its own:
+    they keep their arguments as called, None where a tensor goes, and `reads` names (argument
+    index, slot); a replay fills them in. The others (a tensor inside a list, as cat's, or a
+    keyword) keep their flattened arguments (`leaves`, None where a tensor goes, and `spec` to
+    rebuild them), and `reads` names (leaf position, slot)."""
     func: Any
-    leaves: list                      # flat args and kwargs, None where a tensor goes
-    spec: Any                         # to rebuild (args, kwargs) from leaves
-    reads: list[tuple[int, int]]      # (leaf position, slot) of each tensor argument
+    args: tuple | None                # the positional arguments, or None where leaves are kept
+    kwargs: dict | None
+    reads: list[tuple[int, int]]      # (argument index or leaf position, slot) of each tensor
     writes: list[tuple[int, int]]     # (output leaf position, new slot) of each new tensor
+    leaves: list | None = None
+    spec: Any = None
     free: list[int] = dataclasses.field(default_factory=list)  # slots last read here
-    # Where every tensor is a positional argument of its own (most ops), the arguments as they
-    # were with None for each tensor, and (argument index, slot) of each: a replay fills them in
-    # place of rebuilding (args, kwargs) from the leaves, a quarter of a CPU replay's time here.
-    direct: tuple | None = None
 
-    def __post_init__(self):
-        leaves = list(self.leaves)
-        for pos, _ in self.reads:
-            leaves[pos] = _TENSOR
-        args, kwargs = tree_unflatten(leaves, self.spec)
-        at = [i for i, a in enumerate(args) if a is _TENSOR]
-        if len(at) == len(self.reads):  # every tensor read is an argument of its own
-            self.direct = (tuple(None if a is _TENSOR else a for a in args), kwargs,
-                           [(i, slot) for i, (_, slot) in zip(at, self.reads)])
+
+def _plain(args: tuple, kwargs: dict) -> bool:
+    """Whether every tensor of an aten call is a positional argument of its own: none in a
+    list (cat's, index's) and none a keyword. Such a call is recorded as it was made, without
+    flattening its arguments (pytree's flatten and rebuild took a third of a CPU capture)."""
+    for a in args:
+        if type(a) in (list, tuple) and any(isinstance(x, (torch.Tensor, list, tuple)) for x in a):
+            return False
+    return not any(isinstance(v, (torch.Tensor, list, tuple)) for v in kwargs.values())
 
 
 class _Recorder(TorchDispatchMode):
@@ -210,27 +210,39 @@ class _Recorder(TorchDispatchMode):
             raise _host_sync(why)
         if func is aten.lift_fresh.default:
             return self._literal(func, args[0])
+        if _plain(args, kwargs):
+            reads = [(i, self._read(a, func)) for i, a in enumerate(args)
+                     if isinstance(a, torch.Tensor)]
+            out = func(*args, **kwargs)
+            # Tensors are looked up by slot at replay; the tape keeps only the Python values.
+            frozen = tuple(None if isinstance(a, torch.Tensor) else a for a in args)
+            self.ops.append(_Op(func, frozen, kwargs, reads, self._writes(out)))
+            return out
         leaves, spec = tree_flatten((args, kwargs))
-        reads = []
-        for pos, leaf in enumerate(leaves):
-            if isinstance(leaf, torch.Tensor):
-                if id(leaf) not in self.slots:
-                    raise GraphCaptureError(
-                        f"fn passed a tensor of shape {tuple(leaf.shape)} to {func} that is "
-                        f"neither a static input, nor a declared constant, nor made inside fn. "
-                        f"The graph would bake in its address; declare it in static_inputs (if "
-                        f"you update it between replays) or constants (weights, caches).")
-                reads.append((pos, self.slots[id(leaf)]))
+        reads = [(pos, self._read(leaf, func)) for pos, leaf in enumerate(leaves)
+                 if isinstance(leaf, torch.Tensor)]
         out = func(*args, **kwargs)
-        writes = []
-        for pos, leaf in enumerate(tree_leaves(out)):
-            # An in-place or out= op returns a tensor it already knows: no new slot.
-            if isinstance(leaf, torch.Tensor) and id(leaf) not in self.slots:
-                writes.append((pos, self._name(leaf)))
-        # Tensors are looked up by slot at replay; the tape keeps only the Python values.
         frozen = [None if isinstance(leaf, torch.Tensor) else leaf for leaf in leaves]
-        self.ops.append(_Op(func, frozen, spec, reads, writes))
+        self.ops.append(_Op(func, None, None, reads, self._writes(out), frozen, spec))
         return out
+
+    def _read(self, t: torch.Tensor, func) -> int:
+        """The slot of a tensor fn passes to func: one the graph knows, or an error."""
+        slot = self.slots.get(id(t))
+        if slot is None:
+            raise GraphCaptureError(
+                f"fn passed a tensor of shape {tuple(t.shape)} to {func} that is neither a "
+                f"static input, nor a declared constant, nor made inside fn. The graph would "
+                f"bake in its address; declare it in static_inputs (if you update it between "
+                f"replays) or constants (weights, caches).")
+        return slot
+
+    def _writes(self, out) -> list[tuple[int, int]]:
+        """(output leaf position, new slot) of each tensor func returned that is new: an
+        in-place or out= op returns a tensor the graph already knows."""
+        leaves = (out,) if isinstance(out, torch.Tensor) else tree_leaves(out)
+        return [(pos, self._name(leaf)) for pos, leaf in enumerate(leaves)
+                if isinstance(leaf, torch.Tensor) and id(leaf) not in self.slots]
 
     def _literal(self, func, data: torch.Tensor):
         # torch.tensor(<python data>) inside fn: a value frozen like any Python value, handed out
@@ -238,8 +250,7 @@ class _Recorder(TorchDispatchMode):
         frozen = data.clone()
         self.literals.append(frozen)
         out = func(data)
-        _, spec = tree_flatten(((frozen,), {}))
-        self.ops.append(_Op(aten.clone.default, [None], spec, [(0, self._name(frozen))],
+        self.ops.append(_Op(aten.clone.default, (None,), {}, [(0, self._name(frozen))],
                             [(0, self._name(out))]))
         return out
 
@@ -309,10 +320,9 @@ class CpuGraph:
             env[slot] = t
         with torch.no_grad(), torch.inference_mode(self._inference):
             for op in self._tape:
-                if op.direct is not None:
-                    args, kwargs, where = op.direct
-                    args = list(args)
-                    for i, slot in where:
+                if op.args is not None:
+                    args, kwargs = list(op.args), op.kwargs
+                    for i, slot in op.reads:
                         args[i] = env[slot]
                 else:
                     leaves = list(op.leaves)
@@ -325,7 +335,7 @@ class CpuGraph:
                 if op.func.namespace == "c10d":
                     _wait_for(out)
                 if op.writes:
-                    out_leaves = tree_leaves(out)
+                    out_leaves = (out,) if isinstance(out, torch.Tensor) else tree_leaves(out)
                     for pos, slot in op.writes:
                         env[slot] = out_leaves[pos]
                 for slot in op.free:

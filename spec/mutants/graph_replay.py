@@ -21,6 +21,8 @@ NO_FLOAT_COPY = (f"{REPLAY}::test_a_greedy_bfloat16_decode_step_draws_from_the_l
 RUN_REPLAY = ('        self._counts[bucket]["replays"] += 1\n'
               '        return self.graphs[bucket].replay(*self._views[bucket])')
 EXTERNAL_SLOTS = "        self._external_slots = [recorder.slots[id(t)] for t in self._external]"
+READS = ("            reads = [(i, self._read(a, func)) for i, a in enumerate(args)\n"
+         "                     if isinstance(a, torch.Tensor)]")
 CPU_REPLAY = ("        self._pinned.check(inputs)\n"
               "        env: list = [None] * self._n_slots")
 
@@ -76,8 +78,9 @@ MUTANTS = [
         (EQUAL_REPLAY, EQUAL_LOGITS), ("v07",),
         "replay returns the outputs computed at capture without running the recorded ops"),
     Mutant("v07-replay-fills-arguments-in-reverse", "graph replay", (
-        Edit(GRAPHS, "[(i, slot) for i, (_, slot) in zip(at, self.reads)]",
-             "[(i, slot) for i, (_, slot) in zip(at[::-1], self.reads)]"),),
+        Edit(GRAPHS, READS,
+             READS + "\n"
+             "            reads = [(i, slot) for (i, _), (_, slot) in zip(reads, reads[::-1])]"),),
         (EQUAL_REPLAY, EQUAL_LOGITS), ("v07",),
         "the CPU replay hands an op its tensor arguments in reverse order"),
     Mutant("v07-replays-the-smallest-bucket", "graph replay", (

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 import torch
 import torch.distributed as dist
 
+import implementations
 from torchlet.parallel import BuildSpec, Ranks, follow_builds, free_port
 
 WAIT_S = 240  # a guard against a hung group, not a measure: the specs take seconds
@@ -149,7 +150,13 @@ def _context(scenario, device: str):
     if device != "cpu":
         return multiprocessing.get_context("spawn")
     ctx = multiprocessing.get_context("forkserver")
-    ctx.set_forkserver_preload([__name__, scenario.__module__])  # read when the server starts
+    # Read when the server starts. Besides this module and the scenario's: the reference's
+    # versions (the newest imports the rest), which a rank building one imported itself, about
+    # 1.2 s of CPU a rank; and torch._dynamo, which torch imports at a process's first
+    # Tensor.__torch_function__ or broadcast_object_list call (every rank: about 1.5 s). A
+    # mutant's copy is a package of another name: its ranks import it, as before.
+    newest = f"implementations.{implementations.version_names()[-1]}"
+    ctx.set_forkserver_preload([__name__, scenario.__module__, "torch._dynamo", newest])
     return ctx
 
 
