@@ -22,6 +22,9 @@ import torch
 if not torch.cuda.is_available():
     # Triton's interpreter must be chosen before any @triton.jit runs (i.e. before collection).
     os.environ.setdefault("TRITON_INTERPRET", "1")
+if os.environ.get("TRITON_INTERPRET") == "1":
+    from spec.support.speed import interpreter
+    interpreter.install()
 
 # The specs' tensors are tiny: with more than one thread, small ops cost far more in thread
 # hand-offs than in arithmetic (a [14, 30] softmax: 4.5 ms with 2 threads, 3.5 us with 1).
