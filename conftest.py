@@ -22,9 +22,6 @@ import torch
 if not torch.cuda.is_available():
     # Triton's interpreter must be chosen before any @triton.jit runs (i.e. before collection).
     os.environ.setdefault("TRITON_INTERPRET", "1")
-if os.environ.get("TRITON_INTERPRET") == "1":
-    from spec.support.speed import interpreter
-    interpreter.install()
 
 # The specs' tensors are tiny: with more than one thread, small ops cost far more in thread
 # hand-offs than in arithmetic (a [14, 30] softmax: 4.5 ms with 2 threads, 3.5 us with 1).
@@ -42,6 +39,12 @@ pytest_plugins = ["spec.support.checks.snapshots"]  # what a run owes the golden
 # the full collections that collecting 5000 specs sets off skip them (a whole-suite collection:
 # 7.9 s of CPU, 5.9 s with them frozen, in every xdist worker and child pytest).
 gc.freeze()
+
+if os.environ.get("TRITON_INTERPRET") == "1":
+    # After the freeze: triton imported before it would stay in the frozen heap, and nanobind
+    # reports each of its functions still alive there as a leak when the process ends.
+    from spec.support.speed import interpreter
+    interpreter.install()
 
 
 def pytest_addoption(parser, pluginmanager):

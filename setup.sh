@@ -21,5 +21,5 @@ python3 -W "ignore::RuntimeWarning:runpy" -m implementations.v18_quantized_weigh
 # cached file against its source, so an edited module is compiled afresh, as before.
 python3 -m compileall -q implementations torchlet spec conftest.py > /dev/null \
     && PYTHONDONTWRITEBYTECODE= python3 -m pytest --collect-only -q -p no:cacheprovider \
-        --no-owned-coverage > /dev/null 2>&1 \
+        --no-owned-coverage --snapshot-warn-unused > /dev/null 2>&1 \
     || echo "setup: the specs' bytecode was not written ahead; the suite compiles as it goes"
