@@ -17,7 +17,7 @@ pinned against those three breakages, not against every possible one.
 import pytest
 
 from spec.mutants import all_mutants
-from spec.mutants.runner import run
+from spec.mutants.runner import Worker, run
 from spec.mutants.table import DOC
 
 MUTANTS = all_mutants()
@@ -78,3 +78,24 @@ def test_every_named_property_has_at_least_three_mutants():
     assert not thin, f"properties with fewer than three mutants: {thin}"
     unnamed = {m.property for m in MUTANTS} - set(PROPERTIES)
     assert not unnamed, f"mutants of properties this page does not name: {unnamed}"
+
+
+def test_a_harness_mutants_run_leaves_no_edited_copy_to_the_runs_after_it(tmp_path):
+    """A worker whose first run is a mutant of the spec collection rule: modules that run first
+    imported (spec/support's why, which imports the rule) bound the edited copy and kept it,
+    and every later `--why` in that worker found none of the rule's decisions. After the
+    mutant, the reference's listing comes out whole: the rule's reason on each collected spec,
+    and the specs it left out listed as such."""
+    rule_mutant = next(m for m in MUTANTS if m.name == "rule-ignores-until")
+    fresh = Worker()
+    try:
+        assert run(rule_mutant, fresh).killed
+        log = tmp_path / "why.log"
+        rc = fresh.pytest(["spec/test_v08_block_pool.py", "spec/test_v04_continuous_batching.py",
+                           "-q", "-p", "no:xdist", "--no-owned-coverage", "--why", "v15"], log)
+    finally:
+        fresh.close()
+    out = log.read_text()
+    assert rc == 0, out[-3000:]
+    assert "no rule" not in out, out[-3000:]
+    assert "left out: part kv" in out, out[-3000:]

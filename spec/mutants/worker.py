@@ -47,6 +47,7 @@ def harness_copy(directory: str | None, fresh: list[str]):
     def named(name):
         return any(name == f or name.startswith(f + ".") for f in fresh)
 
+    before = set(sys.modules)
     saved = {n: m for n, m in sys.modules.items() if named(n)}
     for n in saved:
         del sys.modules[n]
@@ -70,6 +71,18 @@ def harness_copy(directory: str | None, fresh: list[str]):
     finally:
         for n in [n for n in sys.modules if named(n)]:
             del sys.modules[n]
+        # A module binds what it imports when it is first imported: one of the project's first
+        # imported during this run may hold an edited copy (the worker's first run a rule
+        # mutant's, spec/support's why module kept the copied rule for every later run, and
+        # `--why` then found none of the rule's decisions). Such modules go too, their parents'
+        # names for them with them, and are imported from the reference when next asked for.
+        # (Never a version's modules: a second import registers their torch ops again.)
+        for n in [n for n in sys.modules if n not in before
+                  and n.split(".")[0] in ("spec", "torchlet", "conftest")]:
+            module = sys.modules.pop(n)
+            parent, _, child = n.rpartition(".")
+            if getattr(sys.modules.get(parent), child, None) is module:
+                delattr(sys.modules[parent], child)
         for name in fresh:  # an edited module the reference had not imported: no attribute left
             parent, _, child = name.rpartition(".")
             if name not in saved and parent in sys.modules and hasattr(sys.modules[parent],
