@@ -80,21 +80,24 @@ def test_every_named_property_has_at_least_three_mutants():
     assert not unnamed, f"mutants of properties this page does not name: {unnamed}"
 
 
-def test_a_harness_mutants_run_leaves_no_edited_copy_to_the_runs_after_it(tmp_path):
-    """A worker whose first run is a mutant of the spec collection rule: modules that run first
-    imported (spec/support's why, which imports the rule) bound the edited copy and kept it,
-    and every later `--why` in that worker found none of the rule's decisions. After the
-    mutant, the reference's listing comes out whole: the rule's reason on each collected spec,
-    and the specs it left out listed as such."""
-    rule_mutant = next(m for m in MUTANTS if m.name == "rule-ignores-until")
+def test_a_worker_whose_first_run_is_a_harness_mutant_runs_the_reference_after_it(tmp_path):
+    """A worker whose first run was a mutant of the spec collection rule executed the edited
+    copy before the suite's conftest: kernel_targets read TRITON_INTERPRET unset (every CPU
+    kernel spec skipped in every later run, so a kernel's mutant had no spec to run), and
+    spec/support's why bound the edited rule (every later `--why` found none of its
+    decisions). After such a first run, a kernel's mutant is killed by its CPU kernel spec,
+    and the reference's listing comes out whole."""
+    by_name = {m.name: m for m in MUTANTS}
     fresh = Worker()
     try:
-        assert run(rule_mutant, fresh).killed
+        assert run(by_name["rule-ignores-until"], fresh).killed
+        kernel = run(by_name["v10-fixed-chunk-ignored"], fresh)
         log = tmp_path / "why.log"
         rc = fresh.pytest(["spec/test_v08_block_pool.py", "spec/test_v04_continuous_batching.py",
                            "-q", "-p", "no:xdist", "--no-owned-coverage", "--why", "v15"], log)
     finally:
         fresh.close()
+    assert kernel.killed and "cpu-float32" in kernel.killer, (kernel.status, kernel.log)
     out = log.read_text()
     assert rc == 0, out[-3000:]
     assert "no rule" not in out, out[-3000:]

@@ -47,7 +47,6 @@ def harness_copy(directory: str | None, fresh: list[str]):
     def named(name):
         return any(name == f or name.startswith(f + ".") for f in fresh)
 
-    before = set(sys.modules)
     saved = {n: m for n, m in sys.modules.items() if named(n)}
     for n in saved:
         del sys.modules[n]
@@ -71,18 +70,6 @@ def harness_copy(directory: str | None, fresh: list[str]):
     finally:
         for n in [n for n in sys.modules if named(n)]:
             del sys.modules[n]
-        # A module binds what it imports when it is first imported: one of the project's first
-        # imported during this run may hold an edited copy (the worker's first run a rule
-        # mutant's, spec/support's why module kept the copied rule for every later run, and
-        # `--why` then found none of the rule's decisions). Such modules go too, their parents'
-        # names for them with them, and are imported from the reference when next asked for.
-        # (Never a version's modules: a second import registers their torch ops again.)
-        for n in [n for n in sys.modules if n not in before
-                  and n.split(".")[0] in ("spec", "torchlet", "conftest")]:
-            module = sys.modules.pop(n)
-            parent, _, child = n.rpartition(".")
-            if getattr(sys.modules.get(parent), child, None) is module:
-                delattr(sys.modules[parent], child)
         for name in fresh:  # an edited module the reference had not imported: no attribute left
             parent, _, child = name.rpartition(".")
             if name not in saved and parent in sys.modules and hasattr(sys.modules[parent],
@@ -124,6 +111,14 @@ _ops_loaded = False
 def main() -> int:
     proto = os.fdopen(os.dup(1), "w", buffering=1)
     import pytest  # after the dup: nothing of pytest's reaches the protocol stream
+
+    # The suite's conftest before any run, as a pytest process of its own imports it before
+    # anything else: it sets the process up (TRITON_INTERPRET on a CPU) and the specs'
+    # machinery it imports binds the reference's modules. A worker whose first run was a
+    # harness mutant's executed the edited copy first: kernel_targets then read TRITON_INTERPRET
+    # unset (every CPU kernel spec skipped, in every later run) and spec/support's why bound the
+    # edited rule.
+    importlib.import_module("conftest")
 
     frozen = False
 
