@@ -22,6 +22,8 @@ import torch
 import triton
 import triton.language as tl
 
+from spec.support.speed import interpreter as speed
+
 pytestmark = pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1",
                                 reason="the specs run Triton's interpreter only on a CPU")
 
@@ -71,7 +73,21 @@ def patches_made(tiles):
     return patched
 
 
-def test_a_launch_patches_the_language_as_often_for_one_tile_as_for_eight():
+@pytest.fixture
+def stock(monkeypatch):
+    """Triton's interpreter as it comes, for the spec (the suite's wrappers back after it)."""
+    from triton.runtime import interpreter as triton_interpreter
+    launch = triton_interpreter.GridExecutor
+    monkeypatch.setattr(triton_interpreter, "_patch_lang",
+                        getattr(triton_interpreter._patch_lang, "_original",
+                                triton_interpreter._patch_lang))
+    monkeypatch.setattr(launch, "__call__", getattr(launch.__call__, "_original",
+                                                    launch.__call__))
+
+
+def test_a_launch_patches_the_language_as_often_for_one_tile_as_for_eight(stock):
+    # The module's own install(), on the stock interpreter (what a mutant of it would change).
+    assert speed.install()
     # The launch patches triton.language (tl, its tensor, math); the first tl.sum patches
     # triton.language.core, which the standard library reads (and, once the interpreter has
     # rewritten tl.sum, whose module then names triton.language too, that again). The loop
@@ -84,13 +100,7 @@ def test_a_launch_patches_the_language_as_often_for_one_tile_as_for_eight():
         "triton.language's builtins were left patched after the launch"
 
 
-def test_the_stock_interpreter_patches_at_every_nested_call_which_the_count_above_sees(
-        monkeypatch):
-    from triton.runtime import interpreter
-    with monkeypatch.context() as m:
-        m.setattr(interpreter, "_patch_lang", interpreter._patch_lang._original)
-        m.setattr(interpreter.GridExecutor, "__call__",
-                  interpreter.GridExecutor.__call__._original)
-        patches_made(1)
-        one, eight = patches_made(1), patches_made(8)
+def test_the_stock_interpreter_patches_at_every_nested_call_which_the_count_above_sees(stock):
+    patches_made(1)
+    one, eight = patches_made(1), patches_made(8)
     assert len(eight) > 3 * len(one)

@@ -60,8 +60,8 @@ def test_every_mutant_is_listed_in_the_table_with_its_property_and_version():
 # cancellation, refusals and the engine state it reports (harness mutants of torchlet/serve/);
 # the bench's anchors, its timing and the targets' verdicts (harness mutants of
 # torchlet/bench/); the parts' seams,
-# the versions' layout (reference mutants) and the spec collection rule (mutants of
-# spec/support/).
+# the versions' layout (reference mutants), the spec collection rule and the specs' Triton
+# interpreter patching (mutants of spec/support/).
 PROPERTIES = ("token parity", "no history recompute", "lane stability", "graph replay",
               "block table invariants", "block allocator", "bad-input atomicity",
               "seeded sampling", "prefix cache", "rotation once per pass", "fusion", "dependent launch",
@@ -69,7 +69,8 @@ PROPERTIES = ("token parity", "no history recompute", "lane stability", "graph r
               "picture content", "served tokens", "served cancellation", "served refusals",
               "served engine state", "tensor parallelism", "speculative decoding",
               "batch invariance", "anchors", "bench timing", "targets",
-              "quantized weights", "structured output", "live lanes", "host work per step", "part seams", "version layout", "spec collection")
+              "quantized weights", "structured output", "live lanes", "host work per step", "part seams", "version layout", "spec collection",
+              "interpreter patching")
 
 
 def test_every_named_property_has_at_least_three_mutants():
