@@ -291,6 +291,13 @@ def _gemv_rope_kernel(x_ptr, w_ptr, bias_ptr, cos_ptr, sin_ptr, q_ptr, k_ptr, v_
         cache_sblock, cache_stok, cache_shead, n_q, n_kv, half, True)
 
 
+# device -> launches_dependent's answer: a capability is a driver call, and a step asks each
+# launch. A dict the function reads, not a cached helper: a helper entered once per process
+# would be entered by whichever spec asked first, so the owned-coverage check saw v13's specs
+# enter it or not by the order xdist ran them in.
+_DEPENDENT: dict[torch.device, bool] = {}
+
+
 def launches_dependent(x: torch.Tensor) -> bool:
     """Whether this module's kernels, given x, launch dependent on the launch before them (CUDA's
     programmatic dependent launch: on compute capability 9, Hopper, and later). Such a kernel
@@ -302,13 +309,6 @@ def launches_dependent(x: torch.Tensor) -> bool:
         _DEPENDENT[device] = (device.type == "cuda"
                               and torch.cuda.get_device_capability(device)[0] >= 9)
     return _DEPENDENT[device]
-
-
-# device -> launches_dependent's answer: a capability is a driver call, and a step asks each
-# launch. A dict in this function, not a cached helper: a helper entered once per process
-# would be entered by whichever spec asked first, so the owned-coverage check saw v13's specs
-# enter it or not by the order xdist ran them in.
-_DEPENDENT: dict[torch.device, bool] = {}
 
 
 def _launch_options(x: torch.Tensor) -> dict:
