@@ -61,7 +61,8 @@ def test_every_mutant_is_listed_in_the_table_with_its_property_and_version():
 # the bench's anchors, its timing and the targets' verdicts (harness mutants of
 # torchlet/bench/); the parts' seams,
 # the versions' layout (reference mutants), the spec collection rule and the specs' Triton
-# interpreter patching (mutants of spec/support/).
+# interpreter patching (mutants of spec/support/); and a kernel's hand-over between its own
+# programs within one launch (v13's attend_project).
 PROPERTIES = ("token parity", "no history recompute", "lane stability", "graph replay",
               "block table invariants", "block allocator", "bad-input atomicity",
               "seeded sampling", "prefix cache", "rotation once per pass", "fusion", "dependent launch",
@@ -70,7 +71,7 @@ PROPERTIES = ("token parity", "no history recompute", "lane stability", "graph r
               "served engine state", "tensor parallelism", "speculative decoding",
               "batch invariance", "anchors", "bench timing", "targets",
               "quantized weights", "structured output", "live lanes", "host work per step", "part seams", "version layout", "spec collection",
-              "interpreter patching")
+              "interpreter patching", "in-launch hand-over")
 
 
 def test_every_named_property_has_at_least_three_mutants():

@@ -14,9 +14,9 @@ gemv reads [gate | up] and forms SwiGLU itself, the MLP's two norms run inside t
 about them (norm_gemv, and the next layer's q/k/v gemv, which adds down's pending partial sums
 to the stream and norms the row in its programs), and the q/k/v gemv turns, splits and stores
 the heads itself (gemv_rope_split); the attention and the o product after it run as one launch
-(attend_project: each KV head's group of query heads attends as v10's kernel does, then
-multiplies its columns of o, leaving float32 shares that [gate | up]'s norm_gemv adds up), where
-v10's plan runs that attention as one launch; on Hopper and later those kernels launch dependent on the launch before
+(attend_project: its first programs attend as v10's kernel's do and write the heads' output,
+the rest multiply it by o as the o gemv's do once every head is written, a hand-over within the
+launch through a count in memory), where v10's plan runs that attention as one launch; on Hopper and later those kernels launch dependent on the launch before
 them (programmatic dependent launch: each starts early, reads its first weights, then waits for
 the writes it reads). The greedy draw's argmax is argmax_rows, one read
 of the logits (chunks of each row over programs, then a pick), which the sampler reaches through
@@ -47,10 +47,12 @@ over programs and not; norm_gemv and gemv_add_norm give the stream the bits of v
 add_rms_norm and the product or normed stream within tolerance of the reference;
 gemv_rope_split gives rope_split's q, k and v of the gemv within tolerance and stores the bits
 it returns; handed a pending row it writes the stream settle writes, the bits of the chain, and
-q, k and v within tolerance of settle's row. attend_project's share of each KV head is its
-heads' output times their columns of o within tolerance, the shares summing to the reference's
-attention times o; handed them, norm_gemv forms the bits their sum would; and where v10 splits
-a one-row context the attention launches as before and o reads its output. Launched dependent, each program of those kernels lets the next launch start,
+q, k and v within tolerance of settle's row. attend_project gives the o gemv of the heads' output
+v10's kernel writes, the bits under the interpreter, and the reference's attention times o
+within tolerance; watched program by program, each attention program stores its heads, then
+raises the count with release order, and each o program reads the heads only after it has read
+the count whole with acquire order, from L2, the count lowered again for the next launch; and
+where v10 splits a one-row context the attention launches as before and o reads its output. Launched dependent, each program of those kernels lets the next launch start,
 waits once, and reads nothing but its weights before it waits (its loads watched under the
 interpreter); in a one-row decode step every layer kernel, the attention's launch included, is
 launched so, the attention reading nothing the q/k/v launch writes before it waits; on a
@@ -308,74 +310,113 @@ def test_norm_gemv_is_the_norm_of_the_stream_times_the_weights_and_gives_the_str
 @pytest.mark.spec(part="model", kernels=True)
 @pytest.mark.parametrize("target", TARGETS)
 @engine_settings()
-@given(shares=st.integers(1, 4), n=st.one_of(st.sampled_from([1, 1152]), st.integers(1, 300)),
-       k=st.one_of(st.sampled_from([1, 896]), st.integers(1, 600)), bias=st.booleans(),
-       share_bias=st.booleans(), rows=st.integers(1, 3), eps=st.sampled_from([1e-6, 1e-5]),
-       seed=seeds)
-def test_norm_gemv_given_a_products_shares_adds_them_up_first_as_their_sum_would_join(
-        gemv, target, shares, n, k, bias, share_bias, rows, eps, seed):
-    """norm_gemv(Shares(part, part_bias), residual, ...) is norm_gemv(x, residual, ...) where x
-    is the float32 shares added in order, then their bias, rounded to the dtype: the stream the
-    very bits (every program forms the row before it multiplies it), and the product too under
-    the interpreter. On a GPU the two are kernels compiled apart, whose sums the compiler may
-    order or fuse differently: the product within the dtype's tolerance there (an H100 gave
-    one example a last bit apart in float32, 2026-12-07)."""
-    gen = torch.Generator().manual_seed(seed)
-    part = target.randn(gen, shares, rows, k, scale=2.0).float()
-    part_bias = target.randn(gen, k) if share_bias else None
-    residual, norm = target.randn(gen, rows, k, scale=2.0), target.randn(gen, k)
-    w, b = target.randn(gen, n, k, scale=k ** -0.5), target.randn(gen, n) if bias else None
-    total = part[0].clone()
-    for share in part[1:]:
-        total += share
-    if share_bias:
-        total += part_bias.float()
-    want = gemv.norm_gemv(total.to(target.dtype), residual, norm, eps, w, b)
-    got = gemv.norm_gemv(gemv.Shares(part, part_bias), residual, norm, eps, w, b)
-    assert torch.equal(got[1], want[1]), "the stream"
-    if target.on_gpu:
-        assert_close(got[0], want[0], "the product")
-    else:
-        assert torch.equal(got[0], want[0]), "the product"
-
-
-@pytest.mark.spec(part="model", kernels=True)
-@pytest.mark.parametrize("target", TARGETS)
-@engine_settings()
-@given(context=st.one_of(st.just(0), st.integers(1, 300)), kv_heads=st.integers(1, 3),
-       group=st.integers(1, 5), head_dim=st.sampled_from([4, 16, 64]),
+@given(contexts=st.lists(st.one_of(st.just(0), st.integers(1, 300)), min_size=1, max_size=2),
+       kv_heads=st.integers(1, 3), group=st.integers(1, 5), head_dim=st.sampled_from([4, 16, 64]),
        n=st.one_of(st.sampled_from([1, 896]), st.integers(1, 100)),
        block_size=st.sampled_from([1, 4, 16]), bias=st.booleans(), seed=seeds)
-def test_attend_project_leaves_each_kv_heads_share_of_the_o_product_of_its_query_heads(
-        impl, target, context, kv_heads, group, head_dim, n, block_size, bias, seed):
-    """attend_project(Attention(q, caches, table, lens, scale), w, b): one row's paged decode
-    attention and the o projection of its heads merged, in one launch, left in float32 shares
-    (gemv.Shares): share h is the product of KV head h's query heads' output (rounded to the
-    dtype, as v10's kernel writes it) by their columns of w, every block of w's rows; the
-    shares sum to the float64 reference's attention times w within the dtype's tolerance; the
-    bias goes along unsummed. A context of 0 (an idle lane) gives zero shares. The caches hold
-    NaN outside the context, so a read past it shows."""
+# two requests, and o's k (384) past the interpreter's share of 256 columns: every draw's
+# checks on the rows' and the shares' indexing, whatever Hypothesis draws besides
+@example(contexts=[7, 300], kv_heads=2, group=3, head_dim=64, n=40, block_size=16, bias=True,
+         seed=1)
+def test_attend_project_is_the_o_gemv_of_the_heads_output_v10s_kernel_writes(
+        impl, gemv, target, contexts, kv_heads, group, head_dim, n, block_size, bias, seed):
+    """attend_project(Attention(q, caches, tables, lens, scale), w, b): the paged decode
+    attention and the o projection of its heads merged, in one launch: under the interpreter
+    the bits of gemv(attend(...) merged, w, b), two launches (the heads' output as v10's kernel
+    writes it, the product as gemv sums it, k's shares included); on a GPU the same sums
+    compiled in one kernel, within the dtype's tolerance; and within the dtype's tolerance of
+    the float64 reference's attention times w. A context of 0 (an idle lane) gives the bias
+    alone. Called again on the same inputs, the same bits (the launch leaves its count where it
+    found it). The caches hold NaN outside the contexts, so a read past one shows."""
     ap = impl.package.attend_project
     gen = torch.Generator().manual_seed(seed)
-    batch = ref.paged_batch(target, gen, [context], block_size=block_size, kv_heads=kv_heads,
+    batch = ref.paged_batch(target, gen, contexts, block_size=block_size, kv_heads=kv_heads,
                             group=group, head_dim=head_dim)
-    width = kv_heads * group * head_dim
+    rows, width = len(contexts), kv_heads * group * head_dim
     w = target.randn(gen, n, width, scale=width ** -0.5)
     b = target.randn(gen, n) if bias else None
     attention = ap.Attention(batch.q, batch.k_cache, batch.v_cache, batch.block_tables,
                              batch.context_lens, batch.scale)
-    shares = ap.attend_project(attention, w, b)
-    assert shares.bias is b
-    assert shares.part.shape == (kv_heads, 1, n) and shares.part.dtype == torch.float32
+    got = ap.attend_project(attention, w, b)
+    assert got.shape == (rows, n) and got.dtype == target.dtype
+    two_launches = gemv.gemv(ap.attend(attention).reshape(rows, width), w, b)
+    if target.on_gpu:
+        assert_close(got, two_launches, "the two launches' product")
+    else:
+        assert torch.equal(got, two_launches), "not the bits of the attention, then the o gemv"
     heads = ref.paged_decode_attention(batch.q, batch.k_cache, batch.v_cache,
                                        batch.block_tables, batch.context_lens, batch.scale)
-    merged = heads.to(target.dtype).double().reshape(1, width)  # rounded as v10 writes it
-    for h in range(kv_heads):
-        cols = slice(h * group * head_dim, (h + 1) * group * head_dim)
-        assert_close(shares.part[h].to(target.dtype), merged[:, cols] @ w[:, cols].double().T,
-                     f"KV head {h}'s share")
-    assert_close(shares.part.sum(0).to(target.dtype), heads.reshape(1, width) @ w.double().T,
-                 "the shares' sum")
+    want = heads.reshape(rows, width) @ w.double().T + (b.double() if bias else 0.0)
+    assert_close(got, want, "the attention times o")
+    assert torch.equal(ap.attend_project(attention, w, b), got), "a second launch, other bits"
+
+
+@pytest.mark.spec(part="model")
+@interpreted
+@pytest.mark.parametrize("dependent", [False, True])
+def test_attend_project_hands_the_heads_to_o_within_its_launch_written_then_counted_then_read(
+        impl, gemv, dependent, monkeypatch):
+    """attend_project's programs hand the heads' output over within one launch, which on a GPU
+    run side by side: watched under the interpreter program by program (every load with its
+    cache modifier, store, barrier and atomic, in order: spec/support/watchers/
+    dependent_reads.py), over two launches in a row, for two requests and two KV heads. The
+    first programs, one a request and KV head, each store their heads' output, then a barrier
+    (every thread's stores made), then one atomic add with release order to the count, and
+    nothing after; their adds find the count at 0, 1, 2, 3 (the last launch left it at 0). Each
+    other program reads the count with acquire order and finds every head written before it
+    reads any address those programs stored, and reads them with the "cg" modifier (from L2:
+    an SM's L1 is not kept coherent within a launch); together they read every head. Launched
+    dependent (as on Hopper), an o program reads nothing but o's weight before its wait."""
+    ap = impl.package.attend_project
+    gen = torch.Generator().manual_seed(0)
+    cpu = Target("cpu", torch.float32)
+    batch = ref.paged_batch(cpu, gen, [5, 9], block_size=4, kv_heads=2, group=2,
+                            head_dim=8)
+    w = cpu.randn(gen, 6, 32, scale=0.2)
+    attention = ap.Attention(batch.q, batch.k_cache, batch.v_cache, batch.block_tables,
+                             batch.context_lens, batch.scale)
+    monkeypatch.setattr(gemv, "launches_dependent", lambda x: dependent)
+    reads = DependentReads(monkeypatch)
+    outs = [ap.attend_project(attention, w) for _ in range(2)]
+    attending = 2 * 2
+    launches = [p for p in reads.programs if p.kernel == "_attend_project_kernel"]
+    assert len(launches) % 2 == 0 and launches, [p.index for p in reads.programs]
+    per_launch = len(launches) // 2
+    for launch in (launches[:per_launch], launches[per_launch:]):
+        attend, project = launch[:attending], launch[attending:]
+        assert project, "no program multiplies by o"
+        heads = set()
+        for i, p in enumerate(attend):
+            kinds = [k for k, _, _ in p.events]
+            assert "store" in kinds, f"attention program {i} stores nothing"
+            last_store = max(j for j, k in enumerate(kinds) if k == "store")
+            assert kinds[last_store + 1:] == ["barrier", "atomic"], (
+                f"attention program {i} after its last store: {kinds[last_store + 1:]}")
+            op, order, found = p.events[-1][2]
+            assert (op, order) == ("ADD", "RELEASE"), f"attention program {i}: {op} {order}"
+            assert found == [i], f"attention program {i} found the count at {found}"
+            heads |= {a for k, addrs, _ in p.events if k == "store" for a in addrs.tolist()}
+        assert len(heads) == 2 * 4 * 8, "the heads stored are not every request's every head"
+        read = set()
+        for i, p in enumerate(project):
+            where = f"o program {i}"
+            counted = next((j for j, (k, _, d) in enumerate(p.events)
+                            if k == "atomic" and d[1] == "ACQUIRE"), None)
+            assert counted is not None, f"{where} never reads the count with acquire order"
+            assert p.events[counted][2][2] == [attending], (
+                f"{where} found the count at {p.events[counted][2][2]}")
+            for j, (kind, addrs, cache) in enumerate(p.events):
+                touched = heads & set(addrs.tolist())
+                if kind == "load" and touched:
+                    assert j > counted, f"{where} reads the heads before it reads the count"
+                    assert cache == "cg", f"{where} reads the heads through L1 ({cache!r})"
+                    read |= touched
+                assert kind == "load" or not touched, f"{where} {kind}s the heads"
+            if dependent:
+                early = p.read_before_wait({"weight": w})
+                assert early <= {"weight"}, f"{where} reads {sorted(early)} before its wait"
+        assert read == heads, "the o programs leave heads unread"
+    assert torch.equal(outs[0], outs[1])
 
 
 @pytest.mark.spec(part="model", kernels=True)
@@ -833,14 +874,6 @@ def test_the_fused_kernels_refuse_bad_input_with_a_message_that_says_why(impl, f
                            "gate \\| up")):
         with pytest.raises(ValueError, match=message):
             gemv.gemv_add_norm(*args)
-    part, bias = torch.randn(3, 2, 4), torch.randn(4)
-    for shares, message in (((part.double(), None), "contiguous float32"),
-                            ((part[:, :1].contiguous(), None), "sum to rows like the residual's"),
-                            ((part.transpose(0, 1), None), "contiguous float32"),
-                            ((part, bias[:3]), "the shares' bias must be \\[4\\]"),
-                            ((part, bias.half()), "the shares' bias is")):
-        with pytest.raises(ValueError, match=message):
-            gemv.norm_gemv(gemv.Shares(*shares), x, norm, 1e-6, w)
     ap = impl.package.attend_project
     cache = torch.zeros(3, 4, 2, 8)
     one = ap.Attention(torch.randn(1, 4, 8), cache, cache.clone(),
@@ -914,10 +947,7 @@ def test_under_fake_tensors_each_fused_op_promises_what_it_returns(impl, fused, 
              "attend_project": lambda t: (impl.package.attend_project.attend_project(
                  impl.package.attend_project.Attention(
                      t["q1"], t["k_cache"], t["v_cache"], t["table1"], t["len1"], 0.5),
-                 t["wo"]).part,),
-             "norm_gemv_shares": lambda t: gemv.norm_gemv(
-                 gemv.Shares(t["part"], t["bias5"]), t["res5"], t["bias5"], 1e-6, t["down"],
-                 None),
+                 t["wo"]),),
              "context_attention": lambda t: (context_kernel.context_attention(
                  t["q"], t["k_cache"], t["v_cache"], t["rows"], t["slots"], t["contexts"], 5,
                  batch.scale),)}
@@ -932,8 +962,6 @@ def test_under_fake_tensors_each_fused_op_promises_what_it_returns(impl, fused, 
                 wo=here.randn(torch.Generator().manual_seed(9), 6, 32),
                 table1=torch.tensor([[1, 2]], dtype=torch.int32, device=here.device),
                 len1=torch.tensor([5], dtype=torch.int32, device=here.device),
-                part=here.randn(torch.Generator().manual_seed(10), 3, 2, 5).float(),
-                bias5=here.randn(torch.Generator().manual_seed(11), 5),
                 k_cache=batch.k_cache, v_cache=batch.v_cache, rows=indptr(rows, here.device),
                 slots=torch.cat(slots), contexts=indptr([5, 1], here.device))
     with FakeTensorMode(allow_non_fake_inputs=False) as mode:
@@ -1074,9 +1102,8 @@ def test_with_its_kernels_a_batch_1_decode_step_multiplies_in_gemv_launches(impl
     next layer's q/k/v gemv adds to the stream and norms itself, so the step runs one norm of
     its own (the first layer's input norm), no add_rms_norm, and one sums-add-norm launch (the
     last layer's, into the final norm). The o product rides on the attention's launch
-    (attend_project: each KV head's group attends and multiplies its columns of o), so no
-    paged_decode_attention of its own runs, and [gate | up]'s norm_gemv adds o's shares up. A
-    prompt's rows multiply in GEMMs."""
+    (attend_project: the attention's programs hand the heads' output to o's within the
+    launch), so no paged_decode_attention of its own runs. A prompt's rows multiply in GEMMs."""
     ckpt = tiny_checkpoint("tiny_qwen2")
     c = ckpt.config
     layer = [(c.num_heads + 2 * c.num_kv_heads) * c.head_dim, c.hidden_size,

@@ -136,15 +136,17 @@ def one_row() -> int:
     attend = implementations.load("v13_fused").package.attend_project
     bf16, ints = "*bf16", "i32"
     common = dict(q_ptr=bf16, k_ptr=bf16, v_ptr=bf16, tables_ptr="*i32", lens_ptr="*i32",
-                  part_ptr="*fp32", scale="fp32")
-    kernels = ((paged._paged_decode_kernel, dict(out_ptr=bf16), dict(SPLIT=False)),
-               (attend._attend_project_kernel, dict(w_ptr=bf16), dict(BLOCK_O=attend.BLOCK_O)))
+                  part_ptr="*fp32", scale="fp32", w_ptr=bf16, bias_ptr=bf16, heads_ptr=bf16,
+                  out_ptr=bf16, counts_ptr="*i32")
+    tiles = dict(BLOCK_N=4, BLOCK_K=1024, HAS_BIAS=False)  # gemv's one-row GPU plan, o's
+    kernels = ((paged._paged_decode_kernel, dict(SPLIT=False, BLOCK_N=paged.BLOCK_N)),
+               (attend._attend_project_kernel, dict(BLOCK_T=paged.BLOCK_N, **tiles)))
     for model, group, head_dim in (("Qwen2.5-0.5B", 7, 64), ("Qwen3-0.6B", 2, 128)):
-        for kernel, pointers, consts in kernels:
+        for kernel, consts in kernels:
             for pdl in (False, True):
                 constexprs = dict(PAGE=16, BLOCK_G=paged._pad(group), BLOCK_D=paged._pad(head_dim),
-                                  BLOCK_N=paged.BLOCK_N, PRECISION="tf32", PDL=pdl, **consts)
-                types = common | pointers
+                                  PRECISION="tf32", PDL=pdl, **consts)
+                types = common
                 signature = {n: types.get(n, "constexpr" if n in constexprs else ints)
                              for n in kernel.arg_names}
                 compiled = triton.compile(ASTSource(kernel, signature, constexprs),

@@ -2,27 +2,39 @@
 
 At one row a layer is a chain of launches, each a product or an attention whose output the next
 needs whole: the q/k/v gemv, v10's paged decode attention, the o gemv, [gate | up]'s norm_gemv,
-down's gemv. Each launch pays its start and its first trip to memory. The attention and o
-meet at a seam a launch need not cross: o's output is a sum over the query heads, so each KV
-head's group of query heads can multiply its own columns of o's weight, and the sums of the
-groups add up later. Here each program attends one KV head's group, as a program of v10's
-kernel does (its online softmax, _attend_heads), rounds the heads' output as v10 writes it,
-then multiplies it by its group's columns of a block of o's weight rows, and writes float32
-shares, one [m, n] row a KV head (gemv.Shares); the launch after ([gate | up]'s norm_gemv) adds
-them up, in order, before it joins the stream. A group is attended by as many programs as it
-has blocks of o's rows (the context's K/V read again from L2 after the first), so that o's
-weight is read by about as many programs as the gemv would read it with.
+down's gemv. Each launch pays its start and its first trip to memory. Here the attention and the
+o gemv are one launch whose programs hand the heads' output over within it:
+
+- its first programs are v10's decode kernel's, one a request and KV head (the online softmax of
+  _attend_heads); each writes its heads' output as v10's kernel writes it, then raises a count
+  of heads written (an atomic add, after a barrier, with release order: every store of the
+  program is visible before the count says so);
+- the rest are the o gemv's programs (gemv's plan: BLOCK_N of o's rows each, its sums); each
+  loads its first weight tile, waits for the launch before (launched dependent, as the gemv
+  is), then reads the count (with acquire order) until every head is written, then reads the
+  heads' output from L2 (the ".cg" loads: an SM's L1 is not kept coherent within a launch) and
+  multiplies as gemv does;
+- the last o program to finish lowers the count, so the next launch starts from zero (a launch
+  begins only after the one before it has ended, through the chain of waits).
+
+A program waiting for others of its own launch is safe where those others are sure to run: CUDA
+starts a launch's programs in the order of their index (as single-pass scans, CUB's among them,
+rely on), so the attention's programs, the first indices, run before any o program waits; and
+a launch launched dependent starts only once every program of the launch before it runs.
+The count lives in a small int32 buffer a device (_counts), made zero once, outside any graph
+capture (a step's warm-up launches before it is captured), and left zero by every launch: one
+such launch at a time a device, as a step's chain on one stream gives.
 
 Only where the attention is one launch of v10's (its plan does not split the context: under
-MIN_SPLIT_CONTEXT tokens of table at one row) and the ops fuse the MLP's norms (the shares'
-taker): elsewhere the decode attention runs as before and o is a gemv of its own. And not yet
-in a GPU's decode steps (ON_GPU): its specs pass on one, but it measured no faster there.
-decode_attention, the memory's decode function, leaves the attention pending (Attention) at one
-row, and the ops' output projection launches it with o (attend_project) or alone (attend).
+MIN_SPLIT_CONTEXT tokens of table at one row) and o takes the gemv (FusedOps.takes_gemv):
+elsewhere the decode attention runs as before and o is a product of its own. And on a GPU only
+once measured there (ON_GPU). decode_attention, the memory's decode function, leaves the
+attention pending (Attention) at one row, and the ops' output projection launches it with o
+(attend_project) or alone (attend).
 
-The numbers: the heads' output the bits v10 writes; o's sums in float32 over a group's columns
-and then over the groups, where the gemv summed all the columns in one order: within the
-dtype's tolerance of the chain of two launches, not its bits."""
+The numbers: the heads' output the bits v10 writes, o's product the bits gemv gives them (its
+shares of k summed as gemv's split sums add them), under the interpreter; on a GPU the same
+sums compiled in another kernel, within the dtype's tolerance."""
 from __future__ import annotations
 
 from typing import NamedTuple
@@ -38,105 +50,134 @@ from . import gemv
 
 check = kernels.check
 
-# o's weight rows a program multiplies on a GPU, at least: about 7 KB of Qwen2.5-0.5B's o a
-# program (8 rows of a group's 448 columns), as the gemv's 4 rows of 896 read; more where the
-# KV heads times o's blocks would pass about PROGRAMS (each program attends its group again,
-# from L2: Qwen3-0.6B's 8 KV heads would make 1,024). BLOCK_O rows a tile, the next tile loaded
-# while the sums of one run: at 8 rows, the program's whole share of o loaded before its wait.
-ROWS_PER_PROGRAM = 8
-PROGRAMS = 256
-BLOCK_O = 8
-# Under the interpreter, which runs programs one after another (each attending its group
-# again): blocks of 64 of o's rows, two tiles each, so a spec's o of more rows sees both loops
-# (at 16 rows a program the shares' spec took 2.4 times as long).
-INTERPRETED_BLOCK_O = 32
-# Whether a CUDA device's decode steps take this launch. No: its GPU specs pass, but timed on an
-# H100 (docs/probes/attend_project_rows.py, docs/perf-notes.md, 2026-12-07) its steps were no
-# faster than the two launches at 128 tokens, 6% slower at 384 and 45% slower at Qwen3-0.6B's
-# heads: each program attends its group again for its block of o's rows. A GPU's steps run the
-# attention and o as before; this runs under the interpreter and in the GPU specs that call it.
+# Whether a CUDA device's decode steps take this launch. The version before this one, whose
+# programs each attended their group again for their block of o's rows, measured no faster than
+# the two launches at 128 tokens, 6% slower at 384 and 45% slower at Qwen3-0.6B's heads (H100,
+# docs/perf-notes.md, 2026-12-07); this one attends once. Off till timed on a GPU
+# (docs/probes/attend_project_rows.py): a GPU's steps run the attention and o as two launches.
 ON_GPU = False
 
 _NS = __name__.replace(".", "_")
 
+# device -> its count of heads written and of o programs finished, int32 [2], zero between
+# launches (the module's docstring). A dict read by the op, made on a device's first launch.
+_COUNTS: dict[torch.device, torch.Tensor] = {}
+
+
+def _counts(device: torch.device) -> torch.Tensor:
+    if device not in _COUNTS:
+        _COUNTS[device] = torch.zeros(2, dtype=torch.int32, device=device)
+    return _COUNTS[device]
+
 
 @triton.jit
-def _o_tile(w_ptr, rows, hi, width, cols, on):
-    """o's weight at rows `rows` (below hi) and a group's columns cols [G, D] (on where a head
-    and a dimension are real): [BLOCK_O, G, D], zeros elsewhere."""
-    return tl.load(w_ptr + rows[:, None, None].to(tl.int64) * width + cols[None, :, :],
-                   mask=(rows < hi)[:, None, None] & on[None, :, :], other=0.0)
+def _attend(q_ptr, k_ptr, v_ptr, tables_ptr, lens_ptr, heads_ptr, counts_ptr, pid, scale, q_sb,
+            q_sh, cache_sblock, cache_stok, cache_shead, tables_sb, width, kv_heads, group,
+            head_dim, PAGE: tl.constexpr, BLOCK_G: tl.constexpr, BLOCK_D: tl.constexpr,
+            BLOCK_T: tl.constexpr, PRECISION: tl.constexpr, PDL: tl.constexpr):
+    """A program of v10's decode kernel (one request x one KV head, its group of query heads):
+    the heads' output written into the merged row, then the count of heads written raised."""
+    b = (pid // kv_heads).to(tl.int64)
+    kv_head = pid % kv_heads
+    context = tl.load(lens_ptr + b)
+    m, l, acc = paged_kernels._attend_heads(
+        q_ptr, k_ptr, v_ptr, tables_ptr, b, kv_head, 0, context, context, scale, q_sb, q_sh,
+        cache_sblock, cache_stok, cache_shead, tables_sb, group, head_dim, PAGE, BLOCK_G,
+        BLOCK_D, BLOCK_T, PRECISION, PDL)
+    g = tl.arange(0, BLOCK_G)
+    d = tl.arange(0, BLOCK_D)
+    out = acc / tl.where(l > 0, l, 1.0)[:, None]  # as v10 writes it: a context of 0 gives zeros
+    tl.store(heads_ptr + b * width + (kv_head * group + g)[:, None] * head_dim + d[None, :],
+             out.to(heads_ptr.dtype.element_ty), mask=(g < group)[:, None] & (d < head_dim)[None, :])
+    tl.debug_barrier()  # every thread's stores made before the count is raised
+    tl.atomic_add(counts_ptr, 1, sem="release", scope="gpu")
+
+
+@triton.jit
+def _project(w_ptr, bias_ptr, heads_ptr, out_ptr, counts_ptr, j, n, width, attending, blocks,
+             chunk, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, HAS_BIAS: tl.constexpr,
+             PDL: tl.constexpr):
+    """The o gemv's program j: request b's rows [lo, lo + BLOCK_N) of o, once every head is
+    written; the last to finish lowers the counts."""
+    b = (j // blocks).to(tl.int64)
+    rows = (j % blocks).to(tl.int64) * BLOCK_N + tl.arange(0, BLOCK_N)
+    live = rows < n
+    w_next = gemv._weight_tile(w_ptr, rows, live, width, tl.arange(0, BLOCK_K),
+                               tl.minimum(chunk, width))
+    if PDL:
+        tl.extra.cuda.gdc_wait()
+    while tl.atomic_add(counts_ptr, 0, sem="acquire", scope="gpu") < attending:
+        pass
+    # gemv's sums: a share of k at a time, the shares added in its split sums' order.
+    acc = tl.zeros((BLOCK_N,), dtype=tl.float32)
+    for lo in range(0, width, chunk):
+        hi = tl.minimum(lo + chunk, width)
+        acc += gemv.sums(heads_ptr + b * width, w_ptr, rows, live, width, lo, hi, w_next, False,
+                         BLOCK_N, BLOCK_K, ".cg")
+        w_next = gemv._weight_tile(w_ptr, rows, live, width, hi + tl.arange(0, BLOCK_K),
+                                   tl.minimum(hi + chunk, width))
+    if HAS_BIAS:
+        acc += tl.load(bias_ptr + rows, mask=live, other=0.0).to(tl.float32)
+    tl.store(out_ptr + b * n + rows, acc.to(out_ptr.dtype.element_ty), mask=live)
+    # Every o program has read the count of heads by the time the last one gets here.
+    finished = tl.atomic_add(counts_ptr + 1, 1, sem="relaxed", scope="gpu")
+    if finished == tl.num_programs(0) - attending - 1:
+        tl.atomic_xchg(counts_ptr, 0, sem="relaxed", scope="gpu")
+        tl.atomic_xchg(counts_ptr + 1, 0, sem="relaxed", scope="gpu")
 
 
 @triton.jit
 def _attend_project_kernel(
-        q_ptr, k_ptr, v_ptr, tables_ptr, lens_ptr, w_ptr, part_ptr, scale,
-        q_sb, q_sh, cache_sblock, cache_stok, cache_shead, tables_sb,
-        n, width, m, group, head_dim, rows_per_program, PAGE: tl.constexpr,
-        BLOCK_G: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr,
-        BLOCK_O: tl.constexpr, PRECISION: tl.constexpr, PDL: tl.constexpr):
-    # One program = one request x one KV head x one block of o's rows.
+        q_ptr, k_ptr, v_ptr, tables_ptr, lens_ptr, w_ptr, bias_ptr, heads_ptr, out_ptr,
+        counts_ptr, scale, q_sb, q_sh, cache_sblock, cache_stok, cache_shead, tables_sb, n,
+        width, kv_heads, group, head_dim, attending, blocks, chunk, PAGE: tl.constexpr,
+        BLOCK_G: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_T: tl.constexpr,
+        BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, HAS_BIAS: tl.constexpr,
+        PRECISION: tl.constexpr, PDL: tl.constexpr):
+    # Programs [0, attending) attend, the rest multiply by o (the module's docstring).
     if PDL:
         tl.extra.cuda.gdc_launch_dependents()
-    b = tl.program_id(0).to(tl.int64)
-    kv_head = tl.program_id(1)
-    lo = tl.program_id(2) * rows_per_program
-    hi = tl.minimum(lo + rows_per_program, n)
-    g = tl.arange(0, BLOCK_G)
-    d = tl.arange(0, BLOCK_D)
-    on = (g < group)[:, None] & (d < head_dim)[None, :]
-    cols = (kv_head * group + g)[:, None] * head_dim + d[None, :]  # the group's o columns
-    # The first tile of o's weight before anything else: no launch writes a weight.
-    w_next = _o_tile(w_ptr, lo + tl.arange(0, BLOCK_O), hi, width, cols, on)
-    context = tl.load(lens_ptr + b)
-    m_run, l, acc = paged_kernels._attend_heads(
-        q_ptr, k_ptr, v_ptr, tables_ptr, b, kv_head, 0, context, context, scale, q_sb, q_sh,
-        cache_sblock, cache_stok, cache_shead, tables_sb, group, head_dim, PAGE, BLOCK_G,
-        BLOCK_D, BLOCK_N, PRECISION, PDL)
-    # The heads' output as v10's kernel writes it (a context of 0 gives zeros), rounded to the
-    # model's dtype as the o gemv would read it.
-    out = acc / tl.where(l > 0, l, 1.0)[:, None]
-    out = out.to(q_ptr.dtype.element_ty).to(tl.float32)
-    for start in range(lo, hi, BLOCK_O):
-        rows = start + tl.arange(0, BLOCK_O)
-        w = w_next
-        w_next = _o_tile(w_ptr, rows + BLOCK_O, hi, width, cols, on)
-        share = tl.sum(tl.sum(w.to(tl.float32) * out[None, :, :], axis=2), axis=1)
-        tl.store(part_ptr + (kv_head * m + b) * n + rows, share, mask=rows < hi)
-
-
-def _plan(n: int, kv_heads: int, on_gpu: bool) -> tuple[int, int]:
-    """(o's rows a program multiplies, rows a tile)."""
-    if not on_gpu:
-        return 2 * INTERPRETED_BLOCK_O, INTERPRETED_BLOCK_O
-    rows = triton.next_power_of_2(triton.cdiv(n * kv_heads, PROGRAMS))
-    return max(ROWS_PER_PROGRAM, rows), BLOCK_O
+    pid = tl.program_id(0)
+    if pid < attending:
+        _attend(q_ptr, k_ptr, v_ptr, tables_ptr, lens_ptr, heads_ptr, counts_ptr, pid, scale,
+                q_sb, q_sh, cache_sblock, cache_stok, cache_shead, tables_sb, width, kv_heads,
+                group, head_dim, PAGE, BLOCK_G, BLOCK_D, BLOCK_T, PRECISION, PDL)
+    else:
+        _project(w_ptr, bias_ptr, heads_ptr, out_ptr, counts_ptr, pid - attending, n, width,
+                 attending, blocks, chunk, BLOCK_N, BLOCK_K, HAS_BIAS, PDL)
 
 
 @kernel_op(f"{_NS}::attend_project")
 def _attend_project_op(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                        block_tables: torch.Tensor, context_lens: torch.Tensor, scale: float,
-                       weight: torch.Tensor, dependent: bool) -> torch.Tensor:
+                       weight: torch.Tensor, bias: torch.Tensor | None,
+                       dependent: bool) -> torch.Tensor:
     (batch, heads, head_dim), kv_heads = q.shape, k_cache.shape[2]
-    n = weight.shape[0]
-    part = torch.empty(kv_heads, batch, n, dtype=torch.float32, device=q.device)
+    n, width = weight.shape
+    out = q.new_empty(batch, n)
     if batch == 0 or n == 0:
-        return part
-    rows, block_o = _plan(n, kv_heads, q.is_cuda)
-    _attend_project_kernel[(batch, kv_heads, triton.cdiv(n, rows))](
-        q, k_cache, v_cache, block_tables, context_lens, weight, part, scale,
+        return out
+    # torch.empty launches nothing and is capture-safe: a graph keeps its own buffer.
+    merged = q.new_empty(batch, width)  # the heads' output, written and read in the launch
+    block_n, block_k, chunk, _ = gemv._shares(n, width, q.is_cuda)
+    blocks = triton.cdiv(n, block_n)
+    attending = batch * kv_heads
+    _attend_project_kernel[(attending + batch * blocks,)](
+        q, k_cache, v_cache, block_tables, context_lens, weight,
+        bias if bias is not None else weight, merged, out, _counts(q.device), scale,
         q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
-        block_tables.stride(0), n, weight.shape[1], batch, heads // kv_heads, head_dim, rows,
-        PAGE=k_cache.shape[1], BLOCK_G=paged_kernels._pad(heads // kv_heads),
-        BLOCK_D=paged_kernels._pad(head_dim), BLOCK_N=paged_kernels.BLOCK_N, BLOCK_O=block_o,
+        block_tables.stride(0), n, width, kv_heads, heads // kv_heads, head_dim, attending,
+        blocks, chunk, PAGE=k_cache.shape[1], BLOCK_G=paged_kernels._pad(heads // kv_heads),
+        BLOCK_D=paged_kernels._pad(head_dim), BLOCK_T=paged_kernels.BLOCK_N, BLOCK_N=block_n,
+        BLOCK_K=block_k, HAS_BIAS=bias is not None,
         PRECISION="ieee" if q.dtype == torch.float32 else "tf32",
         **paged_kernels.dependent_launch(dependent))
-    return part
+    return out
 
 
 @fake_of(_attend_project_op)
-def _(q, k_cache, v_cache, block_tables, context_lens, scale, weight, dependent):
-    return q.new_empty(k_cache.shape[2], q.shape[0], weight.shape[0], dtype=torch.float32)
+def _(q, k_cache, v_cache, block_tables, context_lens, scale, weight, bias, dependent):
+    return q.new_empty(q.shape[0], weight.shape[0])
 
 
 class Attention(NamedTuple):
@@ -173,10 +214,9 @@ def attend(a: Attention) -> torch.Tensor:
 
 
 def attend_project(a: Attention, weight: torch.Tensor,
-                   bias: torch.Tensor | None = None) -> gemv.Shares:
-    """attend(a) with its heads merged, times weight [n, heads * head_dim] transposed (+ bias),
-    in one launch, its sums left in shares (gemv.Shares: one float32 [rows, n] a KV head, and
-    the bias) for the launch after to add up. Launched dependent where gemv's kernels are."""
+                   bias: torch.Tensor | None = None) -> torch.Tensor:
+    """gemv(attend(a) with its heads merged, weight, bias) in one launch: [rows, n] for weight
+    [n, heads * head_dim]. Launched dependent where gemv's kernels are."""
     q = a.q
     paged_kernels.check_decode(q, a.k_cache, a.v_cache, a.block_tables, a.context_lens)
     check(weight.dim() == 2 and weight.shape[1] == q.shape[1] * q.shape[2],
@@ -187,6 +227,5 @@ def attend_project(a: Attention, weight: torch.Tensor,
         kernels.check_tensor("bias", bias, like=q)
         check(bias.shape == (weight.shape[0],),
               f"bias must be [{weight.shape[0]}], got {tuple(bias.shape)}")
-    part = _attend_project_op(q, a.k_cache, a.v_cache, a.block_tables, a.context_lens, a.scale,
-                              weight, gemv.launches_dependent(q))
-    return gemv.Shares(part, bias)
+    return _attend_project_op(q, a.k_cache, a.v_cache, a.block_tables, a.context_lens, a.scale,
+                              weight, bias, gemv.launches_dependent(q))

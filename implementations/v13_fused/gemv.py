@@ -80,6 +80,32 @@ def _weight_tile(w_ptr, rows, live_rows, k, ks, hi):
 
 
 @triton.jit
+def sums(x_ptr, w_ptr, rows, live_rows, k, lo, hi, w_next, SWIGLU: tl.constexpr,
+         BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, CACHE: tl.constexpr):
+    """One program's float32 sums of row x's columns [lo, hi) times weight rows `rows` ([n, k]
+    weight; live_rows the real ones), BLOCK_K columns a tile, w_next the first tile already
+    loaded (each next one loaded a tile ahead of its use). With SWIGLU, x is [gate | up] (2k
+    wide) and the product's input silu(gate) * up. CACHE: the loads' cache modifier for x
+    ("" the default; attend_project reads a row written within its own launch)."""
+    acc = tl.zeros((BLOCK_N,), dtype=tl.float32)
+    for start in range(lo, hi, BLOCK_K):
+        ks = start + tl.arange(0, BLOCK_K)
+        live = ks < hi
+        w = w_next
+        w_next = _weight_tile(w_ptr, rows, live_rows, k, ks + BLOCK_K, hi)
+        if SWIGLU:
+            gate = tl.load(x_ptr + ks, mask=live, other=0.0, cache_modifier=CACHE)
+            up = tl.load(x_ptr + k + ks, mask=live, other=0.0, cache_modifier=CACHE)
+            g = gate.to(tl.float32)
+            silu = (g * tl.sigmoid(g)).to(gate.dtype)  # rounded as swiglu_packed rounds it
+            a = (silu.to(tl.float32) * up.to(tl.float32)).to(gate.dtype).to(tl.float32)
+        else:
+            a = tl.load(x_ptr + ks, mask=live, other=0.0, cache_modifier=CACHE).to(tl.float32)
+        acc += tl.sum(w.to(tl.float32) * a[None, :], axis=1)
+    return acc
+
+
+@triton.jit
 def _gemv_kernel(x_ptr, w_ptr, bias_ptr, out_ptr, n, k, chunk, SWIGLU: tl.constexpr,
                  HAS_BIAS: tl.constexpr, PARTIAL: tl.constexpr, BLOCK_N: tl.constexpr,
                  BLOCK_K: tl.constexpr, PDL: tl.constexpr):
@@ -95,21 +121,7 @@ def _gemv_kernel(x_ptr, w_ptr, bias_ptr, out_ptr, n, k, chunk, SWIGLU: tl.conste
     w_next = _weight_tile(w_ptr, rows, rows < n, k, lo + tl.arange(0, BLOCK_K), hi)
     if PDL:
         tl.extra.cuda.gdc_wait()
-    acc = tl.zeros((BLOCK_N,), dtype=tl.float32)
-    for start in range(lo, hi, BLOCK_K):
-        ks = start + tl.arange(0, BLOCK_K)
-        live = ks < hi
-        w = w_next
-        w_next = _weight_tile(w_ptr, rows, rows < n, k, ks + BLOCK_K, hi)
-        if SWIGLU:
-            gate = tl.load(x_ptr + ks, mask=live, other=0.0)
-            up = tl.load(x_ptr + k + ks, mask=live, other=0.0)
-            g = gate.to(tl.float32)
-            silu = (g * tl.sigmoid(g)).to(gate.dtype)  # rounded as swiglu_packed rounds it
-            a = (silu.to(tl.float32) * up.to(tl.float32)).to(gate.dtype).to(tl.float32)
-        else:
-            a = tl.load(x_ptr + ks, mask=live, other=0.0).to(tl.float32)
-        acc += tl.sum(w.to(tl.float32) * a[None, :], axis=1)
+    acc = sums(x_ptr, w_ptr, rows, rows < n, k, lo, hi, w_next, SWIGLU, BLOCK_N, BLOCK_K, "")
     if PARTIAL:  # a partial sum, in float32, to this share's row of the workspace
         tl.store(out_ptr + (tl.program_id(2) * tl.num_programs(0) + row) * n + rows, acc,
                  mask=rows < n)
@@ -160,24 +172,16 @@ def _stream_cols(part_ptr, bias_ptr, res_ptr, row, n, m, cols, live, SPLIT: tl.c
 
 
 @triton.jit
-def _joined(x_ptr, part_bias_ptr, res_ptr, row, k, m, cols, live, SPLIT: tl.constexpr,
-            HAS_PART_BIAS: tl.constexpr, BLOCK: tl.constexpr):
-    """Columns cols of row `row` of the stream once the product x joins it: x a row [m, k] in
-    the stream's dtype, added as v09's add_rms_norm adds, or (SPLIT) its float32 shares
-    [SPLIT, m, k] and bias, formed as _stream_cols forms them (Shares)."""
-    if SPLIT:
-        s = _stream_cols(x_ptr, part_bias_ptr, res_ptr, row, k, m, cols, live, SPLIT,
-                         HAS_PART_BIAS, BLOCK)
-    else:
-        s = kernels.add_rounded(tl.load(x_ptr + row * k + cols, mask=live, other=0.0),
-                                tl.load(res_ptr + row * k + cols, mask=live, other=0.0))
-    return s
+def _joined(x_ptr, res_ptr, row, k, cols, live):
+    """Columns cols of row `row` of the stream once the product x (a row [m, k] in the stream's
+    dtype) joins it, added as v09's add_rms_norm adds."""
+    return kernels.add_rounded(tl.load(x_ptr + row * k + cols, mask=live, other=0.0),
+                               tl.load(res_ptr + row * k + cols, mask=live, other=0.0))
 
 
 @triton.jit
-def _norm_gemv_kernel(x_ptr, res_ptr, norm_ptr, w_ptr, bias_ptr, out_ptr, res_out_ptr,
-                      part_bias_ptr, n, k, m, eps, HAS_BIAS: tl.constexpr, SPLIT: tl.constexpr,
-                      HAS_PART_BIAS: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+def _norm_gemv_kernel(x_ptr, res_ptr, norm_ptr, w_ptr, bias_ptr, out_ptr, res_out_ptr, n, k,
+                      eps, HAS_BIAS: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                       BLOCK_ROW: tl.constexpr, PDL: tl.constexpr):
     if PDL:
         tl.extra.cuda.gdc_launch_dependents()
@@ -192,8 +196,7 @@ def _norm_gemv_kernel(x_ptr, res_ptr, norm_ptr, w_ptr, bias_ptr, out_ptr, res_ou
     # so that no launch before this one has to; the first program of the row writes the stream.
     cols = tl.arange(0, BLOCK_ROW)
     whole = cols < k
-    s = _joined(x_ptr, part_bias_ptr, res_ptr, row, k, m, cols, whole, SPLIT, HAS_PART_BIAS,
-                BLOCK_ROW)
+    s = _joined(x_ptr, res_ptr, row, k, cols, whole)
     if tl.program_id(1) == 0:
         tl.store(res_out_ptr + row * k + cols, s, mask=whole)
     rstd = kernels.inv_rms(s, k, eps)
@@ -201,8 +204,7 @@ def _norm_gemv_kernel(x_ptr, res_ptr, norm_ptr, w_ptr, bias_ptr, out_ptr, res_ou
     for start in range(0, k, BLOCK_K):
         ks = start + tl.arange(0, BLOCK_K)
         live = ks < k
-        ss = _joined(x_ptr, part_bias_ptr, res_ptr, row, k, m, ks, live, SPLIT, HAS_PART_BIAS,
-                     BLOCK_K)
+        ss = _joined(x_ptr, res_ptr, row, k, ks, live)
         h = _normed(ss, rstd, norm_ptr, ks, live)
         w = w_next
         w_next = _weight_tile(w_ptr, rows, rows < n, k, ks + BLOCK_K, k)
@@ -320,7 +322,7 @@ def dependent_decode_attention(q, k_cache, v_cache, block_tables, context_lens, 
                                fixed_chunk: int = 0):
     """v10's paged decode attention, launched dependent where this module's kernels are
     (launches_dependent). At one row it sits between the q/k/v gemv and the o gemv (where
-    attend_project does not take it: a context v10 splits, ops that do not fuse, a GPU, where
+    attend_project does not take it: a context v10 splits, o not a gemv, a GPU, where
     attend_project.ON_GPU is off); launched plainly it would stop the chain's overlap each
     layer (the o product's programs could not start and load their weights while it ends). It
     waits before it reads the q/k/v gemv's
@@ -419,34 +421,23 @@ def _check_product(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | N
 
 # --- the norms that meet a product: the MLP sublayer at one row in two launches ---------------
 
-class Shares(NamedTuple):
-    """A product not summed yet: its float32 sums in shares, one row [m, n] per part of its
-    input (attend_project's KV heads), and its bias. The launch that takes it (norm_gemv) adds
-    the shares up in order, adds the bias, rounds, and joins the sum to the stream."""
-    part: torch.Tensor  # [shares, m, n] float32
-    bias: torch.Tensor | None  # [n]
-
-
 @kernel_op(f"{_NS}::norm_gemv")
 def _norm_gemv_op(x: torch.Tensor, residual: torch.Tensor, norm_weight: torch.Tensor, eps: float,
-                  weight: torch.Tensor, bias: torch.Tensor | None,
-                  part_bias: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+                  weight: torch.Tensor, bias: torch.Tensor | None
+                  ) -> tuple[torch.Tensor, torch.Tensor]:
     (m, k), n = residual.shape, weight.shape[0]
     out, stream = residual.new_empty(m, n), torch.empty_like(residual)
-    split = x.shape[0] if x.dim() == 3 else 0  # the product's shares (Shares), or its row
     if m:
         block_n, block_k, _ = plan(n, k, x.is_cuda)  # no split: every program forms the norm
         _norm_gemv_kernel[(m, triton.cdiv(n, block_n))](
             x, residual, norm_weight, weight, bias if bias is not None else weight, out, stream,
-            part_bias if part_bias is not None else weight, n, k, m, eps,
-            HAS_BIAS=bias is not None, SPLIT=split, HAS_PART_BIAS=part_bias is not None,
-            BLOCK_N=block_n, BLOCK_K=block_k, BLOCK_ROW=triton.next_power_of_2(k),
-            **_launch_options(residual))
+            n, k, eps, HAS_BIAS=bias is not None, BLOCK_N=block_n, BLOCK_K=block_k,
+            BLOCK_ROW=triton.next_power_of_2(k), **_launch_options(residual))
     return out, stream
 
 
 @fake_of(_norm_gemv_op)
-def _(x, residual, norm_weight, eps, weight, bias, part_bias=None):
+def _(x, residual, norm_weight, eps, weight, bias):
     return residual.new_empty(residual.shape[0], weight.shape[0]), torch.empty_like(residual)
 
 
@@ -508,34 +499,18 @@ def _check_stream(residual: torch.Tensor, norm_weight: torch.Tensor, x: torch.Te
           f"hidden size {width} outside [1, {kernels.MAX_HIDDEN}]: one program holds one row")
 
 
-def norm_gemv(x: torch.Tensor | Shares, residual: torch.Tensor, norm_weight: torch.Tensor,
+def norm_gemv(x: torch.Tensor, residual: torch.Tensor, norm_weight: torch.Tensor,
               eps: float, weight: torch.Tensor, bias: torch.Tensor | None = None
               ) -> tuple[torch.Tensor, torch.Tensor]:
     """(rms_norm(x + residual) @ weight.T (+ bias), x + residual): v09's add_rms_norm, then
     gemv, in one launch whose programs each form the norm of the row they multiply (x,
     residual [m, k]; weight [n, k], any number of rows). The stream rounded where add_rms_norm
-    rounds it, the norm's output too; k is not split over programs. x may be a product not
-    summed yet (Shares): then every program adds its shares up, in order, and its bias first."""
-    part_bias = None
-    if isinstance(x, Shares):
-        x, part_bias = x.part, x.bias
-        check(x.dim() == 3 and x.dtype == torch.float32 and x.is_contiguous(),
-              f"the shares must be a contiguous float32 [shares, rows, columns], got {x.dtype} "
-              f"{tuple(x.shape)}")
-        row = residual  # the row the shares sum to: the stream's shape and dtype
-        check(x.shape[1:] == row.shape, f"the shares {tuple(x.shape)} must sum to rows like "
-                                        f"the residual's, {tuple(row.shape)}")
-        if part_bias is not None:
-            check_tensor("the shares' bias", part_bias, like=row)
-            check(part_bias.shape == (row.shape[1],),
-                  f"the shares' bias must be [{row.shape[1]}], got {tuple(part_bias.shape)}")
-    else:
-        row = x
-    _check_product(row, weight, bias, False)
+    rounds it, the norm's output too; k is not split over programs."""
+    _check_product(x, weight, bias, False)
     check(weight.shape[0] >= 1, "weight must have at least one row (its first program writes "
                                 "the stream)")
-    _check_stream(residual, norm_weight, row, row.shape[1])
-    return _norm_gemv_op(x, residual, norm_weight, float(eps), weight, bias, part_bias)
+    _check_stream(residual, norm_weight, x, x.shape[1])
+    return _norm_gemv_op(x, residual, norm_weight, float(eps), weight, bias)
 
 
 def pending_add_norm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,

@@ -21,9 +21,9 @@ itself and leaves its split sums pending (gemv.Pending): the next layer's q/k/v 
 to the stream and norms the row in its own programs, and the loop's settle runs them as a
 launch of their own before the final norm. The attention and o's product between them run as
 one launch too (attend_project.py): the memory's decode attention leaves a one-row attention
-pending, and the output projection launches it with o, each KV head's group multiplying its own
-columns of o into float32 shares that [gate | up]'s norm_gemv adds up. Four launches a layer
-(under the interpreter; on a GPU once measured there: attend_project.ON_GPU).
+pending, and the output projection launches it with o, the attention's programs handing the
+heads' output to o's within the launch. Four launches a layer (under the interpreter; on a GPU
+once measured there: attend_project.ON_GPU).
 
 A prefill's attention was, for every request in every layer, two gathers of its context out of
 the cache, then one fused call (v02's causal_attention), a host wait for each request's span
@@ -201,16 +201,14 @@ class FusedOps(TritonOps):
         return torch.nn.functional.linear(x, weight, bias)
 
     def output_projection(self, out: torch.Tensor | attend_project.Attention,
-                          w: Mapping[str, torch.Tensor]) -> torch.Tensor | gemv.Shares:
+                          w: Mapping[str, torch.Tensor]) -> torch.Tensor:
         """v01_1's phase 6 (heads merged, then o_proj) through project, so a batch-1 decode step
         reads o_proj with the gemv kernel. out may be a one-row step's attention not launched
-        yet (the memory's decode_attention): where the MLP's norm will take a product's shares
-        (fuses_norms), the attention and o run as one launch (attend_project) and its shares
-        go on unsummed; elsewhere the attention is launched alone first."""
+        yet (the memory's decode_attention): where o takes the gemv, the attention and o run as
+        one launch (attend_project); elsewhere the attention is launched alone first."""
         weight, bias = w["self_attn.o_proj.weight"], w.get("self_attn.o_proj.bias")
         if isinstance(out, attend_project.Attention):
-            row = out.q.reshape(out.q.shape[0], -1)  # the shape of the heads merged
-            if self.norms_fuse and self.takes_gemv(row, weight) and self.fuses_norms(row, w):
+            if self.takes_gemv(out.q.reshape(out.q.shape[0], -1), weight):
                 return attend_project.attend_project(out, weight, bias)
             out = attend_project.attend(out)
         return self.project(out.reshape(out.shape[0], -1), weight, bias)

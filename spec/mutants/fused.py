@@ -41,10 +41,9 @@ NORM_GEMV = (f"{PAGE}::test_norm_gemv_is_the_norm_of_the_stream_times_the_weight
              "stream")
 ADD_NORM = f"{PAGE}::test_gemv_add_norm_adds_the_product_to_the_stream_and_norms_it"
 GEMV_ROPE = f"{PAGE}::test_gemv_rope_split_is_rope_split_of_the_gemv_and_stores_as_it_stores"
-ATTEND = (f"{PAGE}::test_attend_project_leaves_each_kv_heads_share_of_the_o_product_of_its_"
-          "query_heads")
-SHARES = (f"{PAGE}::test_norm_gemv_given_a_products_shares_adds_them_up_first_as_their_sum_"
-          "would_join")
+ATTEND = f"{PAGE}::test_attend_project_is_the_o_gemv_of_the_heads_output_v10s_kernel_writes"
+HANDOVER = (f"{PAGE}::test_attend_project_hands_the_heads_to_o_within_its_launch_written_then_"
+            "counted_then_read")
 SPLIT_APART = (f"{PAGE}::test_at_one_row_a_context_v10_splits_keeps_its_attention_launches_and_"
                "leaves_o_apart")
 PENDING = (f"{PAGE}::test_gemv_rope_split_forms_a_pending_row_itself_as_settle_would_and_writes_"
@@ -145,8 +144,9 @@ MUTANTS = [
              "    for split in range(SPLIT - 1):  # always in the same order"),),
         (GEMV,), ("v13",), "a k split over programs loses the last share's partial sums"),
     Mutant("v13-gemv-swiglu-reads-gate-as-up", "fusion", (
-        Edit(GEMV_KERNEL, "            up = tl.load(x_ptr + k + ks, mask=live, other=0.0)",
-             "            up = tl.load(x_ptr + ks, mask=live, other=0.0)"),),
+        Edit(GEMV_KERNEL, "            up = tl.load(x_ptr + k + ks, mask=live, other=0.0, "
+                          "cache_modifier=CACHE)",
+             "            up = tl.load(x_ptr + ks, mask=live, other=0.0, cache_modifier=CACHE)"),),
         (GEMV,), ("v13",), "the down projection's gemv multiplies silu(gate) by gate"),
     Mutant("v13-gemv-rows-read-the-first-row", "fusion", (
         Edit(GEMV_KERNEL, "    x_ptr += row * (2 * k if SWIGLU else k)\n", ""),),
@@ -165,8 +165,7 @@ MUTANTS = [
              "mask=whole)\n    rstd = kernels.inv_rms(s, BLOCK_ROW, eps)"),),
         (NORM_GEMV,), ("v13",), "the mean square divides by the padded row's width, not k"),
     Mutant("v13-norm-gemv-product-without-the-residual", "fusion", (
-        Edit(GEMV_KERNEL, "        ss = _joined(x_ptr, part_bias_ptr, res_ptr, row, k, m, ks, live, SPLIT, "
-                          "HAS_PART_BIAS,\n                     BLOCK_K)\n",
+        Edit(GEMV_KERNEL, "        ss = _joined(x_ptr, res_ptr, row, k, ks, live)\n",
              "        ss = tl.load(x_ptr + row * k + ks, mask=live, other=0.0)\n"),),
         (NORM_GEMV,), ("v13",), "the product reads the norm of x alone, not of x + residual"),
     Mutant("v13-add-norm-sums-one-split-short", "fusion", (
@@ -283,25 +282,21 @@ MUTANTS = [
              "    kernels = (paged_kernels.store_kv, gemv.dependent_decode_attention)"),),
         (DECODE_GEMV,), ("v13",),
         "at one row the attention and the o gemv run as two launches: the same numbers"),
-    Mutant("v13-attend-project-every-share-in-the-first-row", "fusion", (
-        Edit(ATTEND_KERNEL, "tl.store(part_ptr + (kv_head * m + b) * n + rows, share,",
-             "tl.store(part_ptr + b * n + rows, share,"),),
-        (ATTEND,), ("v13",), "every KV head's share of o's product lands in the first share's "
-                             "row, the last written winning"),
-    Mutant("v13-attend-project-multiplies-one-tile-again", "fusion", (
-        Edit(ATTEND_KERNEL, "        w_next = _o_tile(w_ptr, rows + BLOCK_O, hi, width, cols, on)",
-             "        w_next = _o_tile(w_ptr, rows, hi, width, cols, on)"),),
-        (ATTEND,), ("v13",), "a program's later blocks of o's rows multiply its first tile again"),
+    Mutant("v13-attend-project-every-request-reads-the-first", "fusion", (
+        Edit(ATTEND_KERNEL, "acc += gemv.sums(heads_ptr + b * width, w_ptr,",
+             "acc += gemv.sums(heads_ptr, w_ptr,"),),
+        (ATTEND,), ("v13",), "every request's o programs multiply the first request's heads"),
+    Mutant("v13-attend-project-multiplies-ks-first-share-again", "fusion", (
+        Edit(ATTEND_KERNEL, "w_next = gemv._weight_tile(w_ptr, rows, live, width, hi + tl.arange(0, BLOCK_K),",
+             "w_next = gemv._weight_tile(w_ptr, rows, live, width, tl.arange(0, BLOCK_K),"),),
+        (ATTEND,), ("v13",), "past k's first share, an o program starts each share with the "
+                             "first share's first weight tile"),
     Mutant("v13-attend-project-past-the-split", "fusion", (
         Edit(ATTEND_KERNEL, "        if paged_kernels.decode_plan(q, k_cache, block_tables)[0] == 1:",
              "        if True:"),),
         (SPLIT_APART,), ("v13",), "a one-row context v10 splits over programs is attended whole "
                                   "by every program of o's launch: the same numbers, the split "
                                   "lost"),
-    Mutant("v13-norm-gemv-shares-without-their-bias", "fusion", (
-        Edit(GEMV_KERNEL, "HAS_PART_BIAS=part_bias is not None,\n            BLOCK_N=block_n",
-             "HAS_PART_BIAS=False,\n            BLOCK_N=block_n"),),
-        (SHARES,), ("v13",), "norm_gemv adds a product's shares up but not their bias"),
     Mutant("v13-qkv-gemv-then-rope-split-at-one-row", "fusion", (
         Edit(MODEL, "        if weight is not None and self.takes_gemv(row, weight) and not "
                     "config.qk_norm:", "        if False:"),),
@@ -317,8 +312,7 @@ MUTANTS = [
     # program's loads and waits under the interpreter.
     Mutant("v13-gemv-waits-after-its-sums", "dependent launch", (
         Edit(GEMV_KERNEL, "    if PDL:\n        tl.extra.cuda.gdc_wait()\n"
-                          "    acc = tl.zeros((BLOCK_N,), dtype=tl.float32)\n",
-             "    acc = tl.zeros((BLOCK_N,), dtype=tl.float32)\n"),
+                          "    acc = sums(x_ptr,", "    acc = sums(x_ptr,"),
         Edit(GEMV_KERNEL, "    if PARTIAL:  # a partial sum, in float32",
              "    if PDL:\n        tl.extra.cuda.gdc_wait()\n"
              "    if PARTIAL:  # a partial sum, in float32"),),
@@ -367,6 +361,36 @@ MUTANTS = [
         (DEPENDENT_STEP,), ("v13",), "the attention and o's launch between the one-row products "
                                      "launches plainly: the chain's overlap stops around it each "
                                      "layer"),
+    # The hand-over within attend_project's launch: on a GPU each breakage below is a race (o's
+    # programs reading heads not yet written, or stale), the numbers right whenever the
+    # attention's programs happen to end first, as under the interpreter, which runs programs
+    # one after another; the spec reads each program's stores, loads and atomics in order.
+    Mutant("v13-attend-project-o-never-waits-for-the-heads", "in-launch hand-over", (
+        Edit(ATTEND_KERNEL, '    while tl.atomic_add(counts_ptr, 0, sem="acquire", scope="gpu") '
+                            '< attending:\n        pass\n', ""),),
+        (HANDOVER,), ("v13",), "o's programs read the heads without reading the count first"),
+    Mutant("v13-attend-project-counts-before-it-stores", "in-launch hand-over", (
+        Edit(ATTEND_KERNEL, "    tl.debug_barrier()  # every thread's stores made before the "
+                            "count is raised\n    tl.atomic_add(counts_ptr, 1, sem=\"release\", "
+                            "scope=\"gpu\")\n", ""),
+        Edit(ATTEND_KERNEL, "    tl.store(heads_ptr + b * width",
+             "    tl.atomic_add(counts_ptr, 1, sem=\"release\", scope=\"gpu\")\n"
+             "    tl.store(heads_ptr + b * width"),),
+        (HANDOVER,), ("v13",), "an attention program raises the count before it stores its "
+                               "heads"),
+    Mutant("v13-attend-project-count-raised-relaxed", "in-launch hand-over", (
+        Edit(ATTEND_KERNEL, 'tl.atomic_add(counts_ptr, 1, sem="release", scope="gpu")',
+             'tl.atomic_add(counts_ptr, 1, sem="relaxed", scope="gpu")'),),
+        (HANDOVER,), ("v13",), "the count is raised without release order: a reader may see it "
+                               "before the heads"),
+    Mutant("v13-attend-project-count-never-lowered", "in-launch hand-over", (
+        Edit(ATTEND_KERNEL, '        tl.atomic_xchg(counts_ptr, 0, sem="relaxed", scope="gpu")\n', ""),),
+        (HANDOVER,), ("v13",), "the count of heads stays raised: the next launch's o programs "
+                               "go on before its heads are written"),
+    Mutant("v13-attend-project-heads-read-through-l1", "in-launch hand-over", (
+        Edit(ATTEND_KERNEL, 'BLOCK_N, BLOCK_K, ".cg")', 'BLOCK_N, BLOCK_K, "")'),),
+        (HANDOVER,), ("v13",), "o's programs read the heads with the default cache modifier, "
+                               "where an SM's L1 may hold stale lines"),
     Mutant("v10-attention-reads-q-before-it-waits", "dependent launch", (
         Edit(PAGED_KERNELS, "        tl.extra.cuda.gdc_wait()\n        # The newest",
              "        q = tl.load(q_ptr + b * q_sb + heads[:, None] * q_sh + d[None, :], "

@@ -7,7 +7,12 @@ such launch, so here the two calls a kernel makes, `tl.extra.cuda.gdc_launch_dep
 `gdc_wait`, are recorded where each program makes them, and every load each program issues (the
 interpreter's masked loads: the addresses its live lanes read), so a spec can say which tensors
 a program read before it waited. CPU tensors are read in place, so an address belongs to the
-tensor whose storage holds it."""
+tensor whose storage holds it.
+
+Each program's events are kept in order too (Program.events: its loads with their cache
+modifier, stores, barriers and atomics with their memory order and the values they returned),
+for a kernel whose programs hand data to one another within a launch (v13's attend_project):
+a spec can say a program wrote before it signalled, and read only after the signal."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -26,6 +31,9 @@ class Program:
     waits: int = 0                 # gdc_wait calls
     before: list[np.ndarray] = field(default_factory=list)  # addresses read before its wait
     after: list[np.ndarray] = field(default_factory=list)
+    # (kind, addresses, detail) in program order: ("load", addrs, its cache modifier: "cg", "none"), ("store",
+    # addrs, None), ("barrier", empty, None), ("atomic", addrs, (op, order, returned values))
+    events: list[tuple[str, np.ndarray, object]] = field(default_factory=list)
 
     def read_before_wait(self, tensors: dict[str, torch.Tensor]) -> set[str]:
         """The names of the tensors this program read before its first wait (an address in no
@@ -43,11 +51,31 @@ class DependentReads:
         load = interpreter.InterpreterBuilder.create_masked_load
         call = interpreter.GridExecutor.__call__
 
-        def masked_load(builder, ptrs, mask, other, *rest):
+        store = interpreter.InterpreterBuilder.create_masked_store
+        rmw = interpreter.InterpreterBuilder.create_atomic_rmw
+        barrier = interpreter.InterpreterBuilder.create_barrier
+
+        def masked_load(builder, ptrs, mask, other, cache, *rest):
             program = self._current(builder.grid_idx)
-            read = np.asarray(ptrs.data)[np.asarray(mask.data, dtype=bool)].ravel().copy()
+            read = _live(ptrs, mask)
             (program.after if program.waits else program.before).append(read)
-            return load(builder, ptrs, mask, other, *rest)
+            program.events.append(("load", read, _name(cache)))
+            return load(builder, ptrs, mask, other, cache, *rest)
+
+        def masked_store(builder, ptrs, value, mask, *rest):
+            self._current(builder.grid_idx).events.append(("store", _live(ptrs, mask), None))
+            return store(builder, ptrs, value, mask, *rest)
+
+        def atomic_rmw(builder, op, ptr, val, mask, sem, scope):
+            got = rmw(builder, op, ptr, val, mask, sem, scope)
+            self._current(builder.grid_idx).events.append(
+                ("atomic", _live(ptr, mask), (_name(op), _name(sem),
+                                              np.asarray(got.data).ravel().tolist())))
+            return got
+
+        def barrier_(builder):
+            self._current(builder.grid_idx).events.append(("barrier", np.empty(0), None))
+            return barrier(builder)
 
         def launch(executor, *args, **kwargs):
             self._kernel, self._launched = executor.fn.__name__, True
@@ -60,6 +88,13 @@ class DependentReads:
             self._current(interpreter.interpreter_builder.grid_idx).waits += 1
 
         monkeypatch.setattr(interpreter.InterpreterBuilder, "create_masked_load", masked_load)
+        monkeypatch.setattr(interpreter.InterpreterBuilder, "create_masked_store", masked_store)
+        monkeypatch.setattr(interpreter.InterpreterBuilder, "create_atomic_rmw", atomic_rmw)
+        monkeypatch.setattr(interpreter.InterpreterBuilder, "create_barrier", barrier_)
+        # The interpreter's builder makes no cache policy (None; its loads ignore it): made the
+        # modifier's word ("cg", "none") here, so a load's event says how the kernel asked.
+        monkeypatch.setattr(interpreter.InterpreterBuilder, "get_cache_policy",
+                            lambda builder, modifier, eviction: modifier)
         monkeypatch.setattr(interpreter.GridExecutor, "__call__", launch)
         monkeypatch.setattr(tl.extra.cuda, "gdc_launch_dependents", lets_next_start)
         monkeypatch.setattr(tl.extra.cuda, "gdc_wait", wait)
@@ -80,3 +115,13 @@ def _owner(address: int, tensors: dict[str, torch.Tensor]) -> str:
         if start <= address < start + t.untyped_storage().nbytes():
             return name
     return "?"
+
+
+def _live(ptrs, mask) -> np.ndarray:
+    """The addresses a masked access touches."""
+    return np.asarray(ptrs.data)[np.asarray(mask.data, dtype=bool)].ravel().copy()
+
+
+def _name(flag) -> str:
+    """An IR enum's member or a cache modifier as a plain word ("ACQUIRE", "ADD", "cg")."""
+    return str(getattr(flag, "name", flag)).split(".")[-1]
