@@ -1,7 +1,8 @@
 """v13's attend_project on a GPU (issue 48): the newest version's one-row decode step
 (Qwen2.5-0.5B's shape, random weights, bf16), timed as `bench decode` times it, with the attention
 and o as two launches (attend_project.ON_GPU off) and as one (on: the attention's programs hand
-the heads' output to o's within the launch), alternated twice, at 128 and 384 tokens (v10's plan
+the heads' output to o's within the launch) at 4, 8 and 16 of o's rows a program
+(attend_project.O_ROWS), alternated twice, at 128 and 384 tokens (v10's plan
 splits neither); the step's kernels in the first round. Then Qwen3-0.6B's shape at 128 tokens,
 apart and fused, twice: the other model the targets name. `--quick`: once. GPU only.
 
@@ -24,6 +25,7 @@ ap = implementations.load("v13_fused").package.attend_project
 qwen25 = random_checkpoint(QWEN25_05B, 0, device=device, dtype=dtype)
 CONTEXTS = (128, 384)
 ROUNDS = 1 if "--quick" in sys.argv else 2
+O_ROWS = (4, 8, 16)  # o's rows a program (attend_project.O_ROWS)
 
 
 def cell(label: str, context: int, kernels: bool, ckpt=qwen25) -> None:
@@ -38,13 +40,14 @@ def cell(label: str, context: int, kernels: bool, ckpt=qwen25) -> None:
 
 
 for round_ in range(ROUNDS):
-    for on in (False, True):
-        ap.ON_GPU = on
+    for rows in (None,) + O_ROWS:
+        ap.ON_GPU, ap.O_ROWS = rows is not None, rows or 4
         for context in CONTEXTS:
-            cell("one launch" if on else "apart", context, round_ == 0 and context == 128)
+            cell(f"o rows {rows}" if rows else "apart", context,
+                 round_ == 0 and context == 128 and rows in (None, 4, 16))
 
 qwen3 = random_checkpoint(QWEN3_06B, 0, device=device, dtype=dtype)
 for round_ in range(ROUNDS):
-    for on in (False, True):
-        ap.ON_GPU = on
-        cell("qwen3 " + ("fused" if on else "apart"), 128, False, qwen3)
+    for rows in (None,) + O_ROWS:
+        ap.ON_GPU, ap.O_ROWS = rows is not None, rows or 4
+        cell(f"qwen3 {rows or 'apart'}", 128, False, qwen3)

@@ -57,6 +57,11 @@ check = kernels.check
 # (docs/probes/attend_project_rows.py): a GPU's steps run the attention and o as two launches.
 ON_GPU = False
 
+# o's rows a program multiplies on a GPU (gemv's one-row plan takes 4). Its programs wait for
+# the attention's holding their registers, which are the kernel's (the attention's ~200 a
+# thread): fewer programs leave room on the SMs for the launch after to start early.
+O_ROWS = 4
+
 _NS = __name__.replace(".", "_")
 
 # device -> its count of heads written and of o programs finished, int32 [2], zero between
@@ -160,6 +165,7 @@ def _attend_project_op(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Te
     # torch.empty launches nothing and is capture-safe: a graph keeps its own buffer.
     merged = q.new_empty(batch, width)  # the heads' output, written and read in the launch
     block_n, block_k, chunk, _ = gemv._shares(n, width, q.is_cuda)
+    block_n = O_ROWS if q.is_cuda else block_n
     blocks = triton.cdiv(n, block_n)
     attending = batch * kv_heads
     _attend_project_kernel[(attending + batch * blocks,)](
