@@ -50,9 +50,11 @@ it returns; handed a pending row it writes the stream settle writes, the bits of
 q, k and v within tolerance of settle's row. attend_project gives the o gemv of the heads' output
 v10's kernel writes, the bits under the interpreter, and the reference's attention times o
 within tolerance; watched program by program, each attention program stores its heads, then
-raises the count with release order, and each o program reads the heads only after it has read
-the count whole with acquire order, from L2, the count lowered again for the next launch; and
-where v10 splits a one-row context the attention launches as before and o reads its output. Launched dependent, each program of those kernels lets the next launch start,
+counts itself done with release order, and each o program, its ticket taken, reads the heads
+only after it has read its launch's every attention program done with acquire order, from L2 (on a
+GPU, a graph of 24 such launches replayed 20 times on new queries multiplies each replay's own
+heads); and where v10 splits a one-row context the attention launches as before and o reads its
+output. Launched dependent, each program of those kernels lets the next launch start,
 waits once, and reads nothing but its weights before it waits (its loads watched under the
 interpreter); in a one-row decode step every layer kernel, the attention's launch included, is
 launched so, the attention reading nothing the q/k/v launch writes before it waits; on a
@@ -358,57 +360,72 @@ def test_attend_project_hands_the_heads_to_o_within_its_launch_written_then_coun
         impl, gemv, dependent, monkeypatch):
     """attend_project's programs hand the heads' output over within one launch, which on a GPU
     run side by side: watched under the interpreter program by program (every load with its
-    cache modifier, store, barrier and atomic, in order: spec/support/watchers/
-    dependent_reads.py), over two launches in a row, for two requests and two KV heads. The
-    first programs, one a request and KV head, each store their heads' output, then a barrier
-    (every thread's stores made), then one atomic add with release order to the count, and
-    nothing after; their adds find the count at 0, 1, 2, 3 (the last launch left it at 0). Each
-    other program reads the count with acquire order and finds every head written before it
-    reads any address those programs stored, and reads them with the "cg" modifier (from L2:
-    an SM's L1 is not kept coherent within a launch); together they read every head. Launched
-    dependent (as on Hopper), an o program reads nothing but o's weight before its wait."""
+    cache modifier, store, barrier, wait and atomic, in order: spec/support/watchers/
+    dependent_reads.py), over three launches in a row, for two requests and two KV heads. The
+    first four programs of a launch each store their heads' output, then a barrier (every
+    thread's stores made), then one atomic add with release order to a count, and nothing
+    after; the count grows by four a launch, never lowered. Each other program takes a ticket
+    from a second count (an atomic add, which grows by the launch's o programs a launch), then
+    reads the first count with acquire order until it holds its launch's four (the watcher makes
+    each program's first read find it one short, as a read on a GPU may: the program must read
+    again) before it reads any address the attention stored, and reads those with the "cg"
+    modifier (from L2: an SM's L1 is not kept coherent within a launch); together they read
+    every head. Launched dependent (as on Hopper), an o program waits before its ticket and
+    reads nothing but o's weight before its wait."""
     ap = impl.package.attend_project
     gen = torch.Generator().manual_seed(0)
     cpu = Target("cpu", torch.float32)
-    batch = ref.paged_batch(cpu, gen, [5, 9], block_size=4, kv_heads=2, group=2,
-                            head_dim=8)
+    batch = ref.paged_batch(cpu, gen, [5, 9], block_size=4, kv_heads=2, group=2, head_dim=8)
     w = cpu.randn(gen, 6, 32, scale=0.2)
     attention = ap.Attention(batch.q, batch.k_cache, batch.v_cache, batch.block_tables,
                              batch.context_lens, batch.scale)
     monkeypatch.setattr(gemv, "launches_dependent", lambda x: dependent)
-    reads = DependentReads(monkeypatch)
-    outs = [ap.attend_project(attention, w) for _ in range(2)]
+    reads = DependentReads(monkeypatch, lag=True)
+    outs = [ap.attend_project(attention, w) for _ in range(3)]
     attending = 2 * 2
-    launches = [p for p in reads.programs if p.kernel == "_attend_project_kernel"]
-    assert len(launches) % 2 == 0 and launches, [p.index for p in reads.programs]
-    per_launch = len(launches) // 2
-    for launch in (launches[:per_launch], launches[per_launch:]):
-        attend, project = launch[:attending], launch[attending:]
-        assert project, "no program multiplies by o"
+    programs = [p for p in reads.programs if p.kernel == "_attend_project_kernel"]
+    per_launch = len(programs) // 3
+    assert per_launch > attending and len(programs) == 3 * per_launch, len(programs)
+    o_programs = per_launch - attending
+    first_count = first_ticket = None
+    for k in range(3):
+        launch = programs[k * per_launch:(k + 1) * per_launch]
         heads = set()
-        for i, p in enumerate(attend):
-            kinds = [k for k, _, _ in p.events]
-            assert "store" in kinds, f"attention program {i} stores nothing"
-            last_store = max(j for j, k in enumerate(kinds) if k == "store")
+        for i, p in enumerate(launch[:attending]):
+            where = f"launch {k}, attention program {i}"
+            kinds = [e[0] for e in p.events]
+            assert "store" in kinds, f"{where} stores nothing"
+            last_store = max(j for j, kind in enumerate(kinds) if kind == "store")
             assert kinds[last_store + 1:] == ["barrier", "atomic"], (
-                f"attention program {i} after its last store: {kinds[last_store + 1:]}")
+                f"{where} after its last store: {kinds[last_store + 1:]}")
             op, order, found = p.events[-1][2]
-            assert (op, order) == ("ADD", "RELEASE"), f"attention program {i}: {op} {order}"
-            assert found == [i], f"attention program {i} found the count at {found}"
-            heads |= {a for k, addrs, _ in p.events if k == "store" for a in addrs.tolist()}
+            assert (op, order) == ("ADD", "RELEASE"), f"{where}: {op} {order}"
+            first_count = found[0] if first_count is None else first_count
+            assert first_count % attending == 0, f"the count began a launch at {first_count}"
+            assert found == [first_count + k * attending + i], f"{where} found the count {found}"
+            heads |= {a for kind, addrs, _ in p.events if kind == "store" for a in addrs.tolist()}
         assert len(heads) == 2 * 4 * 8, "the heads stored are not every request's every head"
         read = set()
-        for i, p in enumerate(project):
-            where = f"o program {i}"
-            counted = next((j for j, (k, _, d) in enumerate(p.events)
-                            if k == "atomic" and d[1] == "ACQUIRE"), None)
-            assert counted is not None, f"{where} never reads the count with acquire order"
-            assert p.events[counted][2][2] == [attending], (
-                f"{where} found the count at {p.events[counted][2][2]}")
+        for i, p in enumerate(launch[attending:]):
+            where = f"launch {k}, o program {i}"
+            atomics = [j for j, e in enumerate(p.events) if e[0] == "atomic"]
+            assert atomics, f"{where} takes no ticket"
+            ticket = p.events[atomics[0]][2]
+            assert ticket[:2] == ("ADD", "RELAXED"), f"{where} takes its ticket by {ticket[:2]}"
+            first_ticket = ticket[2][0] if first_ticket is None else first_ticket
+            assert ticket[2] == [first_ticket + k * o_programs + i], f"{where}: ticket {ticket}"
+            waits = [j for j, e in enumerate(p.events) if e[0] == "wait"]
+            assert bool(waits) == dependent and (not waits or waits[0] < atomics[0]), (
+                f"{where}: waits at {waits}, its ticket at {atomics[0]}")
+            polls = [j for j in atomics if p.events[j][2][:2] == ("ADD", "ACQUIRE")]
+            assert len(polls) >= 2, f"{where} reads the count {len(polls)} times: found one " \
+                                    f"short, it must read again"
+            assert p.events[polls[-1]][2][2] == [first_count + (k + 1) * attending], (
+                f"{where} went on at the count {p.events[polls[-1]][2][2]}")
             for j, (kind, addrs, cache) in enumerate(p.events):
                 touched = heads & set(addrs.tolist())
                 if kind == "load" and touched:
-                    assert j > counted, f"{where} reads the heads before it reads the count"
+                    assert j > polls[-1], f"{where} reads the heads before the count holds them"
                     assert cache == "cg", f"{where} reads the heads through L1 ({cache!r})"
                     read |= touched
                 assert kind == "load" or not touched, f"{where} {kind}s the heads"
@@ -416,7 +433,7 @@ def test_attend_project_hands_the_heads_to_o_within_its_launch_written_then_coun
                 early = p.read_before_wait({"weight": w})
                 assert early <= {"weight"}, f"{where} reads {sorted(early)} before its wait"
         assert read == heads, "the o programs leave heads unread"
-    assert torch.equal(outs[0], outs[1])
+    assert torch.equal(outs[0], outs[1]) and torch.equal(outs[0], outs[2])
 
 
 @pytest.mark.spec(part="model", kernels=True)
@@ -739,6 +756,47 @@ def test_on_hopper_a_replayed_chain_of_one_row_layers_launches_dependent_and_giv
     for i, ((x, res), got) in enumerate(zip(rows, replayed)):
         want = chain(x, res) + tuple(c for layer in layers for c in layer[5:])
         assert all(torch.equal(a, b) for a, b in zip(want, got)), f"replay {i}"
+
+
+@pytest.mark.gpu
+@pytest.mark.spec(part="model", kernels=True)
+def test_on_a_gpu_every_replay_of_many_hand_overs_multiplies_the_heads_of_its_own_step(impl, gemv):
+    """attend_project's o programs run beside its attention's on a GPU and read the heads'
+    output the moment the count says every head is written. A CUDA graph of 24 such launches
+    (Qwen2.5-0.5B's heads and o, each its own caches, a 300-token context: one launch of the
+    attention each), replayed 20 times on new queries: every launch's product is the two
+    launches' (the attention, then the o gemv) on that replay's queries within bfloat16's
+    tolerance. A race (o reading heads not yet written, or the replay before's, or a count
+    left raised) would multiply other heads: far outside it."""
+    ap = impl.package.attend_project
+    gen = torch.Generator().manual_seed(0)
+    r = lambda *shape, scale=1.0: (torch.randn(*shape, generator=gen) * scale).to(
+        "cuda", torch.bfloat16)
+    heads, kv_heads, head_dim, page, context = 14, 2, 64, 16, 300
+    table = torch.randperm(24, generator=gen)[None, :-(-context // page)].to(
+        "cuda", torch.int32) + 1
+    lens = torch.tensor([context], dtype=torch.int32, device="cuda")
+    layers = [(r(1, heads, head_dim), r(25, page, kv_heads, head_dim),
+               r(25, page, kv_heads, head_dim), r(896, heads * head_dim, scale=0.03))
+              for _ in range(24)]
+
+    def step():
+        return [ap.attend_project(ap.Attention(q, k, v, table, lens, head_dim ** -0.5), o)
+                for q, k, v, o in layers]
+
+    step()  # compiled, and the counts made, before capture
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        outs = step()
+    for replay in range(20):
+        for q, *_ in layers:
+            q.copy_(r(1, heads, head_dim, scale=3.0))
+        graph.replay()
+        for i, ((q, k, v, o), got) in enumerate(zip(layers, outs)):
+            apart = gemv.gemv(ap.attend(ap.Attention(q, k, v, table, lens, head_dim ** -0.5))
+                              .reshape(1, -1), o)
+            assert_close(got, apart, f"replay {replay}, launch {i}")
 
 
 def context_batch(target: Target, seed: int, requests, kv_heads: int, group: int, head_dim: int,

@@ -137,7 +137,7 @@ def one_row() -> int:
     bf16, ints = "*bf16", "i32"
     common = dict(q_ptr=bf16, k_ptr=bf16, v_ptr=bf16, tables_ptr="*i32", lens_ptr="*i32",
                   part_ptr="*fp32", scale="fp32", w_ptr=bf16, bias_ptr=bf16, heads_ptr=bf16,
-                  out_ptr=bf16, counts_ptr="*i32")
+                  out_ptr=bf16, counts_ptr="*i64")
     tiles = dict(BLOCK_N=int(os.environ.get("O_ROWS", 4)), BLOCK_K=1024, HAS_BIAS=False)
     kernels = ((paged._paged_decode_kernel, dict(SPLIT=False, BLOCK_N=paged.BLOCK_N)),
                (attend._attend_project_kernel, dict(BLOCK_T=paged.BLOCK_N, **tiles)))

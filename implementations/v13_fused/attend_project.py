@@ -6,24 +6,32 @@ down's gemv. Each launch pays its start and its first trip to memory. Here the a
 o gemv are one launch whose programs hand the heads' output over within it:
 
 - its first programs are v10's decode kernel's, one a request and KV head (the online softmax of
-  _attend_heads); each writes its heads' output as v10's kernel writes it, then raises a count
-  of heads written (an atomic add, after a barrier, with release order: every store of the
-  program is visible before the count says so);
-- the rest are the o gemv's programs (gemv's plan: BLOCK_N of o's rows each, its sums); each
-  loads its first weight tile, waits for the launch before (launched dependent, as the gemv
-  is), then reads the count (with acquire order) until every head is written, then reads the
-  heads' output from L2 (the ".cg" loads: an SM's L1 is not kept coherent within a launch) and
-  multiplies as gemv does;
-- the last o program to finish lowers the count, so the next launch starts from zero (a launch
-  begins only after the one before it has ended, through the chain of waits).
+  _attend_heads); each writes its heads' output as v10's kernel writes it, then adds one to a
+  count of attention programs done (an atomic add, after a barrier, with release order: every
+  store of the program is visible before the count says so);
+- the rest are the o gemv's programs (BLOCK_N of o's rows each, gemv's sums); each loads its
+  first weight tile, waits for the launch before (launched dependent, as the gemv is), takes a
+  ticket (an atomic add to a count of o programs, which returns the count before it), reads the
+  count of attention programs done (with acquire order) until it reaches the ticket's launch's
+  last, then reads the heads' output from L2 (the ".cg" loads: an SM's L1 is not kept coherent
+  within a launch) and multiplies as gemv does.
+
+Neither count is ever lowered: every launch of one shape adds the same to each (its attention
+programs and its o programs), and a launch's programs add only after every program of the
+launch before has ended (each waits first, and a launch ends after the one before it through the
+chain of waits), so an o program's ticket says which launch it is in: ticket // (o programs a
+launch) launches of this shape came before it, and its heads are all written once the count of
+attention programs done reaches that number plus one, times the attention programs a launch.
+No program waits on another at the end of a launch (a count lowered there held the launch's end
+by a round trip to memory, 2.5% of a batch-1 step on an H100, docs/perf-notes.md). The counts
+are int64 (they never wrap), a pair a device and shape (_counts), made zero on that shape's first
+launch (a step's warm-up launches before a graph is captured): one such launch at a time on a
+device, as a step's chain on one stream gives.
 
 A program waiting for others of its own launch is safe where those others are sure to run: CUDA
 starts a launch's programs in the order of their index (as single-pass scans, CUB's among them,
 rely on), so the attention's programs, the first indices, run before any o program waits; and
 a launch launched dependent starts only once every program of the launch before it runs.
-The count lives in a small int32 buffer a device (_counts), made zero once, outside any graph
-capture (a step's warm-up launches before it is captured), and left zero by every launch: one
-such launch at a time a device, as a step's chain on one stream gives.
 
 Only where the attention is one launch of v10's (its plan does not split the context: under
 MIN_SPLIT_CONTEXT tokens of table at one row) and o takes the gemv (FusedOps.takes_gemv):
@@ -57,22 +65,21 @@ check = kernels.check
 # (docs/probes/attend_project_rows.py): a GPU's steps run the attention and o as two launches.
 ON_GPU = False
 
-# o's rows a program multiplies on a GPU (gemv's one-row plan takes 4). Its programs wait for
-# the attention's holding their registers, which are the kernel's (the attention's ~200 a
-# thread): fewer programs leave room on the SMs for the launch after to start early.
+# o's rows a program multiplies on a GPU (gemv's one-row plan takes 4).
 O_ROWS = 4
 
 _NS = __name__.replace(".", "_")
 
-# device -> its count of heads written and of o programs finished, int32 [2], zero between
-# launches (the module's docstring). A dict read by the op, made on a device's first launch.
-_COUNTS: dict[torch.device, torch.Tensor] = {}
+# (device, attention programs, o programs) -> [attention programs done, o programs' tickets],
+# int64, zero at first and never lowered (the module's docstring). A dict the op reads.
+_COUNTS: dict[tuple[torch.device, int, int], torch.Tensor] = {}
 
 
-def _counts(device: torch.device) -> torch.Tensor:
-    if device not in _COUNTS:
-        _COUNTS[device] = torch.zeros(2, dtype=torch.int32, device=device)
-    return _COUNTS[device]
+def _counts(device: torch.device, attending: int, programs: int) -> torch.Tensor:
+    key = (device, attending, programs)
+    if key not in _COUNTS:
+        _COUNTS[key] = torch.zeros(2, dtype=torch.int64, device=device)
+    return _COUNTS[key]
 
 
 @triton.jit
@@ -81,7 +88,7 @@ def _attend(q_ptr, k_ptr, v_ptr, tables_ptr, lens_ptr, heads_ptr, counts_ptr, pi
             head_dim, PAGE: tl.constexpr, BLOCK_G: tl.constexpr, BLOCK_D: tl.constexpr,
             BLOCK_T: tl.constexpr, PRECISION: tl.constexpr, PDL: tl.constexpr):
     """A program of v10's decode kernel (one request x one KV head, its group of query heads):
-    the heads' output written into the merged row, then the count of heads written raised."""
+    the heads' output written into the merged row, then counted done."""
     b = (pid // kv_heads).to(tl.int64)
     kv_head = pid % kv_heads
     context = tl.load(lens_ptr + b)
@@ -94,7 +101,7 @@ def _attend(q_ptr, k_ptr, v_ptr, tables_ptr, lens_ptr, heads_ptr, counts_ptr, pi
     out = acc / tl.where(l > 0, l, 1.0)[:, None]  # as v10 writes it: a context of 0 gives zeros
     tl.store(heads_ptr + b * width + (kv_head * group + g)[:, None] * head_dim + d[None, :],
              out.to(heads_ptr.dtype.element_ty), mask=(g < group)[:, None] & (d < head_dim)[None, :])
-    tl.debug_barrier()  # every thread's stores made before the count is raised
+    tl.debug_barrier()  # every thread's stores made before the count says so
     tl.atomic_add(counts_ptr, 1, sem="release", scope="gpu")
 
 
@@ -102,8 +109,8 @@ def _attend(q_ptr, k_ptr, v_ptr, tables_ptr, lens_ptr, heads_ptr, counts_ptr, pi
 def _project(w_ptr, bias_ptr, heads_ptr, out_ptr, counts_ptr, j, n, width, attending, blocks,
              chunk, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, HAS_BIAS: tl.constexpr,
              PDL: tl.constexpr):
-    """The o gemv's program j: request b's rows [lo, lo + BLOCK_N) of o, once every head is
-    written; the last to finish lowers the counts."""
+    """The o gemv's program j: request b's rows [lo, lo + BLOCK_N) of o, once every head of
+    its launch is written."""
     b = (j // blocks).to(tl.int64)
     rows = (j % blocks).to(tl.int64) * BLOCK_N + tl.arange(0, BLOCK_N)
     live = rows < n
@@ -111,7 +118,9 @@ def _project(w_ptr, bias_ptr, heads_ptr, out_ptr, counts_ptr, j, n, width, atten
                                tl.minimum(chunk, width))
     if PDL:
         tl.extra.cuda.gdc_wait()
-    while tl.atomic_add(counts_ptr, 0, sem="acquire", scope="gpu") < attending:
+    ticket = tl.atomic_add(counts_ptr + 1, 1, sem="relaxed", scope="gpu")
+    done = (ticket // (tl.num_programs(0) - attending) + 1) * attending
+    while tl.atomic_add(counts_ptr, 0, sem="acquire", scope="gpu") < done:
         pass
     # gemv's sums: a share of k at a time, the shares added in its split sums' order.
     acc = tl.zeros((BLOCK_N,), dtype=tl.float32)
@@ -124,11 +133,6 @@ def _project(w_ptr, bias_ptr, heads_ptr, out_ptr, counts_ptr, j, n, width, atten
     if HAS_BIAS:
         acc += tl.load(bias_ptr + rows, mask=live, other=0.0).to(tl.float32)
     tl.store(out_ptr + b * n + rows, acc.to(out_ptr.dtype.element_ty), mask=live)
-    # Every o program has read the count of heads by the time the last one gets here.
-    finished = tl.atomic_add(counts_ptr + 1, 1, sem="relaxed", scope="gpu")
-    if finished == tl.num_programs(0) - attending - 1:
-        tl.atomic_xchg(counts_ptr, 0, sem="relaxed", scope="gpu")
-        tl.atomic_xchg(counts_ptr + 1, 0, sem="relaxed", scope="gpu")
 
 
 @triton.jit
@@ -170,7 +174,8 @@ def _attend_project_op(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Te
     attending = batch * kv_heads
     _attend_project_kernel[(attending + batch * blocks,)](
         q, k_cache, v_cache, block_tables, context_lens, weight,
-        bias if bias is not None else weight, merged, out, _counts(q.device), scale,
+        bias if bias is not None else weight, merged, out,
+        _counts(q.device, attending, batch * blocks), scale,
         q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
         block_tables.stride(0), n, width, kv_heads, heads // kv_heads, head_dim, attending,
         blocks, chunk, PAGE=k_cache.shape[1], BLOCK_G=paged_kernels._pad(heads // kv_heads),

@@ -367,11 +367,11 @@ MUTANTS = [
     # one after another; the spec reads each program's stores, loads and atomics in order.
     Mutant("v13-attend-project-o-never-waits-for-the-heads", "in-launch hand-over", (
         Edit(ATTEND_KERNEL, '    while tl.atomic_add(counts_ptr, 0, sem="acquire", scope="gpu") '
-                            '< attending:\n        pass\n', ""),),
+                            '< done:\n        pass\n', ""),),
         (HANDOVER,), ("v13",), "o's programs read the heads without reading the count first"),
     Mutant("v13-attend-project-counts-before-it-stores", "in-launch hand-over", (
         Edit(ATTEND_KERNEL, "    tl.debug_barrier()  # every thread's stores made before the "
-                            "count is raised\n    tl.atomic_add(counts_ptr, 1, sem=\"release\", "
+                            "count says so\n    tl.atomic_add(counts_ptr, 1, sem=\"release\", "
                             "scope=\"gpu\")\n", ""),
         Edit(ATTEND_KERNEL, "    tl.store(heads_ptr + b * width",
              "    tl.atomic_add(counts_ptr, 1, sem=\"release\", scope=\"gpu\")\n"
@@ -383,10 +383,18 @@ MUTANTS = [
              'tl.atomic_add(counts_ptr, 1, sem="relaxed", scope="gpu")'),),
         (HANDOVER,), ("v13",), "the count is raised without release order: a reader may see it "
                                "before the heads"),
-    Mutant("v13-attend-project-count-never-lowered", "in-launch hand-over", (
-        Edit(ATTEND_KERNEL, '        tl.atomic_xchg(counts_ptr, 0, sem="relaxed", scope="gpu")\n', ""),),
-        (HANDOVER,), ("v13",), "the count of heads stays raised: the next launch's o programs "
-                               "go on before its heads are written"),
+    Mutant("v13-attend-project-waits-for-the-launch-before", "in-launch hand-over", (
+        Edit(ATTEND_KERNEL, "    done = (ticket // (tl.num_programs(0) - attending) + 1) * attending",
+             "    done = (ticket // (tl.num_programs(0) - attending)) * attending"),),
+        (HANDOVER,), ("v13",), "o's programs wait for the launch before's heads, not their own "
+                               "launch's"),
+    Mutant("v13-attend-project-ticket-before-the-wait", "in-launch hand-over", (
+        Edit(ATTEND_KERNEL, "    if PDL:\n        tl.extra.cuda.gdc_wait()\n    ticket = "
+                            "tl.atomic_add(counts_ptr + 1, 1, sem=\"relaxed\", scope=\"gpu\")\n",
+             "    ticket = tl.atomic_add(counts_ptr + 1, 1, sem=\"relaxed\", scope=\"gpu\")\n"
+             "    if PDL:\n        tl.extra.cuda.gdc_wait()\n"),),
+        (HANDOVER,), ("v13",), "an o program takes its ticket before the launch before has "
+                               "ended, whose o programs may not have taken theirs"),
     Mutant("v13-attend-project-heads-read-through-l1", "in-launch hand-over", (
         Edit(ATTEND_KERNEL, 'BLOCK_N, BLOCK_K, ".cg")', 'BLOCK_N, BLOCK_K, "")'),),
         (HANDOVER,), ("v13",), "o's programs read the heads with the default cache modifier, "

@@ -32,7 +32,8 @@ class Program:
     before: list[np.ndarray] = field(default_factory=list)  # addresses read before its wait
     after: list[np.ndarray] = field(default_factory=list)
     # (kind, addresses, detail) in program order: ("load", addrs, its cache modifier: "cg", "none"), ("store",
-    # addrs, None), ("barrier", empty, None), ("atomic", addrs, (op, order, returned values))
+    # addrs, None), ("barrier", empty, None), ("wait", empty, None) (gdc_wait), ("atomic",
+    # addrs, (op, order, returned values))
     events: list[tuple[str, np.ndarray, object]] = field(default_factory=list)
 
     def read_before_wait(self, tensors: dict[str, torch.Tensor]) -> set[str]:
@@ -45,7 +46,11 @@ class DependentReads:
     """`reads = DependentReads(monkeypatch)`, run kernels launched with PDL=True, then
     `reads.programs`: one Program per program run, in launch order."""
 
-    def __init__(self, monkeypatch):
+    def __init__(self, monkeypatch, lag: bool = False):
+        """lag: each program's first atomic read with acquire order (an add of 0) finds the
+        count one short of what memory holds, as on a GPU a program may read a count before the
+        last program it waits for has added to it: a program that waits for the count must
+        read it again."""
         self.programs: list[Program] = []
         self._kernel, self._launched = "?", False
         load = interpreter.InterpreterBuilder.create_masked_load
@@ -68,9 +73,13 @@ class DependentReads:
 
         def atomic_rmw(builder, op, ptr, val, mask, sem, scope):
             got = rmw(builder, op, ptr, val, mask, sem, scope)
-            self._current(builder.grid_idx).events.append(
-                ("atomic", _live(ptr, mask), (_name(op), _name(sem),
-                                              np.asarray(got.data).ravel().tolist())))
+            program = self._current(builder.grid_idx)
+            detail = (_name(op), _name(sem))
+            if (lag and detail == ("ADD", "ACQUIRE") and not np.any(val.data)
+                    and not any(e[0] == "atomic" and e[2][:2] == detail for e in program.events)):
+                got = interpreter.TensorHandle(got.data - 1, got.dtype)
+            program.events.append(("atomic", _live(ptr, mask),
+                                   detail + (np.asarray(got.data).ravel().tolist(),)))
             return got
 
         def barrier_(builder):
@@ -85,7 +94,9 @@ class DependentReads:
             self._current(interpreter.interpreter_builder.grid_idx).lets_next_start = True
 
         def wait(*_args, **_kwargs):
-            self._current(interpreter.interpreter_builder.grid_idx).waits += 1
+            program = self._current(interpreter.interpreter_builder.grid_idx)
+            program.waits += 1
+            program.events.append(("wait", np.empty(0), None))
 
         monkeypatch.setattr(interpreter.InterpreterBuilder, "create_masked_load", masked_load)
         monkeypatch.setattr(interpreter.InterpreterBuilder, "create_masked_store", masked_store)
