@@ -9,8 +9,8 @@ o gemv are one launch whose programs hand the heads' output over within it:
   _attend_heads); each writes its heads' output as v10's kernel writes it, then adds one to a
   count of attention programs done (an atomic add, after a barrier, with release order: every
   store of the program is visible before the count says so);
-- the rest are the o gemv's programs (BLOCK_N of o's rows each, gemv's sums); each loads its
-  first weight tile, waits for the launch before (launched dependent, as the gemv is), takes a
+- the rest are the o gemv's programs (O_BYTES of o's rows each on a GPU, gemv's sums); each
+  loads its first weight tile, waits for the launch before (launched dependent, as the gemv is), takes a
   ticket (an atomic add to a count of o programs, which returns the count before it), reads the
   count of attention programs done (with acquire order) until it reaches the ticket's launch's
   last, then reads the heads' output from L2 (the ".cg" loads: an SM's L1 is not kept coherent
@@ -22,8 +22,9 @@ launch before has ended (each waits first, and a launch ends after the one befor
 chain of waits), so an o program's ticket says which launch it is in: ticket // (o programs a
 launch) launches of this shape came before it, and its heads are all written once the count of
 attention programs done reaches that number plus one, times the attention programs a launch.
-No program waits on another at the end of a launch (a count lowered there held the launch's end
-by a round trip to memory, 2.5% of a batch-1 step on an H100, docs/perf-notes.md). The counts
+No program waits on another at the end of a launch (a count lowered there, by the last o program
+once the others had counted themselves, held each launch's end: 1.4-1.8% of a batch-1 step's
+kernel time on an H100, docs/perf-notes.md). The counts
 are int64 (they never wrap), a pair a device and shape (_counts), made zero on that shape's first
 launch (a step's warm-up launches before a graph is captured): one such launch at a time on a
 device, as a step's chain on one stream gives.
@@ -35,8 +36,8 @@ a launch launched dependent starts only once every program of the launch before 
 
 Only where the attention is one launch of v10's (its plan does not split the context: under
 MIN_SPLIT_CONTEXT tokens of table at one row) and o takes the gemv (FusedOps.takes_gemv):
-elsewhere the decode attention runs as before and o is a product of its own. And on a GPU only
-once measured there (ON_GPU). decode_attention, the memory's decode function, leaves the
+elsewhere the decode attention runs as before and o is a product of its own (and on a GPU only
+while ON_GPU says so). decode_attention, the memory's decode function, leaves the
 attention pending (Attention) at one row, and the ops' output projection launches it with o
 (attend_project) or alone (attend).
 
@@ -58,15 +59,15 @@ from . import gemv
 
 check = kernels.check
 
-# Whether a CUDA device's decode steps take this launch. The version before this one, whose
-# programs each attended their group again for their block of o's rows, measured no faster than
-# the two launches at 128 tokens, 6% slower at 384 and 45% slower at Qwen3-0.6B's heads (H100,
-# docs/perf-notes.md, 2026-12-07); this one attends once. Off till timed on a GPU
-# (docs/probes/attend_project_rows.py): a GPU's steps run the attention and o as two launches.
-ON_GPU = False
+# Whether a CUDA device's decode steps take this launch: yes. Timed on an H100 against the
+# attention and the o gemv as two launches (docs/probes/attend_project_rows.py, docs/perf-notes.md,
+# 2026-12-07): a batch-1 step's kernels 1% longer at Qwen2.5-0.5B's shape and 1% shorter at
+# Qwen3-0.6B's, in 24 and 56 launches fewer (138 -> 114, 241 -> 185).
+ON_GPU = True
 
-# o's rows a program multiplies on a GPU (gemv's one-row plan takes 4).
-O_ROWS = 4
+# o's weight a program reads on a GPU, in bytes: 8 rows of Qwen2.5-0.5B's o (896 columns), 4
+# of Qwen3-0.6B's (2,048), the best of 2, 4, 8 and 16 rows on an H100 at each (the same probe).
+O_BYTES = 16384
 
 _NS = __name__.replace(".", "_")
 
@@ -169,7 +170,8 @@ def _attend_project_op(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Te
     # torch.empty launches nothing and is capture-safe: a graph keeps its own buffer.
     merged = q.new_empty(batch, width)  # the heads' output, written and read in the launch
     block_n, block_k, chunk, _ = gemv._shares(n, width, q.is_cuda)
-    block_n = O_ROWS if q.is_cuda else block_n
+    if q.is_cuda:  # O_BYTES of o a program, in a power of two of its rows
+        block_n = 1 << max(0, (O_BYTES // (width * weight.element_size())).bit_length() - 1)
     blocks = triton.cdiv(n, block_n)
     attending = batch * kv_heads
     _attend_project_kernel[(attending + batch * blocks,)](

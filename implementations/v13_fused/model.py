@@ -22,8 +22,7 @@ to the stream and norms the row in its own programs, and the loop's settle runs 
 launch of their own before the final norm. The attention and o's product between them run as
 one launch too (attend_project.py): the memory's decode attention leaves a one-row attention
 pending, and the output projection launches it with o, the attention's programs handing the
-heads' output to o's within the launch. Four launches a layer (under the interpreter; on a GPU
-once measured there: attend_project.ON_GPU).
+heads' output to o's within the launch. Four launches a layer.
 
 A prefill's attention was, for every request in every layer, two gathers of its context out of
 the cache, then one fused call (v02's causal_attention), a host wait for each request's span
