@@ -1,10 +1,10 @@
 """v13's attend_project on a GPU (issue 48): the newest version's one-row decode step
 (Qwen2.5-0.5B's shape, random weights, bf16), timed as `bench decode` times it, with the attention
 and o as two launches (attend_project.ON_GPU off) and as one (on: the attention's programs hand
-the heads' output to o's within the launch) at 8, 16 and 32 KB of o a program
-(attend_project.O_BYTES: 4, 8 and 16 of its rows), alternated twice, at 128 and 384 tokens (v10's
-plan splits neither); the step's kernels in the first round. Then Qwen3-0.6B's shape at 128
-tokens (2, 4 and 8 of its rows), apart and fused, twice: the other model the targets name.
+the heads' output to o's within the launch) at 4, 8 and 16 of o's rows a program
+(attend_project.O_ROWS), alternated twice, at 128 and 384 tokens (v10's plan splits neither);
+the step's kernels in the first round. Then Qwen3-0.6B's shape at 128 tokens, apart and fused,
+twice: the other model the targets name.
 `--quick`: once. GPU only.
 
     PYTHONPATH=. python3 docs/probes/attend_project_rows.py [--quick]
@@ -26,7 +26,7 @@ ap = implementations.load("v13_fused").package.attend_project
 qwen25 = random_checkpoint(QWEN25_05B, 0, device=device, dtype=dtype)
 CONTEXTS = (128, 384)
 ROUNDS = 1 if "--quick" in sys.argv else 2
-SIZES = (8192, 16384, 32768)  # bytes of o a program (attend_project.O_BYTES)
+ROWS = (4, 8, 16)  # o's rows a program (attend_project.O_ROWS)
 
 
 def cell(label: str, context: int, kernels: bool, ckpt=qwen25) -> None:
@@ -41,14 +41,14 @@ def cell(label: str, context: int, kernels: bool, ckpt=qwen25) -> None:
 
 
 for round_ in range(ROUNDS):
-    for size in (None,) + SIZES:
-        ap.ON_GPU, ap.O_BYTES = size is not None, size or 16384
+    for rows in (None,) + ROWS:
+        ap.ON_GPU, ap.O_ROWS = rows is not None, rows or 8
         for context in CONTEXTS:
-            cell(f"{size // 1024} KB" if size else "apart", context,
-                 round_ == 0 and context == 128 and size in (None, 16384))
+            cell(f"o rows {rows}" if rows else "apart", context,
+                 round_ == 0 and context == 128 and rows in (None, 8))
 
 qwen3 = random_checkpoint(QWEN3_06B, 0, device=device, dtype=dtype)
 for round_ in range(ROUNDS):
-    for size in (None,) + SIZES:
-        ap.ON_GPU, ap.O_BYTES = size is not None, size or 16384
-        cell(f"qwen3 {size // 1024} KB" if size else "qwen3 apart", 128, False, qwen3)
+    for rows in (None,) + ROWS:
+        ap.ON_GPU, ap.O_ROWS = rows is not None, rows or 8
+        cell(f"qwen3 {rows or 'apart'}", 128, False, qwen3)

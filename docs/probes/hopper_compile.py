@@ -138,7 +138,7 @@ def one_row() -> int:
     common = dict(q_ptr=bf16, k_ptr=bf16, v_ptr=bf16, tables_ptr="*i32", lens_ptr="*i32",
                   part_ptr="*fp32", scale="fp32", w_ptr=bf16, bias_ptr=bf16, heads_ptr=bf16,
                   out_ptr=bf16, counts_ptr="*i64")
-    tiles = dict(BLOCK_N=int(os.environ.get("O_ROWS", 4)), BLOCK_K=1024, HAS_BIAS=False)
+    tiles = dict(BLOCK_N=int(os.environ.get("O_ROWS", 8)), BLOCK_K=1024, HAS_BIAS=False)
     kernels = ((paged._paged_decode_kernel, dict(SPLIT=False, BLOCK_N=paged.BLOCK_N)),
                (attend._attend_project_kernel, dict(BLOCK_T=paged.BLOCK_N, **tiles)))
     for model, group, head_dim in (("Qwen2.5-0.5B", 7, 64), ("Qwen3-0.6B", 2, 128)):

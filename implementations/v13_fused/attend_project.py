@@ -9,7 +9,7 @@ o gemv are one launch whose programs hand the heads' output over within it:
   _attend_heads); each writes its heads' output as v10's kernel writes it, then adds one to a
   count of attention programs done (an atomic add, after a barrier, with release order: every
   store of the program is visible before the count says so);
-- the rest are the o gemv's programs (O_BYTES of o's rows each on a GPU, gemv's sums); each
+- the rest are the o gemv's programs (O_ROWS of o's rows each on a GPU, gemv's sums); each
   loads its first weight tile, waits for the launch before (launched dependent, as the gemv is), takes a
   ticket (an atomic add to a count of o programs, which returns the count before it), reads the
   count of attention programs done (with acquire order) until it reaches the ticket's launch's
@@ -61,13 +61,15 @@ check = kernels.check
 
 # Whether a CUDA device's decode steps take this launch: yes. Timed on an H100 against the
 # attention and the o gemv as two launches (docs/probes/attend_project_rows.py, docs/perf-notes.md,
-# 2026-12-07): a batch-1 step's kernels 1% longer at Qwen2.5-0.5B's shape and 1% shorter at
-# Qwen3-0.6B's, in 24 and 56 launches fewer (138 -> 114, 241 -> 185).
+# 2026-12-07): a batch-1 step's kernels 1.4-1.8% longer at Qwen2.5-0.5B's shape and 0.3% shorter
+# at Qwen3-0.6B's, in 24 and 56 launches fewer (138 -> 114, 241 -> 185).
 ON_GPU = True
 
-# o's weight a program reads on a GPU, in bytes: 8 rows of Qwen2.5-0.5B's o (896 columns), 4
-# of Qwen3-0.6B's (2,048), the best of 2, 4, 8 and 16 rows on an H100 at each (the same probe).
-O_BYTES = 16384
+# o's rows a program multiplies on a GPU: 8, the best of 4, 8 and 16 at Qwen2.5-0.5B's shape on
+# an H100 (the same probe; Qwen3-0.6B's best was 4, 0.8% faster than 8). Fixed, not fitted to
+# o's width: 16 KB of o a program gave a 64-wide model a tile of 128 rows x BLOCK_K, whose compile
+# for sm_90a took minutes, and the GPU suite did not finish (docs/gpu.md, 2026-12-07).
+O_ROWS = 8
 
 _NS = __name__.replace(".", "_")
 
@@ -170,8 +172,7 @@ def _attend_project_op(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Te
     # torch.empty launches nothing and is capture-safe: a graph keeps its own buffer.
     merged = q.new_empty(batch, width)  # the heads' output, written and read in the launch
     block_n, block_k, chunk, _ = gemv._shares(n, width, q.is_cuda)
-    if q.is_cuda:  # O_BYTES of o a program, in a power of two of its rows
-        block_n = 1 << max(0, (O_BYTES // (width * weight.element_size())).bit_length() - 1)
+    block_n = O_ROWS if q.is_cuda else block_n
     blocks = triton.cdiv(n, block_n)
     attending = batch * kv_heads
     _attend_project_kernel[(attending + batch * blocks,)](
