@@ -16,8 +16,9 @@ to the stream and norms the row in its programs), and the q/k/v gemv turns, spli
 the heads itself (gemv_rope_split); the attention and the o product after it run as one launch
 (attend_project: its first programs attend as v10's kernel's do and write the heads' output,
 the rest multiply it by o as the o gemv's do once every head is written, a hand-over within the
-launch through a count in memory), where v10's plan runs that attention as one launch; on Hopper and later those kernels launch dependent on the launch before
-them (programmatic dependent launch: each starts early, reads its first weights, then waits for
+launch through a count in memory), where v10's plan runs that attention as one launch; on
+Hopper and later those kernels launch dependent on the launch before them (programmatic
+dependent launch: each starts early, reads its first weights, then waits for
 the writes it reads). The greedy draw's argmax is argmax_rows, one read
 of the logits (chunks of each row over programs, then a pick), which the sampler reaches through
 the model's ops.

@@ -10,11 +10,11 @@ o gemv are one launch whose programs hand the heads' output over within it:
   count of attention programs done (an atomic add, after a barrier, with release order: every
   store of the program is visible before the count says so);
 - the rest are the o gemv's programs (O_ROWS of o's rows each on a GPU, gemv's sums); each
-  loads its first weight tile, waits for the launch before (launched dependent, as the gemv is), takes a
-  ticket (an atomic add to a count of o programs, which returns the count before it), reads the
-  count of attention programs done (with acquire order) until it reaches the ticket's launch's
-  last, then reads the heads' output from L2 (the ".cg" loads: an SM's L1 is not kept coherent
-  within a launch) and multiplies as gemv does.
+  loads its first weight tile, waits for the launch before (launched dependent, as the gemv
+  is), takes a ticket (an atomic add to a count of o programs, which returns the count before
+  it), reads the count of attention programs done (with acquire order) until it reaches the
+  ticket's launch's last, then reads the heads' output from L2 (the ".cg" loads: an SM's L1 is
+  not kept coherent within a launch) and multiplies as gemv does.
 
 Neither count is ever lowered: every launch of one shape adds the same to each (its attention
 programs and its o programs), and a launch's programs add only after every program of the
@@ -24,10 +24,10 @@ launch) launches of this shape came before it, and its heads are all written onc
 attention programs done reaches that number plus one, times the attention programs a launch.
 No program waits on another at the end of a launch (a count lowered there, by the last o program
 once the others had counted themselves, held each launch's end: 1.4-1.8% of a batch-1 step's
-kernel time on an H100, docs/perf-notes.md). The counts
-are int64 (they never wrap), a pair a device and shape (_counts), made zero on that shape's first
-launch (a step's warm-up launches before a graph is captured): one such launch at a time on a
-device, as a step's chain on one stream gives.
+kernel time on an H100, docs/perf-notes.md). The counts are int64 (they never wrap), a pair a
+device and shape (_counts), made zero on that shape's first launch (a step's warm-up launches
+before a graph is captured): one such launch at a time on a device, as a step's chain on one
+stream gives.
 
 A program waiting for others of its own launch is safe where those others are sure to run: CUDA
 starts a launch's programs in the order of their index (as single-pass scans, CUB's among them,
@@ -61,12 +61,12 @@ check = kernels.check
 
 # Whether a CUDA device's decode steps take this launch: yes. Timed on an H100 against the
 # attention and the o gemv as two launches (docs/probes/attend_project_rows.py, docs/perf-notes.md,
-# 2026-12-07): a batch-1 step's kernels 1.4-1.8% longer at Qwen2.5-0.5B's shape and 0.3% shorter
-# at Qwen3-0.6B's, in 24 and 56 launches fewer (138 -> 114, 241 -> 185).
+# 2026-12-07), at 8 rows: a batch-1 step's kernels 1.4-1.8% longer at Qwen2.5-0.5B's shape and
+# 0.6% at Qwen3-0.6B's, in 24 and 56 launches fewer (138 -> 114, 241 -> 185): the issue's 120.
 ON_GPU = True
 
 # o's rows a program multiplies on a GPU: 8, the best of 4, 8 and 16 at Qwen2.5-0.5B's shape on
-# an H100 (the same probe; Qwen3-0.6B's best was 4, 0.8% faster than 8). Fixed, not fitted to
+# an H100 (the same probe; Qwen3-0.6B's best was 4, 0.9% faster than 8). Fixed, not fitted to
 # o's width: 16 KB of o a program gave a 64-wide model a tile of 128 rows x BLOCK_K, whose compile
 # for sm_90a took minutes, and the GPU suite did not finish (docs/gpu.md, 2026-12-07).
 O_ROWS = 8
@@ -103,7 +103,8 @@ def _attend(q_ptr, k_ptr, v_ptr, tables_ptr, lens_ptr, heads_ptr, counts_ptr, pi
     d = tl.arange(0, BLOCK_D)
     out = acc / tl.where(l > 0, l, 1.0)[:, None]  # as v10 writes it: a context of 0 gives zeros
     tl.store(heads_ptr + b * width + (kv_head * group + g)[:, None] * head_dim + d[None, :],
-             out.to(heads_ptr.dtype.element_ty), mask=(g < group)[:, None] & (d < head_dim)[None, :])
+             out.to(heads_ptr.dtype.element_ty),
+             mask=(g < group)[:, None] & (d < head_dim)[None, :])
     tl.debug_barrier()  # every thread's stores made before the count says so
     tl.atomic_add(counts_ptr, 1, sem="release", scope="gpu")
 
