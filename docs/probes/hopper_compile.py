@@ -13,8 +13,9 @@ decides what @triton.jit makes when a module is imported):
 
 `one-row` compiles v10's decode attention kernel and v13's attend_project at a one-row GPU
 step's settings (bfloat16, 4 warps, tiles of 128 tokens; Qwen2.5-0.5B's heads and Qwen3-0.6B's,
-launched plainly and dependent) and prints ptxas's registers and spills: the figures of
-docs/perf-notes.md's "Without a GPU" section. PYTHONPATH=<a checkout> gives another tree's.
+launched plainly and dependent; attend_project with 8 of o's rows a program, or O_ROWS=N) and
+prints ptxas's registers and spills: the figures of docs/perf-notes.md's "Without a GPU"
+section. PYTHONPATH=<a checkout> gives another tree's.
 
 `record` runs pytest in this process (default: the kernel pages, v09 to v18) and keeps each
 distinct launch: the kernel, its arguments' types (a tensor's dtype, an int's width), its
