@@ -10,7 +10,8 @@ a program read before it waited. CPU tensors are read in place, so an address be
 tensor whose storage holds it.
 
 Each program's events are kept in order too (Program.events: its loads with their cache
-modifier, stores, barriers and atomics with their memory order and the values they returned),
+modifier, stores, barriers, waits and atomics with their memory order and the values they
+returned),
 for a kernel whose programs hand data to one another within a launch (v13's attend_project):
 a spec can say a program wrote before it signalled, and read only after the signal."""
 from __future__ import annotations
@@ -31,9 +32,9 @@ class Program:
     waits: int = 0                 # gdc_wait calls
     before: list[np.ndarray] = field(default_factory=list)  # addresses read before its wait
     after: list[np.ndarray] = field(default_factory=list)
-    # (kind, addresses, detail) in program order: ("load", addrs, its cache modifier: "cg", "none"), ("store",
-    # addrs, None), ("barrier", empty, None), ("wait", empty, None) (gdc_wait), ("atomic",
-    # addrs, (op, order, returned values))
+    # (kind, addresses, detail) in program order: ("load", addrs, its cache modifier: "cg",
+    # "none"), ("store", addrs, None), ("barrier", empty, None), ("wait", empty, None) (gdc_wait),
+    # ("atomic", addrs, (op, order, returned values))
     events: list[tuple[str, np.ndarray, object]] = field(default_factory=list)
 
     def read_before_wait(self, tensors: dict[str, torch.Tensor]) -> set[str]:
