@@ -11,9 +11,9 @@ tensor whose storage holds it.
 
 Each program's events are kept in order too (Program.events: its loads with their cache
 modifier, stores, barriers, waits and atomics with their memory order and the values they
-returned),
-for a kernel whose programs hand data to one another within a launch (v13's attend_project):
-a spec can say a program wrote before it signalled, and read only after the signal."""
+returned), for a kernel whose programs hand data to one another within a launch (v13's
+attend_project): a spec can say a program wrote before it signalled, and read only after the
+signal."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
