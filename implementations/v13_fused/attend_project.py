@@ -118,7 +118,7 @@ def _project(w_ptr, bias_ptr, heads_ptr, out_ptr, counts_ptr, j, n, width, atten
     b = (j // blocks).to(tl.int64)
     rows = (j % blocks).to(tl.int64) * BLOCK_N + tl.arange(0, BLOCK_N)
     live = rows < n
-    w_next = gemv._weight_tile(w_ptr, rows, live, width, tl.arange(0, BLOCK_K),
+    w_next = gemv.weight_tile(w_ptr, rows, live, width, tl.arange(0, BLOCK_K),
                                tl.minimum(chunk, width))
     if PDL:
         tl.extra.cuda.gdc_wait()
@@ -132,7 +132,7 @@ def _project(w_ptr, bias_ptr, heads_ptr, out_ptr, counts_ptr, j, n, width, atten
         hi = tl.minimum(lo + chunk, width)
         acc += gemv.sums(heads_ptr + b * width, w_ptr, rows, live, width, lo, hi, w_next, False,
                          BLOCK_N, BLOCK_K, ".cg")
-        w_next = gemv._weight_tile(w_ptr, rows, live, width, hi + tl.arange(0, BLOCK_K),
+        w_next = gemv.weight_tile(w_ptr, rows, live, width, hi + tl.arange(0, BLOCK_K),
                                    tl.minimum(hi + chunk, width))
     if HAS_BIAS:
         acc += tl.load(bias_ptr + rows, mask=live, other=0.0).to(tl.float32)
@@ -172,7 +172,7 @@ def _attend_project_op(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Te
         return out
     # torch.empty launches nothing and is capture-safe: a graph keeps its own buffer.
     merged = q.new_empty(batch, width)  # the heads' output, written and read in the launch
-    block_n, block_k, chunk, _ = gemv._shares(n, width, q.is_cuda)
+    block_n, block_k, chunk, _ = gemv.split_plan(n, width, q.is_cuda)
     block_n = O_ROWS if q.is_cuda else block_n
     blocks = triton.cdiv(n, block_n)
     attending = batch * kv_heads

@@ -72,7 +72,7 @@ _NS = __name__.replace(".", "_")
 
 
 @triton.jit
-def _weight_tile(w_ptr, rows, live_rows, k, ks, hi):
+def weight_tile(w_ptr, rows, live_rows, k, ks, hi):
     """Weight rows `rows` (a [n, k] matrix's) at columns ks, zeros where a row is not live or a
     column is at or past hi: the tile every one-row product reads."""
     return tl.load(w_ptr + rows[:, None] * k + ks[None, :],
@@ -92,7 +92,7 @@ def sums(x_ptr, w_ptr, rows, live_rows, k, lo, hi, w_next, SWIGLU: tl.constexpr,
         ks = start + tl.arange(0, BLOCK_K)
         live = ks < hi
         w = w_next
-        w_next = _weight_tile(w_ptr, rows, live_rows, k, ks + BLOCK_K, hi)
+        w_next = weight_tile(w_ptr, rows, live_rows, k, ks + BLOCK_K, hi)
         if SWIGLU:
             gate = tl.load(x_ptr + ks, mask=live, other=0.0, cache_modifier=CACHE)
             up = tl.load(x_ptr + k + ks, mask=live, other=0.0, cache_modifier=CACHE)
@@ -118,7 +118,7 @@ def _gemv_kernel(x_ptr, w_ptr, bias_ptr, out_ptr, n, k, chunk, SWIGLU: tl.conste
     hi = tl.minimum(lo + chunk, k)
     # The first weight tile before the wait (launches_dependent says why); each next one a tile
     # ahead of its use.
-    w_next = _weight_tile(w_ptr, rows, rows < n, k, lo + tl.arange(0, BLOCK_K), hi)
+    w_next = weight_tile(w_ptr, rows, rows < n, k, lo + tl.arange(0, BLOCK_K), hi)
     if PDL:
         tl.extra.cuda.gdc_wait()
     acc = sums(x_ptr, w_ptr, rows, rows < n, k, lo, hi, w_next, SWIGLU, BLOCK_N, BLOCK_K, "")
@@ -188,7 +188,7 @@ def _norm_gemv_kernel(x_ptr, res_ptr, norm_ptr, w_ptr, bias_ptr, out_ptr, res_ou
     row = tl.program_id(0).to(tl.int64)
     rows = tl.program_id(1).to(tl.int64) * BLOCK_N + tl.arange(0, BLOCK_N)  # weight rows
     # the first weight tile before the wait, as in _gemv_kernel
-    w_next = _weight_tile(w_ptr, rows, rows < n, k, tl.arange(0, BLOCK_K), k)
+    w_next = weight_tile(w_ptr, rows, rows < n, k, tl.arange(0, BLOCK_K), k)
     if PDL:
         tl.extra.cuda.gdc_wait()
     # Every program forms the stream x + residual and its mean square itself, as v09's
@@ -207,7 +207,7 @@ def _norm_gemv_kernel(x_ptr, res_ptr, norm_ptr, w_ptr, bias_ptr, out_ptr, res_ou
         ss = _joined(x_ptr, res_ptr, row, k, ks, live)
         h = _normed(ss, rstd, norm_ptr, ks, live)
         w = w_next
-        w_next = _weight_tile(w_ptr, rows, rows < n, k, ks + BLOCK_K, k)
+        w_next = weight_tile(w_ptr, rows, rows < n, k, ks + BLOCK_K, k)
         acc += tl.sum(w.to(tl.float32) * h.to(tl.float32)[None, :], axis=1)
     if HAS_BIAS:
         acc += tl.load(bias_ptr + rows, mask=rows < n, other=0.0).to(tl.float32)
@@ -249,8 +249,8 @@ def _gemv_rope_kernel(x_ptr, w_ptr, bias_ptr, cos_ptr, sin_ptr, q_ptr, k_ptr, v_
     r1 = (head * 2 * half + c).to(tl.int64)
     r2 = r1 + half
     ks = tl.arange(0, BLOCK_K)  # the first weight tiles before the wait, as in _gemv_kernel
-    w1_next = _weight_tile(w_ptr, r1, live_p, k, ks, k)
-    w2_next = _weight_tile(w_ptr, r2, live_p, k, ks, k)
+    w1_next = weight_tile(w_ptr, r1, live_p, k, ks, k)
+    w2_next = weight_tile(w_ptr, r2, live_p, k, ks, k)
     if PDL:
         tl.extra.cuda.gdc_wait()
     if SPLIT:
@@ -279,8 +279,8 @@ def _gemv_rope_kernel(x_ptr, w_ptr, bias_ptr, cos_ptr, sin_ptr, q_ptr, k_ptr, v_
                               HAS_PART_BIAS, BLOCK_K)
             a = _normed(ss, rstd, norm_ptr, ks, live).to(tl.float32)
         w1, w2 = w1_next, w2_next
-        w1_next = _weight_tile(w_ptr, r1, live_p, k, ks + BLOCK_K, k)
-        w2_next = _weight_tile(w_ptr, r2, live_p, k, ks + BLOCK_K, k)
+        w1_next = weight_tile(w_ptr, r1, live_p, k, ks + BLOCK_K, k)
+        w2_next = weight_tile(w_ptr, r2, live_p, k, ks + BLOCK_K, k)
         acc1 += tl.sum(w1.to(tl.float32) * a[None, :], axis=1)
         acc2 += tl.sum(w2.to(tl.float32) * a[None, :], axis=1)
     if HAS_BIAS:
@@ -350,7 +350,7 @@ def plan(n: int, k: int, on_gpu: bool) -> tuple[int, int, int]:
     return 4, 1024, triton.cdiv(k, 1024)
 
 
-def _shares(n: int, k: int, on_gpu: bool) -> tuple[int, int, int, int]:
+def split_plan(n: int, k: int, on_gpu: bool) -> tuple[int, int, int, int]:
     """plan's (BLOCK_N, BLOCK_K) for an [n, k] matrix, the columns of k each share walks, and
     the shares it makes."""
     block_n, block_k, split = plan(n, k, on_gpu)
@@ -363,7 +363,7 @@ def _launch_products(x, weight, bias, swiglu: bool, out, partial: bool):
     [split, m, n] per share of k, where k is split or `partial` asks for them (a launch after
     reads them): -> (that workspace or None, split)."""
     n, k = weight.shape
-    block_n, block_k, chunk, split = _shares(n, k, x.is_cuda)
+    block_n, block_k, chunk, split = split_plan(n, k, x.is_cuda)
     part = None
     if partial or split > 1:
         part = torch.empty(split, x.shape[0], n, device=x.device, dtype=torch.float32)
@@ -463,7 +463,7 @@ def _gemv_partial_op(x: torch.Tensor, weight: torch.Tensor, swiglu: bool) -> tor
 
 @fake_of(_gemv_partial_op)
 def _(x, weight, swiglu):
-    split = _shares(*weight.shape, x.is_cuda)[3]
+    split = split_plan(*weight.shape, x.is_cuda)[3]
     return x.new_empty(split, x.shape[0], weight.shape[0], dtype=torch.float32)
 
 

@@ -287,8 +287,8 @@ MUTANTS = [
              "acc += gemv.sums(heads_ptr, w_ptr,"),),
         (ATTEND,), ("v13",), "every request's o programs multiply the first request's heads"),
     Mutant("v13-attend-project-multiplies-ks-first-share-again", "fusion", (
-        Edit(ATTEND_KERNEL, "w_next = gemv._weight_tile(w_ptr, rows, live, width, hi + tl.arange(0, BLOCK_K),",
-             "w_next = gemv._weight_tile(w_ptr, rows, live, width, tl.arange(0, BLOCK_K),"),),
+        Edit(ATTEND_KERNEL, "w_next = gemv.weight_tile(w_ptr, rows, live, width, hi + tl.arange(0, BLOCK_K),",
+             "w_next = gemv.weight_tile(w_ptr, rows, live, width, tl.arange(0, BLOCK_K),"),),
         (ATTEND,), ("v13",), "past k's first share, an o program starts each share with the "
                              "first share's first weight tile"),
     Mutant("v13-attend-project-past-the-split", "fusion", (
