@@ -159,6 +159,16 @@ def _attend_heads(q_ptr, k_ptr, v_ptr, tables_ptr, b, kv_head, lo, hi, context, 
 
 
 @triton.jit
+def write_heads(out_ptr, b, out_sb, out_sh, heads, d, mask, acc, l):
+    """Request b's heads' output [BLOCK_G, BLOCK_D] from the online softmax's sum l and
+    accumulator acc, in out's dtype, at out[b, heads, d] (strides out_sb, out_sh). A context of
+    0 (a padding row of a fixed-size batch) leaves l = 0: zeros are written, not NaN."""
+    out = acc / tl.where(l > 0, l, 1.0)[:, None]
+    tl.store(out_ptr + b * out_sb + heads[:, None] * out_sh + d[None, :],
+             out.to(out_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
 def _paged_decode_kernel(
         q_ptr, k_ptr, v_ptr, tables_ptr, lens_ptr, out_ptr, part_ptr, scale,
         q_sb, q_sh, cache_sblock, cache_stok, cache_shead, tables_sb, out_sb, out_sh,
@@ -205,10 +215,7 @@ def _paged_decode_kernel(
             tl.store(part + head_dim, m, mask=g < group)
             tl.store(part + head_dim + 1, l, mask=g < group)
     else:
-        # A context of 0 (a padding row of a fixed-size batch) leaves l = 0: write zeros, not NaN.
-        out = acc / tl.where(l > 0, l, 1.0)[:, None]
-        tl.store(out_ptr + b * out_sb + heads[:, None] * out_sh + d[None, :],
-                 out.to(out_ptr.dtype.element_ty), mask=q_mask)
+        write_heads(out_ptr, b, out_sb, out_sh, heads, d, q_mask, acc, l)
 
 
 @triton.jit(do_not_specialize=["splits"])  # a split count divisible by 16 is no new kernel

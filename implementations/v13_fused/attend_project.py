@@ -101,10 +101,9 @@ def _attend(q_ptr, k_ptr, v_ptr, tables_ptr, lens_ptr, heads_ptr, counts_ptr, pi
         BLOCK_D, BLOCK_T, PRECISION, PDL)
     g = tl.arange(0, BLOCK_G)
     d = tl.arange(0, BLOCK_D)
-    out = acc / tl.where(l > 0, l, 1.0)[:, None]  # as v10 writes it: a context of 0 gives zeros
-    tl.store(heads_ptr + b * width + (kv_head * group + g)[:, None] * head_dim + d[None, :],
-             out.to(heads_ptr.dtype.element_ty),
-             mask=(g < group)[:, None] & (d < head_dim)[None, :])
+    # as v10's kernel writes it, into the merged row [rows, heads * head_dim]
+    paged_kernels.write_heads(heads_ptr, b, width, head_dim, kv_head * group + g, d,
+                              (g < group)[:, None] & (d < head_dim)[None, :], acc, l)
     tl.debug_barrier()  # every thread's stores made before the count says so
     tl.atomic_add(counts_ptr, 1, sem="release", scope="gpu")
 

@@ -373,9 +373,9 @@ MUTANTS = [
         Edit(ATTEND_KERNEL, "    tl.debug_barrier()  # every thread's stores made before the "
                             "count says so\n    tl.atomic_add(counts_ptr, 1, sem=\"release\", "
                             "scope=\"gpu\")\n", ""),
-        Edit(ATTEND_KERNEL, "    tl.store(heads_ptr + b * width",
+        Edit(ATTEND_KERNEL, "    paged_kernels.write_heads(heads_ptr,",
              "    tl.atomic_add(counts_ptr, 1, sem=\"release\", scope=\"gpu\")\n"
-             "    tl.store(heads_ptr + b * width"),),
+             "    paged_kernels.write_heads(heads_ptr,"),),
         (HANDOVER,), ("v13",), "an attention program raises the count before it stores its "
                                "heads"),
     Mutant("v13-attend-project-count-raised-relaxed", "in-launch hand-over", (
