@@ -47,9 +47,12 @@ def _pad(n: int) -> int:
 # of the GPU idle (batch 1 with 2 KV heads runs 2 programs on 132 SMs). Below one such pair per
 # SM, and for tables of at least MIN_SPLIT_CONTEXT tokens, each request's context is cut into
 # chunks of whole BLOCK_N tiles, one program each, for about PROGRAMS_PER_SM programs per SM; a
-# second launch (_combine_kernel) merges each pair's partials. Two launches, so that no program
-# ever waits on or reads from another within one (a one-launch version whose last program to
-# arrive combined, through atomic counters, gave wrong logits once in an H200 graph replay).
+# second launch (_combine_kernel) merges each pair's partials: no program reads what another of
+# its launch writes. A one-launch version, whose last program to arrive merged through atomic
+# counters, was dropped on 2026-12-01 after one wrong graph replay, whose cause was later found
+# in the host's staging buffers (docs/gpu.md, runs 8 and 9); rebuilt on 2026-12-07 with a ticket
+# a pair it gave the same bits, and on an H100 the same time at one row and 4-11% more at 64
+# rows (docs/perf-notes.md, docs/probes/split_one_launch.patch): two launches stay.
 # From one pair per SM up, splitting measured slower on an H200 (batch 32 x 8 KV heads, context
 # 4096: 206 us split in 2 against 191 us unsplit): the partials and their combine cost more than
 # the extra parallelism gains. 4 programs per SM, with the page size a compile-time constant,
