@@ -18,32 +18,20 @@ attentions each chained alone: what a layer's products before it cost the attent
 
     PYTHONPATH=. python3 docs/probes/kv_layout.py [--bandwidth B]
 """
+import os
 import sys
 
 import torch
 
-import implementations
 from torchlet.bench.micro import chain_ms, graphed, time_ms
 
-paged = implementations.load("v10_triton_paged_gqa").package.paged_kernels
-device, dtype = "cuda", torch.bfloat16
-KV_HEADS, GROUP, HEAD_DIM, PAGE = 2, 7, 64, 16
+sys.path.insert(0, os.path.dirname(__file__))
+# the same cases as the pairs probe: its shape, inputs and v10's kernel module
+from paged_decode_pairs import HEAD_DIM, KV_HEADS, case, device, dtype, paged  # noqa: E402
+
 CASES = [(256, 1024), (131, 903), (64, 4096), (1, 4096)]
 BANDWIDTH = float(sys.argv[sys.argv.index("--bandwidth") + 1]) if "--bandwidth" in sys.argv \
     else 3.35e12
-
-
-def case(batch: int, context: int):
-    g = torch.Generator(device=device).manual_seed(batch * 7919 + context)
-    pages = -(-context // PAGE)
-    shape = (batch * pages + 1, PAGE, KV_HEADS, HEAD_DIM)
-    k = torch.randn(shape, generator=g, device=device).to(dtype)
-    v = torch.randn(shape, generator=g, device=device).to(dtype)
-    order = torch.randperm(batch * pages, generator=torch.Generator().manual_seed(0)) + 1
-    tables = order.view(batch, pages).to(device=device, dtype=torch.int32)
-    lens = torch.full((batch,), context, device=device, dtype=torch.int32)
-    q = torch.randn(batch, KV_HEADS * GROUP, HEAD_DIM, generator=g, device=device).to(dtype)
-    return q, k, v, tables, lens
 
 
 def head_major(cache: torch.Tensor) -> torch.Tensor:
@@ -78,48 +66,26 @@ def main():
                   flush=True)
 
 
+def chained_us(calls) -> float:
+    """us a replay of one graph of these calls, one after another (bench's chain_ms over the
+    list)."""
+    for call in calls:  # cuBLAS makes its handle, Triton compiles: outside the capture
+        call()
+    torch.cuda.synchronize()
+    return chain_ms(lambda: [call() for call in calls], 1) * 1e3
+
+
 def layers(batch: int, context: int, n: int = 24):
     """us a call chained over n calls of one cache, then over n caches (one each)."""
     scale = HEAD_DIM ** -0.5
     q, k, v, tables, lens = case(batch, context)
     caches = [(k, v)] + [(torch.randn_like(k), torch.randn_like(v)) for _ in range(n - 1)]
     for label, pick in (("one cache", lambda i: caches[0]), (f"{n} caches", lambda i: caches[i])):
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            for i in range(n):
-                paged._paged_decode_op(q, *pick(i), tables, lens, scale, 0, False)
-        graph.replay()
-        torch.cuda.synchronize()
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        for _ in range(5):
-            graph.replay()
-        end.record()
-        torch.cuda.synchronize()
-        us = start.elapsed_time(end) * 1e3 / (5 * n)
+        us = chained_us([lambda c=pick(i): paged._paged_decode_op(q, *c, tables, lens, scale, 0,
+                                                                   False) for i in range(n)]) / n
         moved = batch * context * 2 * KV_HEADS * HEAD_DIM * 2
         print(f"{batch:4d} x {context:5d} chained over {label:10s} {us:6.1f} us  "
               f"{100 * moved / (us * 1e-6) / BANDWIDTH:3.0f}%", flush=True)
-
-
-def chained_us(calls, replays: int = 5) -> float:
-    """us a replay of one graph of these calls, one after another."""
-    for call in calls:  # cuBLAS makes its handle, Triton compiles: outside the capture
-        call()
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for call in calls:
-            call()
-    graph.replay()
-    torch.cuda.synchronize()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(replays):
-        graph.replay()
-    end.record()
-    torch.cuda.synchronize()
-    return start.elapsed_time(end) * 1e3 / replays
 
 
 def interleaved(batch: int, context: int, n: int = 24):
