@@ -39,8 +39,8 @@ from spec.support.inputs.paged_strategies import (GQA_RATIOS, Heads, PagedBatch,
                                            paged_batches)
 from torchlet.contract import PAGED_KV
 
-# The functions under test are the package's paged_attention and metadata modules, which v09 to
-# v16 re-export from v08: they run once (spec/support/collection/parts.py, subject).
+# The functions under test are the package's paged_attention and metadata modules, which v09 and
+# later re-export from v08: they run once (spec/support/collection/parts.py, subject).
 pytestmark = pytest.mark.spec(needs=PAGED_KV, subject=("paged_attention", "metadata"))
 
 

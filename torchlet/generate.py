@@ -410,7 +410,9 @@ def add_run_args(p) -> None:
     each answer is decoded."""
     p.add_argument("--impl", default=None,
                    help="version to run, e.g. v00 or v00_full_recompute (default: the newest; "
-                        "on a CPU the newest without a paged cache, its graph stand-in off)")
+                        "on a CPU the newest that reads quantized weights as stored, for "
+                        "quantized weights (the default model's), else the newest without a "
+                        "paged cache, its graph stand-in off)")
     p.add_argument("--impl-root", default=None,
                    help="tree of versions to take --impl from (default: implementations/)")
     p.add_argument("--model", default=None,

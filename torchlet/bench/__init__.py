@@ -217,7 +217,7 @@ def add_commands(subparsers) -> None:
     p = sub.add_parser("speculative", help="speculative decoding (v17): tok/s with k guesses a "
                                            "step against k=0, on copy and chat prompts")
     p.add_argument("--impl", default=None,
-                   help="version (default: the newest with speculative, v17)")
+                   help="version (default: the newest with speculative)")
     p.add_argument("--impl-root", default=None, help="tree of versions (default: implementations/)")
     p.add_argument("--model", default=None, help="a Hugging Face checkpoint directory with its "
                                                  "tokenizer, or a .gguf file (default: "
@@ -244,7 +244,7 @@ def add_commands(subparsers) -> None:
     p = sub.add_parser("structured", help="structured output (v19): a decode step with a JSON "
                                           "schema on every request against none")
     p.add_argument("--impl", default=None,
-                   help="version (default: the newest with structured_output, v19)")
+                   help="version (default: the newest with structured_output)")
     p.add_argument("--impl-root", default=None, help="tree of versions (default: implementations/)")
     p.add_argument("--model", default=None, help="a Hugging Face checkpoint directory with its "
                                                  "tokenizer, or a .gguf file (default: "

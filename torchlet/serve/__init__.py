@@ -30,8 +30,8 @@ def add_commands(subparsers) -> None:
                     "response_format (json_schema, json_object) and vLLM's guided_regex, "
                     "guided_choice, guided_grammar, guided_json constrain an answer (v19).")
     p.add_argument("--impl", default=None,
-                   help="version to serve, v03 or later (default: the one torchlet generate "
-                        "picks; v11 or later to sample, v12 or later to share prefixes)")
+                   help="version to serve, v03 or later (default: the newest that samples; "
+                        "v11 or later to sample, v12 or later to share prefixes)")
     p.add_argument("--impl-root", default=None, help="tree of versions to take --impl from")
     p.add_argument("--model", default=None,
                    help="a Hugging Face checkpoint directory with its tokenizer, or a .gguf "
