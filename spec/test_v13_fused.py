@@ -13,7 +13,8 @@ batch-1 decode step) each layer's products are gemv kernels, cuBLAS's GEMMs else
 gemv reads [gate | up] and forms SwiGLU itself, the MLP's two norms run inside the products
 about them (norm_gemv, and the next layer's q/k/v gemv, which adds down's pending partial sums
 to the stream and norms the row in its programs), and the q/k/v gemv turns, splits and stores
-the heads itself (gemv_rope_split); the attention and the o product after it run as one launch
+the heads itself (gemv_rope_split; not for Qwen3, whose per-head norms run in rope_split after
+the gemv); the attention and the o product after it run as one launch
 (attend_project: its first programs attend as v10's kernel's do and write the heads' output,
 the rest multiply it by o as the o gemv's do once every head is written, a hand-over within the
 launch through a count in memory), where v10's plan runs that attention as one launch; on
@@ -41,7 +42,7 @@ seven, at one row in four launches (the attention riding on o's) and no swiglu_p
 products (norm_gemv, and down's partial sums formed inside the next q/k/v launch: one norm
 launch and one sums-add-norm a step) and RoPE and the store inside the
 q/k/v one (gemv_rope_split_store, no rope_split_store); every pass stores its K/V in
-rope_split_store and runs no store_kv; and a prefill runs one attention op a layer (one per
+rope_split_store (at one row in gemv_rope_split_store) and runs no store_kv; and a prefill runs one attention op a layer (one per
 request and layer without Triton), no softmax, and gathers no context.
 gemv equals a float64 product within its dtype's tolerance, with and without SwiGLU, with k split
 over programs and not; norm_gemv and gemv_add_norm give the stream the bits of v09's

@@ -13,16 +13,18 @@ Why v15 needs it: a model whose weights and K/V outgrow one device cannot run on
 
 Core principle: sharding changes where the maths runs, never what it computes. At TP=2 in
 float64 the tokens are the oracle's (greedy and seeded), and the logits equal TP=1's within
-float64's tolerance, on a tied Qwen2, on 5 query heads sharing 1 KV head (replicated), and on a
-Llama with 3 KV heads (split 2 and 1, as SmolLM2's are) and an o-projection bias; and greedy
+float64's tolerance, on an untied Llama (6 query heads on 2 KV heads, split evenly), on 5 query
+heads sharing 1 KV head (replicated), and on a tied Llama with 3 KV heads (split 2 and 1, as
+SmolLM2's are) and an o-projection bias; and greedy
 tokens are the oracle's at TP=2 and TP=3 on heads whose head_dim is declared apart from the
-hidden size, over GQA ratios of 4:1, 6:2, 6:3, 4:2 and 2:2. Every rank runs in a child process
+hidden size, over GQA ratios of 4:1, 6:2, 6:3, 4:2 and 2:2 (2:2 at TP=2 alone). Every rank runs in a child process
 over gloo on loopback (spec/support/ranks/ranks.py); what a rank does is read from outside it: the
 collectives it calls (torch.distributed wrapped in the rank), the weights its matmuls read (the
 ops it dispatches), the K/V it stores (the kv_cache capability), the bytes of the storages its
 engine holds (every tensor reachable from it, each storage counted once and whole). On the
-kernels a rank's one-row MLP output is all-reduced before it joins the stream (v13 fuses that
-add into down's launch; the sharded ops do not), read from the all-reduce's calls. A call that
+kernels a rank's one-row MLP output is all-reduced before it joins the stream (v13 leaves down's
+partial sums for the next launch to add to the stream and norm; the sharded ops do not fuse
+the norms), read from the all-reduce's calls. A call that
 rank 0 refuses, or a request aborted before it ran, leaves every rank in step: the next call's
 tokens are the oracle's.
 
@@ -451,8 +453,8 @@ def _tp1(impl, name):
 @pytest.mark.parametrize("name", CASES)
 @reads("exact", "default")
 def test_tp2_greedy_tokens_are_the_oracles(impl, tp2, name):
-    """Tied Qwen2, a replicated KV head, an uneven KV split with an o bias: the oracle's tokens,
-    a repeated prompt's too (the prefix cache on, overlap on)."""
+    """An untied Llama, a replicated KV head, a tied Llama's uneven KV split with an o bias: the
+    oracle's tokens, a repeated prompt's too (the prefix cache on, overlap on)."""
     seen, _ = tp2
     expected = [t for _, t in oracle_cases(name)]
     assert seen[name]["world"] == 2 and seen[name]["rank"] == 0

@@ -3,7 +3,8 @@
 What it introduces: build(ckpt, weights="auto" | "float" | "gguf" | "int8" | "int4",
 group_size=32). A checkpoint may hold contract QuantizedTensors (a GGUF file's Q8_0, Q4_0 and
 Q4_1 blocks, as the file stores them); "auto" keeps them so, "int8" (per output channel) and
-"int4" (groups of group_size columns, with zero points) quantize float matrices at load, "float"
+"int4" (groups of group_size columns, with zero points; the embedding and LM head stay int8)
+quantize float matrices at load, "float"
 dequantizes them all. Every product of a quantized matrix reads the integers, the embedding
 dequantizes only the rows it looks up.
 

@@ -39,7 +39,7 @@ Tradeoff left visible: a move costs the sampler's settings written again for eac
 (small copies the host waits for), so v20 moves rows only where that shrinks the pass, not
 whenever a lane frees, and a batch between two buckets still pads to the larger (130 requests
 run v07's 160-lane graph). `torchlet bench gpu-workload` measures what the smaller passes buy
-(docs/benchmarks.md): on an H100, 2.73 s -> 2.46 s. Not run here: moves under tensor parallelism,
+(docs/benchmarks.md): on an H100, v19 2.58 s, v20 2.32 s. Not run here: moves under tensor parallelism,
 where each rank's K/V part moves its requests by the same rule over the same state (v16 keeps
 the ranks' parts in step), so the ranks should agree; the GPU spec runs one device.
 """
