@@ -42,8 +42,9 @@ seven, at one row in four launches (the attention riding on o's) and no swiglu_p
 products (norm_gemv, and down's partial sums formed inside the next q/k/v launch: one norm
 launch and one sums-add-norm a step) and RoPE and the store inside the
 q/k/v one (gemv_rope_split_store, no rope_split_store); every pass stores its K/V in
-rope_split_store (at one row in gemv_rope_split_store) and runs no store_kv; and a prefill runs one attention op a layer (one per
-request and layer without Triton), no softmax, and gathers no context.
+rope_split_store (at one row in gemv_rope_split_store) and runs no store_kv; and a prefill
+runs one attention op a layer (one per request and layer without Triton), no softmax, and
+gathers no context.
 gemv equals a float64 product within its dtype's tolerance, with and without SwiGLU, with k split
 over programs and not; norm_gemv and gemv_add_norm give the stream the bits of v09's
 add_rms_norm and the product or normed stream within tolerance of the reference;

@@ -17,8 +17,8 @@ float64's tolerance, on an untied Llama (6 query heads on 2 KV heads, split even
 heads sharing 1 KV head (replicated), and on a tied Llama with 3 KV heads (split 2 and 1, as
 SmolLM2's are) and an o-projection bias; and greedy
 tokens are the oracle's at TP=2 and TP=3 on heads whose head_dim is declared apart from the
-hidden size, over GQA ratios of 4:1, 6:2, 6:3, 4:2 and 2:2 (2:2 at TP=2 alone). Every rank runs in a child process
-over gloo on loopback (spec/support/ranks/ranks.py); what a rank does is read from outside it: the
+hidden size, over GQA ratios of 4:1, 6:2, 6:3, 4:2 and 2:2 (2:2 at TP=2 alone). Every rank
+runs in a child process over gloo on loopback (spec/support/ranks/ranks.py); what a rank does is read from outside it: the
 collectives it calls (torch.distributed wrapped in the rank), the weights its matmuls read (the
 ops it dispatches), the K/V it stores (the kv_cache capability), the bytes of the storages its
 engine holds (every tensor reachable from it, each storage counted once and whole). On the

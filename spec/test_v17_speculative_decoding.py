@@ -4,8 +4,8 @@ tokens the engine would have drawn.
 What it introduces: build(ckpt, speculative_tokens=k, proposer="ngram" | a draft Checkpoint | an
 object with propose(requests, k), acceptance="exact" | "rejection"). A step in which at most
 `speculate_below` requests decode, none waits, no prompt is being computed and the policy is
-not resting (the min_tokens_per_pass option: 1.3 on a CPU, 2 elsewhere) asks the proposer for up to k guesses after each one's last
-token, computes the last token and the guesses as rows of one pass through the paged cache, and
+not resting (the min_tokens_per_pass option: 1.3 on a CPU, 2 elsewhere) asks the proposer
+for up to k guesses after each one's last token, computes the last token and the guesses as rows of one pass through the paged cache, and
 gives each request the guesses the engine's own draws agree with, plus one draw of its own. The
 K/V rows of rejected guesses are rolled back. speculation_stats() counts passes and tokens.
 

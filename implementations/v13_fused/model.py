@@ -14,9 +14,9 @@ several kernels where one would do:
 
 At one row (a batch-1 decode step) a product is a read of its weights, which cuBLAS's tiles do
 slowly for small matrices: there the projections run gemv kernels (gemv.py's, chosen by
-FusedOps.project and takes_gemv), and the MLP's part of a layer, v09's two norms, the products and SwiGLU between
-them, five launches, runs as two (mlp_sublayer_fused): [gate | up]'s programs form the
-post-attention norm of the row they read, and down's gemv forms SwiGLU from the [gate | up] row
+FusedOps.project and takes_gemv), and the MLP's part of a layer, v09's two norms, the products
+and SwiGLU between them, five launches, runs as two (mlp_sublayer_fused): [gate | up]'s
+programs form the post-attention norm of the row they read, and down's gemv forms SwiGLU from the [gate | up] row
 itself and leaves its split sums pending (gemv.Pending): the next layer's q/k/v gemv adds them
 to the stream and norms the row in its own programs, and the loop's settle runs them as a
 launch of their own before the final norm. The attention and o's product between them run as
