@@ -287,10 +287,21 @@ def test_a_stop_string_across_tokens_ends_the_text_at_its_first_character(
 
 
 def test_seeded_sampling_repeats_and_draws_what_the_engine_draws(
-        client, engine, tokenizer, model):
+        client, engine, tokenizer, model, paced, monkeypatch):
     """A seed repeats its answer and draws what the engine draws with it; another seed draws
-    another. Hot enough that an unseeded draw repeating the seeded answer is unlikely: at 0.9
-    a server that dropped the seed gave the same answer twice in a row once in a no-CI run."""
+    another; and each request the server hands the engine (read at its add_request) carries its
+    client's seed. The answers alone cannot be sure to catch a dropped seed: seed 11's answer is
+    the one about one unseeded draw in nine gives here (measured over 300 seeds), so a server
+    that dropped the seed gave it twice in a row about once in a hundred runs (once in a CI
+    run, 2026-12-07)."""
+    handed = []
+    real = paced.engine.add_request
+
+    def recording(prompt, params):
+        handed.append(params)
+        return real(prompt, params)
+
+    monkeypatch.setattr(paced, "add_request", recording, raising=False)
     question = "Pick a word."
     settings = dict(temperature=1.5, top_p=0.95, seed=11)
     extra = dict(top_k=40, min_p=0.01)
@@ -303,6 +314,7 @@ def test_seeded_sampling_repeats_and_draws_what_the_engine_draws(
                                            max_tokens=NEW, **{**settings, "seed": 12},
                                            extra_body=extra).choices[0].message.content
     assert other != want
+    assert [p.seed for p in handed] == [11, 11, 12]
 
 
 def test_metrics_count_what_the_clients_got_and_the_pool_the_engine_holds(http, client, model):
